@@ -1,0 +1,1 @@
+"""envelopay-base rail plugin."""

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Make sure the real components the tests talk to are installed and running:
+# PostgreSQL on 127.0.0.1:5432 (database `test`, trust auth) and Dovecot's binaries
+# (the tests start their own unprivileged Dovecot on loopback).
+set -euo pipefail
+
+need_apt=()
+command -v dovecot >/dev/null 2>&1 || need_apt+=(dovecot-imapd dovecot-lmtpd)
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+if ! command -v pg_ctlcluster >/dev/null 2>&1; then need_apt+=(postgresql); fi
+if [ ${#need_apt[@]} -gt 0 ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+if ! pg_isready -h 127.0.0.1 -p 5432 -q; then
+  ver=$(ls /etc/postgresql | sort -n | tail -1)
+  if ! pg_lsclusters -h | grep -q "^$ver main"; then
+    pg_createcluster "$ver" main >/dev/null
+  fi
+  pg_ctlcluster --skip-systemctl-redirect "$ver" main start || true
+  for _ in $(seq 1 50); do pg_isready -h 127.0.0.1 -p 5432 -q && break; sleep 0.2; done
+fi
+pg_isready -h 127.0.0.1 -p 5432 -q || { echo "PostgreSQL did not start" >&2; exit 1; }
+# Trust auth and a `test` database, as the tests expect.
+if ! psql -h 127.0.0.1 -U postgres -d test -Atc 'select 1' >/dev/null 2>&1; then
+  su postgres -c "psql -Atc \"select 1 from pg_database where datname='test'\"" | grep -q 1 \
+    || su postgres -c "createdb test"
+fi
+psql -h 127.0.0.1 -U postgres -d test -Atc 'select 1' >/dev/null

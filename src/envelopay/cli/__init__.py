@@ -1,0 +1,1 @@
+"""Typer front end. No protocol logic lives here."""

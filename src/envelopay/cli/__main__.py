@@ -1,0 +1,3 @@
+from envelopay.cli.app import main
+
+main()

@@ -1,0 +1,41 @@
+"""The error tree. Exceptions mean a bug or a broken transport, never someone else's
+bad input (that is a value: a Parsed with problems, a Verdict, a disposition)::
+
+    EnvelopayError
+    ├── ConfigError        bad local configuration (CLI exit 2)
+    ├── UsageError         a caller passed something invalid (CLI exit 2)
+    ├── TransportError     SMTP / IMAP / LMTP / RPC unreachable or broken
+    ├── StoreError         the ledger failed (not a constraint we asked about)
+    └── RailError          a rail could not carry out a payment
+"""
+
+from __future__ import annotations
+
+
+class EnvelopayError(Exception):
+    """Base of every exception raised on purpose by envelopay."""
+
+
+class ConfigError(EnvelopayError):
+    """Local configuration is missing or invalid."""
+
+
+class UsageError(EnvelopayError):
+    """A caller passed an invalid argument (refused before any I/O)."""
+
+
+class TransportError(EnvelopayError):
+    """A mail or RPC transport is unreachable or broke mid-way."""
+
+
+class StoreError(EnvelopayError):
+    """The ledger failed for a reason other than a condition we asked it to check."""
+
+
+class RailError(EnvelopayError):
+    """A rail could not make a payment (e.g. insufficient funds, RPC down)."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+        self.detail = detail

@@ -1,0 +1,269 @@
+"""Wire models for the nine Envelopay message types (spec v0.1.0, "Nine message types").
+
+Models are frozen pydantic v2 models with exactly the spec's fields. Unknown fields
+are ignored here ("Unknown fields must be ignored"); `Parsed.body` keeps the raw
+object for audit. Amounts are digit strings on the wire and `int` inside.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    StringConstraints,
+    model_validator,
+)
+
+__all__ = [
+    "SUPPORTED_VERSIONS",
+    "Accept",
+    "Amount",
+    "Fulfill",
+    "Give",
+    "Invoice",
+    "Message",
+    "MessageType",
+    "Methods",
+    "Offer",
+    "Oops",
+    "OopsError",
+    "Order",
+    "Pay",
+    "RailMethod",
+    "Want",
+    "Which",
+    "model_for",
+]
+
+
+class MessageType(StrEnum):
+    """The nine subject keywords, as the lowercase names used in JSON `type`."""
+
+    WHICH = "which"
+    METHODS = "methods"
+    PAY = "pay"
+    ORDER = "order"
+    FULFILL = "fulfill"
+    INVOICE = "invoice"
+    OFFER = "offer"
+    ACCEPT = "accept"
+    OOPS = "oops"
+
+    @property
+    def keyword(self) -> str:
+        return self.value.upper()
+
+
+# (major, minor) pairs this implementation speaks. 0.1 is the default; 0.2 adds the
+# prepaid ORDER fields.
+SUPPORTED_VERSIONS: frozenset[tuple[int, int]] = frozenset({(0, 1), (0, 2)})
+DEFAULT_VERSION = "0.1.0"
+
+_DIGITS = re.compile(r"[0-9]{1,78}")  # 78 digits hold any uint256
+
+
+def _amount(value: Any) -> int:
+    # Spec: "Amount in smallest unit (string)". A JSON number, a sign, a decimal point
+    # or an empty string is refused; leading zeros are tolerated (still decimal digits).
+    if isinstance(value, int) and not isinstance(value, bool):
+        raise ValueError("amount must be a string of decimal digits, not a JSON number")
+    if not isinstance(value, str) or not _DIGITS.fullmatch(value):
+        raise ValueError("amount must be a string of decimal digits in the smallest unit")
+    return int(value)
+
+
+def _amount_in(value: Any) -> Any:
+    # Python callers may pass an int; the wire check lives in `_wire_amount`.
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return _amount(value)
+
+
+Amount = Annotated[
+    int,
+    BeforeValidator(_amount_in),
+    PlainSerializer(lambda v: str(v), return_type=str),
+]
+
+Text = Annotated[str, StringConstraints(max_length=10_000)]
+Ident = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+Token = Annotated[str, StringConstraints(min_length=1, max_length=128)]
+Chain = Annotated[str, StringConstraints(min_length=1, max_length=64)]
+Wallet = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+JsonObject = dict[str, Any]
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore", strict=True)
+
+
+class _Body(_Wire):
+    v: Annotated[str, StringConstraints(pattern=r"^[0-9]+\.[0-9]+(\.[0-9]+)?([-+][0-9A-Za-z.-]+)?$")]
+
+    @property
+    def version(self) -> tuple[int, int]:
+        major, minor = self.v.split(".")[:2]
+        return int(major), int(minor.split("-")[0].split("+")[0])
+
+
+class Which(_Body):
+    type: Literal["which"] = "which"
+    v: str = DEFAULT_VERSION
+    id: Ident | None = None
+    note: Text | None = None
+    task: JsonObject | Text | None = None
+
+
+class RailMethod(_Wire):
+    chain: Chain
+    token: Token
+    wallet: Wallet
+    price: Amount
+
+
+class Methods(_Body):
+    type: Literal["methods"] = "methods"
+    rails: Annotated[list[RailMethod], Field(min_length=1)]
+    id: Ident | None = None
+    which_ref: Ident | None = None
+    note: Text | None = None
+    fallback: Text | None = None
+
+
+class Pay(_Body):
+    type: Literal["pay"] = "pay"
+    id: Ident
+    amount: Amount
+    token: Token
+    chain: Chain
+    proof: JsonObject
+    invoice_ref: Ident | None = None
+    note: Text | None = None
+
+
+class Order(_Body):
+    type: Literal["order"] = "order"
+    id: Ident
+    task: JsonObject | Text
+    note: Text | None = None
+    # v0.2.0 prepaid ORDER: once `amount` is present, token, chain and proof are required.
+    amount: Amount | None = None
+    token: Token | None = None
+    chain: Chain | None = None
+    proof: JsonObject | None = None
+
+    @property
+    def prepaid(self) -> bool:
+        return self.amount is not None
+
+    @model_validator(mode="after")
+    def _prepaid_fields(self) -> Order:
+        extra = (self.amount, self.token, self.chain, self.proof)
+        if any(x is not None for x in extra):
+            if self.version < (0, 2):
+                raise ValueError("prepaid ORDER fields need v 0.2.x")
+            if self.amount is None or self.token is None or self.chain is None or self.proof is None:
+                raise ValueError("prepaid ORDER needs amount, token, chain and proof together")
+        return self
+
+
+class Fulfill(_Body):
+    type: Literal["fulfill"] = "fulfill"
+    id: Ident
+    order_ref: Ident
+    result: Any
+    note: Text | None = None
+
+
+class Invoice(_Body):
+    type: Literal["invoice"] = "invoice"
+    id: Ident
+    amount: Amount
+    token: Token
+    chain: Chain
+    wallet: Wallet
+    due: Text | None = None
+    order_ref: Ident | None = None
+    note: Text | None = None
+
+
+class Give(_Wire):
+    amount: Amount
+    token: Token
+    chain: Chain
+    to: Wallet
+    proof: JsonObject
+
+
+class Want(_Wire):
+    amount: Amount
+    token: Token
+    chain: Chain
+
+
+class Offer(_Body):
+    type: Literal["offer"] = "offer"
+    id: Ident
+    give: Give
+    want: Want
+    wallet: Wallet
+    note: Text | None = None
+
+
+class Accept(_Body):
+    type: Literal["accept"] = "accept"
+    id: Ident
+    offer_ref: Ident
+    amount: Amount
+    token: Token
+    chain: Chain
+    proof: JsonObject
+    note: Text | None = None
+
+
+class OopsError(BaseModel):
+    """`error` object of an OOPS: a `code`, plus any detail fields (kept verbatim)."""
+
+    model_config = ConfigDict(frozen=True, extra="allow", strict=True)
+    code: Annotated[str, StringConstraints(min_length=1, max_length=64)]
+
+
+class Oops(_Body):
+    type: Literal["oops"] = "oops"
+    note: Text
+    id: Ident | None = None
+    error: OopsError | None = None
+    ref: Ident | None = None
+
+
+Message = Which | Methods | Pay | Order | Fulfill | Invoice | Offer | Accept | Oops
+
+_MODELS: dict[MessageType, type[_Body]] = {
+    MessageType.WHICH: Which,
+    MessageType.METHODS: Methods,
+    MessageType.PAY: Pay,
+    MessageType.ORDER: Order,
+    MessageType.FULFILL: Fulfill,
+    MessageType.INVOICE: Invoice,
+    MessageType.OFFER: Offer,
+    MessageType.ACCEPT: Accept,
+    MessageType.OOPS: Oops,
+}
+
+
+def model_for(kind: MessageType) -> type[_Body]:
+    return _MODELS[kind]
+
+
+def is_proof_carrying(message: Message) -> bool:
+    """PAY, OFFER, ACCEPT and a prepaid ORDER carry a payment proof (spec "Verification")."""
+    if isinstance(message, Order):
+        return message.prepaid
+    return isinstance(message, Pay | Offer | Accept)
