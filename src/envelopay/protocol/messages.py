@@ -18,6 +18,7 @@ from pydantic import (
     Field,
     PlainSerializer,
     StringConstraints,
+    ValidationInfo,
     model_validator,
 )
 
@@ -79,9 +80,11 @@ def _amount(value: Any) -> int:
     return int(value)
 
 
-def _amount_in(value: Any) -> Any:
-    # Python callers may pass an int; the wire check lives in `_wire_amount`.
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+def _amount_in(value: Any, info: ValidationInfo) -> Any:
+    # Python callers may pass an int; on the wire (validation context {"wire": True},
+    # which protocol.parse supplies) only a digit string is accepted.
+    wire = isinstance(info.context, dict) and bool(info.context.get("wire"))
+    if not wire and isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return value
     return _amount(value)
 
@@ -105,7 +108,10 @@ class _Wire(BaseModel):
 
 
 class _Body(_Wire):
-    v: Annotated[str, StringConstraints(pattern=r"^[0-9]+\.[0-9]+(\.[0-9]+)?([-+][0-9A-Za-z.-]+)?$")]
+    # Defaults to 0.1.0 for messages built in Python; protocol.parse requires `v` on the wire.
+    v: Annotated[str, StringConstraints(pattern=r"^[0-9]+\.[0-9]+(\.[0-9]+)?([-+][0-9A-Za-z.-]+)?$")] = (
+        DEFAULT_VERSION
+    )
 
     @property
     def version(self) -> tuple[int, int]:

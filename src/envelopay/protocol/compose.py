@@ -1,0 +1,238 @@
+"""Compose a protocol message into RFC 5322 bytes (CRLF line endings).
+
+Layout: headers (From, To, Subject `TYPE | note`, Date, Message-ID, threading,
+X-Envelopay-Type), then multipart/mixed with a human-readable text/plain part that
+contains the JSON, and the same JSON as a top-level application/json part (base64:
+7-bit safe and stable under DKIM). Every header value is checked for CR/LF before any
+byte is produced. Output is a pure function of the input (the MIME boundary is derived
+from the content), so a resend of the same outbox row is byte-identical.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import re
+from collections.abc import Sequence
+from datetime import datetime
+from email.header import Header
+from email.utils import format_datetime, make_msgid
+from typing import Any
+
+from envelopay.errors import UsageError
+from envelopay.protocol.grammar import format_subject
+from envelopay.protocol.messages import Message, MessageType
+from envelopay.protocol.outbound import Outbound
+from envelopay.protocol.parsed import Parsed
+
+__all__ = [
+    "HeaderValueError",
+    "compose",
+    "compose_message",
+    "message_json",
+    "new_message_id",
+    "reply_headers",
+]
+
+# A bare address: no display name, no comments, no spaces (Outbound's contract).
+_ADDRESS = re.compile(r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~.-]{1,64}@[A-Za-z0-9.-]{1,253}")
+_MSGID = re.compile(r"<[\x21-\x3b\x3d\x3f-\x7e]{1,250}@[\x21-\x3b\x3d\x3f-\x7e]{1,250}>")
+_DOMAIN = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?")
+_SUBJECT_NOTE_MAX = 200  # a derived subject note is shortened; the JSON keeps the whole note
+_MAX_REFERENCES = 20
+_CRLF = "\r\n"
+
+
+class HeaderValueError(UsageError):
+    """A header value would break the header block (CR, LF, NUL) or is malformed."""
+
+
+def _check(name: str, value: str) -> str:
+    if "\r" in value or "\n" in value or "\x00" in value:
+        raise HeaderValueError(f"{name}: CR, LF or NUL is not allowed in a header value")
+    return value
+
+
+def _check_address(name: str, value: str) -> str:
+    _check(name, value)
+    if not _ADDRESS.fullmatch(value):
+        raise HeaderValueError(f"{name}: {value!r} is not a bare address like agent@example.com")
+    return value
+
+
+def _check_msgid(name: str, value: str) -> str:
+    _check(name, value)
+    if not _MSGID.fullmatch(value):
+        raise HeaderValueError(f"{name}: {value!r} is not a Message-ID like <id@domain>")
+    return value
+
+
+def new_message_id(domain: str) -> str:
+    """A fresh `<...@domain>` Message-ID. The domain is explicit: never getfqdn()."""
+    _check("domain", domain)
+    if not _DOMAIN.fullmatch(domain):
+        raise HeaderValueError(f"domain: {domain!r} is not a domain name")
+    return make_msgid(domain=domain)
+
+
+def reply_headers(parsed: Parsed) -> tuple[str | None, tuple[str, ...]]:
+    """(In-Reply-To, References) for a reply to `parsed` (RFC 5322 section 3.6.4).
+
+    References is the parent's References (or its In-Reply-To when it has none) plus
+    the parent's Message-ID; long chains keep the first id and the most recent ones."""
+    parent = parsed.message_id
+    if parent is None or not _MSGID.fullmatch(parent):
+        return None, ()
+    base = parsed.references or ((parsed.in_reply_to,) if parsed.in_reply_to else ())
+    refs = (*(r for r in base if _MSGID.fullmatch(r)), parent)
+    if len(refs) > _MAX_REFERENCES:
+        refs = (refs[0], *refs[-(_MAX_REFERENCES - 1) :])
+    return parent, refs
+
+
+def _wire_dict(message: Message) -> dict[str, Any]:
+    """The message's JSON object: `v` and `type` first, absent optional fields omitted."""
+    dumped = message.model_dump(mode="json")
+    out: dict[str, Any] = {"v": dumped.pop("v"), "type": dumped.pop("type")}
+    fields = type(message).model_fields
+    for key, value in dumped.items():
+        info = fields.get(key)
+        if value is None and info is not None and not info.is_required():
+            continue
+        out[key] = value
+    return out
+
+
+def message_json(message: Message, *, indent: int | None = None) -> str:
+    """The JSON text of a message as composed (compact unless `indent`)."""
+    separators = (",", ":") if indent is None else (",", ": ")
+    return json.dumps(_wire_dict(message), ensure_ascii=False, indent=indent, separators=separators)
+
+
+def _subject_note(out: Outbound) -> str | None:
+    if out.note is not None:
+        return _check("note", out.note)
+    note = getattr(out.message, "note", None)
+    if not isinstance(note, str):
+        return None
+    # Derived from the body: fold whitespace (a JSON note may span lines) and shorten.
+    note = " ".join(note.split())
+    if len(note) > _SUBJECT_NOTE_MAX:
+        note = note[: _SUBJECT_NOTE_MAX - 1] + "…"
+    return note
+
+
+def _subject_header(subject: str) -> str:
+    if subject.isascii():
+        if len(subject) > 900:
+            raise HeaderValueError("subject: longer than 900 characters")
+        return subject
+    # RFC 2047 encoded-words, folded with CRLF.
+    return Header(subject, "utf-8", header_name="Subject").encode(linesep=_CRLF)
+
+
+def _fold_ids(ids: Sequence[str]) -> str:
+    return (_CRLF + " ").join(ids)
+
+
+def _text_part(message: Message, subject: str) -> tuple[str, str]:
+    """(Content-Transfer-Encoding, encoded text) of the human-readable part."""
+    kind = MessageType(message.type)
+    text = (
+        f"{subject}\r\n\r\n"
+        f"This is an Envelopay {kind.keyword} message. The JSON below is also attached as\r\n"
+        "application/json.\r\n\r\n"
+        + message_json(message, indent=2).replace("\n", _CRLF)
+        + _CRLF
+    )
+    lines = text.split(_CRLF)
+    if text.isascii() and all(len(line) <= 76 for line in lines):
+        return "7bit", text
+    data = binascii.b2a_qp(text.encode("utf-8"), istext=True, header=False)
+    return "quoted-printable", data.decode("ascii").replace("\r\n", "\n").replace("\n", _CRLF)
+
+
+def compose(out: Outbound) -> bytes:
+    """An `Outbound` as RFC 5322 bytes. Raises HeaderValueError before writing anything."""
+    sender = _check_address("sender", out.sender)
+    recipient = _check_address("recipient", out.recipient)
+    message_id = _check_msgid("message_id", out.message_id)
+    in_reply_to = _check_msgid("in_reply_to", out.in_reply_to) if out.in_reply_to is not None else None
+    references = tuple(_check_msgid("references", r) for r in out.references)
+    if out.date.tzinfo is None:
+        raise HeaderValueError("date: must be timezone-aware")
+    kind = MessageType(out.message.type)
+    subject = format_subject(kind, _subject_note(out))
+    subject_value = _subject_header(subject)
+
+    json_bytes = message_json(out.message).encode("utf-8")
+    cte, text = _text_part(out.message, subject)
+    b64 = base64.encodebytes(json_bytes).decode("ascii").replace("\n", _CRLF)
+    digest = hashlib.sha256(message_id.encode() + json_bytes).hexdigest()[:32]
+    boundary = f"=_envelopay_{digest}"  # "=_" cannot occur in base64 or quoted-printable
+
+    headers = [
+        f"From: {sender}",
+        f"To: {recipient}",
+        f"Subject: {subject_value}",
+        f"Date: {format_datetime(out.date)}",
+        f"Message-ID: {message_id}",
+    ]
+    if in_reply_to is not None:
+        headers.append(f"In-Reply-To: {in_reply_to}")
+    if references:
+        headers.append(f"References: {_fold_ids(references)}")
+    headers += [
+        "MIME-Version: 1.0",
+        f"X-Envelopay-Type: {kind.keyword}",
+        f'Content-Type: multipart/mixed; boundary="{boundary}"',
+    ]
+    if cte == "7bit" and boundary in text:
+        cte = "quoted-printable"
+        text = binascii.b2a_qp(text.encode("utf-8"), istext=True).decode("ascii")
+    body = [
+        f"--{boundary}",
+        'Content-Type: text/plain; charset="utf-8"',
+        f"Content-Transfer-Encoding: {cte}",
+        "",
+        text.rstrip(_CRLF),
+        f"--{boundary}",
+        "Content-Type: application/json",
+        'Content-Disposition: attachment; filename="envelopay.json"',
+        "Content-Transfer-Encoding: base64",
+        "",
+        b64.rstrip(_CRLF),
+        f"--{boundary}--",
+        "",
+    ]
+    return (_CRLF.join(headers) + _CRLF + _CRLF + _CRLF.join(body)).encode("utf-8")
+
+
+def compose_message(
+    message: Message,
+    *,
+    sender: str,
+    recipient: str,
+    domain: str,
+    now: datetime,
+    in_reply_to: str | None = None,
+    references: Sequence[str] = (),
+    message_id: str | None = None,
+    note: str | None = None,
+) -> tuple[bytes, str]:
+    """Compose a message; returns (raw bytes, Message-ID). The id is made from `domain`
+    when not given."""
+    mid = message_id if message_id is not None else new_message_id(domain)
+    out = Outbound(
+        sender=sender,
+        recipient=recipient,
+        message=message,
+        message_id=mid,
+        date=now,
+        in_reply_to=in_reply_to,
+        references=tuple(references),
+        note=note,
+    )
+    return compose(out), mid

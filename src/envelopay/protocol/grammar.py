@@ -1,0 +1,99 @@
+"""Subject grammar (spec v0.1.0, "Subject parsing"): `TYPE` or `TYPE | note`.
+
+Pure functions over an already-decoded subject string. RFC 2047 decoding happens in
+`decode_subject`, which never raises.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from email.header import decode_header, make_header
+from typing import Literal
+
+from envelopay.protocol.messages import MessageType
+
+__all__ = [
+    "KEYWORDS",
+    "SUPPORTED_TYPES_TEXT",
+    "SubjectForm",
+    "classify_subject",
+    "decode_subject",
+    "format_subject",
+]
+
+# The nine all-caps keywords, in the spec's order.
+KEYWORDS: tuple[str, ...] = tuple(t.keyword for t in MessageType)
+SUPPORTED_TYPES_TEXT = ", ".join(KEYWORDS)
+_BY_KEYWORD: dict[str, MessageType] = {t.keyword: t for t in MessageType}
+
+# Spec: "If the subject matches ^[A-Z]+(\s*\|.*)?$ but the keyword isn't one of the nine
+# types, reply OOPS with unknown_type". The same shape, split into keyword and note.
+_SHAPE = re.compile(r"([A-Z]+)(?:[ \t]*\|(.*))?", re.DOTALL)
+# v0.1.0: "No stripping — Re: and Fwd: prefixes mean the sender doesn't speak the
+# protocol." We also treat Outlook's "Fw:" as a forward (decision, see SPEC.md).
+_REPLY_OR_FORWARD = re.compile(r"(?:re|fwd?)[ \t]*:", re.IGNORECASE)
+_RE_ONLY = re.compile(r"re[ \t]*:[ \t]*", re.IGNORECASE)
+
+
+@dataclass(frozen=True, slots=True)
+class SubjectForm:
+    """What a subject says.
+
+    protocol -- keyword-shaped (known keyword or not); False for ordinary mail
+    keyword  -- the all-caps first token when protocol
+    type     -- the MessageType when the keyword is one of the nine
+    note     -- text after `|`, trimmed; None when there is no `|`
+    reason   -- why a subject is not protocol (for summaries and tests)
+    """
+
+    protocol: bool
+    keyword: str | None = None
+    type: MessageType | None = None
+    note: str | None = None
+    reason: str | None = None
+
+
+def decode_subject(value: str) -> tuple[str, bool]:
+    """Decode RFC 2047 encoded-words; return (text, ok). Never raises.
+
+    ok is False when an encoded-word could not be decoded (bad charset or payload);
+    the raw value is returned then, which will not match the grammar."""
+    if "=?" not in value:
+        return value, True
+    try:
+        return str(make_header(decode_header(value))), True
+    except Exception:  # the stdlib raises several types here; any of them means "undecodable"
+        return value, False
+
+
+def classify_subject(subject: str | None, *, re_prefix: Literal["v0.1", "v0.2"] = "v0.1") -> SubjectForm:
+    """Apply the subject grammar to a decoded subject."""
+    if subject is None:
+        return SubjectForm(False, reason="no Subject header")
+    text = subject.strip()
+    if _REPLY_OR_FORWARD.match(text):
+        if re_prefix == "v0.1":
+            return SubjectForm(False, reason="Re:/Fwd: prefix: the sender does not speak the protocol")
+        # v0.2.0: strip one or more `Re:`; a forward is never a request.
+        while True:
+            m = _RE_ONLY.match(text)
+            if m is None:
+                break
+            text = text[m.end() :].strip()
+        if _REPLY_OR_FORWARD.match(text):
+            return SubjectForm(False, reason="Fwd: prefix: a forwarded message is not a request")
+    m = _SHAPE.fullmatch(text)
+    if m is None or "\r" in text or "\n" in text:
+        return SubjectForm(False, reason="subject is not `TYPE` or `TYPE | note`")
+    keyword = m.group(1)
+    raw_note = m.group(2)
+    note = raw_note.strip() if raw_note is not None else None
+    return SubjectForm(True, keyword=keyword, type=_BY_KEYWORD.get(keyword), note=note)
+
+
+def format_subject(kind: MessageType, note: str | None) -> str:
+    """`TYPE | note`, or `TYPE` when there is no note."""
+    if note is None or not note.strip():
+        return kind.keyword
+    return f"{kind.keyword} | {note.strip()}"
