@@ -1,0 +1,240 @@
+"""The Base rail: `make_rail(options)` (entry point `base`) and the `BaseRail` it builds.
+
+Options follow the factory convention in envelopay.rails.registry: backend (local|rpc),
+network (mainnet|sepolia|local), rpc_url, keypair (path to a file holding a hex private
+key, or the key as bytes), local_chain (a shared `LocalChain`), assets, http_client.
+Base-specific: chain_id (required only for an rpc backend on the "local" network).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from envelopay.errors import ConfigError, RailError, UsageError
+from envelopay.rails.interface import AssetInfo, Expectation, Reason, Verdict
+from envelopay.rails.registry import find_asset, merge_assets
+from envelopay_base.assets import ASSETS, CHAIN_IDS, NETWORK_CHAIN, is_address, norm_address
+from envelopay_base.backend import Backend, ChainUnavailable
+from envelopay_base.verify import canonical_tx_hash, check_payment
+
+ETH_TRANSFER_GAS = 21_000
+# transfer(address,uint256) and balanceOf(address) selectors.
+_TRANSFER = "a9059cbb"
+_BALANCE_OF = "70a08231"
+
+
+def _word(value: int | str) -> str:
+    if isinstance(value, str):
+        return value.lower().removeprefix("0x").rjust(64, "0")
+    return f"{value:064x}"
+
+
+def erc20_transfer_data(recipient: str, amount: int) -> str:
+    return "0x" + _TRANSFER + _word(norm_address(recipient)) + _word(amount)
+
+
+def load_key(source: Any) -> bytes:
+    """A 32-byte private key from a key file path (hex text) or from bytes (raw or hex)."""
+    if isinstance(source, str | os.PathLike):
+        path = Path(source)
+        try:
+            raw: bytes = path.read_bytes()
+        except OSError as exc:
+            raise ConfigError(f"cannot read key file {path}: {exc.strerror}") from exc
+    elif isinstance(source, bytes | bytearray):
+        raw = bytes(source)
+    else:
+        raise ConfigError("keypair must be a key file path or bytes")
+    if len(raw) == 32:
+        return raw
+    text = raw.decode("ascii", errors="replace").strip().lower().removeprefix("0x")
+    try:
+        key = bytes.fromhex(text)
+    except ValueError:
+        key = b""
+    if len(key) != 32:
+        raise ConfigError("key file must hold a 32-byte private key in hex")
+    return key
+
+
+class BaseRail:
+    """Verifies and makes ETH / ERC-20 payments on one Base network."""
+
+    name = "base"
+
+    def __init__(
+        self,
+        *,
+        chain: str,
+        backend: Backend,
+        assets: tuple[AssetInfo, ...],
+        chain_id: int,
+        key: bytes | None = None,
+        local_chain: Any = None,
+    ) -> None:
+        self._chain = chain
+        self.backend = backend
+        self._assets = assets
+        self.chain_id = chain_id
+        self._key = key
+        self.local_chain = local_chain
+        self._pay_lock = asyncio.Lock()
+
+    @property
+    def chains(self) -> tuple[str, ...]:
+        return (self._chain,)
+
+    def assets(self) -> tuple[AssetInfo, ...]:
+        return tuple(a for a in self._assets if a.chain == self._chain)
+
+    def resolve(self, token: str) -> AssetInfo | None:
+        return find_asset(self._assets, self._chain, token, normalize=norm_address)
+
+    def proof_key(self, proof: dict[str, Any]) -> str:
+        return canonical_tx_hash(proof)
+
+    async def aclose(self) -> None:
+        await self.backend.aclose()
+
+    async def verify(self, proof: dict[str, Any], expectation: Expectation) -> Verdict:
+        try:
+            tx_hash = canonical_tx_hash(proof)
+        except ValueError as exc:
+            return Verdict.rejected(Reason.MALFORMED_PROOF, str(exc))
+        if expectation.chain != self._chain:
+            return Verdict.rejected(
+                Reason.CHAIN_MISMATCH, f"this rail verifies {self._chain}, not {expectation.chain}"
+            )
+        asset = self.resolve(expectation.token)
+        if asset is None:
+            return Verdict.rejected(
+                Reason.UNSUPPORTED_ASSET, f"unknown token {expectation.token!r} on {self._chain}"
+            )
+        if not is_address(expectation.recipient):
+            return Verdict.rejected(Reason.RECIPIENT_MISMATCH, "recipient is not an EVM address")
+        if expectation.payer is not None and not is_address(expectation.payer):
+            return Verdict.rejected(Reason.PAYER_MISMATCH, "payer is not an EVM address")
+        try:
+            reading = await self.backend.read(tx_hash)
+        except ChainUnavailable as exc:
+            return Verdict.unavailable(str(exc))
+        verdict = check_payment(
+            tx_hash=tx_hash,
+            tx=reading.tx,
+            receipt=reading.receipt,
+            block=reading.block,
+            head=reading.head,
+            chain_id=reading.chain_id,
+            expected_chain_id=self.chain_id,
+            expectation=expectation,
+            asset=asset,
+        )
+        return verdict
+
+    async def pay(self, *, chain: str, token: str, amount: int, recipient: str) -> dict[str, Any]:
+        if chain != self._chain:
+            raise UsageError(f"this rail pays on {self._chain}, not {chain}")
+        asset = self.resolve(token)
+        if asset is None:
+            raise UsageError(f"unknown token {token!r} on {chain}")
+        if not is_address(recipient):
+            raise UsageError(f"recipient is not an EVM address: {recipient[:60]!r}")
+        if amount <= 0:
+            raise UsageError("amount must be a positive integer in the smallest unit")
+        if self._key is None:
+            raise ConfigError("the base rail has no keypair configured (option 'keypair')")
+        from eth_account import Account
+
+        account = Account.from_key(self._key)
+        sender = str(account.address)
+        try:
+            async with self._pay_lock:  # one nonce at a time per paying key
+                tx = await self._build(sender, asset, amount, recipient)
+                signed = account.sign_transaction(tx)
+                tx_hash = await self.backend.send_raw(bytes(signed.raw_transaction))
+        except ChainUnavailable as exc:
+            raise RailError(Reason.RPC_UNAVAILABLE.value, str(exc)) from exc
+        return {"tx": tx_hash}
+
+    async def _build(self, sender: str, asset: AssetInfo, amount: int, recipient: str) -> dict[str, Any]:
+        from web3 import Web3
+
+        fees = await self.backend.fees()
+        eth_balance = await self.backend.balance(sender)
+        tx: dict[str, Any] = {
+            "type": 2,
+            "chainId": self.chain_id,
+            "nonce": await self.backend.nonce(sender),
+            "maxFeePerGas": fees.max_fee_per_gas,
+            "maxPriorityFeePerGas": fees.max_priority_fee_per_gas,
+        }
+        if asset.address is None:
+            tx.update(to=Web3.to_checksum_address(recipient), value=amount, data=b"", gas=ETH_TRANSFER_GAS)
+            needed = amount + ETH_TRANSFER_GAS * fees.max_fee_per_gas
+            if eth_balance < needed:
+                raise RailError(
+                    Reason.INSUFFICIENT_FUNDS.value, f"{sender} holds {eth_balance} wei, needs {needed}"
+                )
+            return tx
+        token = Web3.to_checksum_address(asset.address)
+        answer = await self.backend.call(token, "0x" + _BALANCE_OF + _word(norm_address(sender)))
+        held = int(answer[2:] or "0", 16)
+        if held < amount:
+            raise RailError(
+                Reason.INSUFFICIENT_FUNDS.value, f"{sender} holds {held} of {asset.symbol}, needs {amount}"
+            )
+        data = erc20_transfer_data(recipient, amount)
+        gas = await self.backend.estimate_gas({"from": sender, "to": token, "data": data})
+        gas += gas // 5  # estimation is tight; a revert for out-of-gas would waste the fee
+        if eth_balance < gas * fees.max_fee_per_gas:
+            raise RailError(Reason.INSUFFICIENT_FUNDS.value, f"{sender} has too little ETH for gas")
+        tx.update(to=token, value=0, data=data, gas=gas)
+        return tx
+
+
+def make_rail(options: Mapping[str, Any]) -> BaseRail:
+    """Entry point `base`: build a BaseRail from the factory convention's options."""
+    rpc_url = options.get("rpc_url")
+    backend_name = options.get("backend") or ("rpc" if rpc_url else "local")
+    if backend_name not in ("local", "rpc"):
+        raise ConfigError(f"base rail: backend must be 'local' or 'rpc', not {backend_name!r}")
+    network = options.get("network") or ("local" if backend_name == "local" else "mainnet")
+    if network not in NETWORK_CHAIN:
+        raise ConfigError(f"base rail: network must be one of {sorted(NETWORK_CHAIN)}, not {network!r}")
+    chain = NETWORK_CHAIN[network]
+    key = load_key(options["keypair"]) if options.get("keypair") is not None else None
+    builtin = list(ASSETS)
+    backend: Backend
+    local_chain = None
+    if backend_name == "local":
+        if network != "local":
+            raise ConfigError("base rail: the local backend serves only the 'local' network")
+        from envelopay_base.local import LocalBackend, LocalChain
+
+        local_chain = options.get("local_chain") or LocalChain()
+        if not isinstance(local_chain, LocalChain):
+            raise ConfigError("base rail: local_chain must be an envelopay_base.local.LocalChain")
+        backend = LocalBackend(local_chain)
+        chain_id = local_chain.chain_id
+        # The registry names the token actually deployed on this chain.
+        builtin = [a for a in builtin if not (a.chain == chain and a.address is not None)]
+        builtin.append(AssetInfo(chain=chain, symbol="USDC", address=local_chain.token_address, decimals=6))
+    else:
+        if not rpc_url:
+            raise ConfigError("base rail: the rpc backend needs 'rpc_url'")
+        from envelopay_base.rpc import RpcBackend
+
+        backend = RpcBackend(str(rpc_url), client=options.get("http_client"))
+        if network == "local":
+            if options.get("chain_id") is None:
+                raise ConfigError("base rail: an rpc backend on the local network needs 'chain_id'")
+            chain_id = int(options["chain_id"])
+        else:
+            chain_id = CHAIN_IDS[chain]
+    assets = merge_assets(builtin, options.get("assets"))
+    return BaseRail(chain=chain, backend=backend, assets=assets, chain_id=chain_id, key=key,
+                    local_chain=local_chain)
