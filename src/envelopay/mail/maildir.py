@@ -1,0 +1,287 @@
+"""Maildir delivery and pickup for the walled garden.
+
+Layout (shared with the agent mailbox, which reads the same directories)::
+
+    <root>/<local@domain>/          one Maildir per garden address (its inbox)
+        tmp/  new/  cur/
+
+The directory name is the bare address, lower-cased. A delivery is written to tmp/,
+flushed (and fsynced unless disabled), then hard-linked into new/ and unlinked from
+tmp/: a reader never sees a partial file (the Maildir protocol; `mailbox.Maildir`
+reads these files unchanged). The file name is `<seconds>.M<micro>P<pid>Q<n>R<rand>.<host>`.
+
+`Pickup` hands each new file to a consumer as soon as it appears: inotify on every
+new/ directory (ctypes; Linux), or a short poll where inotify is unavailable. The
+consumer calls `done()` after it has committed the message, which moves the file to
+cur/ with the Maildir ":2,<flags>" suffix; until then the message stays in new/ and a
+restarted pickup yields it again (nothing received is lost).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import ctypes.util
+import os
+import secrets
+import socket
+import struct
+import time
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from envelopay.errors import ConfigError
+from envelopay.mail.addresses import require_address
+
+_SUBDIRS = ("tmp", "new", "cur")
+
+
+def mailbox_path(root: Path, address: str) -> Path:
+    """The Maildir of a garden address under `root` (the address must be valid)."""
+    return Path(root) / require_address(address, field="mailbox address").lower()
+
+
+def ensure_maildir(path: Path) -> Path:
+    """Create `path` and its tmp/new/cur (parents included); return `path`."""
+    for sub in _SUBDIRS:
+        (path / sub).mkdir(parents=True, exist_ok=True, mode=0o700)
+    return path
+
+
+class _Names:
+    """Unique Maildir file names; the clock and randomness are injectable."""
+
+    def __init__(self, clock: Callable[[], float] = time.time, rand: Callable[[], str] | None = None) -> None:
+        self._clock = clock
+        self._rand = rand or (lambda: secrets.token_hex(4))
+        self._count = 0
+        self._host = socket.gethostname().replace("/", "\\057").replace(":", "\\072") or "localhost"
+
+    def next(self) -> str:
+        self._count += 1
+        now = self._clock()
+        sec = int(now)
+        micro = int((now - sec) * 1_000_000)
+        return f"{sec}.M{micro}P{os.getpid()}Q{self._count}R{self._rand()}.{self._host}"
+
+
+_default_names = _Names()
+
+
+def deliver_file(maildir: Path, data: bytes, *, fsync: bool = True, names: _Names | None = None) -> Path:
+    """Write `data` into maildir/new atomically (tmp → link → new); return the new path."""
+    gen = names or _default_names
+    for _ in range(8):
+        name = gen.next()
+        tmp = maildir / "tmp" / name
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            if fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        target = maildir / "new" / name
+        try:
+            os.link(tmp, target)
+        except FileExistsError:
+            os.unlink(tmp)
+            continue
+        os.unlink(tmp)
+        if fsync:
+            _fsync_dir(maildir / "new")
+        return target
+    raise OSError(f"could not find a unique Maildir name in {maildir}")
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# ------------------------------------------------------------------- pickup
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One message found in a Maildir's new/ directory."""
+
+    maildir: Path
+    name: str
+    raw: bytes
+
+    @property
+    def path(self) -> Path:
+        return self.maildir / "new" / self.name
+
+
+# inotify constants (linux/inotify.h)
+_IN_CREATE = 0x00000100
+_IN_MOVED_TO = 0x00000080
+_IN_Q_OVERFLOW = 0x00004000
+_IN_NONBLOCK = 0o4000
+_IN_CLOEXEC = 0o2000000
+_EVENT = struct.Struct("iIII")
+
+
+class _Inotify:
+    def __init__(self) -> None:
+        libname = ctypes.util.find_library("c")
+        if libname is None:
+            raise OSError("libc not found")
+        libc = ctypes.CDLL(libname, use_errno=True)
+        self._add = libc.inotify_add_watch
+        self._add.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
+        fd = libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
+        if fd < 0:
+            raise OSError(ctypes.get_errno(), "inotify_init1 failed")
+        self.fd: int = fd
+        self.watches: dict[int, Path] = {}
+
+    def watch(self, directory: Path) -> None:
+        wd = self._add(self.fd, os.fsencode(directory), _IN_CREATE | _IN_MOVED_TO)
+        if wd < 0:
+            raise OSError(ctypes.get_errno(), f"inotify_add_watch {directory} failed")
+        self.watches[wd] = directory
+
+    def read(self) -> tuple[list[tuple[Path, str]], bool]:
+        """Pending (directory, name) events, and whether the kernel queue overflowed."""
+        events: list[tuple[Path, str]] = []
+        overflow = False
+        while True:
+            try:
+                buf = os.read(self.fd, 65536)
+            except BlockingIOError:
+                break
+            offset = 0
+            while offset + _EVENT.size <= len(buf):
+                wd, mask, _cookie, length = _EVENT.unpack_from(buf, offset)
+                raw_name = buf[offset + _EVENT.size : offset + _EVENT.size + length].rstrip(b"\0")
+                offset += _EVENT.size + length
+                if mask & _IN_Q_OVERFLOW:
+                    overflow = True
+                elif wd in self.watches and raw_name:
+                    events.append((self.watches[wd], os.fsdecode(raw_name)))
+        return events, overflow
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+class Pickup:
+    """Yield each new Maildir message once, as soon as it lands in new/.
+
+    Use as `async with Pickup([maildir, ...]) as p: async for d in p: ...; p.done(d)`.
+    `use_inotify=False` (or a platform without inotify) polls every `poll_interval` s.
+    """
+
+    def __init__(
+        self, maildirs: Iterable[Path], *, use_inotify: bool = True, poll_interval: float = 0.01
+    ) -> None:
+        self._dirs = [Path(m) for m in maildirs]
+        if not self._dirs:
+            raise ConfigError("pickup needs at least one Maildir")
+        self._use_inotify = use_inotify
+        self._poll = poll_interval
+        self._queue: asyncio.Queue[Delivery] = asyncio.Queue()
+        self._pending: set[tuple[Path, str]] = set()  # yielded or queued, not yet done
+        self._notify: _Inotify | None = None
+        self._poller: asyncio.Task[None] | None = None
+        self.mode = "inotify"
+
+    async def __aenter__(self) -> Pickup:
+        for d in self._dirs:
+            ensure_maildir(d)
+        if self._use_inotify:
+            try:
+                self._notify = _Inotify()
+                for d in self._dirs:
+                    self._notify.watch(d / "new")
+            except (OSError, AttributeError):
+                if self._notify is not None:
+                    self._notify.close()
+                self._notify = None
+        if self._notify is not None:
+            asyncio.get_running_loop().add_reader(self._notify.fd, self._on_events)
+        else:
+            self.mode = "poll"
+            self._poller = asyncio.get_running_loop().create_task(self._poll_loop())
+        self._scan()  # the backlog, after the watch is in place so nothing slips between
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._notify is not None:
+            asyncio.get_running_loop().remove_reader(self._notify.fd)
+            self._notify.close()
+            self._notify = None
+        if self._poller is not None:
+            self._poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._poller
+
+    def __aiter__(self) -> AsyncIterator[Delivery]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[Delivery]:
+        while True:
+            yield await self._queue.get()
+
+    async def next(self, timeout: float | None = None) -> Delivery:
+        """The next delivery (waits up to `timeout` seconds; TimeoutError after)."""
+        return await asyncio.wait_for(self._queue.get(), timeout)
+
+    def done(self, delivery: Delivery, flags: str = "") -> Path:
+        """Mark a delivery processed: move it to cur/ with Maildir info ':2,<flags>'."""
+        target = delivery.maildir / "cur" / f"{delivery.name}:2,{''.join(sorted(set(flags)))}"
+        os.rename(delivery.path, target)
+        self._pending.discard((delivery.maildir, delivery.name))
+        return target
+
+    def _offer(self, maildir: Path, name: str) -> None:
+        key = (maildir, name)
+        if key in self._pending or name.startswith("."):
+            return
+        try:
+            raw = (maildir / "new" / name).read_bytes()
+        except FileNotFoundError:  # already taken by another reader
+            return
+        self._pending.add(key)
+        self._queue.put_nowait(Delivery(maildir, name, raw))
+
+    def _scan(self) -> None:
+        for d in self._dirs:
+            try:
+                names = sorted(os.listdir(d / "new"))
+            except FileNotFoundError:
+                continue
+            for name in names:
+                self._offer(d, name)
+
+    def _on_events(self) -> None:
+        assert self._notify is not None
+        events, overflow = self._notify.read()
+        if overflow:
+            self._scan()
+            return
+        for directory, name in events:
+            self._offer(directory.parent, name)
+
+    async def _poll_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._poll)
+            present: set[tuple[Path, str]] = set()
+            for d in self._dirs:
+                with contextlib.suppress(FileNotFoundError):
+                    present.update((d, n) for n in os.listdir(d / "new"))
+            # Forget entries that left new/ by other means, so the set stays bounded.
+            self._pending &= present
+            for d, n in sorted(present):
+                self._offer(d, n)
