@@ -1,0 +1,122 @@
+"""Clients of the enforcer service. `EnforcerClient` is the send hook the engine's outbox
+and the MCP front use (an agent token); `OperatorClient` is what the CLI uses.
+
+Policy verdicts come back as `Disposition` values; only an unreachable or misbehaving
+service raises TransportError.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+from envelopay.enforcer.model import Disposition, SendRequest
+from envelopay.errors import TransportError, UsageError
+
+__all__ = ["EnforcerClient", "OperatorClient"]
+
+
+class _Http:
+    def __init__(self, url_or_socket: str, token: str, *, timeout: float = 60.0) -> None:
+        if url_or_socket.startswith(("http://", "https://")):
+            transport = httpx.AsyncHTTPTransport()
+            base = url_or_socket.rstrip("/")
+        else:  # a Unix socket path
+            transport = httpx.AsyncHTTPTransport(uds=url_or_socket)
+            base = "http://enforcer"
+        self._client = httpx.AsyncClient(
+            base_url=base, transport=transport, timeout=timeout,
+            headers={"Authorization": f"Bearer {token}"},
+        )
+
+    async def _call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        try:
+            response = await self._client.request(method, path, json=body)
+            data = response.json()
+        except httpx.HTTPError as exc:
+            raise TransportError(f"enforcer unreachable: {exc}") from exc
+        except ValueError as exc:
+            raise TransportError(f"enforcer answered non-JSON (HTTP {response.status_code})") from exc
+        return response.status_code, data
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def __aenter__(self) -> Any:
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+
+class EnforcerClient(_Http):
+    """`EnforcerClient(url_or_socket, token)`: `await send(request)`, `await status(id)`."""
+
+    async def send(self, request: SendRequest | Mapping[str, Any]) -> Disposition:
+        body = request.to_json() if isinstance(request, SendRequest) else dict(request)
+        status, data = await self._call("POST", "/v1/send", body)
+        return self._disposition(status, data)
+
+    async def status(self, send_id: str) -> Disposition:
+        from urllib.parse import quote
+
+        status, data = await self._call("GET", f"/v1/sends/{quote(send_id, safe='')}")
+        return self._disposition(status, data)
+
+    @staticmethod
+    def _disposition(status: int, data: Any) -> Disposition:
+        if status != 200:
+            raise TransportError(f"enforcer answered HTTP {status}: {data!r}")
+        try:
+            return Disposition.from_json(data)
+        except ValueError as exc:
+            raise TransportError(str(exc)) from exc
+
+
+class OperatorClient(_Http):
+    """The operator API (operator credential)."""
+
+    async def _ok(self, method: str, path: str, body: Any = None, accept: tuple[int, ...] = (200,)) -> Any:
+        status, data = await self._call(method, path, body)
+        if status == 401:
+            raise UsageError("the enforcer refused the operator credential")
+        if status == 400:
+            raise UsageError(str(data.get("error", data)) if isinstance(data, dict) else str(data))
+        if status not in accept:
+            raise TransportError(f"enforcer answered HTTP {status}: {data!r}")
+        return data
+
+    async def create_agent(
+        self, name: str, address: str, *, allow: tuple[str, ...] = (), hourly: int = 20, daily: int = 100
+    ) -> tuple[dict[str, Any], str]:
+        data = await self._ok(
+            "POST", "/v1/agents",
+            {"name": name, "address": address, "allow": list(allow), "hourly": hourly, "daily": daily},
+            accept=(201,),
+        )
+        return data["agent"], data["token"]
+
+    async def list_agents(self) -> list[dict[str, Any]]:
+        return list((await self._ok("GET", "/v1/agents"))["agents"])
+
+    async def kill_agent(self, name: str) -> dict[str, Any] | None:
+        data = await self._ok("POST", f"/v1/agents/{name}/kill", accept=(200, 404))
+        agent = data.get("agent")
+        return agent if isinstance(agent, dict) else None
+
+    async def list_approvals(self) -> list[dict[str, Any]]:
+        return list((await self._ok("GET", "/v1/approvals"))["approvals"])
+
+    async def decide(self, send_id: str, action: str) -> tuple[int, dict[str, Any]]:
+        """approve | reject | retry → (HTTP status, decision): 200 taken, 409 conflict, 404 missing."""
+        status, data = await self._call("POST", f"/v1/approvals/{send_id}/{action}")
+        if status == 401:
+            raise UsageError("the enforcer refused the operator credential")
+        if status not in (200, 404, 409) or not isinstance(data, dict):
+            raise TransportError(f"enforcer answered HTTP {status}: {data!r}")
+        return status, data

@@ -1,0 +1,168 @@
+"""Values that cross the enforcer's boundary: send requests, dispositions, agents, queue rows.
+
+A disposition is a *result*: every policy verdict (including refusals) is one of these,
+never an exception. Only transport and configuration faults are exceptions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+DispositionStatus = Literal["sent", "pending_approval", "blocked", "failed", "unknown"]
+QueueState = Literal["PENDING", "APPROVED", "REJECTED", "SENT", "FAILED"]
+AgentStatus = Literal["ACTIVE", "KILLED"]
+
+DEFAULT_HOURLY = 20
+DEFAULT_DAILY = 100
+BODY_CAP = 50_000  # characters, text plus the serialized protocol body
+
+
+@dataclass(frozen=True, slots=True)
+class Disposition:
+    status: DispositionStatus
+    reason: str = ""
+    message_id: str | None = None
+    approval_id: str | None = None
+    id: str | None = None  # the send's id for status(); equals approval_id when queued
+    state: str | None = None  # queue state on status(): pending|approved|rejected|sent|failed
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None and v != ""}
+
+    @classmethod
+    def from_json(cls, data: Any) -> Disposition:
+        if not isinstance(data, dict) or data.get("status") not in (
+            "sent",
+            "pending_approval",
+            "blocked",
+            "failed",
+            "unknown",
+        ):
+            raise ValueError(f"not a disposition: {data!r}")
+
+        def opt(key: str) -> str | None:
+            value = data.get(key)
+            return value if isinstance(value, str) else None
+
+        return cls(
+            status=data["status"],
+            reason=str(data.get("reason", "")),
+            message_id=opt("message_id"),
+            approval_id=opt("approval_id"),
+            id=opt("id"),
+            state=opt("state"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SendRequest:
+    """A validated request. The agent supplies fields; the enforcer composes the MIME."""
+
+    to: str
+    sender: str
+    text: str = ""
+    subject: str | None = None
+    msg_type: str | None = None  # protocol message type (lowercase), with `body`
+    body: dict[str, Any] | None = None
+    in_reply_to: str | None = None
+    references: tuple[str, ...] = ()
+    reply_to: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"to": self.to, "from": self.sender, "text": self.text}
+        if self.subject is not None:
+            out["subject"] = self.subject
+        if self.msg_type is not None:
+            out["type"] = self.msg_type
+            out["body"] = self.body
+        if self.in_reply_to is not None:
+            out["in_reply_to"] = self.in_reply_to
+        if self.references:
+            out["references"] = list(self.references)
+        if self.reply_to is not None:
+            out["reply_to"] = self.reply_to
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    hourly_cap: int = DEFAULT_HOURLY
+    daily_cap: int = DEFAULT_DAILY
+    allow: tuple[str, ...] = ()  # exact addresses ("a@b.c") and domains ("b.c" or "@b.c")
+
+    def summary(self) -> str:
+        return f"{self.hourly_cap}/hr · {self.daily_cap}/day · {len(self.allow)} allowlisted"
+
+
+@dataclass(frozen=True, slots=True)
+class Agent:
+    id: str
+    name: str
+    address: str
+    status: AgentStatus
+    policy: Policy = field(default_factory=Policy)
+
+    @property
+    def killed(self) -> bool:
+        return self.status != "ACTIVE"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "address": self.address,
+            "status": self.status,
+            "hourly_cap": self.policy.hourly_cap,
+            "daily_cap": self.policy.daily_cap,
+            "allow": list(self.policy.allow),
+            "summary": self.policy.summary(),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRow:
+    """One recorded send: a queued approval or a direct send (status SENT/FAILED)."""
+
+    id: str
+    agent_id: str
+    state: QueueState
+    reason: str
+    request: SendRequest
+    message_id: str | None
+    created_at: float
+    decided_at: float | None = None
+    decided_by: str | None = None
+    agent_name: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "agent_id": self.agent_id,
+            "agent": self.agent_name,
+            "state": self.state,
+            "reason": self.reason,
+            "to": self.request.to,
+            "subject": self.request.subject,
+            "type": self.request.msg_type,
+            "message_id": self.message_id,
+            "created_at": self.created_at,
+            "decided_at": self.decided_at,
+            "decided_by": self.decided_by,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The answer to an operator decision: ok, or a conflict naming the state observed."""
+
+    ok: bool
+    state: str  # the state after the decision, or the state observed on conflict
+    detail: str = ""
+    disposition: Disposition | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"ok": self.ok, "state": self.state, "detail": self.detail}
+        if self.disposition is not None:
+            out["disposition"] = self.disposition.to_json()
+        return out

@@ -1,0 +1,345 @@
+"""Durable enforcer state on SQLite (embedded) or PostgreSQL, in `enf_`-prefixed tables so
+it can share a database with the ledger.
+
+Every cap and every queue decision is ONE conditional statement; nothing here reads a
+value and writes it back. Database faults surface as StoreError (the enforcer turns them
+into `failed`); a condition that did not hold is a plain False / None.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from envelopay.enforcer.model import Agent, Policy, QueueRow, QueueState, SendRequest
+from envelopay.errors import StoreError
+
+__all__ = ["EnforcerStore", "PostgresStore", "SqliteStore", "open_store"]
+
+_SCHEMA = [
+    """CREATE TABLE IF NOT EXISTS enf_agents (
+        id TEXT PRIMARY KEY,
+        name TEXT NOT NULL UNIQUE,
+        address TEXT NOT NULL,
+        token_hash TEXT NOT NULL UNIQUE,
+        status TEXT NOT NULL CHECK (status IN ('ACTIVE', 'KILLED')),
+        hourly_cap INTEGER NOT NULL,
+        daily_cap INTEGER NOT NULL,
+        allow TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS enf_counters (
+        agent_id TEXT NOT NULL,
+        win TEXT NOT NULL,
+        slot TEXT NOT NULL,
+        sends INTEGER NOT NULL,
+        PRIMARY KEY (agent_id, win, slot))""",
+    """CREATE TABLE IF NOT EXISTS enf_sends (
+        id TEXT PRIMARY KEY,
+        agent_id TEXT NOT NULL,
+        state TEXT NOT NULL CHECK (state IN ('PENDING', 'APPROVED', 'REJECTED', 'SENT', 'FAILED')),
+        reason TEXT NOT NULL,
+        request TEXT NOT NULL,
+        fingerprint TEXT NOT NULL,
+        message_id TEXT,
+        created_at DOUBLE PRECISION NOT NULL,
+        decided_at DOUBLE PRECISION,
+        decided_by TEXT,
+        updated_at DOUBLE PRECISION NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS enf_sends_dup ON enf_sends (agent_id, fingerprint, state, updated_at)",
+    "CREATE INDEX IF NOT EXISTS enf_sends_state ON enf_sends (state, created_at)",
+    """CREATE TABLE IF NOT EXISTS enf_outcomes (
+        send_id TEXT PRIMARY KEY,
+        state TEXT NOT NULL,
+        message_id TEXT,
+        detail TEXT NOT NULL,
+        at DOUBLE PRECISION NOT NULL)""",
+]
+
+_AGENT_COLS = "id, name, address, status, hourly_cap, daily_cap, allow"
+_SEND_COLS = (
+    "s.id, s.agent_id, s.state, s.reason, s.request, s.message_id, s.created_at, s.decided_at,"
+    " s.decided_by, a.name"
+)
+
+
+def _agent(row: Sequence[Any]) -> Agent:
+    return Agent(
+        id=row[0],
+        name=row[1],
+        address=row[2],
+        status=row[3],
+        policy=Policy(hourly_cap=int(row[4]), daily_cap=int(row[5]), allow=tuple(json.loads(row[6]))),
+    )
+
+
+def _request(data: dict[str, Any]) -> SendRequest:
+    return SendRequest(
+        to=data["to"],
+        sender=data["from"],
+        text=data.get("text", ""),
+        subject=data.get("subject"),
+        msg_type=data.get("type"),
+        body=data.get("body"),
+        in_reply_to=data.get("in_reply_to"),
+        references=tuple(data.get("references", ())),
+        reply_to=data.get("reply_to"),
+    )
+
+
+def _row(row: Sequence[Any]) -> QueueRow:
+    return QueueRow(
+        id=row[0],
+        agent_id=row[1],
+        state=row[2],
+        reason=row[3],
+        request=_request(json.loads(row[4])),
+        message_id=row[5],
+        created_at=float(row[6]),
+        decided_at=None if row[7] is None else float(row[7]),
+        decided_by=row[8],
+        agent_name=row[9] or "",
+    )
+
+
+# (statement, parameters) pairs, written once with '?' placeholders.
+_SQL = {
+    "insert_agent": f"INSERT INTO enf_agents ({_AGENT_COLS}, token_hash, created_at)"
+    " VALUES (?, ?, ?, 'ACTIVE', ?, ?, ?, ?, ?) ON CONFLICT (name) DO NOTHING RETURNING id",
+    "agent_by_token": f"SELECT {_AGENT_COLS} FROM enf_agents WHERE token_hash = ?",
+    "agent_by_name": f"SELECT {_AGENT_COLS} FROM enf_agents WHERE name = ?",
+    "agent_by_id": f"SELECT {_AGENT_COLS} FROM enf_agents WHERE id = ?",
+    "list_agents": f"SELECT {_AGENT_COLS} FROM enf_agents ORDER BY name",
+    # The only statement that writes an agent's status, and it writes a literal.
+    "kill": f"UPDATE enf_agents SET status = 'KILLED' WHERE name = ? RETURNING {_AGENT_COLS}",
+    "take_slot": "INSERT INTO enf_counters (agent_id, win, slot, sends) VALUES (?, ?, ?, 1)"
+    " ON CONFLICT (agent_id, win, slot) DO UPDATE SET sends = enf_counters.sends + 1"
+    " WHERE enf_counters.sends < ? RETURNING sends",
+    "give_back": "UPDATE enf_counters SET sends = sends - 1"
+    " WHERE agent_id = ? AND win = ? AND slot = ? AND sends > 0",
+    "counter": "SELECT sends FROM enf_counters WHERE agent_id = ? AND win = ? AND slot = ?",
+    "recent_success": "SELECT 1 FROM enf_sends WHERE agent_id = ? AND fingerprint = ?"
+    " AND state = 'SENT' AND updated_at >= ? LIMIT 1",
+    "insert_send": "INSERT INTO enf_sends (id, agent_id, state, reason, request, fingerprint, message_id,"
+    " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    "get_send": f"SELECT {_SEND_COLS} FROM enf_sends s LEFT JOIN enf_agents a ON a.id = s.agent_id"
+    " WHERE s.id = ?",
+    "list_sends": f"SELECT {_SEND_COLS} FROM enf_sends s LEFT JOIN enf_agents a ON a.id = s.agent_id"
+    " WHERE (s.decided_at IS NOT NULL OR s.state = 'PENDING')"  # queue rows, not direct sends
+    " ORDER BY CASE s.state WHEN 'PENDING' THEN 0 WHEN 'APPROVED' THEN 1 WHEN 'FAILED' THEN 2"
+    " WHEN 'REJECTED' THEN 3 ELSE 4 END, s.created_at DESC LIMIT ?",
+    # A decision: one conditional UPDATE; approval also requires the agent to be ACTIVE.
+    "approve": "UPDATE enf_sends SET state = 'APPROVED', decided_by = ?, decided_at = ?, updated_at = ?"
+    " WHERE id = ? AND state = 'PENDING'"
+    " AND agent_id IN (SELECT id FROM enf_agents WHERE status = 'ACTIVE') RETURNING id",
+    "reject": "UPDATE enf_sends SET state = 'REJECTED', decided_by = ?, decided_at = ?, updated_at = ?,"
+    " reason = ? WHERE id = ? AND state = 'PENDING' RETURNING id",
+    # Terminal writes are guarded on APPROVED the same way.
+    "finish": "UPDATE enf_sends SET state = ?, message_id = ?, reason = ?, updated_at = ?"
+    " WHERE id = ? AND state = 'APPROVED' RETURNING id",
+    # Re-execution of a stranded APPROVED row: refreshing decided_at is the claim, so two
+    # concurrent healers cannot both pass.
+    "reclaim": "UPDATE enf_sends SET decided_at = ?, updated_at = ?"
+    " WHERE id = ? AND state = 'APPROVED' AND decided_at <= ? RETURNING id",
+    "put_outcome": "INSERT INTO enf_outcomes (send_id, state, message_id, detail, at) VALUES (?, ?, ?, ?, ?)"
+    " ON CONFLICT (send_id) DO UPDATE SET state = excluded.state, message_id = excluded.message_id,"
+    " detail = excluded.detail, at = excluded.at",
+    "get_outcome": "SELECT state, message_id, detail FROM enf_outcomes WHERE send_id = ?",
+}
+
+
+class EnforcerStore(ABC):
+    """The enforcer's storage contract: typed operations over one `execute_sql`, which each
+    backend implements (plus open/close)."""
+
+    @abstractmethod
+    async def open(self) -> None: ...
+
+    @abstractmethod
+    async def close(self) -> None: ...
+
+    async def execute(self, name: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        return await self.execute_sql(_SQL[name], params)
+
+    @abstractmethod
+    async def execute_sql(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]: ...
+
+    async def create_agent(self, agent: Agent, token_hash: str, now: float) -> bool:
+        p = agent.policy
+        rows = await self.execute(
+            "insert_agent",
+            (agent.id, agent.name, agent.address, p.hourly_cap, p.daily_cap, json.dumps(list(p.allow)),
+             token_hash, now),
+        )
+        return bool(rows)
+
+    async def agent_by_token(self, token_hash: str) -> Agent | None:
+        rows = await self.execute("agent_by_token", (token_hash,))
+        return _agent(rows[0]) if rows else None
+
+    async def agent_by_name(self, name: str) -> Agent | None:
+        rows = await self.execute("agent_by_name", (name,))
+        return _agent(rows[0]) if rows else None
+
+    async def agent_by_id(self, agent_id: str) -> Agent | None:
+        rows = await self.execute("agent_by_id", (agent_id,))
+        return _agent(rows[0]) if rows else None
+
+    async def list_agents(self) -> list[Agent]:
+        return [_agent(r) for r in await self.execute("list_agents", ())]
+
+    async def kill_agent(self, name: str) -> Agent | None:
+        rows = await self.execute("kill", (name,))
+        return _agent(rows[0]) if rows else None
+
+    async def take_slot(self, agent_id: str, win: str, slot: str, cap: int) -> bool:
+        return bool(await self.execute("take_slot", (agent_id, win, slot, cap)))
+
+    async def give_back(self, agent_id: str, win: str, slot: str) -> None:
+        await self.execute("give_back", (agent_id, win, slot))
+
+    async def counter(self, agent_id: str, win: str, slot: str) -> int:
+        rows = await self.execute("counter", (agent_id, win, slot))
+        return int(rows[0][0]) if rows else 0
+
+    async def recent_success(self, agent_id: str, fp: str, since: float) -> bool:
+        return bool(await self.execute("recent_success", (agent_id, fp, since)))
+
+    async def insert_send(
+        self, *, id: str, agent_id: str, state: QueueState, reason: str, request: SendRequest,
+        fingerprint: str, message_id: str | None, now: float,
+    ) -> None:
+        await self.execute(
+            "insert_send",
+            (id, agent_id, state, reason, json.dumps(request.to_json()), fingerprint, message_id, now, now),
+        )
+
+    async def get_send(self, send_id: str) -> QueueRow | None:
+        rows = await self.execute("get_send", (send_id,))
+        return _row(rows[0]) if rows else None
+
+    async def list_sends(self, limit: int = 200) -> list[QueueRow]:
+        return [_row(r) for r in await self.execute("list_sends", (limit,))]
+
+    async def approve(self, send_id: str, by: str, now: float) -> bool:
+        return bool(await self.execute("approve", (by, now, now, send_id)))
+
+    async def reject(self, send_id: str, by: str, reason: str, now: float) -> bool:
+        return bool(await self.execute("reject", (by, now, now, reason, send_id)))
+
+    async def finish(self, send_id: str, state: QueueState, message_id: str | None, reason: str,
+                     now: float) -> bool:
+        return bool(await self.execute("finish", (state, message_id, reason, now, send_id)))
+
+    async def reclaim(self, send_id: str, now: float, older_than: float) -> bool:
+        return bool(await self.execute("reclaim", (now, now, send_id, older_than)))
+
+    async def put_outcome(self, send_id: str, state: str, message_id: str | None, detail: str,
+                          now: float) -> None:
+        await self.execute("put_outcome", (send_id, state, message_id, detail, now))
+
+    async def get_outcome(self, send_id: str) -> tuple[str, str | None, str] | None:
+        rows = await self.execute("get_outcome", (send_id,))
+        return (rows[0][0], rows[0][1], rows[0][2]) if rows else None
+
+
+class SqliteStore(EnforcerStore):
+    """SQLite in WAL mode. Statements run on the event loop's thread: each is a short
+    autocommit statement, and the conditional writes carry the correctness, not locking."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+        self._conn: sqlite3.Connection | None = None
+
+    async def open(self) -> None:
+        try:
+            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            for stmt in _SCHEMA:
+                conn.execute(stmt)
+        except sqlite3.Error as exc:
+            raise StoreError(f"sqlite open failed: {exc}") from exc
+        self._conn = conn
+
+    async def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    async def execute_sql(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        if self._conn is None:
+            raise StoreError("store is not open")
+        try:
+            return [tuple(r) for r in self._conn.execute(sql, tuple(params)).fetchall()]
+        except sqlite3.Error as exc:
+            raise StoreError(f"sqlite: {exc}") from exc
+
+
+class PostgresStore(EnforcerStore):
+    """PostgreSQL through a psycopg async pool; every statement autocommits."""
+
+    def __init__(self, dsn: str, *, max_size: int = 10) -> None:
+        self.dsn = dsn
+        self.max_size = max_size
+        self._pool: Any = None
+
+    async def open(self) -> None:
+        import psycopg
+        from psycopg_pool import AsyncConnectionPool
+
+        pool = AsyncConnectionPool(
+            self.dsn, min_size=1, max_size=self.max_size, kwargs={"autocommit": True}, open=False
+        )
+        try:
+            await pool.open(wait=True, timeout=30)
+            async with pool.connection() as conn:
+                # Concurrent first opens race on CREATE TABLE IF NOT EXISTS; serialize them.
+                await conn.execute("SELECT pg_advisory_lock(7707)")
+                try:
+                    for stmt in _SCHEMA:
+                        await conn.execute(stmt)
+                finally:
+                    await conn.execute("SELECT pg_advisory_unlock(7707)")
+        except (psycopg.Error, OSError) as exc:
+            await pool.close()
+            raise StoreError(f"postgres open failed: {exc}") from exc
+        except Exception:
+            await pool.close()
+            raise
+        self._pool = pool
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+
+    async def execute_sql(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        import psycopg
+
+        if self._pool is None:
+            raise StoreError("store is not open")
+        try:
+            async with self._pool.connection() as conn:
+                cur = await conn.execute(sql.replace("?", "%s"), tuple(params))
+                if cur.description is None:
+                    return []
+                return [tuple(r) for r in await cur.fetchall()]
+        except psycopg.Error as exc:
+            raise StoreError(f"postgres: {exc}") from exc
+
+
+def open_store(url: str) -> SqliteStore | PostgresStore:
+    """`sqlite:///path/to/file.db`, a bare path, or `postgresql://...` (not yet opened)."""
+    if url.startswith(("postgresql://", "postgres://")):
+        return PostgresStore(url)
+    if url.startswith("sqlite:///"):
+        return SqliteStore(url[len("sqlite:///") :])  # sqlite:///rel.db, sqlite:////abs/path.db
+    if "://" in url:
+        from envelopay.errors import ConfigError
+
+        raise ConfigError(f"unsupported store URL: {url!r} (use sqlite:///PATH or postgresql://...)")
+    return SqliteStore(url)

@@ -1,0 +1,83 @@
+"""Fixtures for the enforcer tests: both stores, a real aiosmtpd sink, a running service."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiosmtpd.smtp import SMTP
+
+from envelopay.enforcer.core import Enforcer, hash_token
+from envelopay.enforcer.delivery import SmtpDeliverer
+from envelopay.enforcer.server import start_server
+from envelopay.enforcer.store import EnforcerStore, PostgresStore, SqliteStore
+
+OPERATOR = "op-test-token"
+
+
+@dataclass
+class Sink:
+    """An aiosmtpd server on loopback that keeps every message it accepts."""
+
+    port: int = 0
+    messages: list[tuple[str, list[str], bytes]] = field(default_factory=list)
+    fail_with: str | None = None  # e.g. "550 no" to refuse DATA
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        if self.fail_with:
+            return self.fail_with
+        self.messages.append((envelope.mail_from, list(envelope.rcpt_tos), bytes(envelope.content)))
+        return "250 OK"
+
+
+@pytest.fixture
+async def sink() -> AsyncIterator[Sink]:
+    s = Sink()
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(lambda: SMTP(s, decode_data=False), "127.0.0.1", 0)
+    s.port = server.sockets[0].getsockname()[1]
+    yield s
+    server.close()
+    await server.wait_closed()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[EnforcerStore]:
+    if request.param == "sqlite":
+        st: EnforcerStore = SqliteStore(tmp_path / "enf.db")
+    else:
+        st = PostgresStore(request.getfixturevalue("pg_dsn"), max_size=20)
+    await st.open()
+    yield st
+    await st.close()
+
+
+class Clock:
+    def __init__(self, now: float = 1_800_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def enforcer(store: EnforcerStore, sink: Sink, clock: Clock) -> Enforcer:
+    return Enforcer(
+        store, SmtpDeliverer("127.0.0.1", sink.port), operator_token_hash=hash_token(OPERATOR), clock=clock
+    )
+
+
+@pytest.fixture
+async def service(enforcer: Enforcer) -> AsyncIterator[str]:
+    runner, url = await start_server(enforcer)
+    yield url
+    await runner.cleanup()
