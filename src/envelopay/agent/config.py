@@ -51,6 +51,7 @@ from envelopay.errors import ConfigError
 __all__ = [
     "AcceptedRail",
     "AgentSection",
+    "ExchangePair",
     "ResponderConfig",
     "TaskConfig",
     "TransportConfig",
@@ -162,6 +163,29 @@ class ResponderConfig(_Section):
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
 
+class ExchangePair(_Section):
+    """An OFFER this worker accepts: it receives `give`, pays back `want`, at most
+    `want_per_unit` (smallest units of want) per `give_unit` (smallest units of give)."""
+
+    give: str  # "chain/token"
+    want: str  # "chain/token"
+    give_unit: str
+    want_per_unit: str
+    max_want: str = "0"  # 0: no cap per offer
+
+    @field_validator("give_unit", "want_per_unit", "max_want", mode="before")
+    @classmethod
+    def _amounts(cls, v: Any) -> str:
+        return _amount_str(v)
+
+    @field_validator("give", "want")
+    @classmethod
+    def _pair(cls, v: str) -> str:
+        if v.count("/") != 1 or not all(v.split("/")):
+            raise ValueError("must be 'chain/token'")
+        return v
+
+
 class WorkerConfig(_Section):
     agent: AgentSection
     transport: TransportConfig = TransportConfig()
@@ -169,6 +193,7 @@ class WorkerConfig(_Section):
     accept: list[AcceptedRail] = Field(default_factory=list)
     tasks: list[TaskConfig] = Field(default_factory=list)
     responders: list[ResponderConfig] = Field(default_factory=list)
+    exchange: list[ExchangePair] = Field(default_factory=list)
     base_dir: str = "."
 
     def path(self, value: str) -> Path:

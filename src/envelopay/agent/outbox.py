@@ -1,0 +1,147 @@
+"""The outbox drainer: pending outbox rows → send hook → (DKIM sign → transport).
+
+The engine writes replies into the ledger's outbox in the same transaction as the
+state change; this drains them afterwards. A row's Message-ID and Date were fixed at
+write time, so composing it again yields the same bytes: a resend after a crash is
+recognisably the same mail.
+
+The send hook is where policy plugs in. `DirectHook` signs and delivers itself;
+an enforcer hook hands the composed message to the send enforcer, which holds the
+credential and answers with a verdict. Verdicts (as the enforcer's):
+
+    sent              delivered (or handed to the next hop)     → mark_sent
+    pending_approval  the enforcer queued it for a human          → mark_sent (it owns it now)
+    blocked           policy refused it                           → permanent failure
+    failed            the hop failed                              → retry with backoff, then give up
+    unknown           we could not tell                           → retry (same Message-ID)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Literal, Protocol
+
+from envelopay.agent.transport import Transport
+from envelopay.errors import TransportError
+from envelopay.ledger.store import OutboxRow, Store
+from envelopay.protocol.compose import compose
+from envelopay.protocol.outbound import Outbound
+
+__all__ = ["DirectHook", "DrainReport", "OutboxDrainer", "SendHook", "SendResult", "Signer"]
+
+SendStatus = Literal["sent", "pending_approval", "blocked", "failed", "unknown"]
+Signer = Callable[[bytes], bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class SendResult:
+    status: SendStatus
+    detail: str = ""
+    permanent: bool = False
+
+
+class SendHook(Protocol):
+    async def __call__(self, out: Outbound, raw: bytes) -> SendResult: ...
+
+
+@dataclass
+class DirectHook:
+    """No enforcer: sign the exact bytes and hand them to the transport."""
+
+    transport: Transport
+    signer: Signer | None = None
+
+    async def __call__(self, out: Outbound, raw: bytes) -> SendResult:
+        signed = self.signer(raw) if self.signer is not None else raw
+        try:
+            await self.transport.send(signed, out.sender, out.recipient)
+        except TransportError as exc:
+            return SendResult("failed", str(exc), permanent=bool(getattr(exc, "permanent", False)))
+        return SendResult("sent")
+
+
+def dkim_signer(*, selector: str, domain: str, key_pem: bytes, clock: Callable[[], datetime]) -> Signer:
+    from envelopay import dkim
+
+    key = dkim.DkimKey.load(key_pem)
+
+    def sign(raw: bytes) -> bytes:
+        return dkim.sign(raw, selector=selector, domain=domain, key=key, timestamp=int(clock().timestamp()))
+
+    return sign
+
+
+@dataclass
+class DrainReport:
+    sent: list[str] = field(default_factory=list)
+    held: list[str] = field(default_factory=list)  # pending_approval
+    retry: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+
+    @property
+    def count(self) -> int:
+        return len(self.sent) + len(self.held) + len(self.retry) + len(self.failed)
+
+
+class OutboxDrainer:
+    def __init__(
+        self,
+        store: Store,
+        hook: SendHook,
+        *,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        max_attempts: int = 8,
+        backoff: Callable[[int], timedelta] = lambda n: timedelta(seconds=min(300, 2**n)),
+        on_sent: Callable[[Outbound, bytes], Awaitable[None]] | None = None,
+    ) -> None:
+        self.store = store
+        self.hook = hook
+        self.clock = clock
+        self.max_attempts = max_attempts
+        self.backoff = backoff
+        self.on_sent = on_sent
+
+    async def drain_once(self, limit: int = 100) -> DrainReport:
+        report = DrainReport()
+        for row in self.store.outbox_pending(self.clock(), limit):
+            await self._one(row, report)
+        return report
+
+    async def drain(self, limit: int = 100) -> DrainReport:
+        """Drain until nothing is due now (rows scheduled for later are left)."""
+        total = DrainReport()
+        while True:
+            rep = await self.drain_once(limit)
+            for name in ("sent", "held", "retry", "failed"):
+                getattr(total, name).extend(getattr(rep, name))
+            if len(rep.sent) + len(rep.held) + len(rep.failed) == 0:
+                return total
+
+    async def _one(self, row: OutboxRow, report: DrainReport) -> None:
+        out = row.outbound
+        mid = out.message_id
+        try:
+            raw = compose(out)
+        except Exception as exc:  # a row we can never compose must not block the queue
+            self.store.mark_failed(mid, self.clock(), f"compose: {type(exc).__name__}: {exc}")
+            report.failed.append(mid)
+            return
+        result = await self.hook(out, raw)
+        now = self.clock()
+        if result.status == "sent":
+            self.store.mark_sent(mid, now)
+            report.sent.append(mid)
+            if self.on_sent is not None:
+                await self.on_sent(out, raw)
+        elif result.status == "pending_approval":
+            self.store.mark_sent(mid, now)
+            report.held.append(mid)
+        elif result.status == "blocked" or result.permanent or row.attempts + 1 >= self.max_attempts:
+            self.store.mark_failed(mid, now, f"{result.status}: {result.detail}")
+            report.failed.append(mid)
+        else:
+            retry_at = now + self.backoff(row.attempts)
+            self.store.mark_failed(mid, now, f"{result.status}: {result.detail}", retry_at)
+            report.retry.append(mid)
