@@ -145,6 +145,13 @@ class AssetInfo:
     symbol: str
     address: str | None  # None for the native asset
     decimals: int
+    # Rail-specific asset standard, e.g. the Solana token program id (Token or
+    # Token-2022) that owns the mint; None where the rail has only one.
+    program: str | None = None
+
+    @property
+    def native(self) -> bool:
+        return self.address is None
 
 
 @runtime_checkable
@@ -155,7 +162,8 @@ class Rail(Protocol):
 
     @property
     def chains(self) -> tuple[str, ...]:
-        """Chain names this rail serves, e.g. ("solana", "solana-devnet", "solana-local")."""
+        """Chain names this instance verifies and pays on: the network its backend is
+        bound to, e.g. ("solana-local",). `assets()` may list other networks too."""
         ...
 
     def assets(self) -> tuple[AssetInfo, ...]: ...

@@ -1,0 +1,313 @@
+"""The Solana rail: `make_rail(options)` (entry point `solana`) and `SolanaRail`.
+
+Proof: ``{"tx": "<base58 signature>"}``. Options follow the factory convention in
+``envelopay.rails.registry`` (backend, network, rpc_url, keypair, local_chain, assets,
+http_client, clock) plus ``confirm_timeout`` (seconds `pay()` waits for the
+``confirmed`` commitment over RPC; 0 = return as soon as the node accepted it) and
+``poll_interval``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+from solders.hash import Hash
+from solders.keypair import Keypair
+from solders.pubkey import Pubkey
+from solders.signature import Signature
+
+from envelopay.errors import ConfigError, RailError, TransportError
+from envelopay.rails.interface import AssetInfo, Expectation, Reason, Verdict
+from envelopay.rails.registry import find_asset, merge_assets
+from envelopay_solana import tx as txb
+from envelopay_solana.assets import ASSETS, NETWORK_CHAIN
+from envelopay_solana.keys import load_keypair
+from envelopay_solana.local import LocalSolana
+from envelopay_solana.rpc import RpcError, SolanaRpc
+from envelopay_solana.verify import COMMITMENT_RANK, check_transaction
+
+TOKEN_ACCOUNT_RENT = 2_039_280  # lamports, rent-exempt minimum of a 165-byte token account
+
+
+def canonical_signature(proof: Mapping[str, Any]) -> str:
+    """The one spelling of a proof's transaction signature (base58 of its 64 bytes).
+
+    Accepts base58, hex (128 digits, optional 0x) or base64 (88 chars) for the same
+    64 bytes. Raises ValueError for anything else."""
+    if not isinstance(proof, Mapping):
+        raise ValueError("proof must be an object")
+    value = proof.get("tx")
+    if not isinstance(value, str):
+        raise ValueError('proof needs "tx": a transaction signature string')
+    text = value.strip()
+    raw: bytes | None = None
+    hex_text = text[2:] if text[:2] in ("0x", "0X") else text
+    if len(hex_text) == 128 and all(c in "0123456789abcdefABCDEF" for c in hex_text):
+        raw = bytes.fromhex(hex_text)
+    elif len(text) == 88 and text.endswith("=="):
+        try:
+            raw = base64.b64decode(text, validate=True)
+        except binascii.Error as exc:
+            raise ValueError("proof tx is not valid base64") from exc
+    if raw is not None:
+        if len(raw) != 64:
+            raise ValueError("a Solana signature is 64 bytes")
+        return str(Signature.from_bytes(raw))
+    if not 64 <= len(text) <= 88:
+        raise ValueError("a Solana signature is 64 bytes (87-88 base58 characters)")
+    try:
+        return str(Signature.from_string(text))
+    except ValueError as exc:
+        raise ValueError("proof tx is not a base58 Solana signature") from exc
+
+
+class SolanaRail:
+    """Verifies and makes SOL / SPL payments on one Solana network."""
+
+    name = "solana"
+
+    def __init__(
+        self,
+        *,
+        network: str,
+        assets: tuple[AssetInfo, ...],
+        local_chain: LocalSolana | None = None,
+        rpc: SolanaRpc | None = None,
+        keypair: Keypair | None = None,
+        clock: Callable[[], datetime] | None = None,
+        confirm_timeout: float = 60.0,
+        poll_interval: float = 0.5,
+    ) -> None:
+        if (local_chain is None) == (rpc is None):
+            raise ConfigError("a Solana rail needs exactly one backend: a local chain or an RPC endpoint")
+        self.network = network
+        self.chain = NETWORK_CHAIN[network]
+        self._assets = assets
+        self.local = local_chain
+        self.rpc = rpc
+        self.keypair = keypair
+        self._clock = clock or (lambda: datetime.now(UTC))
+        self._confirm_timeout = confirm_timeout
+        self._poll = poll_interval
+
+    @property
+    def chains(self) -> tuple[str, ...]:
+        return (self.chain,)
+
+    def assets(self) -> tuple[AssetInfo, ...]:
+        return self._assets
+
+    def asset(self, chain: str, token: str) -> AssetInfo | None:
+        return find_asset(self._assets, chain, token)
+
+    def proof_key(self, proof: dict[str, Any]) -> str:
+        return canonical_signature(proof)
+
+    @property
+    def payer(self) -> str | None:
+        return str(self.keypair.pubkey()) if self.keypair is not None else None
+
+    # -- verify -----------------------------------------------------------------------
+
+    async def verify(self, proof: dict[str, Any], expectation: Expectation) -> Verdict:
+        if expectation.chain not in self.chains:
+            return Verdict.rejected(Reason.CHAIN_MISMATCH,
+                                    f"this rail verifies {self.chain}, not {expectation.chain}")
+        asset = self.asset(expectation.chain, expectation.token)
+        if asset is None:
+            return Verdict.rejected(Reason.UNSUPPORTED_ASSET,
+                                    f"unknown token {expectation.token!r} on {self.chain}")
+        try:
+            signature = canonical_signature(proof)
+        except ValueError as exc:
+            return Verdict.rejected(Reason.MALFORMED_PROOF, str(exc))
+        if not _is_pubkey(expectation.recipient):
+            return Verdict.rejected(Reason.RECIPIENT_MISMATCH, "recipient is not a Solana address")
+        # getTransaction serves "confirmed" at the lowest; "processed" is treated as confirmed.
+        commitment = "finalized" if expectation.commitment == "finalized" else "confirmed"
+        try:
+            doc, reached = await self._lookup(signature, commitment)
+        except TransportError as exc:
+            return Verdict.unavailable(str(exc))
+        if doc is None:
+            if reached is None:
+                return Verdict.rejected(Reason.TX_NOT_FOUND, f"no transaction {signature} on {self.chain}")
+            return Verdict.pending(f"transaction at {reached}, needs {commitment}")
+        return check_transaction(doc, expectation, asset, signature=signature, confirmation=reached)
+
+    async def _lookup(self, signature: str, commitment: str) -> tuple[dict[str, Any] | None, str | None]:
+        """(document if it reached `commitment`, commitment reached) — (None, None) = unknown."""
+        if self.local is not None:
+            doc, reached = self.local.lookup(signature)
+            if doc is None or reached is None:
+                return None, None
+            if COMMITMENT_RANK[reached] < COMMITMENT_RANK[commitment]:
+                return None, reached
+            return doc, reached
+        assert self.rpc is not None
+        for _attempt in range(2):
+            doc = await self.rpc.get_transaction(signature, commitment)
+            if doc is not None:
+                return doc, commitment
+            status = await self.rpc.signature_status(signature)
+            if status is None:
+                return None, None
+            reached = status.get("confirmationStatus")
+            if not isinstance(reached, str) or reached not in COMMITMENT_RANK:
+                reached = "processed"
+            if COMMITMENT_RANK[reached] < COMMITMENT_RANK[commitment]:
+                return None, reached
+            # Reached the commitment between the two calls: ask for the document again.
+        return None, "processed"
+
+    # -- pay --------------------------------------------------------------------------
+
+    async def pay(self, *, chain: str, token: str, amount: int, recipient: str) -> dict[str, Any]:
+        if self.keypair is None:
+            raise ConfigError("this Solana rail has no keypair configured (option 'keypair')")
+        if chain not in self.chains:
+            raise RailError("chain_mismatch", f"this rail pays on {self.chain}, not {chain}")
+        asset = self.asset(chain, token)
+        if asset is None:
+            raise RailError("unsupported_asset", f"unknown token {token!r} on {self.chain}")
+        if not _is_pubkey(recipient):
+            raise RailError("recipient_mismatch", "recipient is not a Solana address")
+        if amount <= 0:
+            raise RailError("amount_mismatch", "amount must be positive")
+        to = Pubkey.from_string(recipient)
+        if self.local is not None:
+            return self._pay_local(asset, amount, to)
+        return await self._pay_rpc(asset, amount, to)
+
+    def _pay_local(self, asset: AssetInfo, amount: int, to: Pubkey) -> dict[str, Any]:
+        assert self.local is not None and self.keypair is not None
+        me = self.keypair.pubkey()
+        sol = self.local.balance(me)
+        if asset.native:
+            if sol < amount + txb.SIGNATURE_FEE:
+                raise RailError("insufficient_funds", f"balance {sol} lamports, need {amount} + fee")
+        else:
+            have = self.local.token_balance(txb.ata(me, asset)) or 0
+            if have < amount:
+                raise RailError("insufficient_funds", f"{asset.symbol} balance {have}, need {amount}")
+            rent = 0 if self.local.account_exists(txb.ata(to, asset)) else TOKEN_ACCOUNT_RENT
+            if sol < txb.SIGNATURE_FEE + rent:
+                raise RailError("insufficient_funds", "not enough SOL for fee and recipient's account")
+        ixs = txb.payment_instructions(me, to, asset, amount, create_ata=not asset.native)
+        result = self.local.send(txb.sign(ixs, self.keypair, self.local.latest_blockhash()))
+        if not result.ok:
+            raise RailError("tx_failed", result.error or "")
+        return {"tx": result.signature}
+
+    async def _pay_rpc(self, asset: AssetInfo, amount: int, to: Pubkey) -> dict[str, Any]:
+        assert self.rpc is not None and self.keypair is not None
+        me = self.keypair.pubkey()
+        try:
+            sol = int((await self.rpc.call("getBalance", [str(me), {"commitment": "confirmed"}]))["value"])
+            if asset.native:
+                if sol < amount + txb.SIGNATURE_FEE:
+                    raise RailError("insufficient_funds", f"balance {sol} lamports, need {amount} + fee")
+            else:
+                have = await self._token_balance_rpc(txb.ata(me, asset))
+                if have < amount:
+                    raise RailError("insufficient_funds", f"{asset.symbol} balance {have}, need {amount}")
+                info = await self.rpc.call("getAccountInfo", [
+                    str(txb.ata(to, asset)), {"encoding": "base64", "commitment": "confirmed"}])
+                rent = 0 if info.get("value") is not None else TOKEN_ACCOUNT_RENT
+                if sol < txb.SIGNATURE_FEE + rent:
+                    raise RailError("insufficient_funds", "not enough SOL for fee and recipient's account")
+            latest = await self.rpc.call("getLatestBlockhash", [{"commitment": "confirmed"}])
+            blockhash = Hash.from_string(latest["value"]["blockhash"])
+            ixs = txb.payment_instructions(me, to, asset, amount, create_ata=not asset.native)
+            signed = txb.sign(ixs, self.keypair, blockhash)
+            wire = base64.b64encode(bytes(signed)).decode()
+            sent = await self.rpc.call("sendTransaction", [wire, {"encoding": "base64",
+                                                                  "preflightCommitment": "confirmed"}])
+        except RpcError as exc:
+            text = f"{exc.message} {exc.data}".lower()
+            reason = "insufficient_funds" if "insufficient" in text else "tx_failed"
+            raise RailError(reason, exc.message) from exc
+        except (KeyError, TypeError, ValueError) as exc:
+            raise TransportError(f"unexpected answer from the Solana node: {exc}") from exc
+        signature = str(signed.signatures[0])
+        if sent != signature:
+            raise TransportError("the node acknowledged a different signature")
+        await self._await_confirmation(signature)
+        return {"tx": signature}
+
+    async def _token_balance_rpc(self, account: Pubkey) -> int:
+        assert self.rpc is not None
+        try:
+            result = await self.rpc.call("getTokenAccountBalance",
+                                         [str(account), {"commitment": "confirmed"}])
+        except RpcError:
+            return 0  # the account does not exist: nothing to spend
+        return int(result["value"]["amount"])
+
+    async def _await_confirmation(self, signature: str) -> None:
+        assert self.rpc is not None
+        if self._confirm_timeout <= 0:
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._confirm_timeout
+        while True:
+            status = await self.rpc.signature_status(signature)
+            if status is not None:
+                if status.get("err") is not None:
+                    raise RailError("tx_failed", str(status["err"]))
+                reached = COMMITMENT_RANK.get(str(status.get("confirmationStatus")), 0)
+                if reached >= COMMITMENT_RANK["confirmed"]:
+                    return
+            if loop.time() >= deadline:
+                raise RailError("not_final", f"{signature} not confirmed within {self._confirm_timeout}s")
+            await asyncio.sleep(self._poll)
+
+    async def aclose(self) -> None:
+        if self.rpc is not None:
+            await self.rpc.aclose()
+
+
+def _is_pubkey(value: str) -> bool:
+    try:
+        Pubkey.from_string(value)
+    except ValueError:
+        return False
+    return True
+
+
+def make_rail(options: Mapping[str, Any]) -> SolanaRail:
+    """Entry point `solana`: build a rail from factory-convention options."""
+    backend = options.get("backend") or ("rpc" if options.get("rpc_url") else "local")
+    if backend not in ("local", "rpc"):
+        raise ConfigError(f"Solana rail: backend must be 'local' or 'rpc', not {backend!r}")
+    network = options.get("network") or ("local" if backend == "local" else "mainnet")
+    if network not in NETWORK_CHAIN:
+        raise ConfigError(f"Solana rail: network must be one of {sorted(NETWORK_CHAIN)}, not {network!r}")
+    assets = merge_assets(ASSETS, options.get("assets"))
+    keypair = load_keypair(options["keypair"]) if options.get("keypair") is not None else None
+    clock = options.get("clock")
+    common: dict[str, Any] = {
+        "network": network, "assets": assets, "keypair": keypair, "clock": clock,
+        "confirm_timeout": float(options.get("confirm_timeout", 60.0)),
+        "poll_interval": float(options.get("poll_interval", 0.5)),
+    }
+    if backend == "local":
+        chain = options.get("local_chain")
+        if chain is None:
+            chain = LocalSolana(clock=clock)
+        if not isinstance(chain, LocalSolana):
+            raise ConfigError("Solana rail: local_chain must be an envelopay_solana.LocalSolana")
+        return SolanaRail(local_chain=chain, **common)
+    url = options.get("rpc_url")
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise ConfigError("Solana rail: the rpc backend needs rpc_url (http:// or https://)")
+    client = options.get("http_client")
+    if client is not None and not isinstance(client, httpx.AsyncClient):
+        raise ConfigError("Solana rail: http_client must be an httpx.AsyncClient")
+    return SolanaRail(rpc=SolanaRpc(url, client), **common)
