@@ -1,0 +1,198 @@
+"""The JSON-RPC backend against the fixture documents in fixtures/rpc/base (served by respx)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import pytest
+import respx
+
+from envelopay.errors import ConfigError, RailError
+from envelopay.rails.interface import Expectation, Reason
+from envelopay_base.fixtures import expectation_of, load_documents, rpc_answer
+from envelopay_base.rail import make_rail
+
+URL = "https://base-node.invalid/rpc"
+DOCS = load_documents()
+
+
+def serve(router: respx.MockRouter, doc: dict[str, Any], seen: list[Any] | None = None) -> None:
+    def answer(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        if seen is not None:
+            seen.append(body)
+        status, payload = rpc_answer(doc, body)
+        return httpx.Response(status, json=payload)
+
+    router.post(URL).mock(side_effect=answer)
+
+
+def test_fixture_set_covers_the_issue_cases() -> None:
+    wanted = {"success_eth", "success_usdc", "reverted", "wrong_token", "wrong_recipient",
+              "several_transfers", "not_found", "not_enough_confirmations", "wrong_chain_id", "rpc_error"}
+    assert wanted <= set(DOCS)
+
+
+@pytest.mark.parametrize("name", sorted(DOCS))
+async def test_fixture_verdict(name: str) -> None:
+    doc = DOCS[name]
+    rail = make_rail({"backend": "rpc", "rpc_url": URL, "network": doc["network"]})
+    with respx.mock(assert_all_called=False) as router:
+        serve(router, doc)
+        verdict = await rail.verify(doc["proof"], expectation_of(doc))
+    await rail.aclose()
+    expected = doc["expected"]
+    assert verdict.status == expected["status"], verdict
+    assert (verdict.reason.value if verdict.reason else None) == expected["reason"], verdict
+    if "observed_amount" in expected:
+        assert verdict.observed_amount == int(expected["observed_amount"])
+    if "payer" in expected:
+        assert verdict.payer == expected["payer"]
+    if verdict.ok:
+        assert verdict.proof_key == rail.proof_key(doc["proof"])
+        assert verdict.tx_time is not None and verdict.tx_time.year == 2025
+
+
+async def test_one_batch_then_block_cached_by_hash() -> None:
+    doc = DOCS["success_usdc"]
+    rail = make_rail({"rpc_url": URL})
+    seen: list[Any] = []
+    with respx.mock as router:
+        serve(router, doc, seen)
+        first = await rail.verify(doc["proof"], expectation_of(doc))
+        assert len(seen) == 2  # the batch, then the block
+        assert [c["method"] for c in seen[0]] == [
+            "eth_chainId", "eth_blockNumber", "eth_getTransactionByHash", "eth_getTransactionReceipt"]
+        assert seen[1]["method"] == "eth_getBlockByHash"
+        second = await rail.verify(doc["proof"], expectation_of(doc))
+        assert len(seen) == 3  # block came from the cache
+    await rail.aclose()
+    assert first.ok and second.ok and first.tx_time == second.tx_time
+
+
+async def test_connection_refused_is_unavailable() -> None:
+    doc = DOCS["success_usdc"]
+    rail = make_rail({"rpc_url": URL})
+    with respx.mock as router:
+        router.post(URL).mock(side_effect=httpx.ConnectError("connection refused"))
+        verdict = await rail.verify(doc["proof"], expectation_of(doc))
+    await rail.aclose()
+    assert verdict.status == "unavailable" and verdict.reason is Reason.RPC_UNAVAILABLE
+    assert "ConnectError" in verdict.detail
+
+
+async def test_non_json_and_malformed_answers_are_unavailable() -> None:
+    doc = DOCS["success_usdc"]
+    rail = make_rail({"rpc_url": URL})
+    with respx.mock as router:
+        router.post(URL).mock(return_value=httpx.Response(200, text="<html>gateway</html>"))
+        assert (await rail.verify(doc["proof"], expectation_of(doc))).status == "unavailable"
+    broken = json.loads(json.dumps(doc))
+    broken["rpc"]["eth_getTransactionReceipt"]["status"] = "yes"
+    with respx.mock as router:
+        serve(router, broken)
+        verdict = await rail.verify(doc["proof"], expectation_of(doc))
+    await rail.aclose()
+    assert verdict.status == "unavailable" and "malformed" in verdict.detail
+
+
+async def test_node_answering_for_another_transaction_is_not_trusted() -> None:
+    doc = json.loads(json.dumps(DOCS["success_usdc"]))
+    doc["rpc"]["eth_getTransactionByHash"]["hash"] = DOCS["success_eth"]["proof"]["tx"]
+    rail = make_rail({"rpc_url": URL})
+    with respx.mock as router:
+        serve(router, doc)
+        verdict = await rail.verify(doc["proof"], expectation_of(doc))
+    await rail.aclose()
+    assert verdict.status == "unavailable"
+
+
+async def test_mainnet_rail_refuses_sepolia_expectation_without_asking() -> None:
+    doc = DOCS["sepolia_usdc"]
+    rail = make_rail({"rpc_url": URL})  # mainnet by default
+    with respx.mock as router:
+        route = router.post(URL)
+        verdict = await rail.verify(doc["proof"], expectation_of(doc))
+        assert not route.called
+    await rail.aclose()
+    assert verdict.reason is Reason.CHAIN_MISMATCH
+
+
+def test_rpc_on_local_network_needs_chain_id() -> None:
+    with pytest.raises(ConfigError):
+        make_rail({"backend": "rpc", "rpc_url": URL, "network": "local"})
+    rail = make_rail({"backend": "rpc", "rpc_url": URL, "network": "local", "chain_id": 31337})
+    assert rail.chains == ("base-local",) and rail.chain_id == 31337
+
+
+async def test_pay_over_rpc_signs_a_usdc_transfer(tmp_path: Any) -> None:
+    from eth_account import Account
+
+    key = "0x" + "11" * 32  # an obviously-test key
+    sender = Account.from_key(key).address.lower()
+    key_file = tmp_path / "base.key"
+    key_file.write_text(key + "\n")
+    seller = DOCS["success_usdc"]["expectation"]["recipient"]
+    sent: list[str] = []
+    state = {
+        "eth_getBlockByNumber": {"number": "0x16e3606", "baseFeePerGas": "0x403d50"},
+        "eth_maxPriorityFeePerGas": "0xf4240",
+        "eth_getBalance": hex(10**16),
+        "eth_call": "0x" + f"{50_000_000:064x}",
+        "eth_getTransactionCount": "0x7",
+        "eth_estimateGas": "0xb01c",
+    }
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        calls = body if isinstance(body, list) else [body]
+        out = []
+        for call in calls:
+            if call["method"] == "eth_sendRawTransaction":
+                sent.append(call["params"][0])
+                result: Any = "0x" + "ab" * 32
+            else:
+                result = state[call["method"]]
+            out.append({"jsonrpc": "2.0", "id": call["id"], "result": result})
+        return httpx.Response(200, json=out if isinstance(body, list) else out[0])
+
+    rail = make_rail({"rpc_url": URL, "keypair": str(key_file)})
+    with respx.mock as router:
+        router.post(URL).mock(side_effect=answer)
+        proof = await rail.pay(chain="base", token="USDC", amount=25_000_000, recipient=seller)
+        assert proof == {"tx": "0x" + "ab" * 32}
+        state["eth_call"] = "0x" + f"{1:064x}"
+        with pytest.raises(RailError) as info:
+            await rail.pay(chain="base", token="USDC", amount=25_000_000, recipient=seller)
+        assert info.value.reason == "insufficient_funds"
+    await rail.aclose()
+    assert len(sent) == 1
+    tx = Account.recover_transaction(sent[0])
+    assert tx.lower() == sender
+    from eth_account.typed_transactions import TypedTransaction
+    from hexbytes import HexBytes
+
+    decoded = TypedTransaction.from_bytes(HexBytes(sent[0])).as_dict()
+    assert decoded["chainId"] == 8453 and decoded["nonce"] == 7
+    assert decoded["to"].hex().lower().removeprefix("0x") == "833589fcd6edb6e08f4c7c32d4f71b54bda02913"
+    assert decoded["data"].hex().removeprefix("0x") == (
+        "a9059cbb" + seller[2:].rjust(64, "0") + f"{25_000_000:064x}")
+    assert decoded["maxFeePerGas"] == 2 * 0x403D50 + 0xF4240
+
+
+async def test_pay_unreachable_node_is_a_rail_error(tmp_path: Any) -> None:
+    key_file = tmp_path / "k"
+    key_file.write_text("22" * 32)
+    rail = make_rail({"rpc_url": URL, "keypair": str(key_file)})
+    with respx.mock as router:
+        router.post(URL).mock(side_effect=httpx.ConnectError("down"))
+        with pytest.raises(RailError) as info:
+            await rail.pay(chain="base", token="ETH", amount=1, recipient="0x" + "33" * 20)
+    await rail.aclose()
+    assert info.value.reason == Reason.RPC_UNAVAILABLE.value
+
+
+def test_expectation_type_is_the_core_one() -> None:
+    assert isinstance(expectation_of(DOCS["success_eth"]), Expectation)
