@@ -1,0 +1,33 @@
+"""Order work: ORDER → INVOICE → PAY → FULFILL (four emails); free work: ORDER → FULFILL
+(two emails); a repeat customer simply opens a new order flow ("Skip negotiation")."""
+
+from __future__ import annotations
+
+from envelopay.flows.core import Action as A
+from envelopay.flows.core import Direction, Event, FlowKind, FlowState, Row, Side, Step, Table, oops_rows, step_table
+from envelopay.protocol.messages import Message
+
+IN, OUT = Direction.IN, Direction.OUT
+PAYER, PAYEE = Side.PAYER, Side.PAYEE
+
+TRANSITIONS: Table = (
+    # payee: the worker
+    Row("start", Event.ORDER, IN, PAYEE, "ordered", (A.RECORD_ORDER, A.DECIDE_ORDER)),
+    Row("ordered", Event.INVOICE, OUT, PAYEE, "invoiced", (A.ORDER_REF, A.RECORD_INVOICE)),
+    Row("ordered", Event.FULFILL, OUT, PAYEE, "fulfilled", (A.ORDER_REF,)),
+    Row("invoiced", Event.PAY, IN, PAYEE, "paid", (A.INVOICE_REF, A.INVOICE_TERMS, A.VERIFY_PROOF, A.FULFILL)),
+    Row("paid", Event.FULFILL, OUT, PAYEE, "fulfilled", (A.ORDER_REF,)),
+    # payer: the customer
+    Row("start", Event.ORDER, OUT, PAYER, "ordered", (A.RECORD_ORDER,)),
+    Row("ordered", Event.INVOICE, IN, PAYER, "invoiced", (A.ORDER_REF, A.RECORD_INVOICE, A.NOTIFY)),
+    Row("ordered", Event.FULFILL, IN, PAYER, "fulfilled", (A.ORDER_REF, A.NOTIFY)),
+    Row("invoiced", Event.PAY, OUT, PAYER, "paid", (A.INVOICE_REF, A.INVOICE_TERMS)),
+    Row("paid", Event.FULFILL, IN, PAYER, "fulfilled", (A.ORDER_REF, A.NOTIFY)),
+    *oops_rows(["ordered", "invoiced", "paid", "fulfilled"]),
+)
+
+KIND = FlowKind.ORDER
+
+
+def step(fs: FlowState, message: Message, direction: Direction) -> Step:
+    return step_table(TRANSITIONS, fs, message, direction)

@@ -1,0 +1,274 @@
+"""The `Store` protocol: the durable state behind the engine, and its record types.
+
+Two transactions make one inbound step (the engine never holds a write transaction
+open while a rail verifies a proof):
+
+1. `begin_step(Claim)` — claim the Message-ID (a lease per worker), reserve
+   (sender, protocol id) with the body's hash and the proof's canonical key, and read
+   the flows the message's refs and threading headers point at. A retransmission
+   (same sender, id and content under a new Message-ID) is finished right here: the
+   recorded reply's outbox rows are queued again, so the same bytes go out.
+2. `commit_step(Commit)` — in one transaction: the flow's new state (optimistic
+   version check), the message log, refs, outbox rows, the proof's fate (spent
+   forever, or released after a pending/unavailable verdict) and the outcome.
+
+Everything else is reading, the outbox drain primitives and the outstanding calls of
+the email-as-tool client. Every table is prefixed `ep_`; other areas keep their own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from envelopay.protocol.outbound import Outbound
+
+__all__ = [
+    "Begin",
+    "CallRecord",
+    "CallStatus",
+    "Claim",
+    "Commit",
+    "CommitResult",
+    "FlowRecord",
+    "FlowWrite",
+    "LogEntry",
+    "OutboxRow",
+    "ProofKey",
+    "Store",
+]
+
+BeginStatus = Literal["new", "seen", "busy", "retransmission", "duplicate_id", "proof_replayed"]
+CallStatus = Literal["pending", "answered", "failed", "timeout"]
+
+
+@dataclass(frozen=True, slots=True)
+class ProofKey:
+    """A proof's canonical identity: the chain and the rail's `proof_key`."""
+
+    chain: str
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class FlowRecord:
+    flow_id: str
+    local: str  # our address
+    peer: str  # the other party's address
+    kind: str
+    side: str
+    state: str
+    version: int
+    data: Mapping[str, Any]
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """What `begin_step` reserves for one inbound message."""
+
+    local: str
+    message_id: str
+    content_hash: str  # of the protocol content (type + body), not of the raw bytes
+    worker: str
+    now: datetime
+    lease_until: datetime
+    sender: str | None = None
+    protocol_id: str | None = None
+    proof: ProofKey | None = None
+    refs: tuple[str, ...] = ()  # typed refs: ids of messages *we* sent to `sender`
+    thread: tuple[str, ...] = ()  # In-Reply-To first, then References (newest first)
+
+
+@dataclass(frozen=True, slots=True)
+class Begin:
+    status: BeginStatus
+    outcome: Mapping[str, Any] | None = None  # seen / retransmission: the recorded one
+    requeued: tuple[str, ...] = ()  # retransmission: outbox Message-IDs queued again
+    ref_flows: tuple[FlowRecord, ...] = ()
+    thread_flows: tuple[FlowRecord, ...] = ()
+    missing_refs: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class LogEntry:
+    flow_id: str
+    at: datetime
+    direction: str  # "in" | "out"
+    type: str
+    message_id: str | None
+    protocol_id: str | None
+    sender: str | None
+    recipient: str | None
+    body: Mapping[str, Any] | None
+    verdict: Mapping[str, Any] | None = None
+    oops: str | None = None
+    seq: int = 0  # assigned by the store
+
+
+@dataclass(frozen=True, slots=True)
+class FlowWrite:
+    record: FlowRecord  # new state/data; `version` is the version read (0: create)
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    local: str
+    now: datetime
+    outcome: Mapping[str, Any]
+    message_id: str | None = None  # the inbound message being finished (None: outbound only)
+    worker: str | None = None
+    flow: FlowWrite | None = None
+    log: tuple[LogEntry, ...] = ()
+    refs: tuple[tuple[str, str, str, str], ...] = ()  # (peer, author, protocol_id, flow_id)
+    message_ids: tuple[tuple[str, str], ...] = ()  # (message_id, flow_id)
+    outbox: tuple[tuple[Outbound, str | None], ...] = ()  # (row, flow_id)
+    proof: ProofKey | None = None
+    proof_fate: Literal["spend", "release"] | None = None
+    proof_verdict: Mapping[str, Any] | None = None
+    sender: str | None = None
+    protocol_id: str | None = None
+    replay_fate: Literal["done", "release"] | None = None
+
+
+CommitResult = Literal["ok", "conflict", "lost"]
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxRow:
+    outbound: Outbound
+    flow_id: str | None
+    status: Literal["pending", "sent", "failed"]
+    attempts: int
+    created_at: datetime
+    next_attempt: datetime | None = None
+    sent_at: datetime | None = None
+    last_error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CallRecord:
+    call_id: str
+    local: str
+    peer: str
+    message_id: str
+    deadline: datetime
+    status: CallStatus = "pending"
+    request: Mapping[str, Any] = field(default_factory=dict)
+    result: Mapping[str, Any] | None = None
+    created_at: datetime | None = None
+    resolved_at: datetime | None = None
+
+
+@runtime_checkable
+class Store(Protocol):
+    """The ledger. Synchronous; safe to share between processes (not between threads
+    without the backend's own pooling). All times are timezone-aware."""
+
+    # -- lifecycle
+    def migrate(self) -> int:
+        """Create or upgrade the schema; return the schema version now in place."""
+        ...
+
+    def close(self) -> None: ...
+
+    # -- the inbound step
+    def begin_step(self, claim: Claim) -> Begin: ...
+
+    def commit_step(self, commit: Commit) -> CommitResult: ...
+
+    # -- reading
+    def get_flow(self, flow_id: str) -> FlowRecord | None: ...
+
+    def list_flows(self, local: str | None = None, limit: int = 100) -> list[FlowRecord]: ...
+
+    def flow_log(self, flow_id: str) -> list[LogEntry]: ...
+
+    def flow_for_message(self, local: str, message_id: str) -> FlowRecord | None: ...
+
+    def flow_for_ref(self, local: str, peer: str, author: str, protocol_id: str) -> FlowRecord | None: ...
+
+    def inbound_outcome(self, local: str, message_id: str) -> Mapping[str, Any] | None: ...
+
+    def proof_status(self, proof: ProofKey) -> str | None:
+        """"held", "spent", or None when the proof was never reserved (or released)."""
+        ...
+
+    # -- the outbox (drained by the agent's sender)
+    def outbox_pending(self, now: datetime, limit: int = 100) -> list[OutboxRow]: ...
+
+    def outbox_get(self, message_id: str) -> OutboxRow | None: ...
+
+    def mark_sent(self, message_id: str, now: datetime) -> bool: ...
+
+    def mark_failed(
+        self, message_id: str, now: datetime, error: str, retry_at: datetime | None = None
+    ) -> bool:
+        """Record a failed attempt; with `retry_at` the row stays pending until then,
+        without it the failure is permanent."""
+        ...
+
+    # -- outstanding calls of the email-as-tool client
+    def call_add(self, call: CallRecord) -> None: ...
+
+    def call_get(self, call_id: str) -> CallRecord | None: ...
+
+    def call_for_reply(self, local: str, in_reply_to: str) -> CallRecord | None: ...
+
+    def call_resolve(
+        self, call_id: str, status: CallStatus, result: Mapping[str, Any] | None, now: datetime
+    ) -> bool:
+        """Settle a pending call (a single conditional update); False if already settled."""
+        ...
+
+    def calls_pending(self, local: str | None = None) -> list[CallRecord]: ...
+
+    def calls_expire(self, now: datetime) -> list[CallRecord]:
+        """Mark every pending call past its deadline `timeout` and return them."""
+        ...
+
+
+def outbound_to_row(ob: Outbound) -> dict[str, Any]:
+    """The columns an outbox row stores: everything `Outbound` holds."""
+    return {
+        "message_id": ob.message_id,
+        "sender": ob.sender,
+        "recipient": ob.recipient,
+        "type": ob.message.type,
+        "body": ob.message.model_dump(mode="json"),
+        "date": ob.date,
+        "in_reply_to": ob.in_reply_to,
+        "refs": list(ob.references),
+        "note": ob.note,
+    }
+
+
+def outbound_from_row(
+    *,
+    message_id: str,
+    sender: str,
+    recipient: str,
+    type: str,
+    body: Mapping[str, Any],
+    date: datetime,
+    in_reply_to: str | None,
+    refs: Sequence[str],
+    note: str | None,
+) -> Outbound:
+    from envelopay.protocol.messages import MessageType, model_for
+
+    model = model_for(MessageType(type))
+    message = model.model_validate(dict(body), strict=False)
+    return Outbound(
+        sender=sender,
+        recipient=recipient,
+        message=message,  # type: ignore[arg-type]
+        message_id=message_id,
+        date=date,
+        in_reply_to=in_reply_to,
+        references=tuple(refs),
+        note=note,
+    )
