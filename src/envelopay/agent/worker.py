@@ -30,13 +30,24 @@ from datetime import UTC, datetime
 from typing import Any
 
 from envelopay.agent.config import AcceptedRail, WorkerConfig
+from envelopay.agent.engine import Context, Notice, Refuse
 from envelopay.agent.tasks import TaskBook, TaskError, TaskRequest
 from envelopay.errors import RailError
 from envelopay.protocol.codes import OopsCode
-from envelopay.protocol.messages import Accept, Invoice, Methods, Offer, Order, RailMethod, Which
+from envelopay.protocol.messages import (
+    Accept,
+    Fulfill,
+    Invoice,
+    Methods,
+    Offer,
+    Order,
+    Pay,
+    RailMethod,
+    Which,
+)
 from envelopay.rails.interface import Rail
 
-__all__ = ["FreeResult", "Refusal", "WorkerApp"]
+__all__ = ["FreeResult", "Refusal", "WorkerApp", "WorkerApplication"]
 
 RAIL_KEY = "rail"
 
@@ -223,3 +234,60 @@ class WorkerApp:
             proof=proof,
             note=f"{offer.want.amount} {offer.want.token} sent on {offer.want.chain}",
         )
+
+
+# -- the engine's Application, backed by WorkerApp ---------------------------------------
+
+
+
+def _refuse(r: Refusal) -> Refuse:
+    return Refuse(r.code, r.note)
+
+
+class WorkerApplication:
+    """The paid worker as the engine's `Application`."""
+
+    def __init__(self, app: WorkerApp) -> None:
+        self.app = app
+
+    def wallet(self, chain: str, token: str) -> str | None:
+        return self.app.wallet_for(chain, token)
+
+    async def methods(self, which: Which, ctx: Context) -> Methods | None:
+        out = self.app.methods(which)
+        return None if isinstance(out, Refusal) else out  # no rail: silence is valid
+
+    async def _fulfil(self, order: Order, note: str) -> Fulfill | Refuse:
+        result = await self.app.run_task(order.task)
+        if isinstance(result, Refusal):
+            return _refuse(result)
+        return Fulfill(id=self.app.new_id("ful"), order_ref=order.id, result=result, note=note[:200])
+
+    async def order(
+        self, order: Order, ctx: Context, *, paid: int | None
+    ) -> Invoice | Fulfill | Refuse | None:
+        if order.prepaid:
+            # v0.2 prepaid: the engine verified the proof for order.amount to our wallet.
+            terms = self.app.prepaid_terms(order)
+            if isinstance(terms, Refusal):
+                return _refuse(terms)
+            price, _wallet = terms
+            if paid is None or paid < price:
+                return Refuse(OopsCode.AMOUNT_MISMATCH, f"this task costs {price}; paid {paid or 0}")
+            return await self._fulfil(order, "Prepaid order fulfilled")
+        decision = self.app.decide_order(order)
+        if isinstance(decision, Refusal):
+            return _refuse(decision)
+        if isinstance(decision, FreeResult):
+            return await self._fulfil(order, decision.note)
+        return decision
+
+    async def fulfill(self, order: Order, pay: Pay, ctx: Context) -> Fulfill | Refuse:
+        return await self._fulfil(order, f"Paid {pay.amount} {pay.token}; here is the result")
+
+    async def offer(self, offer: Offer, ctx: Context) -> Accept | Refuse | None:
+        out = await self.app.accept_offer(offer)
+        return _refuse(out) if isinstance(out, Refusal) else out
+
+    async def notify(self, notice: Notice) -> None:
+        return None
