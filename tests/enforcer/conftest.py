@@ -15,6 +15,7 @@ from envelopay.enforcer.core import Enforcer, hash_token
 from envelopay.enforcer.delivery import SmtpDeliverer
 from envelopay.enforcer.server import start_server
 from envelopay.enforcer.store import EnforcerStore, PostgresStore, SqliteStore
+from envelopay.mail.smtp import SmtpConfig
 
 OPERATOR = "op-test-token"
 
@@ -72,7 +73,9 @@ def clock() -> Clock:
 @pytest.fixture
 def enforcer(store: EnforcerStore, sink: Sink, clock: Clock) -> Enforcer:
     return Enforcer(
-        store, SmtpDeliverer("127.0.0.1", sink.port), operator_token_hash=hash_token(OPERATOR), clock=clock
+        store,
+        SmtpDeliverer(SmtpConfig("127.0.0.1", sink.port, security="none", max_attempts=1)),
+        operator_token_hash=hash_token(OPERATOR), clock=clock
     )
 
 

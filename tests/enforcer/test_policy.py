@@ -101,7 +101,8 @@ def test_protocol_messages_are_validated() -> None:
     assert refused(type="bogus", body={"v": "0.1.0"}).startswith("invalid message: unknown type")
     assert refused(type="pay", body={"v": "0.1.0", "id": "p1"}).startswith("invalid message:")
     assert refused(type="which", body="not an object").startswith("invalid message")
-    assert refused(type="which", body={"type": "pay", "v": "0.1.0"}) == "invalid message: body type does not match type"
+    mismatch = refused(type="which", body={"type": "pay", "v": "0.1.0"})
+    assert mismatch == "invalid message: body type does not match type"
     assert refused(subject=None).startswith("invalid message: a subject")
 
 
@@ -114,7 +115,8 @@ def test_sender_pin_is_case_insensitive_and_fails_closed() -> None:
     assert isinstance(req, SendRequest)
     assert check_sender(req, agent()) is None
     spoof = check_sender(req, agent("boss@agents.test"))
-    assert spoof is not None and spoof.status == "blocked" and spoof.reason == "from must be the agent's own address"
+    assert spoof is not None and spoof.status == "blocked"
+    assert spoof.reason == "from must be the agent's own address"
     unset = check_sender(req, agent(""))
     assert unset is not None and unset.status == "blocked"
 

@@ -163,11 +163,14 @@ class Enforcer:
 
     async def _transmit(self, agent: Agent, req: SendRequest, message_id: str, now: float) -> str:
         """Compose, sign, deliver. Returns "" on success or the failure reason."""
-        raw = compose_request(
-            req, message_id=message_id, date=datetime.fromtimestamp(now, UTC), agent_name=agent.name
-        )
-        if self.signer is not None:
-            raw = self.signer(raw)
+        try:
+            raw = compose_request(
+                req, message_id=message_id, date=datetime.fromtimestamp(now, UTC), agent_name=agent.name
+            )
+            if self.signer is not None:
+                raw = self.signer(raw)
+        except UsageError as exc:  # compose's own header checks; validated already, kept as a value
+            return f"compose refused: {exc}"
         try:
             await self.deliverer.deliver(raw, sender=req.sender, recipient=req.to)
         except TransportError as exc:

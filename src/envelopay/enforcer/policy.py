@@ -64,7 +64,7 @@ def _references(value: object) -> tuple[str, ...] | None:
         items = list(value)
     else:
         return None
-    if len(items) > 100 or not all(isinstance(i, str) and _MSGID.fullmatch(i) for i in items):
+    if len(items) > 20 or not all(isinstance(i, str) and _MSGID.fullmatch(i) for i in items):
         return None
     return tuple(str(i) for i in items)
 

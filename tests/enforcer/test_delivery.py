@@ -1,0 +1,68 @@
+"""Protocol messages composed by the enforcer, DKIM-signed with the enforcer's key, over
+SMTP to aiosmtpd and over LMTP into the walled garden."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from envelopay import dkim
+from envelopay.enforcer.core import Enforcer
+from envelopay.enforcer.delivery import GardenDeliverer, SmtpDeliverer, dkim_signer
+from envelopay.enforcer.store import EnforcerStore, SqliteStore
+from envelopay.mail.garden import GardenServer
+from envelopay.mail.smtp import SmtpConfig
+from envelopay.protocol.messages import Which
+from envelopay.protocol.parse import parse
+
+from .conftest import Clock, Sink
+
+WHICH = {"type": "which", "body": {"v": "0.1.0", "note": "what do you sell?"}}
+
+
+async def test_protocol_message_is_composed_signed_and_delivered(
+    store: EnforcerStore, sink: Sink, clock: Clock
+) -> None:
+    key = dkim.DkimKey.generate_ed25519()
+    clock.now = time.time()  # dkimpy refuses a t= in the future
+    enforcer = Enforcer(
+        store,
+        SmtpDeliverer(SmtpConfig("127.0.0.1", sink.port, security="none", max_attempts=1)),
+        signer=dkim_signer(key, selector="enf", domain="agents.test", clock=clock),
+        clock=clock,
+    )
+    _, token = await enforcer.create_agent("buyer", "buyer@agents.test", allow=("worker@shop.test",))
+    d = await enforcer.send(
+        token,
+        {"to": "worker@shop.test", "from": "buyer@agents.test", "in_reply_to": "<q@shop.test>", **WHICH},
+    )
+    assert d.status == "sent", d
+    (_, rcpts, raw), = sink.messages
+    assert rcpts == ["worker@shop.test"]
+    verdict = await dkim.verify(raw, dns=dkim.table_dns({"enf._domainkey.agents.test": key.dns_txt_record()}))
+    assert verdict.status == "pass" and verdict.domain == "agents.test", verdict
+    parsed = parse(raw)
+    assert isinstance(parsed.message, Which) and parsed.message.note == "what do you sell?"
+    assert b"X-Envelopay-Agent: buyer" in raw
+
+
+async def test_delivery_into_the_walled_garden(tmp_path: Path, clock: Clock) -> None:
+    garden = GardenServer(tmp_path / "garden", ["worker@garden.local"], unix_path=tmp_path / "lmtp.sock",
+                          fsync=False)
+    store = SqliteStore(tmp_path / "enf.db")
+    await store.open()
+    try:
+        async with garden:
+            enforcer = Enforcer(store, GardenDeliverer(tmp_path / "lmtp.sock"), clock=clock)
+            _, token = await enforcer.create_agent("a1", "a1@garden.local", allow=("garden.local",))
+            ok = await enforcer.send(token, {"to": "worker@garden.local", "from": "a1@garden.local", **WHICH})
+            assert ok.status == "sent"
+            outside = await enforcer.send(
+                token, {"to": "nobody@garden.local", "from": "a1@garden.local", **WHICH}
+            )
+            assert outside.status == "failed" and "garden refused" in outside.reason
+        files = list((tmp_path / "garden" / "worker@garden.local" / "new").iterdir())
+        assert len(files) == 1
+        assert isinstance(parse(files[0].read_bytes()).message, Which)
+    finally:
+        await store.close()
