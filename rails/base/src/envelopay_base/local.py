@@ -162,10 +162,11 @@ class LocalBackend:
 
     async def estimate_gas(self, tx: Mapping[str, Any]) -> int:
         from eth_tester.exceptions import TransactionFailed
+        from eth_utils.exceptions import ValidationError
 
         try:
             return int(self.chain.tester.estimate_gas(dict(tx)))
-        except TransactionFailed as exc:
+        except (TransactionFailed, ValidationError) as exc:
             raise ChainUnavailable(f"gas estimation failed: {exc}") from exc
 
     async def fees(self) -> Fees:
@@ -176,9 +177,10 @@ class LocalBackend:
 
     async def send_raw(self, raw: bytes) -> str:
         from eth_tester.exceptions import TransactionFailed, ValidationError
+        from eth_utils.exceptions import ValidationError as EvmValidationError
 
         try:
             tx_hash = self.chain.tester.send_raw_transaction("0x" + raw.hex())
-        except (TransactionFailed, ValidationError) as exc:
+        except (TransactionFailed, ValidationError, EvmValidationError) as exc:
             raise ChainUnavailable(f"transaction refused: {exc}") from exc
         return str(tx_hash).lower()

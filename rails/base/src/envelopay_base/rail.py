@@ -157,7 +157,11 @@ class BaseRail:
                 signed = account.sign_transaction(tx)
                 tx_hash = await self.backend.send_raw(bytes(signed.raw_transaction))
         except ChainUnavailable as exc:
-            raise RailError(Reason.RPC_UNAVAILABLE.value, str(exc)) from exc
+            # Geth and op-geth say "insufficient funds for gas * price + value" when the
+            # balance moved between our check and the node's.
+            broke = "insufficient funds" in str(exc).lower()
+            reason = Reason.INSUFFICIENT_FUNDS if broke else Reason.RPC_UNAVAILABLE
+            raise RailError(reason.value, str(exc)) from exc
         return {"tx": tx_hash}
 
     async def _build(self, sender: str, asset: AssetInfo, amount: int, recipient: str) -> dict[str, Any]:
@@ -187,6 +191,9 @@ class BaseRail:
             raise RailError(
                 Reason.INSUFFICIENT_FUNDS.value, f"{sender} holds {held} of {asset.symbol}, needs {amount}"
             )
+        if eth_balance < ETH_TRANSFER_GAS * fees.max_fee_per_gas:
+            # Checked before estimating: nodes refuse to estimate for a sender who cannot pay gas.
+            raise RailError(Reason.INSUFFICIENT_FUNDS.value, f"{sender} has no ETH for gas")
         data = erc20_transfer_data(recipient, amount)
         gas = await self.backend.estimate_gas({"from": sender, "to": token, "data": data})
         gas += gas // 5  # estimation is tight; a revert for out-of-gas would waste the fee
