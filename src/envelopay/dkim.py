@@ -344,13 +344,18 @@ def table_dns(records: Mapping[str, str]) -> DnsLookup:
     return lookup
 
 
-def resolver_dns(timeout: float = 5.0) -> DnsLookup:
-    """A DnsLookup on dnspython's asyncio resolver (the system's resolv.conf)."""
+def resolver_dns(
+    timeout: float = 5.0, *, nameservers: list[str] | None = None, port: int = 53
+) -> DnsLookup:
+    """A DnsLookup on dnspython's asyncio resolver (resolv.conf unless nameservers given)."""
     import dns.asyncresolver
     import dns.exception
     import dns.resolver
 
-    resolver = dns.asyncresolver.Resolver()
+    resolver = dns.asyncresolver.Resolver(configure=nameservers is None)
+    if nameservers is not None:
+        resolver.nameservers = list(nameservers)
+        resolver.port = port
     resolver.lifetime = timeout
 
     async def lookup(name: str) -> str | None:
