@@ -283,3 +283,25 @@ async def test_create_agent_refuses_bad_input(enforcer: Enforcer) -> None:
     ]:
         with pytest.raises(UsageError):
             await enforcer.create_agent(name, address, allow=allow)
+
+
+async def test_a_fixed_message_id_makes_outbox_retries_idempotent(enforcer: Enforcer, sink: Sink) -> None:
+    from datetime import UTC, datetime
+
+    from envelopay.enforcer.client import request_from_outbound
+    from envelopay.protocol.messages import Which
+    from envelopay.protocol.outbound import Outbound
+
+    token = await make(enforcer)
+    out = Outbound(sender="a1@agents.test", recipient=PEER, message=Which(note="menu?"),
+                   message_id="<row1@agents.test>", date=datetime(2027, 1, 15, tzinfo=UTC))
+    body = request_from_outbound(out).to_json()
+    first = await enforcer.send(token, body)
+    again = await enforcer.send(token, body)
+    assert first.status == again.status == "sent"
+    assert first.message_id == again.message_id == "<row1@agents.test>" and first.id == again.id
+    assert len(sink.messages) == 1
+    foreign = await enforcer.send(token, {**body, "message_id": "<row2@elsewhere.test>"})
+    assert (foreign.status, foreign.reason) == ("blocked", "message_id must be on the agent's own domain")
+    bad = await enforcer.send(token, {**body, "message_id": "<x@agents.test>\r\nBcc: e@evil.test"})
+    assert (bad.status, bad.reason) == ("blocked", "invalid header: message_id")

@@ -15,8 +15,29 @@ import httpx
 
 from envelopay.enforcer.model import Disposition, SendRequest
 from envelopay.errors import TransportError, UsageError
+from envelopay.protocol.outbound import Outbound
 
-__all__ = ["EnforcerClient", "OperatorClient"]
+__all__ = ["EnforcerClient", "OperatorClient", "request_from_outbound"]
+
+
+def request_from_outbound(out: Outbound, *, text: str = "") -> SendRequest:
+    """The send request for an outbox row: its fields, with its fixed Message-ID, so a
+    retried row is answered from the enforcer's record instead of being sent twice."""
+    import json
+
+    from envelopay.protocol.compose import message_json
+
+    return SendRequest(
+        to=out.recipient,
+        sender=out.sender,
+        text=text,
+        subject=out.note,
+        msg_type=str(out.message.type),
+        body=json.loads(message_json(out.message)),
+        in_reply_to=out.in_reply_to,
+        references=out.references,
+        message_id=out.message_id,
+    )
 
 
 class _Http:

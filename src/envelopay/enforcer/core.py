@@ -112,6 +112,12 @@ class Enforcer:
         now = self.clock()
         fp = fingerprint(req)
         try:
+            if req.message_id is not None:
+                # Idempotent resend of a fixed Message-ID (an outbox retry): answer from the
+                # record. A FAILED attempt is not a send, so it may be tried again.
+                prior = await self.store.send_by_message_id(agent.id, req.message_id)
+                if prior is not None and prior.state != "FAILED":
+                    return self._disposition(prior)
             # Duplicate/loop guard: counts successful sends only.
             if await self.store.recent_success(agent.id, fp, now - self.dedupe_window):
                 return Disposition(status="blocked", reason="duplicate of a recent send")
@@ -147,7 +153,9 @@ class Enforcer:
             return "daily cap reached"
         return ""
 
-    def _message_id(self, agent: Agent) -> str:
+    def _message_id(self, agent: Agent, req: SendRequest | None = None) -> str:
+        if req is not None and req.message_id is not None:
+            return req.message_id
         return f"<{self.new_id()}@{agent.address.rsplit('@', 1)[1].lower()}>"
 
     async def _queue(self, agent: Agent, req: SendRequest, fp: str, reason: str, now: float) -> Disposition:
@@ -155,7 +163,7 @@ class Enforcer:
         try:
             await self.store.insert_send(
                 id=send_id, agent_id=agent.id, state="PENDING", reason=reason, request=req,
-                fingerprint=fp, message_id=self._message_id(agent), now=now,
+                fingerprint=fp, message_id=self._message_id(agent, req), now=now,
             )
         except StoreError as exc:
             return Disposition(status="failed", reason=f"store error: {exc}")
@@ -179,7 +187,7 @@ class Enforcer:
 
     async def _deliver_direct(self, agent: Agent, req: SendRequest, fp: str, now: float) -> Disposition:
         send_id = self.new_id()
-        message_id = self._message_id(agent)
+        message_id = self._message_id(agent, req)
         problem = await self._transmit(agent, req, message_id, now)
         state: QueueState = "FAILED" if problem else "SENT"
         try:

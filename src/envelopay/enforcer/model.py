@@ -68,9 +68,14 @@ class SendRequest:
     in_reply_to: str | None = None
     references: tuple[str, ...] = ()
     reply_to: str | None = None
+    # Optional caller-fixed Message-ID (an outbox row's), on the agent's own domain: a
+    # resend with the same id is answered from the record instead of sending again.
+    message_id: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"to": self.to, "from": self.sender, "text": self.text}
+        if self.message_id is not None:
+            out["message_id"] = self.message_id
         if self.subject is not None:
             out["subject"] = self.subject
         if self.msg_type is not None:

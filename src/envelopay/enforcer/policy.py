@@ -87,6 +87,11 @@ def check_request(raw: Mapping[str, Any]) -> SendRequest | Disposition:
     in_reply_to = raw.get("in_reply_to")
     if in_reply_to is not None and not (isinstance(in_reply_to, str) and _MSGID.fullmatch(in_reply_to)):
         return _blocked("invalid header: in_reply_to")
+    message_id = raw.get("message_id")
+    if message_id is not None and not (
+        isinstance(message_id, str) and _MSGID.fullmatch(message_id) and "@" in message_id
+    ):
+        return _blocked("invalid header: message_id")
     refs = _references(raw.get("references"))
     if refs is None:
         return _blocked("invalid header: references")
@@ -133,6 +138,7 @@ def check_request(raw: Mapping[str, Any]) -> SendRequest | Disposition:
         in_reply_to=in_reply_to,
         references=refs,
         reply_to=reply_to,
+        message_id=message_id,
     )
 
 
@@ -162,6 +168,10 @@ def check_sender(req: SendRequest, agent: Agent) -> Disposition | None:
     own = agent.address.strip()
     if not own or req.sender.lower() != own.lower():
         return _blocked("from must be the agent's own address")
+    if req.message_id is not None and (
+        req.message_id[1:-1].rsplit("@", 1)[1].lower() != own.rsplit("@", 1)[1].lower()
+    ):
+        return _blocked("message_id must be on the agent's own domain")
     return None
 
 

@@ -51,6 +51,7 @@ _SCHEMA = [
         updated_at DOUBLE PRECISION NOT NULL)""",
     "CREATE INDEX IF NOT EXISTS enf_sends_dup ON enf_sends (agent_id, fingerprint, state, updated_at)",
     "CREATE INDEX IF NOT EXISTS enf_sends_state ON enf_sends (state, created_at)",
+    "CREATE INDEX IF NOT EXISTS enf_sends_msgid ON enf_sends (agent_id, message_id)",
     """CREATE TABLE IF NOT EXISTS enf_outcomes (
         send_id TEXT PRIMARY KEY,
         state TEXT NOT NULL,
@@ -87,6 +88,7 @@ def _request(data: dict[str, Any]) -> SendRequest:
         in_reply_to=data.get("in_reply_to"),
         references=tuple(data.get("references", ())),
         reply_to=data.get("reply_to"),
+        message_id=data.get("message_id"),
     )
 
 
@@ -127,6 +129,8 @@ _SQL = {
     " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
     "get_send": f"SELECT {_SEND_COLS} FROM enf_sends s LEFT JOIN enf_agents a ON a.id = s.agent_id"
     " WHERE s.id = ?",
+    "send_by_message_id": f"SELECT {_SEND_COLS} FROM enf_sends s LEFT JOIN enf_agents a"
+    " ON a.id = s.agent_id WHERE s.agent_id = ? AND s.message_id = ? ORDER BY s.created_at LIMIT 1",
     "list_sends": f"SELECT {_SEND_COLS} FROM enf_sends s LEFT JOIN enf_agents a ON a.id = s.agent_id"
     " WHERE (s.decided_at IS NOT NULL OR s.state = 'PENDING')"  # queue rows, not direct sends
     " ORDER BY CASE s.state WHEN 'PENDING' THEN 0 WHEN 'APPROVED' THEN 1 WHEN 'FAILED' THEN 2"
@@ -219,6 +223,10 @@ class EnforcerStore(ABC):
 
     async def get_send(self, send_id: str) -> QueueRow | None:
         rows = await self.execute("get_send", (send_id,))
+        return _row(rows[0]) if rows else None
+
+    async def send_by_message_id(self, agent_id: str, message_id: str) -> QueueRow | None:
+        rows = await self.execute("send_by_message_id", (agent_id, message_id))
         return _row(rows[0]) if rows else None
 
     async def list_sends(self, limit: int = 200) -> list[QueueRow]:
