@@ -1,0 +1,125 @@
+"""A Solana JSON-RPC node over a `LocalSolana` chain (tests, demo, benchmarks).
+
+Serves the methods the rail's RPC backend uses, with the answer shapes of a real
+node, so the RPC backend (verification and payment) runs end to end against real
+signed transactions on LiteSVM::
+
+    async with JsonRpcServer(solana_rpc_handler(chain)) as node:
+        rail = make_rail({"backend": "rpc", "rpc_url": node.url, "network": "local", ...})
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Callable
+from typing import Any
+
+from solders.pubkey import Pubkey
+from solders.transaction import Transaction
+from solders.transaction_metadata import FailedTransactionMetadata
+
+from envelopay.testing.rpc_server import JsonRpcFault
+from envelopay_solana.local import LocalSolana, _ui_amount
+from envelopay_solana.verify import COMMITMENT_RANK
+
+INVALID_PARAMS = -32602
+PREFLIGHT_FAILURE = -32002
+
+
+def solana_rpc_handler(chain: LocalSolana) -> Callable[[str, list[Any]], Any]:
+    """A JSON-RPC handler answering from `chain` (see JsonRpcServer)."""
+
+    def context() -> dict[str, Any]:
+        return {"slot": chain.svm.get_clock().slot, "apiVersion": "2.1.0"}
+
+    def config(params: list[Any], index: int) -> dict[str, Any]:
+        value = params[index] if len(params) > index else {}
+        return value if isinstance(value, dict) else {}
+
+    def pubkey(value: Any) -> Pubkey:
+        try:
+            return Pubkey.from_string(str(value))
+        except ValueError as exc:
+            raise JsonRpcFault(INVALID_PARAMS, f"Invalid param: {exc}") from exc
+
+    def get_transaction(params: list[Any]) -> Any:
+        doc, reached = chain.lookup(str(params[0]))
+        wanted = config(params, 1).get("commitment", "finalized")
+        if doc is None or reached is None or COMMITMENT_RANK[reached] < COMMITMENT_RANK.get(wanted, 2):
+            return None
+        return doc
+
+    def get_signature_statuses(params: list[Any]) -> Any:
+        out: list[dict[str, Any] | None] = []
+        for sig in params[0]:
+            doc, reached = chain.lookup(str(sig))
+            if doc is None:
+                out.append(None)
+                continue
+            out.append({"slot": doc["slot"], "confirmations": None if reached == "finalized" else 0,
+                        "err": doc["meta"]["err"], "status": doc["meta"]["status"],
+                        "confirmationStatus": reached})
+        return {"context": context(), "value": out}
+
+    def get_balance(params: list[Any]) -> Any:
+        return {"context": context(), "value": chain.balance(pubkey(params[0]))}
+
+    def get_token_account_balance(params: list[Any]) -> Any:
+        address = pubkey(params[0])
+        amount = chain.token_balance(address)
+        if amount is None:
+            raise JsonRpcFault(INVALID_PARAMS, "Invalid param: could not find account")
+        with chain._lock:
+            parsed = chain._token_account(address)
+            decimals = chain._decimals(parsed[0]) if parsed else 0
+        return {"context": context(), "value": _ui_amount(amount, decimals)}
+
+    def get_account_info(params: list[Any]) -> Any:
+        with chain._lock:
+            acct = chain.svm.get_account(pubkey(params[0]))
+        if acct is None or acct.lamports == 0:
+            return {"context": context(), "value": None}
+        return {"context": context(), "value": {
+            "lamports": acct.lamports, "owner": str(acct.owner), "executable": acct.executable,
+            "rentEpoch": 18446744073709551615, "space": len(acct.data),
+            "data": [base64.b64encode(bytes(acct.data)).decode(), "base64"]}}
+
+    def get_latest_blockhash(params: list[Any]) -> Any:
+        return {"context": context(), "value": {"blockhash": str(chain.latest_blockhash()),
+                                                "lastValidBlockHeight": chain.svm.get_clock().slot + 150}}
+
+    def send_transaction(params: list[Any]) -> Any:
+        opts = config(params, 1)
+        try:
+            tx = Transaction.from_bytes(base64.b64decode(str(params[0]), validate=True))
+        except (binascii.Error, ValueError) as exc:
+            raise JsonRpcFault(INVALID_PARAMS, f"failed to deserialize transaction: {exc}") from exc
+        if not opts.get("skipPreflight", False):
+            with chain._lock:
+                sim = chain.svm.simulate_transaction(tx)
+            if isinstance(sim, FailedTransactionMetadata):
+                logs = list(sim.meta().logs())
+                raise JsonRpcFault(PREFLIGHT_FAILURE, f"Transaction simulation failed: {sim.err()}",
+                                   {"err": str(sim.err()), "logs": logs})
+        return chain.send(tx).signature
+
+    methods: dict[str, Callable[[list[Any]], Any]] = {
+        "getTransaction": get_transaction,
+        "getSignatureStatuses": get_signature_statuses,
+        "getBalance": get_balance,
+        "getTokenAccountBalance": get_token_account_balance,
+        "getAccountInfo": get_account_info,
+        "getLatestBlockhash": get_latest_blockhash,
+        "sendTransaction": send_transaction,
+    }
+
+    def handle(method: str, params: list[Any]) -> Any:
+        fn = methods.get(method)
+        if fn is None:
+            raise JsonRpcFault(-32601, "Method not found")
+        if method not in ("getLatestBlockhash",) and not params:
+            raise JsonRpcFault(INVALID_PARAMS, "Invalid params")
+        return fn(params)
+
+    return handle
