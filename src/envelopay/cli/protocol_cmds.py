@@ -1,10 +1,228 @@
-"""CLI commands for this area (registered by envelopay.cli.app)."""
+"""CLI commands of the protocol area: parse, compose, conformance."""
 
 from __future__ import annotations
 
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
 import typer
+
+_TYPES = ("which", "methods", "pay", "order", "fulfill", "invoice", "offer", "accept", "oops")
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(2)
+
+
+def _json_or_text(value: str) -> Any:
+    """An option that takes a JSON value, or plain text when it is not JSON."""
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
+
+
+def _json_option(name: str, value: str) -> Any:
+    try:
+        return json.loads(value)
+    except ValueError as exc:
+        raise _fail(f"--{name}: not JSON ({exc})") from exc
 
 
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the top-level app."""
-    _ = app
+
+    @app.command("parse")
+    def parse_cmd(
+        file: Annotated[str, typer.Argument(help="A raw .eml file, or - for stdin.")] = "-",
+        as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+        re_v02: Annotated[
+            bool, typer.Option("--re-v0.2", help="Apply v0.2.0's rule: strip Re: prefixes (never Fwd:).")
+        ] = False,
+    ) -> None:
+        """Parse one message and say what a receiver makes of it (exit 0 for any message)."""
+        from envelopay.protocol.parse import ParseOptions, parse
+
+        try:
+            raw = sys.stdin.buffer.read() if file == "-" else Path(file).read_bytes()
+        except OSError as exc:
+            raise _fail(f"cannot read {file}: {exc.strerror or exc}") from exc
+        parsed = parse(raw, options=ParseOptions(re_prefix="v0.2" if re_v02 else "v0.1"))
+        if as_json:
+            typer.echo(json.dumps(parsed.to_json(), ensure_ascii=False))
+            return
+        if not parsed.protocol:
+            typer.echo(f"not protocol: subject {parsed.subject!r}")
+            return
+        kind = parsed.type.keyword if parsed.type is not None else "(unknown type)"
+        state = "valid" if parsed.valid else "invalid"
+        typer.echo(f"{kind} {state}" + (f" | {parsed.note}" if parsed.note else ""))
+        typer.echo(f"  reply:      {'OOPS ' + parsed.oops.value if parsed.oops else 'no OOPS'}")
+        for label, value in (
+            ("id", parsed.id),
+            ("from", parsed.from_addr),
+            ("message-id", parsed.message_id),
+            ("in-reply-to", parsed.in_reply_to),
+        ):
+            if value is not None:
+                typer.echo(f"  {label + ':':<11} {value}")
+        for problem in parsed.problems:
+            typer.echo(f"  problem:    {problem.code.value}: {problem.detail}")
+        for warning in parsed.warnings:
+            typer.echo(f"  warning:    {warning}")
+        if parsed.message is not None:
+            from envelopay.protocol.compose import message_json
+
+            typer.echo(message_json(parsed.message, indent=2))
+
+    @app.command("compose")
+    def compose_cmd(
+        type_: Annotated[str, typer.Argument(metavar="TYPE", help="One of the nine types (any case).")],
+        sender: Annotated[str, typer.Option("--from", help="Sender address.")],
+        recipient: Annotated[str, typer.Option("--to", help="Recipient address.")],
+        json_file: Annotated[
+            Path | None, typer.Option("--json-file", help="Body fields as a JSON object (options override).")
+        ] = None,
+        out: Annotated[Path | None, typer.Option("--out", help="Write the .eml here (else stdout).")] = None,
+        domain: Annotated[
+            str | None, typer.Option(help="Message-ID domain (default: the sender's).")
+        ] = None,
+        message_id: Annotated[str | None, typer.Option("--message-id")] = None,
+        in_reply_to: Annotated[str | None, typer.Option("--in-reply-to")] = None,
+        references: Annotated[list[str] | None, typer.Option("--references")] = None,
+        subject_note: Annotated[
+            str | None, typer.Option("--subject-note", help="Subject note (default: note).")
+        ] = None,
+        v: Annotated[str | None, typer.Option("--v", help="Protocol version (default 0.1.0).")] = None,
+        id_: Annotated[str | None, typer.Option("--id")] = None,
+        note: Annotated[str | None, typer.Option("--note")] = None,
+        amount: Annotated[str | None, typer.Option("--amount", help="Smallest-unit digit string.")] = None,
+        token: Annotated[str | None, typer.Option("--token")] = None,
+        chain: Annotated[str | None, typer.Option("--chain")] = None,
+        wallet: Annotated[str | None, typer.Option("--wallet")] = None,
+        proof: Annotated[str | None, typer.Option("--proof", help="Proof as a JSON object.")] = None,
+        task: Annotated[str | None, typer.Option("--task", help="JSON object or text.")] = None,
+        result: Annotated[str | None, typer.Option("--result", help="JSON value or text.")] = None,
+        rails: Annotated[str | None, typer.Option("--rails", help="METHODS rails as a JSON array.")] = None,
+        give: Annotated[str | None, typer.Option("--give", help="OFFER give as a JSON object.")] = None,
+        want: Annotated[str | None, typer.Option("--want", help="OFFER want as a JSON object.")] = None,
+        code: Annotated[str | None, typer.Option("--code", help="OOPS error code.")] = None,
+        ref: Annotated[str | None, typer.Option("--ref")] = None,
+        order_ref: Annotated[str | None, typer.Option("--order-ref")] = None,
+        invoice_ref: Annotated[str | None, typer.Option("--invoice-ref")] = None,
+        offer_ref: Annotated[str | None, typer.Option("--offer-ref")] = None,
+        which_ref: Annotated[str | None, typer.Option("--which-ref")] = None,
+        due: Annotated[str | None, typer.Option("--due")] = None,
+        fallback: Annotated[str | None, typer.Option("--fallback")] = None,
+    ) -> None:
+        """Compose a message from options or a JSON file and write the .eml."""
+        from datetime import UTC, datetime
+
+        from pydantic import ValidationError
+
+        from envelopay.errors import UsageError
+        from envelopay.protocol.compose import compose_message
+        from envelopay.protocol.messages import MessageType, model_for
+
+        kind_name = type_.lower()
+        if kind_name not in _TYPES:
+            raise _fail(f"TYPE: {type_!r} is not one of {', '.join(t.upper() for t in _TYPES)}")
+        kind = MessageType(kind_name)
+        data: dict[str, Any] = {}
+        if json_file is not None:
+            try:
+                loaded = json.loads(json_file.read_text(encoding="utf-8"))
+            except OSError as exc:
+                raise _fail(f"--json-file: cannot read {json_file}: {exc.strerror or exc}") from exc
+            except ValueError as exc:
+                raise _fail(f"--json-file: not JSON ({exc})") from exc
+            if not isinstance(loaded, dict):
+                raise _fail("--json-file: must hold a JSON object")
+            data.update(loaded)
+        plain = {
+            "v": v, "id": id_, "note": note, "amount": amount, "token": token, "chain": chain,
+            "wallet": wallet, "ref": ref, "order_ref": order_ref, "invoice_ref": invoice_ref,
+            "offer_ref": offer_ref, "which_ref": which_ref, "due": due, "fallback": fallback,
+        }  # fmt: skip
+        data.update({k: val for k, val in plain.items() if val is not None})
+        for name, raw_value in (("proof", proof), ("rails", rails), ("give", give), ("want", want)):
+            if raw_value is not None:
+                data[name] = _json_option(name, raw_value)
+        if task is not None:
+            data["task"] = _json_or_text(task)
+        if result is not None:
+            data["result"] = _json_or_text(result)
+        if code is not None:
+            error = data.get("error")
+            data["error"] = {**(error if isinstance(error, dict) else {}), "code": code}
+        data.setdefault("v", "0.1.0")
+        data["type"] = kind.value
+        try:
+            message = model_for(kind).model_validate(data, context={"wire": True})
+        except ValidationError as exc:
+            lines = []
+            for e in exc.errors(include_url=False):
+                where = ".".join(str(x) for x in e["loc"] if not (isinstance(x, str) and "[" in x))
+                lines.append(f"{where or 'body'}: {e['msg']}")
+            raise _fail(f"invalid {kind.keyword} fields:\n  " + "\n  ".join(lines)) from exc
+        msg_domain = domain or (sender.rsplit("@", 1)[-1] if "@" in sender else "")
+        try:
+            raw, _ = compose_message(
+                message,  # type: ignore[arg-type]
+                sender=sender,
+                recipient=recipient,
+                domain=msg_domain,
+                now=datetime.now(UTC),
+                in_reply_to=in_reply_to,
+                references=tuple(references or ()),
+                message_id=message_id,
+                note=subject_note,
+            )
+        except UsageError as exc:
+            raise _fail(str(exc)) from exc
+        if out is None:
+            sys.stdout.buffer.write(raw)
+            sys.stdout.buffer.flush()
+            return
+        try:
+            out.write_bytes(raw)
+        except OSError as exc:
+            raise _fail(f"--out: cannot write {out}: {exc.strerror or exc}") from exc
+        typer.echo(f"wrote {out}", err=True)
+
+    @app.command("conformance")
+    def conformance_cmd(
+        root: Annotated[
+            Path | None, typer.Option("--root", help="Corpus directory (default fixtures/conformance).")
+        ] = None,
+        verbose: Annotated[bool, typer.Option("--verbose", "-v", help="List passing vectors too.")] = False,
+        target: Annotated[
+            str | None, typer.Option("--target", help="Run the corpus against a live address instead.")
+        ] = None,
+        config: Annotated[str, typer.Option("--config", help="Config file for --target.")] = "envelopay.toml",
+    ) -> None:
+        """Run the conformance corpus against this engine; ends with `N passed, N failed`."""
+        if target is not None:
+            from envelopay.agent.live_conformance import run_live  # type: ignore[import-not-found,unused-ignore]
+
+            raise typer.Exit(run_live(target, config))
+        from envelopay.testing.conformance import load_manifest, run_manifest
+
+        try:
+            vectors = load_manifest(root)
+        except (OSError, ValueError) as exc:
+            raise _fail(f"cannot load the manifest: {exc}") from exc
+        report = run_manifest(vectors)
+        for res in report.results:
+            if not res.ok:
+                typer.echo(f"FAIL {res.vector.file}  [{res.vector.rule}]")
+                for line in res.mismatches:
+                    typer.echo(f"     {line}")
+            elif verbose:
+                typer.echo(f"ok   {res.vector.file}")
+        typer.echo(report.summary())
+        if report.failed:
+            raise typer.Exit(1)

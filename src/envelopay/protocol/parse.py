@@ -82,6 +82,7 @@ _TAG = re.compile(r"<[^>]*>")
 _HIDDEN = re.compile(r"<(script|style|head|blockquote)\b.*?</\1\s*>", re.IGNORECASE | re.DOTALL)
 _BREAK_TAG = re.compile(r"<\s*(br|/p|/div|/tr|/li|/h[1-6])\b[^>]*>", re.IGNORECASE)
 _SIG = ("-- ", "--")
+_ATTEMPT = re.compile(r'\{\s*"')
 
 _MAX_DEPTH = 8
 _MAX_PARTS = 256
@@ -292,30 +293,30 @@ _DECODER = json.JSONDecoder()
 
 
 def _find_object(text: str) -> tuple[dict[str, Any] | None, bool]:
-    """The first JSON object in prose: (object, saw_brace). Raises _Stop on ambiguity."""
-    start = text.find("{")
-    if start < 0:
-        return None, False
+    """The payload object in prose: (object, attempted).
+
+    The payload is the first JSON object (raw_decode at each `{`) that has `v` or
+    `type`; objects without either, and braces that start no JSON, are prose. A `{`
+    followed by a JSON string that fails to decode is an attempted payload (`attempted`).
+    Two payload-shaped objects are ambiguous: raises _Stop(invalid_json)."""
     found: dict[str, Any] | None = None
+    attempted = False
+    start = text.find("{")
     attempts = 0
     while start >= 0 and attempts < _MAX_JSON_ATTEMPTS:
         attempts += 1
         try:
             obj, end = _DECODER.raw_decode(text, start)
         except Exception:  # JSONDecodeError, RecursionError, int-too-long ValueError
+            attempted = attempted or _ATTEMPT.match(text, start) is not None
             start = text.find("{", start + 1)
             continue
-        if isinstance(obj, dict):
-            if found is None:
-                found = obj
-            elif "type" in obj and "v" in obj:
-                raise _Stop(
-                    Problem(OopsCode.INVALID_JSON, "the body holds more than one Envelopay JSON object")
-                )
-            start = text.find("{", end)
-        else:
-            start = text.find("{", start + 1)
-    return found, True
+        if isinstance(obj, dict) and ("v" in obj or "type" in obj):
+            if found is not None:
+                raise _Stop(Problem(OopsCode.INVALID_JSON, "the body holds more than one Envelopay JSON object"))
+            found = obj
+        start = text.find("{", end)  # an object's inner braces belong to it
+    return found, attempted or found is not None
 
 
 def _extract_body(headers: dict[str, list[str]], body: bytes) -> dict[str, Any] | None:
@@ -348,7 +349,7 @@ def _extract_body(headers: dict[str, list[str]], body: bytes) -> dict[str, Any] 
         if parts and not saw_brace:
             return None  # readable text without a JSON object: a body-less message
     if saw_brace:
-        raise _Stop(Problem(OopsCode.INVALID_JSON, "the body has a `{` but no JSON object"))
+        raise _Stop(Problem(OopsCode.INVALID_JSON, "the body starts a JSON object that does not parse"))
     return None
 
 
@@ -368,7 +369,10 @@ def _field_problems(kind: MessageType, err: ValidationError) -> list[Problem]:
         loc = tuple(x for x in e["loc"] if not (isinstance(x, str) and "[" in x))
         path = _loc(loc)
         last = loc[-1] if loc else None
-        missing = e["type"] == "missing" or (e["type"] == "string_too_short" and last == "wallet")
+        # An empty or null wallet is no wallet (decision, SPEC.md).
+        missing = e["type"] == "missing" or (
+            last == "wallet" and (e["type"] == "string_too_short" or e.get("input") is None)
+        )
         if missing and last == "wallet" and kind in (MessageType.INVOICE, MessageType.METHODS):
             # Spec code: INVOICE without `wallet`, or a METHODS rail without one.
             problems.append(Problem(OopsCode.MISSING_WALLET, f"{path}: a wallet is required", path))

@@ -55,3 +55,25 @@ class Parsed:
         if self.body is not None and isinstance(self.body.get("id"), str):
             return str(self.body["id"])
         return None
+
+    def to_json(self) -> dict[str, Any]:
+        """The `envelopay parse --json` object. The first seven keys are fixed by the
+        conformance manifest format (SPEC.md); the rest are informative."""
+        return {
+            "protocol": self.protocol,
+            "type": self.type.value if self.type is not None else None,
+            "valid": self.valid,
+            "oops": self.oops.value if self.oops is not None else None,
+            "id": self.id,
+            "message_id": self.message_id,
+            "body": self.body,
+            "note": self.note,
+            "subject": self.subject,
+            "from": self.from_addr,
+            "in_reply_to": self.in_reply_to,
+            "references": list(self.references),
+            "problems": [
+                {"code": p.code.value, "field": p.field, "detail": p.detail} for p in self.problems
+            ],
+            "warnings": list(self.warnings),
+        }
