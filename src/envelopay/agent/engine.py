@@ -24,6 +24,7 @@ import secrets
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any, Literal, Protocol, TypeAlias
 
 from envelopay import flows
@@ -363,8 +364,8 @@ class Engine:
                 sender=sender if claimable else None,
                 protocol_id=parsed.id if claimable else None,
                 proof=proof_key if claimable else None,
-                refs=self._typed_refs(message) if message is not None else (),
-                thread=self._thread(parsed),
+                refs=self._typed_refs(message) if claimable and message is not None else (),
+                thread=self._thread(parsed) if claimable else (),
             )
             begin = self.store.begin_step(claim)
             if begin.status == "seen":
@@ -383,13 +384,21 @@ class Engine:
                 result = await self._refuse_early(parsed, message_id, sender, early, claimable, now)
             elif begin.status == "duplicate_id":
                 result = await self._refuse_early(
-                    parsed, message_id, sender, (OopsCode.DUPLICATE_ID, "id reused with other content"),
-                    False, now,
+                    parsed,
+                    message_id,
+                    sender,
+                    (OopsCode.DUPLICATE_ID, "id reused with other content"),
+                    False,
+                    now,
                 )
             elif begin.status == "proof_replayed":
                 result = await self._refuse_early(
-                    parsed, message_id, sender, (OopsCode.PROOF_REPLAYED, "this proof was already presented"),
-                    True, now,
+                    parsed,
+                    message_id,
+                    sender,
+                    (OopsCode.PROOF_REPLAYED, "this proof was already presented"),
+                    True,
+                    now,
                 )
             else:
                 result = await self._step(parsed, message, message_id, sender, begin, proof_key, now)
@@ -499,11 +508,11 @@ class Engine:
             return None, (OopsCode.THREAD_CONFLICT, "typed refs name different flows")
         by_ref = next(iter(ref_flows.values()), None)
         by_thread: FlowRecord | None = None
-        for f in begin.thread_flows:
+        for _mid, f in begin.thread_flows:
             if f.peer == sender:
                 by_thread = f
                 break
-        reply_flow = begin.thread_flows[0] if begin.thread_flows and parsed.in_reply_to else None
+        reply_flow = next((f for mid, f in begin.thread_flows if mid == parsed.in_reply_to), None)
         if (
             by_ref is not None
             and reply_flow is not None
@@ -553,16 +562,25 @@ class Engine:
 
         step = flows.step(work.fs, message, Direction.IN)
         in_entry = LogEntry(
-            work.flow_id, now, "in", message.type, message_id, parsed.id, sender, self.address,
+            work.flow_id,
+            now,
+            "in",
+            message.type,
+            message_id,
+            parsed.id,
+            sender,
+            self.address,
             message.model_dump(mode="json"),
         )
         if not step.ok:
-            return await self._commit_refusal(parsed, message, message_id, sender, work, step, proof_key,
-                                              in_entry, now)
+            return await self._commit_refusal(
+                parsed, message, message_id, sender, work, step, proof_key, in_entry, now
+            )
 
         await self._run_actions(parsed, message, step, work, proof_key, now)
-        return await self._commit_work(parsed, message, message_id, sender, work, step, proof_key,
-                                       in_entry, now)
+        return await self._commit_work(
+            parsed, message, message_id, sender, work, step, proof_key, in_entry, now
+        )
 
     async def _commit_refusal(
         self,
@@ -612,8 +630,16 @@ class Engine:
     def _out_entry(self, flow_id: str, ob: Outbound, now: datetime) -> LogEntry:
         oops = ob.message.error.code if isinstance(ob.message, Oops) and ob.message.error else None
         return LogEntry(
-            flow_id, now, "out", ob.message.type, ob.message_id, getattr(ob.message, "id", None),
-            ob.sender, ob.recipient, ob.message.model_dump(mode="json"), oops=oops,
+            flow_id,
+            now,
+            "out",
+            ob.message.type,
+            ob.message_id,
+            getattr(ob.message, "id", None),
+            ob.sender,
+            ob.recipient,
+            ob.message.model_dump(mode="json"),
+            oops=oops,
         )
 
     def _ctx(self, work: _Work, now: datetime) -> Context:
@@ -702,28 +728,36 @@ class Engine:
                 continue
             if action is Action.NOTIFY:
                 work.notices.append(
-                    Notice(work.flow_id, work.fs.kind, work.fs.side, work.fs.state, work.peer, message,
-                           parsed.message_id, work.verdict)
+                    Notice(
+                        work.flow_id,
+                        work.fs.kind,
+                        work.fs.side,
+                        work.fs.state,
+                        work.peer,
+                        message,
+                        parsed.message_id,
+                        work.verdict,
+                    )
                 )
                 continue
             ctx = self._ctx(work, now)
             if action is Action.DECIDE_METHODS:
                 assert isinstance(message, Which)
-                decision = await self._ask(lambda: self.app.methods(message, ctx))
+                decision = await self._ask(partial(self.app.methods, message, ctx))
             elif action is Action.DECIDE_ORDER:
                 assert isinstance(message, Order)
                 paid = work.verdict.observed_amount if work.verdict is not None else None
-                decision = await self._ask(lambda: self.app.order(message, ctx, paid=paid))
+                decision = await self._ask(partial(self.app.order, message, ctx, paid=paid))
             elif action is Action.FULFILL:
                 assert isinstance(message, Pay)
                 order = _order_of(work.fs.data)
                 if order is None:
                     decision = Refuse(OopsCode.TASK_FAILED, "no ORDER recorded in this flow")
                 else:
-                    decision = await self._ask(lambda: self.app.fulfill(order, message, ctx))
+                    decision = await self._ask(partial(self.app.fulfill, order, message, ctx))
             elif action is Action.DECIDE_OFFER:
                 assert isinstance(message, Offer)
-                decision = await self._ask(lambda: self.app.offer(message, ctx))
+                decision = await self._ask(partial(self.app.offer, message, ctx))
             self._apply_decision(parsed, decision, work, now)
 
     def _apply_decision(self, parsed: Parsed, decision: Any, work: _Work, now: datetime) -> None:
@@ -738,8 +772,12 @@ class Engine:
             return
         out_step = flows.step(work.fs, decision, Direction.OUT)
         if not out_step.ok:
-            _log.error("application answered %s, which the %s table refuses in state %s",
-                      decision.type, work.fs.kind, work.fs.state)
+            _log.error(
+                "application answered %s, which the %s table refuses in state %s",
+                decision.type,
+                work.fs.kind,
+                work.fs.state,
+            )
             oops = self._oops(OopsCode.TASK_FAILED, "the worker could not answer", parsed.id)
             work.replies.append(self._reply(parsed, work.peer, oops, now))
             work.oops, work.detail = OopsCode.TASK_FAILED, f"illegal reply {decision.type}"
@@ -767,27 +805,45 @@ class Engine:
             replies = [self._reply(parsed, sender, self._oops(work.oops, work.detail, parsed.id), now)]
             existing = work.version > 0
             outcome = Outcome(
-                "refused", message_id,
+                "refused",
+                message_id,
                 flow_id=work.flow_id if existing else None,
                 state=work.fs.state if existing else None,
-                oops=work.oops, detail=work.detail,
-                outbox=tuple(r.message_id for r in replies), verdict=verdict_json,
+                oops=work.oops,
+                detail=work.detail,
+                outbox=tuple(r.message_id for r in replies),
+                verdict=verdict_json,
             )
             log = [replace(in_entry, verdict=verdict_json, oops=work.oops.value)]
             log += [self._out_entry(work.flow_id, r, now) for r in replies]
             commit = Commit(
-                local=self.address, now=now, outcome=outcome.to_json(), message_id=message_id,
-                worker=self.worker_id, log=tuple(log) if existing else (),
+                local=self.address,
+                now=now,
+                outcome=outcome.to_json(),
+                message_id=message_id,
+                worker=self.worker_id,
+                log=tuple(log) if existing else (),
                 outbox=tuple((r, work.flow_id if existing else None) for r in replies),
-                proof=proof_key, proof_fate=work.proof_fate, proof_verdict=verdict_json,
-                sender=sender, protocol_id=parsed.id, replay_fate=work.replay_fate,
+                proof=proof_key,
+                proof_fate=work.proof_fate,
+                proof_verdict=verdict_json,
+                sender=sender,
+                protocol_id=parsed.id,
+                replay_fate=work.replay_fate,
             )
             return self._finish(commit, outcome, message_id)
 
         record = FlowRecord(
-            flow_id=work.flow_id, local=self.address, peer=sender, kind=work.fs.kind.value,
-            side=work.fs.side.value, state=work.fs.state, version=work.version, data=work.fs.data,
-            created_at=now, updated_at=now,
+            flow_id=work.flow_id,
+            local=self.address,
+            peer=sender,
+            kind=work.fs.kind.value,
+            side=work.fs.side.value,
+            state=work.fs.state,
+            version=work.version,
+            data=work.fs.data,
+            created_at=now,
+            updated_at=now,
         )
         refs: list[tuple[str, str, str, str]] = []
         if parsed.id is not None:
@@ -799,17 +855,34 @@ class Engine:
                 refs.append((sender, self.address, rid, work.flow_id))
             msgids.append((r.message_id, work.flow_id))
         outcome = Outcome(
-            "processed", message_id, flow_id=work.flow_id, state=work.fs.state, oops=work.oops,
-            detail=work.detail, outbox=tuple(r.message_id for r in work.replies), verdict=verdict_json,
+            "processed",
+            message_id,
+            flow_id=work.flow_id,
+            state=work.fs.state,
+            oops=work.oops,
+            detail=work.detail,
+            outbox=tuple(r.message_id for r in work.replies),
+            verdict=verdict_json,
         )
         log = [replace(in_entry, verdict=verdict_json)]
         log += [self._out_entry(work.flow_id, r, now) for r in work.replies]
         commit = Commit(
-            local=self.address, now=now, outcome=outcome.to_json(), message_id=message_id,
-            worker=self.worker_id, flow=FlowWrite(record), log=tuple(log), refs=tuple(refs),
-            message_ids=tuple(msgids), outbox=tuple((r, work.flow_id) for r in work.replies),
-            proof=proof_key, proof_fate=work.proof_fate if proof_key is not None else None,
-            proof_verdict=verdict_json, sender=sender, protocol_id=parsed.id, replay_fate="done",
+            local=self.address,
+            now=now,
+            outcome=outcome.to_json(),
+            message_id=message_id,
+            worker=self.worker_id,
+            flow=FlowWrite(record),
+            log=tuple(log),
+            refs=tuple(refs),
+            message_ids=tuple(msgids),
+            outbox=tuple((r, work.flow_id) for r in work.replies),
+            proof=proof_key,
+            proof_fate=work.proof_fate if proof_key is not None else None,
+            proof_verdict=verdict_json,
+            sender=sender,
+            protocol_id=parsed.id,
+            replay_fate="done",
         )
         result = self._finish(commit, outcome, message_id)
         if result is not None and result.repeat is None:
@@ -848,8 +921,10 @@ class Engine:
             version = 0
             if record is not None:
                 fs = FlowState(FlowKind(record.kind), Side(record.side), record.state, record.data)
-                if flow_id is None and not self._joins_by_ref(message) and not flows.accepts(
-                    fs, message, Direction.OUT
+                if (
+                    flow_id is None
+                    and not self._joins_by_ref(message)
+                    and not flows.accepts(fs, message, Direction.OUT)
                 ):
                     fs, record = None, None
                 else:
@@ -857,23 +932,41 @@ class Engine:
             if fs is None:
                 fs = flows.opening(message, Direction.OUT)
                 if fs is None:
-                    raise UsageError(f"{message.type.upper()} needs a flow to join (give flow_id or in_reply_to)")
+                    raise UsageError(
+                        f"{message.type.upper()} needs a flow to join (give flow_id or in_reply_to)"
+                    )
             step = flows.step(fs, message, Direction.OUT)
             if not step.ok:
                 code = step.oops.value if step.oops else "refused"
-                raise UsageError(f"{message.type.upper()} does not fit flow state {fs.state}: {code}: {step.detail}")
+                raise UsageError(
+                    f"{message.type.upper()} does not fit flow state {fs.state}: {code}: {step.detail}"
+                )
             fid = record.flow_id if record is not None else self.new_id("flow")
             irt, refs = in_reply_to, references
             last = fs.data.get("last_in")
             if irt is None and record is not None and isinstance(last, Mapping) and last.get("message_id"):
                 irt, refs = last["message_id"], tuple(last.get("references", ()))
             ob = Outbound(
-                sender=self.address, recipient=to, message=message, message_id=self.new_message_id(),
-                date=now, in_reply_to=irt, references=refs, note=note,
+                sender=self.address,
+                recipient=to,
+                message=message,
+                message_id=self.new_message_id(),
+                date=now,
+                in_reply_to=irt,
+                references=refs,
+                note=note,
             )
             new = FlowRecord(
-                flow_id=fid, local=self.address, peer=to, kind=fs.kind.value, side=fs.side.value,
-                state=step.state, version=version, data=step.data, created_at=now, updated_at=now,
+                flow_id=fid,
+                local=self.address,
+                peer=to,
+                kind=fs.kind.value,
+                side=fs.side.value,
+                state=step.state,
+                version=version,
+                data=step.data,
+                created_at=now,
+                updated_at=now,
             )
             refs_rows: list[tuple[str, str, str, str]] = []
             pid = getattr(message, "id", None)
@@ -881,9 +974,14 @@ class Engine:
                 refs_rows.append((to, self.address, pid, fid))
             outcome = {"status": "sent", "flow_id": fid, "message_id": ob.message_id}
             commit = Commit(
-                local=self.address, now=now, outcome=outcome, flow=FlowWrite(new),
-                log=(self._out_entry(fid, ob, now),), refs=tuple(refs_rows),
-                message_ids=((ob.message_id, fid),), outbox=((ob, fid),),
+                local=self.address,
+                now=now,
+                outcome=outcome,
+                flow=FlowWrite(new),
+                log=(self._out_entry(fid, ob, now),),
+                refs=tuple(refs_rows),
+                message_ids=((ob.message_id, fid),),
+                outbox=((ob, fid),),
             )
             if self.store.commit_step(commit) == "ok":
                 return Sent(fid, step.state, ob.message_id, ob)

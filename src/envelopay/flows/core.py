@@ -217,9 +217,11 @@ def _terms(amount: int, token: str, chain: str, want: Mapping[str, Any], at_leas
 def _guard(action: Action, message: Message, data: Mapping[str, Any]) -> tuple[OopsCode, str] | None:
     if action is Action.ORDER_REF:
         ref = getattr(message, "order_ref", None)
-        if isinstance(message, Fulfill) or ref is not None:
-            if ref is None or ref != data.get("order", {}).get("id"):
-                return OopsCode.UNKNOWN_REF, f"order_ref {ref!r} names no ORDER of this flow"
+        # FULFILL must carry order_ref; INVOICE may, and then it must match.
+        if (isinstance(message, Fulfill) or ref is not None) and (
+            ref is None or ref != data.get("order", {}).get("id")
+        ):
+            return OopsCode.UNKNOWN_REF, f"order_ref {ref!r} names no ORDER of this flow"
     elif action is Action.INVOICE_REF:
         assert isinstance(message, Pay)
         invoice = data.get("invoice")
@@ -291,9 +293,7 @@ def _proof_check(message: Message, data: Mapping[str, Any], direction: Direction
     return None
 
 
-def step_table(
-    table: Table, fs: FlowState, message: Message, direction: Direction
-) -> Step:
+def step_table(table: Table, fs: FlowState, message: Message, direction: Direction) -> Step:
     """One transition of `table`. Pure; a message that does not fit leaves `fs` as it was."""
     event = event_of(message)
     row = _lookup(table, fs.state, event, direction, fs.side)

@@ -4,7 +4,18 @@ moves first; the accepter verifies the give leg, counter-pays, and ACCEPTs."""
 from __future__ import annotations
 
 from envelopay.flows.core import Action as A
-from envelopay.flows.core import Direction, Event, FlowKind, FlowState, Row, Side, Step, Table, oops_rows, step_table
+from envelopay.flows.core import (
+    Direction,
+    Event,
+    FlowKind,
+    FlowState,
+    Row,
+    Side,
+    Step,
+    Table,
+    oops_rows,
+    step_table,
+)
 from envelopay.protocol.messages import Message
 
 IN, OUT = Direction.IN, Direction.OUT
@@ -14,7 +25,9 @@ TRANSITIONS: Table = (
     Row("start", Event.OFFER, IN, PAYEE, "offered", (A.RECORD_OFFER, A.VERIFY_PROOF, A.DECIDE_OFFER)),
     Row("offered", Event.ACCEPT, OUT, PAYEE, "accepted", (A.OFFER_REF, A.OFFER_TERMS)),
     Row("start", Event.OFFER, OUT, PAYER, "offered", (A.RECORD_OFFER,)),
-    Row("offered", Event.ACCEPT, IN, PAYER, "accepted", (A.OFFER_REF, A.OFFER_TERMS, A.VERIFY_PROOF, A.NOTIFY)),
+    Row(
+        "offered", Event.ACCEPT, IN, PAYER, "accepted", (A.OFFER_REF, A.OFFER_TERMS, A.VERIFY_PROOF, A.NOTIFY)
+    ),
     *oops_rows(["offered", "accepted"]),
 )
 

@@ -3,7 +3,18 @@
 from __future__ import annotations
 
 from envelopay.flows.core import Action as A
-from envelopay.flows.core import Direction, Event, FlowKind, FlowState, Row, Side, Step, Table, oops_rows, step_table
+from envelopay.flows.core import (
+    Direction,
+    Event,
+    FlowKind,
+    FlowState,
+    Row,
+    Side,
+    Step,
+    Table,
+    oops_rows,
+    step_table,
+)
 from envelopay.protocol.messages import Message
 
 IN, OUT = Direction.IN, Direction.OUT

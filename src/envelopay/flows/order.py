@@ -4,7 +4,18 @@
 from __future__ import annotations
 
 from envelopay.flows.core import Action as A
-from envelopay.flows.core import Direction, Event, FlowKind, FlowState, Row, Side, Step, Table, oops_rows, step_table
+from envelopay.flows.core import (
+    Direction,
+    Event,
+    FlowKind,
+    FlowState,
+    Row,
+    Side,
+    Step,
+    Table,
+    oops_rows,
+    step_table,
+)
 from envelopay.protocol.messages import Message
 
 IN, OUT = Direction.IN, Direction.OUT
@@ -15,7 +26,9 @@ TRANSITIONS: Table = (
     Row("start", Event.ORDER, IN, PAYEE, "ordered", (A.RECORD_ORDER, A.DECIDE_ORDER)),
     Row("ordered", Event.INVOICE, OUT, PAYEE, "invoiced", (A.ORDER_REF, A.RECORD_INVOICE)),
     Row("ordered", Event.FULFILL, OUT, PAYEE, "fulfilled", (A.ORDER_REF,)),
-    Row("invoiced", Event.PAY, IN, PAYEE, "paid", (A.INVOICE_REF, A.INVOICE_TERMS, A.VERIFY_PROOF, A.FULFILL)),
+    Row(
+        "invoiced", Event.PAY, IN, PAYEE, "paid", (A.INVOICE_REF, A.INVOICE_TERMS, A.VERIFY_PROOF, A.FULFILL)
+    ),
     Row("paid", Event.FULFILL, OUT, PAYEE, "fulfilled", (A.ORDER_REF,)),
     # payer: the customer
     Row("start", Event.ORDER, OUT, PAYER, "ordered", (A.RECORD_ORDER,)),

@@ -89,7 +89,7 @@ class Begin:
     outcome: Mapping[str, Any] | None = None  # seen / retransmission: the recorded one
     requeued: tuple[str, ...] = ()  # retransmission: outbox Message-IDs queued again
     ref_flows: tuple[FlowRecord, ...] = ()
-    thread_flows: tuple[FlowRecord, ...] = ()
+    thread_flows: tuple[tuple[str, FlowRecord], ...] = ()  # (Message-ID, its flow), thread order
     missing_refs: tuple[str, ...] = ()
 
 
@@ -194,7 +194,7 @@ class Store(Protocol):
     def inbound_outcome(self, local: str, message_id: str) -> Mapping[str, Any] | None: ...
 
     def proof_status(self, proof: ProofKey) -> str | None:
-        """"held", "spent", or None when the proof was never reserved (or released)."""
+        """ "held", "spent", or None when the proof was never reserved (or released)."""
         ...
 
     # -- the outbox (drained by the agent's sender)

@@ -1,0 +1,582 @@
+"""The Store logic shared by the SQLite and PostgreSQL backends.
+
+Statements are written once with `?` placeholders; a backend supplies the executor,
+the placeholder style, the row locking clause and the value adapters (SQLite keeps
+times and JSON as text, PostgreSQL as timestamptz and jsonb). Reservations are single
+conditional writes (INSERT ... ON CONFLICT DO NOTHING RETURNING), so two processes
+racing for one Message-ID, one (sender, id) or one proof see exactly one winner.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from datetime import datetime
+from typing import Any
+
+from envelopay.ledger.store import (
+    Begin,
+    CallRecord,
+    CallStatus,
+    Claim,
+    Commit,
+    CommitResult,
+    FlowRecord,
+    LogEntry,
+    OutboxRow,
+    ProofKey,
+    outbound_from_row,
+    outbound_to_row,
+)
+
+Row = Sequence[Any]
+
+
+class Executor(ABC):
+    @abstractmethod
+    def one(self, sql: str, params: Sequence[Any] = ()) -> Row | None: ...
+
+    @abstractmethod
+    def all(self, sql: str, params: Sequence[Any] = ()) -> list[Row]: ...
+
+    @abstractmethod
+    def exec(self, sql: str, params: Sequence[Any] = ()) -> int: ...
+
+    @abstractmethod
+    def many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None: ...
+
+
+class Abort(Exception):
+    """Roll the current write transaction back and report `result`."""
+
+    def __init__(self, result: CommitResult) -> None:
+        super().__init__(result)
+        self.result = result
+
+
+_FLOW_COLS = (
+    "f.flow_id, f.local, f.peer, f.kind, f.side, f.state, f.version, f.data, f.created_at, f.updated_at"
+)
+_OUTBOX_COLS = (
+    "message_id, flow_id, sender, recipient, type, body, date, in_reply_to, refs, note, status, attempts, "
+    "created_at, next_attempt, sent_at, last_error"
+)
+_CALL_COLS = "call_id, local, peer, message_id, deadline, status, request, result, created_at, resolved_at"
+
+
+class SqlStore(ABC):
+    lock_clause = ""  # " FOR UPDATE" where the backend has row locks
+
+    # -- backend hooks
+    @abstractmethod
+    def write(self) -> AbstractContextManager[Executor]: ...
+
+    @abstractmethod
+    def read(self) -> AbstractContextManager[Executor]: ...
+
+    @abstractmethod
+    def t(self, dt: datetime | None) -> Any: ...
+
+    @abstractmethod
+    def ut(self, value: Any) -> datetime: ...
+
+    @abstractmethod
+    def j(self, obj: Any) -> Any: ...
+
+    @abstractmethod
+    def uj(self, value: Any) -> Any: ...
+
+    def ut_opt(self, value: Any) -> datetime | None:
+        return None if value is None else self.ut(value)
+
+    def uj_opt(self, value: Any) -> Any:
+        return None if value is None else self.uj(value)
+
+    # -- records
+    def _flow(self, row: Row) -> FlowRecord:
+        return FlowRecord(
+            flow_id=row[0],
+            local=row[1],
+            peer=row[2],
+            kind=row[3],
+            side=row[4],
+            state=row[5],
+            version=int(row[6]),
+            data=self.uj(row[7]),
+            created_at=self.ut(row[8]),
+            updated_at=self.ut(row[9]),
+        )
+
+    def _outbox(self, row: Row) -> OutboxRow:
+        ob = outbound_from_row(
+            message_id=row[0],
+            sender=row[2],
+            recipient=row[3],
+            type=row[4],
+            body=self.uj(row[5]),
+            date=self.ut(row[6]),
+            in_reply_to=row[7],
+            refs=self.uj(row[8]),
+            note=row[9],
+        )
+        return OutboxRow(
+            outbound=ob,
+            flow_id=row[1],
+            status=row[10],
+            attempts=int(row[11]),
+            created_at=self.ut(row[12]),
+            next_attempt=self.ut_opt(row[13]),
+            sent_at=self.ut_opt(row[14]),
+            last_error=row[15],
+        )
+
+    def _call(self, row: Row) -> CallRecord:
+        return CallRecord(
+            call_id=row[0],
+            local=row[1],
+            peer=row[2],
+            message_id=row[3],
+            deadline=self.ut(row[4]),
+            status=row[5],
+            request=self.uj(row[6]),
+            result=self.uj_opt(row[7]),
+            created_at=self.ut_opt(row[8]),
+            resolved_at=self.ut_opt(row[9]),
+        )
+
+    # -- the inbound step
+    def begin_step(self, claim: Claim) -> Begin:
+        c = claim
+        with self.write() as x:
+            got = x.one(
+                "INSERT INTO ep_inbound (local, message_id, content_hash, status, worker,"
+                " lease_until, created_at)"
+                " VALUES (?, ?, ?, 'claimed', ?, ?, ?) ON CONFLICT DO NOTHING RETURNING status",
+                (c.local, c.message_id, c.content_hash, c.worker, self.t(c.lease_until), self.t(c.now)),
+            )
+            if got is None:
+                row = x.one(
+                    "SELECT status, worker, lease_until, outcome FROM ep_inbound WHERE local ="
+                    " ? AND message_id = ?" + self.lock_clause,
+                    (c.local, c.message_id),
+                )
+                assert row is not None
+                if row[0] == "done":
+                    return Begin("seen", outcome=self.uj(row[3]))
+                if row[1] != c.worker and self.ut(row[2]) > c.now:
+                    return Begin("busy")
+                # Our own earlier claim (a crash between the two transactions), or an
+                # expired lease: take it over and redo the step.
+                x.exec(
+                    "UPDATE ep_inbound SET worker = ?, lease_until = ? WHERE local = ? AND message_id = ?",
+                    (c.worker, self.t(c.lease_until), c.local, c.message_id),
+                )
+            if c.sender is not None and c.protocol_id is not None:
+                early = self._reserve_id(x, c)
+                if early is not None:
+                    return early
+            if c.proof is not None:
+                got = x.one(
+                    "INSERT INTO ep_proofs (chain, proof_key, owner_local, owner_message, status, created_at)"
+                    " VALUES (?, ?, ?, ?, 'held', ?) ON CONFLICT DO NOTHING RETURNING status",
+                    (c.proof.chain, c.proof.key, c.local, c.message_id, self.t(c.now)),
+                )
+                if got is None:
+                    row = x.one(
+                        "SELECT owner_local, owner_message FROM ep_proofs WHERE chain = ? AND proof_key = ?",
+                        (c.proof.chain, c.proof.key),
+                    )
+                    # Spent (or held) by another message: refused, forever, whoever presents it.
+                    if row is None or (row[0], row[1]) != (c.local, c.message_id):
+                        return Begin("proof_replayed")
+            ref_flows, missing = self._ref_flows(x, c)
+            thread_flows = self._thread_flows(x, c)
+        return Begin("new", ref_flows=ref_flows, thread_flows=thread_flows, missing_refs=missing)
+
+    def _reserve_id(self, x: Executor, c: Claim) -> Begin | None:
+        got = x.one(
+            "INSERT INTO ep_replay (local, sender, protocol_id, content_hash, owner, status, created_at)"
+            " VALUES (?, ?, ?, ?, ?, 'held', ?) ON CONFLICT DO NOTHING RETURNING owner",
+            (c.local, c.sender, c.protocol_id, c.content_hash, c.message_id, self.t(c.now)),
+        )
+        if got is not None:
+            return None
+        row = x.one(
+            "SELECT owner, content_hash, status, outcome FROM ep_replay"
+            " WHERE local = ? AND sender = ? AND protocol_id = ?" + self.lock_clause,
+            (c.local, c.sender, c.protocol_id),
+        )
+        assert row is not None
+        owner, digest, status, outcome = row
+        if owner == c.message_id:
+            return None
+        if digest != c.content_hash:
+            return Begin("duplicate_id")
+        if status != "done":
+            return Begin("busy")  # the original is still being handled
+        recorded = self.uj(outcome)
+        requeued = tuple(recorded.get("outbox", ()))
+        if requeued:
+            # The recorded reply goes out again: the same rows, so the same bytes.
+            x.many(
+                "UPDATE ep_outbox SET status = 'pending', next_attempt = NULL WHERE message_id = ?",
+                [(m,) for m in requeued],
+            )
+        mine = dict(recorded)
+        mine["message_id"] = c.message_id
+        mine["retransmission_of"] = recorded.get("message_id")
+        x.exec(
+            "UPDATE ep_inbound SET status = 'done', outcome = ?, done_at = ? WHERE local = ?"
+            " AND message_id = ?",
+            (self.j(mine), self.t(c.now), c.local, c.message_id),
+        )
+        return Begin("retransmission", outcome=recorded, requeued=requeued)
+
+    def _ref_flows(self, x: Executor, c: Claim) -> tuple[tuple[FlowRecord, ...], tuple[str, ...]]:
+        if not c.refs or c.sender is None:
+            return (), ()
+        found: dict[str, FlowRecord] = {}
+        missing: list[str] = []
+        peer = c.sender
+        for ref in c.refs:
+            row = x.one(
+                f"SELECT {_FLOW_COLS} FROM ep_flow_refs r JOIN ep_flows f ON f.flow_id = r.flow_id"
+                " WHERE r.local = ? AND r.peer = ? AND r.author = ? AND r.protocol_id = ?",
+                (c.local, peer, c.local, ref),
+            )
+            if row is None:
+                missing.append(ref)
+            else:
+                rec = self._flow(row)
+                found.setdefault(rec.flow_id, rec)
+        return tuple(found.values()), tuple(missing)
+
+    def _thread_flows(self, x: Executor, c: Claim) -> tuple[tuple[str, FlowRecord], ...]:
+        out: list[tuple[str, FlowRecord]] = []
+        for mid in c.thread[:20]:
+            row = x.one(
+                f"SELECT {_FLOW_COLS} FROM ep_flow_msgids m JOIN ep_flows f ON f.flow_id = m.flow_id"
+                " WHERE m.local = ? AND m.message_id = ?",
+                (c.local, mid),
+            )
+            if row is not None:
+                out.append((mid, self._flow(row)))
+        return tuple(out)
+
+    def commit_step(self, commit: Commit) -> CommitResult:
+        try:
+            with self.write() as x:
+                self._commit(x, commit)
+        except Abort as abort:
+            return abort.result
+        return "ok"
+
+    def _commit(self, x: Executor, c: Commit) -> None:
+        now = self.t(c.now)
+        flow_id = c.flow.record.flow_id if c.flow is not None else c.outcome.get("flow_id")
+        if c.message_id is not None:
+            n = x.exec(
+                "UPDATE ep_inbound SET status = 'done', outcome = ?, done_at = ?, flow_id = ?"
+                " WHERE local = ? AND message_id = ? AND status = 'claimed'",
+                (self.j(dict(c.outcome)), now, flow_id, c.local, c.message_id),
+            )
+            if n == 0:
+                raise Abort("lost")
+        if c.flow is not None:
+            r = c.flow.record
+            if r.version == 0:
+                got = x.one(
+                    "INSERT INTO ep_flows (flow_id, local, peer, kind, side, state, version,"
+                    " data, created_at,"
+                    " updated_at) VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?, ?) ON CONFLICT DO NOTHING"
+                    " RETURNING version",
+                    (r.flow_id, r.local, r.peer, r.kind, r.side, r.state, self.j(dict(r.data)), now, now),
+                )
+                if got is None:
+                    raise Abort("conflict")
+            else:
+                n = x.exec(
+                    "UPDATE ep_flows SET state = ?, data = ?, version = version + 1, updated_at = ?"
+                    " WHERE flow_id = ? AND version = ?",
+                    (r.state, self.j(dict(r.data)), now, r.flow_id, r.version),
+                )
+                if n == 0:
+                    raise Abort("conflict")
+        if c.refs:
+            x.many(
+                "INSERT INTO ep_flow_refs (local, peer, author, protocol_id, flow_id) VALUES (?, ?, ?, ?, ?)"
+                " ON CONFLICT DO NOTHING",
+                [(c.local, peer, author, pid, fid) for peer, author, pid, fid in c.refs],
+            )
+        if c.message_ids:
+            x.many(
+                "INSERT INTO ep_flow_msgids (local, message_id, flow_id) VALUES (?, ?, ?) ON"
+                " CONFLICT DO NOTHING",
+                [(c.local, mid, fid) for mid, fid in c.message_ids],
+            )
+        if c.log:
+            x.many(
+                "INSERT INTO ep_log (flow_id, at, direction, type, message_id, protocol_id,"
+                " sender, recipient,"
+                " body, verdict, oops) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        e.flow_id,
+                        self.t(e.at),
+                        e.direction,
+                        e.type,
+                        e.message_id,
+                        e.protocol_id,
+                        e.sender,
+                        e.recipient,
+                        self.j(e.body) if e.body is not None else None,
+                        self.j(dict(e.verdict)) if e.verdict is not None else None,
+                        e.oops,
+                    )
+                    for e in c.log
+                ],
+            )
+        if c.outbox:
+            rows = []
+            for ob, fid in c.outbox:
+                d = outbound_to_row(ob)
+                rows.append(
+                    (
+                        d["message_id"],
+                        fid,
+                        d["sender"],
+                        d["recipient"],
+                        d["type"],
+                        self.j(d["body"]),
+                        self.t(d["date"]),
+                        d["in_reply_to"],
+                        self.j(d["refs"]),
+                        d["note"],
+                        now,
+                    )
+                )
+            x.many(
+                "INSERT INTO ep_outbox (message_id, flow_id, sender, recipient, type, body,"
+                " date, in_reply_to,"
+                " refs, note, status, attempts, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?,"
+                " ?, 'pending', 0, ?)"
+                " ON CONFLICT DO NOTHING",
+                rows,
+            )
+        if c.proof is not None and c.proof_fate is not None:
+            owner = (c.proof.chain, c.proof.key, c.local, c.message_id or "")
+            if c.proof_fate == "spend":
+                x.exec(
+                    "UPDATE ep_proofs SET status = 'spent', verdict = ?, spent_at = ?"
+                    " WHERE chain = ? AND proof_key = ? AND owner_local = ? AND owner_message = ?",
+                    (self.j(dict(c.proof_verdict or {})), now, *owner),
+                )
+            else:
+                x.exec(
+                    "DELETE FROM ep_proofs WHERE chain = ? AND proof_key = ? AND owner_local = ?"
+                    " AND owner_message = ? AND status = 'held'",
+                    owner,
+                )
+        if c.sender is not None and c.protocol_id is not None and c.replay_fate is not None:
+            key = (c.local, c.sender, c.protocol_id, c.message_id or "")
+            if c.replay_fate == "done":
+                x.exec(
+                    "UPDATE ep_replay SET status = 'done', outcome = ? WHERE local = ? AND sender = ?"
+                    " AND protocol_id = ? AND owner = ?",
+                    (self.j(dict(c.outcome)), *key),
+                )
+            else:
+                x.exec(
+                    "DELETE FROM ep_replay WHERE local = ? AND sender = ? AND protocol_id = ? AND owner = ?",
+                    key,
+                )
+
+    # -- reading
+    def get_flow(self, flow_id: str) -> FlowRecord | None:
+        with self.read() as x:
+            row = x.one(f"SELECT {_FLOW_COLS} FROM ep_flows f WHERE f.flow_id = ?", (flow_id,))
+        return self._flow(row) if row else None
+
+    def list_flows(self, local: str | None = None, limit: int = 100) -> list[FlowRecord]:
+        with self.read() as x:
+            if local is None:
+                rows = x.all(
+                    f"SELECT {_FLOW_COLS} FROM ep_flows f ORDER BY f.updated_at DESC, f.flow_id LIMIT ?",
+                    (limit,),
+                )
+            else:
+                rows = x.all(
+                    f"SELECT {_FLOW_COLS} FROM ep_flows f WHERE f.local = ?"
+                    " ORDER BY f.updated_at DESC, f.flow_id LIMIT ?",
+                    (local.lower(), limit),
+                )
+        return [self._flow(r) for r in rows]
+
+    def flow_log(self, flow_id: str) -> list[LogEntry]:
+        with self.read() as x:
+            rows = x.all(
+                "SELECT seq, flow_id, at, direction, type, message_id, protocol_id, sender, recipient, body,"
+                " verdict, oops FROM ep_log WHERE flow_id = ? ORDER BY seq",
+                (flow_id,),
+            )
+        return [
+            LogEntry(
+                flow_id=r[1],
+                at=self.ut(r[2]),
+                direction=r[3],
+                type=r[4],
+                message_id=r[5],
+                protocol_id=r[6],
+                sender=r[7],
+                recipient=r[8],
+                body=self.uj_opt(r[9]),
+                verdict=self.uj_opt(r[10]),
+                oops=r[11],
+                seq=int(r[0]),
+            )
+            for r in rows
+        ]
+
+    def flow_for_message(self, local: str, message_id: str) -> FlowRecord | None:
+        with self.read() as x:
+            row = x.one(
+                f"SELECT {_FLOW_COLS} FROM ep_flow_msgids m JOIN ep_flows f ON f.flow_id = m.flow_id"
+                " WHERE m.local = ? AND m.message_id = ?",
+                (local.lower(), message_id),
+            )
+        return self._flow(row) if row else None
+
+    def flow_for_ref(self, local: str, peer: str, author: str, protocol_id: str) -> FlowRecord | None:
+        with self.read() as x:
+            row = x.one(
+                f"SELECT {_FLOW_COLS} FROM ep_flow_refs r JOIN ep_flows f ON f.flow_id = r.flow_id"
+                " WHERE r.local = ? AND r.peer = ? AND r.author = ? AND r.protocol_id = ?",
+                (local.lower(), peer.lower(), author.lower(), protocol_id),
+            )
+        return self._flow(row) if row else None
+
+    def inbound_outcome(self, local: str, message_id: str) -> Mapping[str, Any] | None:
+        with self.read() as x:
+            row = x.one(
+                "SELECT outcome FROM ep_inbound WHERE local = ? AND message_id = ? AND status = 'done'",
+                (local.lower(), message_id),
+            )
+        return self.uj(row[0]) if row else None
+
+    def proof_status(self, proof: ProofKey) -> str | None:
+        with self.read() as x:
+            row = x.one(
+                "SELECT status FROM ep_proofs WHERE chain = ? AND proof_key = ?", (proof.chain, proof.key)
+            )
+        return str(row[0]) if row else None
+
+    # -- outbox
+    def outbox_pending(self, now: datetime, limit: int = 100) -> list[OutboxRow]:
+        with self.read() as x:
+            rows = x.all(
+                f"SELECT {_OUTBOX_COLS} FROM ep_outbox WHERE status = 'pending'"
+                " AND (next_attempt IS NULL OR next_attempt <= ?) ORDER BY seq LIMIT ?",
+                (self.t(now), limit),
+            )
+        return [self._outbox(r) for r in rows]
+
+    def outbox_get(self, message_id: str) -> OutboxRow | None:
+        with self.read() as x:
+            row = x.one(f"SELECT {_OUTBOX_COLS} FROM ep_outbox WHERE message_id = ?", (message_id,))
+        return self._outbox(row) if row else None
+
+    def mark_sent(self, message_id: str, now: datetime) -> bool:
+        with self.write() as x:
+            n = x.exec(
+                "UPDATE ep_outbox SET status = 'sent', sent_at = ?, attempts = attempts + 1,"
+                " next_attempt = NULL"
+                " WHERE message_id = ?",
+                (self.t(now), message_id),
+            )
+        return n > 0
+
+    def mark_failed(
+        self, message_id: str, now: datetime, error: str, retry_at: datetime | None = None
+    ) -> bool:
+        with self.write() as x:
+            n = x.exec(
+                "UPDATE ep_outbox SET status = ?, attempts = attempts + 1, last_error = ?, next_attempt = ?"
+                " WHERE message_id = ?",
+                ("pending" if retry_at is not None else "failed", error[:2000], self.t(retry_at), message_id),
+            )
+        return n > 0
+
+    # -- calls
+    def call_add(self, call: CallRecord) -> None:
+        with self.write() as x:
+            x.exec(
+                f"INSERT INTO ep_calls ({_CALL_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    call.call_id,
+                    call.local.lower(),
+                    call.peer.lower(),
+                    call.message_id,
+                    self.t(call.deadline),
+                    call.status,
+                    self.j(dict(call.request)),
+                    self.j(dict(call.result)) if call.result is not None else None,
+                    self.t(call.created_at or call.deadline),
+                    self.t(call.resolved_at),
+                ),
+            )
+
+    def call_get(self, call_id: str) -> CallRecord | None:
+        with self.read() as x:
+            row = x.one(f"SELECT {_CALL_COLS} FROM ep_calls WHERE call_id = ?", (call_id,))
+        return self._call(row) if row else None
+
+    def call_for_reply(self, local: str, in_reply_to: str) -> CallRecord | None:
+        with self.read() as x:
+            row = x.one(
+                f"SELECT {_CALL_COLS} FROM ep_calls WHERE local = ? AND message_id = ?",
+                (local.lower(), in_reply_to),
+            )
+        return self._call(row) if row else None
+
+    def call_resolve(
+        self, call_id: str, status: CallStatus, result: Mapping[str, Any] | None, now: datetime
+    ) -> bool:
+        with self.write() as x:
+            n = x.exec(
+                "UPDATE ep_calls SET status = ?, result = ?, resolved_at = ? WHERE call_id = ?"
+                " AND status = 'pending'",
+                (status, self.j(dict(result)) if result is not None else None, self.t(now), call_id),
+            )
+        return n > 0
+
+    def calls_pending(self, local: str | None = None) -> list[CallRecord]:
+        with self.read() as x:
+            if local is None:
+                rows = x.all(f"SELECT {_CALL_COLS} FROM ep_calls WHERE status = 'pending' ORDER BY deadline")
+            else:
+                rows = x.all(
+                    f"SELECT {_CALL_COLS} FROM ep_calls WHERE status = 'pending' AND local = ?"
+                    " ORDER BY deadline",
+                    (local.lower(),),
+                )
+        return [self._call(r) for r in rows]
+
+    def calls_expire(self, now: datetime) -> list[CallRecord]:
+        with self.write() as x:
+            rows = x.all(
+                f"UPDATE ep_calls SET status = 'timeout', resolved_at = ? WHERE status = 'pending'"
+                f" AND deadline < ? RETURNING {_CALL_COLS}",
+                (self.t(now), self.t(now)),
+            )
+        return [self._call(r) for r in rows]
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+def iter_chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]

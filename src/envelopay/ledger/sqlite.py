@@ -1,0 +1,137 @@
+"""The embedded default ledger: one SQLite file, safe under several processes.
+
+WAL lets readers run beside the one writer; every write transaction starts with
+BEGIN IMMEDIATE so it takes the write lock up front (no deadlocking upgrade from a
+read lock), and busy_timeout makes the other processes wait their turn. With WAL,
+synchronous=NORMAL keeps every commit across a process crash (SIGKILL); only a power
+loss can take the last commits, which `synchronous="FULL"` trades speed to avoid.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from envelopay.errors import StoreError
+from envelopay.ledger._sql import Executor, Row, SqlStore
+from envelopay.ledger.schema import LATEST, MIGRATIONS, MIGRATIONS_TABLE, statements
+
+__all__ = ["SqliteStore"]
+
+
+class _Cursor(Executor):
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def one(self, sql: str, params: Sequence[Any] = ()) -> Row | None:
+        cur = self.conn.execute(sql, params)
+        row: Row | None = cur.fetchone()
+        cur.close()
+        return row
+
+    def all(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        return list(self.conn.execute(sql, params).fetchall())
+
+    def exec(self, sql: str, params: Sequence[Any] = ()) -> int:
+        return self.conn.execute(sql, params).rowcount
+
+    def many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        self.conn.executemany(sql, rows)
+
+
+class SqliteStore(SqlStore):
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        busy_timeout_ms: int = 60_000,
+        synchronous: Literal["NORMAL", "FULL"] = "NORMAL",
+        migrate: bool = True,
+    ) -> None:
+        self.path = str(path)
+        self._lock = threading.RLock()
+        try:
+            self._conn = sqlite3.connect(
+                self.path, isolation_level=None, check_same_thread=False, timeout=busy_timeout_ms / 1000
+            )
+            self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+            self._conn.execute("PRAGMA journal_mode = WAL")
+            self._conn.execute(f"PRAGMA synchronous = {synchronous}")
+            self._conn.execute("PRAGMA foreign_keys = OFF")
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open SQLite ledger {self.path}: {exc}") from exc
+        self._x = _Cursor(self._conn)
+        if migrate:
+            self.migrate()
+
+    # -- hooks
+    @contextmanager
+    def write(self) -> Iterator[Executor]:
+        with self._lock:
+            try:
+                self._conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise StoreError(f"SQLite ledger: cannot begin: {exc}") from exc
+            try:
+                yield self._x
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            try:
+                self._conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                self._conn.execute("ROLLBACK")
+                raise StoreError(f"SQLite ledger: commit failed: {exc}") from exc
+
+    @contextmanager
+    def read(self) -> Iterator[Executor]:
+        with self._lock:
+            yield self._x  # autocommit mode: each statement sees a consistent snapshot
+
+    def t(self, dt: datetime | None) -> Any:
+        if dt is None:
+            return None
+        # One fixed format, so text order is time order.
+        return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f+00:00")
+
+    def ut(self, value: Any) -> datetime:
+        return datetime.fromisoformat(value)
+
+    def j(self, obj: Any) -> Any:
+        return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+    def uj(self, value: Any) -> Any:
+        return json.loads(value)
+
+    # -- lifecycle
+    def version(self) -> int:
+        with self._lock:
+            self._conn.execute(MIGRATIONS_TABLE)
+            row = self._conn.execute("SELECT MAX(version) FROM ep_migrations").fetchone()
+        return int(row[0] or 0)
+
+    def migrate(self, target: int = LATEST) -> int:
+        with self.write() as x:
+            x.exec(MIGRATIONS_TABLE)
+            row = x.one("SELECT MAX(version) FROM ep_migrations")
+            current = int(row[0] or 0) if row else 0
+            for version, name, sql in MIGRATIONS:
+                if current < version <= target:
+                    for stmt in statements(sql, "sqlite"):
+                        x.exec(stmt)
+                    x.exec(
+                        "INSERT INTO ep_migrations (version, name, applied_at) VALUES (?, ?, ?)",
+                        (version, name, self.t(datetime.now(UTC))),
+                    )
+                    current = version
+        return current
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
