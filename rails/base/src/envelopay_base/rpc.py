@@ -1,15 +1,22 @@
 """JSON-RPC backend over HTTP (plain httpx; one pooled AsyncClient per backend).
 
-Verification costs one batched round trip (chain id, head, transaction, receipt) and,
-unless the block is cached, one more for the block's timestamp. Blocks are cached by
-hash: a block hash names immutable contents, so the cache can never be stale.
+Verification costs one round trip (chain id, head, transaction, receipt) and, unless the
+block is cached, one more for the block's timestamp. Blocks are cached by hash: a block
+hash names immutable contents, so the cache can never be stale.
+
+Calls made in the same event-loop turn travel together as JSON-RPC batches (see
+`RpcBackend.batch`): with httpx, a pool of 100 busy connections costs more CPU in pool
+bookkeeping than the verification itself (measured: ~100/s at concurrency 100), while
+batched requests keep a handful of connections busy (~1,400/s).
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections import OrderedDict
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -18,7 +25,15 @@ from envelopay_base.backend import ChainUnavailable, Fees, Reading
 from envelopay_base.verify import quantity
 
 DEFAULT_TIMEOUT = 10.0
+DEFAULT_BATCH_MAX = 100
 BLOCK_CACHE_SIZE = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    method: str
+    params: list[Any]
+    future: asyncio.Future[Any]
 
 
 class RpcError(ChainUnavailable):
@@ -40,9 +55,13 @@ class RpcBackend:
         *,
         client: httpx.AsyncClient | None = None,
         timeout: float = DEFAULT_TIMEOUT,
-        max_connections: int = 100,
+        max_connections: int = 16,
+        batch_max: int = DEFAULT_BATCH_MAX,
     ) -> None:
+        if batch_max < 1:
+            raise ValueError("batch_max must be at least 1")
         self.url = url
+        self.batch_max = batch_max
         self._own_client = client is None
         self._client = client or httpx.AsyncClient(
             timeout=timeout,
@@ -50,38 +69,95 @@ class RpcBackend:
         )
         self._ids = itertools.count(1)
         self._blocks: OrderedDict[str, Mapping[str, Any]] = OrderedDict()
+        self._queue: list[_Call] = []
+        self._flush_scheduled = False
+        self._inflight: set[asyncio.Task[None]] = set()
 
     async def aclose(self) -> None:
+        for task in list(self._inflight):
+            task.cancel()
+        if self._inflight:
+            await asyncio.gather(*self._inflight, return_exceptions=True)
         if self._own_client:
             await self._client.aclose()
 
     async def batch(self, calls: list[tuple[str, list[Any]]]) -> list[Any]:
-        """Send calls as one JSON-RPC batch; results in call order. Errors raise ChainUnavailable."""
-        ids = [next(self._ids) for _ in calls]
-        payload = [
-            {"jsonrpc": "2.0", "id": i, "method": method, "params": params}
-            for i, (method, params) in zip(ids, calls, strict=True)
-        ]
-        body = await self._post(payload if len(calls) > 1 else payload[0])
+        """Results of `calls` in order; any failure raises ChainUnavailable.
+
+        Calls are queued and sent on the next turn of the event loop together with
+        every other call queued meanwhile, as JSON-RPC batches of at most `batch_max`
+        calls (the technique ethers' JsonRpcProvider uses). Concurrent verifications
+        thus share HTTP requests instead of each holding a connection."""
+        loop = asyncio.get_running_loop()
+        futures = []
+        for method, params in calls:
+            future: asyncio.Future[Any] = loop.create_future()
+            self._queue.append(_Call(method, params, future))
+            futures.append(future)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            loop.call_soon(self._flush)
+        results = await asyncio.gather(*futures, return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        return results
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        queue, self._queue = self._queue, []
+        for start in range(0, len(queue), self.batch_max):
+            task = asyncio.ensure_future(self._send(queue[start : start + self.batch_max]))
+            self._inflight.add(task)
+            task.add_done_callback(self._inflight.discard)
+
+    async def _send(self, calls: list[_Call]) -> None:
+        # Parameterless reads (eth_chainId, eth_blockNumber) asked by several waiters in
+        # one batch are sent once: they describe the chain at that instant, not a proof.
+        ids: list[int] = []
+        payload: list[dict[str, Any]] = []
+        shared: dict[str, int] = {}
+        for call in calls:
+            if not call.params and call.method in shared:
+                ids.append(shared[call.method])
+                continue
+            i = next(self._ids)
+            if not call.params:
+                shared[call.method] = i
+            ids.append(i)
+            payload.append({"jsonrpc": "2.0", "id": i, "method": call.method, "params": call.params})
+        try:
+            by_id = await self._exchange(payload)
+        except ChainUnavailable as exc:
+            for call in calls:
+                if not call.future.done():
+                    call.future.set_exception(exc)
+            return
+        for i, call in zip(ids, calls, strict=True):
+            if call.future.done():  # the waiter was cancelled
+                continue
+            answer = by_id.get(i)
+            if answer is None:
+                call.future.set_exception(ChainUnavailable(f"{call.method}: no answer in the batch"))
+            elif answer.get("error") is not None:
+                call.future.set_exception(RpcError(call.method, answer["error"]))
+            elif "result" not in answer:
+                call.future.set_exception(ChainUnavailable(f"{call.method}: neither result nor error"))
+            else:
+                call.future.set_result(answer["result"])
+
+    async def _exchange(self, payload: list[dict[str, Any]]) -> dict[Any, Mapping[str, Any]]:
+        """POST one request (a lone call as an object, several as a batch); answers by id."""
+        body = await self._post(payload if len(payload) > 1 else payload[0])
         answers = body if isinstance(body, list) else [body]
         by_id: dict[Any, Mapping[str, Any]] = {}
         for answer in answers:
             if not isinstance(answer, Mapping):
                 raise ChainUnavailable(f"malformed JSON-RPC answer: {str(answer)[:80]!r}")
             if answer.get("id") is None and "error" in answer:
-                raise RpcError(calls[0][0], answer["error"])  # batch refused as a whole
+                raise RpcError(str(payload[0]["method"]), answer["error"])  # refused as a whole
             by_id[answer.get("id")] = answer
-        results: list[Any] = []
-        for i, (method, _) in zip(ids, calls, strict=True):
-            answer = by_id.get(i)
-            if answer is None:
-                raise ChainUnavailable(f"{method}: no answer in the batch")
-            if answer.get("error") is not None:
-                raise RpcError(method, answer["error"])
-            if "result" not in answer:
-                raise ChainUnavailable(f"{method}: answer has neither result nor error")
-            results.append(answer["result"])
-        return results
+        return by_id
 
     async def _post(self, payload: Any) -> Any:
         try:
