@@ -65,7 +65,12 @@ def parse_address(value: str, *, allow_display_name: bool = False) -> Address | 
         return AddressProblem("control_char", "address contains a control character (CR, LF, NUL, ...)")
     if not value.isascii():
         return AddressProblem("non_ascii", "address contains non-ASCII characters")
-    if "," in value or ";" in value:
+    outside = value
+    if allow_display_name and value.startswith('"'):
+        # A quoted display name may hold commas ("Smith, Alice"); look past it.
+        end = value.find('"', 1)
+        outside = value[end + 1 :] if end > 0 else value
+    if "," in outside or ";" in outside:
         return AddressProblem("several", "a single-address field holds a list or a group")
     if value.count("@") > 1 and "<" not in value:
         return AddressProblem("several", "more than one '@': several addresses or a malformed one")

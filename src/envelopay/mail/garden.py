@@ -39,9 +39,12 @@ def peer_allowed(peer: Any) -> bool:
         return True  # AF_UNIX peers have no address (or a path)
     if isinstance(peer, tuple) and peer:
         try:
-            return ipaddress.ip_address(str(peer[0])).is_loopback
+            ip = ipaddress.ip_address(str(peer[0]).split("%")[0])
         except ValueError:
             return False
+        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+            return ip.ipv4_mapped.is_loopback
+        return ip.is_loopback
     return False
 
 
@@ -93,6 +96,8 @@ class _GardenHandler:
             content = content.encode("utf-8", "surrogateescape")
         sender = envelope.mail_from or ""
         replies: list[str] = []
+        if len(content) > self._server.data_size_limit:
+            return "\r\n".join("552 5.3.4 message too big" for _ in envelope.rcpt_tos)
         for rcpt in envelope.rcpt_tos:
             ok = await self._server._store(rcpt, sender, content)
             replies.append(
@@ -112,7 +117,7 @@ def _lmtp_class() -> type[Any]:
             peer = transport.get_extra_info("peername")
             garden: GardenServer = self.event_handler._server
             garden.stats.connections += 1
-            if not peer_allowed(peer):
+            if not garden.peer_filter(peer):
                 garden.stats.refused_peers += 1
                 if isinstance(transport, asyncio.WriteTransport):
                     transport.write(b"421 4.7.0 connections are accepted from inside the garden only\r\n")
@@ -132,6 +137,7 @@ class GardenServer:
     fsync     -- fsync each delivery before answering 250 (default on)
     on_delivered -- called with (address, path) after each Maildir delivery
     trace_header -- prepend Return-Path and Delivered-To (unsigned, so DKIM still holds)
+    peer_filter -- which peers may talk to the garden (default: Unix socket or loopback)
     """
 
     def __init__(
@@ -147,6 +153,7 @@ class GardenServer:
         on_delivered: Callable[[str, Path], None] | None = None,
         trace_header: bool = True,
         data_size_limit: int = 10 * 1024 * 1024,
+        peer_filter: Callable[[Any], bool] = peer_allowed,
     ) -> None:
         if unix_path is None and host not in LOOPBACK_HOSTS:
             try:
@@ -167,6 +174,7 @@ class GardenServer:
         self.on_delivered = on_delivered
         self.trace_header = trace_header
         self.data_size_limit = data_size_limit
+        self.peer_filter = peer_filter
         self.stats = GardenStats()
         self._server: asyncio.AbstractServer | None = None
         self._maildirs: dict[str, Path] = {}
@@ -193,7 +201,9 @@ class GardenServer:
                 handler,
                 hostname=self.hostname,
                 ident="envelopay garden",
-                data_size_limit=self.data_size_limit,
+                # aiosmtpd's own cap answers once per transaction; ours (in handle_DATA)
+                # answers per recipient, so theirs only stops runaway input.
+                data_size_limit=self.data_size_limit * 4 + 65536,
                 loop=loop,
             )
 
@@ -328,10 +338,7 @@ class LmtpClient:
 
     async def send(self, raw: bytes, sender: str, recipients: Sequence[str]) -> DeliveryResult:
         """One transaction: MAIL, one RCPT per recipient, DATA, one reply per accepted one."""
-        env_from = "" if sender in ("", "<>") else require_address(sender, field="sender")
-        rcpts = [require_address(r, field="recipient") for r in recipients]
-        if not rcpts:
-            raise UsageError("recipient: at least one is needed")
+        env_from, rcpts = _envelope(sender, recipients)
         if self._writer is None:
             await self.connect()
         try:
@@ -360,8 +367,21 @@ class LmtpClient:
             raise TransportError(f"LMTP DATA refused: {rep.code} {rep.text}")
         assert self._writer is not None
         self._writer.write(_dot_stuff(raw))
-        for r in accepted:
-            replies[r] = await self._reply()
+        first = await self._reply()
+        replies[accepted[0]] = first
+        for r in accepted[1:]:
+            if first.ok:
+                replies[r] = await self._reply()
+                continue
+            # Some servers (aiosmtpd's own size check among them) answer a refused DATA
+            # once, not once per recipient: wait briefly, then apply that reply to all.
+            try:
+                replies[r] = await self._reply(timeout=min(self.timeout, 2.0))
+            except TimeoutError:
+                for rest in accepted[accepted.index(r) :]:
+                    replies[rest] = first
+                await self.close()
+                break
         return DeliveryResult(replies)
 
     async def _send_line(self, line: str) -> Reply:
@@ -377,12 +397,12 @@ class LmtpClient:
             raise TransportError(f"LMTP {what} refused: {rep.code} {rep.text}")
         return rep
 
-    async def _reply(self) -> Reply:
+    async def _reply(self, timeout: float | None = None) -> Reply:
         """Read one (possibly multi-line) reply."""
         assert self._reader is not None
         texts: list[str] = []
         while True:
-            line = await asyncio.wait_for(self._reader.readline(), self.timeout)
+            line = await asyncio.wait_for(self._reader.readline(), timeout or self.timeout)
             if not line:
                 raise asyncio.IncompleteReadError(b"", None)
             text = line.decode("utf-8", "replace").rstrip("\r\n")
@@ -391,6 +411,15 @@ class LmtpClient:
             texts.append(text[4:])
             if len(text) == 3 or text[3] == " ":
                 return Reply(int(text[:3]), "\n".join(texts))
+
+
+def _envelope(sender: str, recipients: Sequence[str]) -> tuple[str, list[str]]:
+    """Validated envelope addresses (UsageError before any I/O); "" is the null sender."""
+    env_from = "" if sender in ("", "<>") else require_address(sender, field="sender")
+    rcpts = [require_address(r, field="recipient") for r in recipients]
+    if not rcpts:
+        raise UsageError("recipient: at least one is needed")
+    return env_from, rcpts
 
 
 def _dot_stuff(raw: bytes) -> bytes:
@@ -408,5 +437,6 @@ async def deliver(
     raw: bytes, sender: str, recipients: Sequence[str], endpoint: Endpoint, *, timeout: float = 30.0
 ) -> DeliveryResult:
     """Deliver one message over LMTP on a fresh connection."""
+    _envelope(sender, recipients)
     async with LmtpClient(endpoint, timeout=timeout) as client:
         return await client.send(raw, sender, recipients)
