@@ -15,6 +15,7 @@ transaction that is seen but not yet final) and raises it later with `set_commit
 from __future__ import annotations
 
 import hashlib
+import re
 import struct
 import threading
 from collections.abc import Callable, Sequence
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from solders.account import Account
 from solders.clock import Clock
 from solders.hash import Hash
 from solders.keypair import Keypair
@@ -115,6 +117,20 @@ class LocalSolana:
         for symbol, amount in (tokens or {}).items():
             self.mint_tokens(kp.pubkey(), symbol, amount)
         return kp
+
+    def install_mint(self, symbol: str, address: str, program: str, decimals: int) -> Pubkey:
+        """Place a mint at a fixed address (e.g. mainnet USDC's) with the faucet as its
+        authority, by writing the account directly: for fixtures and rehearsals that
+        need real addresses. Returns the mint."""
+        mint = Pubkey.from_string(address)
+        faucet = bytes(self.faucet.pubkey())
+        data = (struct.pack("<I", 1) + faucet + struct.pack("<QBB", 0, decimals, 1)
+                + struct.pack("<I", 0) + bytes(32))
+        with self._lock:
+            rent = self.svm.minimum_balance_for_rent_exemption(MINT_SIZE)
+            self.svm.set_account(mint, Account(rent, data, Pubkey.from_string(program), False, 0))
+        self.mints[symbol.upper()] = (mint, Pubkey.from_string(program))
+        return mint
 
     # -- reads ------------------------------------------------------------------------
 
@@ -298,6 +314,22 @@ def parse_instruction(
     return {"parsed": parsed, "program": name, "programId": program, "stackHeight": stack_height}
 
 
+_IX_CUSTOM = re.compile(r"InstructionError\(\((\d+), Tagged\(InstructionErrorCustom\((\d+)\)\)\)\)")
+_IX_FIELDLESS = re.compile(r"InstructionError\(\((\d+), Fieldless\(InstructionErrorFieldless\.(\w+)\)\)\)")
+_FIELDLESS = re.compile(r"^TransactionErrorFieldless\.(\w+)$")
+
+
+def rpc_error(err: str) -> Any:
+    """A LiteSVM error's text in the JSON shape a node reports in meta.err."""
+    if m := _IX_CUSTOM.search(err):
+        return {"InstructionError": [int(m.group(1)), {"Custom": int(m.group(2))}]}
+    if m := _IX_FIELDLESS.search(err):
+        return {"InstructionError": [int(m.group(1)), m.group(2)]}
+    if m := _FIELDLESS.match(err):
+        return m.group(1)
+    return {"Other": err}
+
+
 def _authority(signers: list[str]) -> dict[str, Any]:
     if len(signers) > 1:
         return {"multisigAuthority": signers[0], "signers": signers[1:]}
@@ -329,8 +361,8 @@ def _document(tx: Transaction, meta: TransactionMetadata, err: str | None, slot:
         "slot": slot,
         "version": "legacy",
         "meta": {
-            "err": None if err is None else {"InstructionError": err},
-            "status": {"Ok": None} if err is None else {"Err": err},
+            "err": None if err is None else rpc_error(err),
+            "status": {"Ok": None} if err is None else {"Err": rpc_error(err)},
             "fee": meta.fee(),
             "computeUnitsConsumed": meta.compute_units_consumed(),
             "innerInstructions": inner,
