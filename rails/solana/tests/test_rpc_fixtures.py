@@ -90,7 +90,8 @@ async def test_payer_binding_and_at_least_on_fixture() -> None:
     rail = make_rail({"backend": "rpc", "rpc_url": URL})
     with respx.mock(assert_all_called=False) as router:
         mount(router, case["responses"], [])
-        good = await rail.verify({"tx": case["signature"]}, Expectation(**case["expectation"], payer=authority))
+        good = await rail.verify({"tx": case["signature"]},
+                                 Expectation(**case["expectation"], payer=authority))
         bad = await rail.verify({"tx": case["signature"]},
                                 Expectation(**case["expectation"], payer=case["expectation"]["recipient"]))
         less = await rail.verify({"tx": case["signature"]}, Expectation(
