@@ -1,10 +1,300 @@
-"""CLI commands for this area (registered by envelopay.cli.app)."""
+"""CLI of the send enforcer: `enforcer serve`, `agent create|list|kill`,
+`approvals list|approve|reject|retry`, and `mcp` (the agents' MCP front).
+
+Operator commands talk to the running service with the operator credential (never to
+the database directly). Bad input → exit 2; an unreachable enforcer → exit 1.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import secrets
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Annotated, Any, NoReturn, TypeVar
+
 import typer
+
+from envelopay.errors import ConfigError, TransportError, UsageError
+
+T = TypeVar("T")
+
+DEFAULT_URL = "http://127.0.0.1:8725"
+DEFAULT_TOKEN_FILE = "enforcer-operator.token"
+
+_Url = Annotated[
+    str, typer.Option("--enforcer", envvar="ENVELOPAY_ENFORCER", help="Enforcer URL or Unix socket path.")
+]
+_TokenFile = Annotated[
+    Path,
+    typer.Option("--operator-token-file", envvar="ENVELOPAY_OPERATOR_TOKEN_FILE",
+                 help="File holding the operator credential."),
+]
+
+_SEC = "starttls | tls | none"
+_USER = "SMTP user; the password comes from $ENVELOPAY_SMTP_PASSWORD"
+_GARDEN = "Deliver into the walled garden: its LMTP socket path or port."
+
+
+def _fail(message: str, code: int = 2) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def _operator_token(path: Path) -> str:
+    token = os.environ.get("ENVELOPAY_OPERATOR_TOKEN")
+    if token:
+        return token
+    try:
+        token = path.read_text().strip()
+    except OSError as exc:
+        _fail(f"cannot read the operator token file {path}: {exc.strerror}")
+    if not token:
+        _fail(f"operator token file {path} is empty")
+    return token
+
+
+def _run(coro_fn: Callable[[], Awaitable[T]]) -> T:
+    async def main() -> T:
+        return await coro_fn()
+
+    try:
+        return asyncio.run(main())
+    except (UsageError, ConfigError) as exc:
+        _fail(str(exc))
+    except TransportError as exc:
+        _fail(str(exc), code=1)
+
+
+def _load_or_create_token(path: Path) -> str:
+    token = os.environ.get("ENVELOPAY_OPERATOR_TOKEN")
+    if token:
+        return token
+    if path.exists():
+        return _operator_token(path)
+    token = "epo_" + secrets.token_urlsafe(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(token + "\n")
+    typer.echo(f"operator token written to {path} (mode 600)", err=True)
+    return token
 
 
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the top-level app."""
-    _ = app
+    enforcer_app = typer.Typer(help="The send enforcer service.", no_args_is_help=True)
+    agent_app = typer.Typer(help="Leashed agent identities (operator).", no_args_is_help=True)
+    approvals_app = typer.Typer(help="The approval queue (operator).", no_args_is_help=True)
+    app.add_typer(enforcer_app, name="enforcer")
+    app.add_typer(agent_app, name="agent")
+    app.add_typer(approvals_app, name="approvals")
+
+    @enforcer_app.command("serve")
+    def serve(
+        db: Annotated[str, typer.Option("--db", help="sqlite:///PATH, a file path, or postgresql://...")],
+        port: Annotated[int, typer.Option("--port", help="Loopback TCP port.")] = 8725,
+        host: Annotated[str, typer.Option("--host", help="Loopback address to bind.")] = "127.0.0.1",
+        socket: Annotated[Path | None, typer.Option("--socket", help="Listen on this Unix socket.")] = None,
+        token_file: _TokenFile = Path(DEFAULT_TOKEN_FILE),
+        smtp_host: Annotated[str | None, typer.Option("--smtp-host")] = None,
+        smtp_port: Annotated[int, typer.Option("--smtp-port")] = 587,
+        smtp_security: Annotated[str, typer.Option("--smtp-security", help=_SEC)] = "starttls",
+        smtp_user: Annotated[str | None, typer.Option("--smtp-user", help=_USER)] = None,
+        garden: Annotated[str | None, typer.Option("--garden", help=_GARDEN)] = None,
+        dkim_key: Annotated[Path | None, typer.Option("--dkim-key", help="PEM private key.")] = None,
+        dkim_selector: Annotated[str, typer.Option("--dkim-selector")] = "envelopay",
+        dkim_domain: Annotated[str | None, typer.Option("--dkim-domain")] = None,
+    ) -> None:
+        """Run the enforcer: the only holder of the SMTP credential and the DKIM key."""
+        from envelopay.enforcer.core import Enforcer, hash_token
+        from envelopay.enforcer.delivery import Deliverer, GardenDeliverer, SmtpDeliverer, dkim_signer
+        from envelopay.enforcer.server import start_server
+        from envelopay.enforcer.store import open_store
+
+        deliverer: Deliverer
+        try:
+            if (garden is None) == (smtp_host is None):
+                raise ConfigError("give exactly one of --smtp-host or --garden")
+            if garden is not None:
+                deliverer = GardenDeliverer(int(garden) if garden.isdigit() else garden)
+            else:
+                from envelopay.mail.smtp import SmtpConfig
+
+                password = os.environ.get("ENVELOPAY_SMTP_PASSWORD") if smtp_user else None
+                if smtp_user and password is None:
+                    raise ConfigError("--smtp-user needs $ENVELOPAY_SMTP_PASSWORD")
+                assert smtp_host is not None
+                deliverer = SmtpDeliverer(SmtpConfig(
+                    smtp_host, smtp_port, security=smtp_security,  # type: ignore[arg-type]
+                    username=smtp_user, password=password,
+                ))
+            signer = None
+            if dkim_key is not None:
+                from envelopay.dkim import DkimKey
+
+                if not dkim_domain:
+                    raise ConfigError("--dkim-key needs --dkim-domain")
+                signer = dkim_signer(DkimKey.from_pem(dkim_key.read_bytes()), selector=dkim_selector,
+                                     domain=dkim_domain)
+            store = open_store(db)
+            operator = _load_or_create_token(token_file)
+        except (ConfigError, UsageError, OSError) as exc:
+            _fail(str(exc))
+
+        async def main() -> None:
+            import signal
+
+            await store.open()
+            enforcer = Enforcer(store, deliverer, operator_token_hash=hash_token(operator), signer=signer)
+            runner, where = await start_server(
+                enforcer, host=host, port=port, path=str(socket) if socket else None
+            )
+            typer.echo(f"enforcer listening on {where}", err=True)
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, stop.set)
+            try:
+                await stop.wait()
+            finally:
+                await runner.cleanup()
+                await store.close()
+
+        _run(main)
+
+    @agent_app.command("create")
+    def agent_create(
+        name: Annotated[str, typer.Argument(help="Agent name (a-z 0-9 _ -).")],
+        address: Annotated[str, typer.Option("--address", help="The agent's own address (sender pin).")],
+        allow: Annotated[list[str] | None, typer.Option("--allow", help="Allowlisted address or domain.")]
+        = None,
+        hourly: Annotated[int, typer.Option("--hourly", help="Sends per hour before approval.")] = 20,
+        daily: Annotated[int, typer.Option("--daily", help="Sends per day before approval.")] = 100,
+        url: _Url = DEFAULT_URL,
+        token_file: _TokenFile = Path(DEFAULT_TOKEN_FILE),
+    ) -> None:
+        """Create an agent and print its token (shown once; only its hash is stored)."""
+        from envelopay.enforcer.client import OperatorClient
+
+        op_token = _operator_token(token_file)
+
+        async def go() -> tuple[dict[str, Any], str]:
+            async with OperatorClient(url, op_token) as op:
+                return await op.create_agent(
+                    name, address, allow=tuple(allow or ()), hourly=hourly, daily=daily
+                )
+
+        agent, token = _run(go)
+        typer.echo(f"created agent {agent['name']} <{agent['address']}>: {agent['summary']}")
+        typer.echo("Save this token now; it is shown only once. MCP client configuration:")
+        typer.echo(f"ENVELOPAY_ENFORCER={url}")
+        typer.echo(f"ENVELOPAY_AGENT_ADDRESS={agent['address']}")
+        typer.echo(f"ENVELOPAY_AGENT_TOKEN={token}")
+
+    @agent_app.command("list")
+    def agent_list(url: _Url = DEFAULT_URL, token_file: _TokenFile = Path(DEFAULT_TOKEN_FILE)) -> None:
+        """List agents: address, status and policy."""
+        from envelopay.enforcer.client import OperatorClient
+
+        op_token = _operator_token(token_file)
+
+        async def go() -> list[dict[str, Any]]:
+            async with OperatorClient(url, op_token) as op:
+                return await op.list_agents()
+
+        agents = _run(go)
+        if not agents:
+            typer.echo("no agents (create one with: envelopay agent create NAME --address ADDR)")
+        for a in agents:
+            typer.echo(f"{a['name']:<20} {a['address']:<32} {a['status']:<7} {a['summary']}")
+
+    @agent_app.command("kill")
+    def agent_kill(
+        name: Annotated[str, typer.Argument()], url: _Url = DEFAULT_URL,
+        token_file: _TokenFile = Path(DEFAULT_TOKEN_FILE),
+    ) -> None:
+        """Kill an agent: terminal; its token does nothing from now on."""
+        from envelopay.enforcer.client import OperatorClient
+
+        op_token = _operator_token(token_file)
+
+        async def go() -> dict[str, Any] | None:
+            async with OperatorClient(url, op_token) as op:
+                return await op.kill_agent(name)
+
+        if _run(go) is None:
+            _fail(f"no agent named {name!r}")
+        typer.echo(f"killed {name}")
+
+    @approvals_app.command("list")
+    def approvals_list(url: _Url = DEFAULT_URL, token_file: _TokenFile = Path(DEFAULT_TOKEN_FILE)) -> None:
+        """The approval queue, pending first."""
+        from envelopay.enforcer.client import OperatorClient
+
+        op_token = _operator_token(token_file)
+
+        async def go() -> list[dict[str, Any]]:
+            async with OperatorClient(url, op_token) as op:
+                return await op.list_approvals()
+
+        rows = _run(go)
+        if not rows:
+            typer.echo("approval queue is empty")
+        for r in rows:
+            what = r["subject"] or (r["type"] or "").upper()
+            typer.echo(f"{r['id']}  {r['state']:<8} {r['agent']} → {r['to']}: {what}  ({r['reason']})")
+
+    def _decide(action: str, send_id: str, url: str, token_file: Path) -> None:
+        from envelopay.enforcer.client import OperatorClient
+
+        op_token = _operator_token(token_file)
+
+        async def go() -> tuple[int, dict[str, Any]]:
+            async with OperatorClient(url, op_token) as op:
+                return await op.decide(send_id, action)
+
+        status, data = _run(go)
+        detail = f" ({data['detail']})" if data.get("detail") else ""
+        if status == 404:
+            _fail(f"no approval {send_id}")
+        if status == 409:
+            _fail(f"conflict: the approval is {data['state']}{detail}", code=1)
+        typer.echo(f"{send_id}: {data['state']}{detail}")
+
+    @approvals_app.command("approve")
+    def approve(
+        send_id: Annotated[str, typer.Argument()], url: _Url = DEFAULT_URL,
+        token_file: _TokenFile = Path(DEFAULT_TOKEN_FILE),
+    ) -> None:
+        """Approve a pending send and deliver it."""
+        _decide("approve", send_id, url, token_file)
+
+    @approvals_app.command("reject")
+    def reject(
+        send_id: Annotated[str, typer.Argument()], url: _Url = DEFAULT_URL,
+        token_file: _TokenFile = Path(DEFAULT_TOKEN_FILE),
+    ) -> None:
+        """Reject a pending send."""
+        _decide("reject", send_id, url, token_file)
+
+    @approvals_app.command("retry")
+    def retry(
+        send_id: Annotated[str, typer.Argument()], url: _Url = DEFAULT_URL,
+        token_file: _TokenFile = Path(DEFAULT_TOKEN_FILE),
+    ) -> None:
+        """Re-execute an approved send stranded by a crash (after the grace period)."""
+        _decide("retry", send_id, url, token_file)
+
+    @app.command("mcp")
+    def mcp() -> None:
+        """MCP server (stdio) for an agent: send protocol messages, check inbox and status.
+        Configured by $ENVELOPAY_ENFORCER, $ENVELOPAY_AGENT_TOKEN, $ENVELOPAY_AGENT_ADDRESS and
+        optionally $ENVELOPAY_AGENT_MAILDIR."""
+        from envelopay.enforcer.mcp_server import config_from_env, run_stdio
+
+        try:
+            config = config_from_env(os.environ)
+        except ConfigError as exc:
+            _fail(str(exc))
+        run_stdio(config)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 import httpx
 
@@ -66,7 +66,7 @@ class _Http:
     async def aclose(self) -> None:
         await self._client.aclose()
 
-    async def __aenter__(self) -> Any:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(

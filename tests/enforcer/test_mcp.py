@@ -1,0 +1,89 @@
+"""The MCP front over stdio (a real `envelopay mcp` subprocess, driven by the mcp client
+library), talking to a running enforcer that delivers to aiosmtpd."""
+
+from __future__ import annotations
+
+import mailbox
+import os
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+
+from envelopay.enforcer.core import Enforcer
+from envelopay.protocol.compose import compose
+from envelopay.protocol.messages import Which
+from envelopay.protocol.outbound import Outbound
+
+from .conftest import Sink
+
+
+def _params(env: dict[str, str]) -> StdioServerParameters:
+    base = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "PYTHONPATH")}
+    args = ["-m", "envelopay.cli", "mcp"]
+    return StdioServerParameters(command=sys.executable, args=args, env={**base, **env})
+
+
+def _structured(result: Any) -> dict[str, Any]:
+    assert not result.is_error, result
+    data = result.structured_content
+    assert isinstance(data, dict)
+    return data
+
+
+async def test_mcp_tools_return_dispositions_as_results(
+    enforcer: Enforcer, service: str, sink: Sink, tmp_path: Path
+) -> None:
+    _, token = await enforcer.create_agent("mcp1", "mcp1@agents.test", allow=("shop.test",), hourly=1)
+    inbox = tmp_path / "inbox"
+    box = mailbox.Maildir(inbox, create=True)
+    box.add(compose(Outbound(sender="worker@shop.test", recipient="mcp1@agents.test",
+                             message=Which(note="hello from the shop"), message_id="<in1@shop.test>",
+                             date=datetime(2027, 1, 15, tzinfo=UTC))))
+    env = {"ENVELOPAY_ENFORCER": service, "ENVELOPAY_AGENT_TOKEN": token,
+           "ENVELOPAY_AGENT_ADDRESS": "mcp1@agents.test", "ENVELOPAY_AGENT_MAILDIR": str(inbox)}
+    async with Client(_params(env), read_timeout_seconds=60) as client:
+        names = {t.name for t in (await client.list_tools()).tools}
+        assert {f"send_{k}" for k in ("which", "methods", "pay", "order", "fulfill", "invoice", "offer",
+                                       "accept", "oops")} <= names
+        assert {"check_inbox", "check_send_status"} <= names
+
+        sent = _structured(await client.call_tool("send_which", {"to": "worker@shop.test",
+                                                                 "body": {"note": "menu?"}}))
+        assert sent["status"] == "sent" and sent["message_id"]
+        # Over the hourly cap of 1: a verdict, not an error.
+        flagged = _structured(await client.call_tool("send_order", {
+            "to": ["worker@shop.test"], "body": {"id": "o1", "task": "summarize"}}))
+        assert flagged["status"] == "pending_approval" and flagged["approval_id"]
+        blocked = _structured(await client.call_tool("send_which", {"to": "a@x.test, b@y.test", "body": {}}))
+        assert blocked["status"] == "blocked" and blocked["reason"].startswith("invalid recipient")
+        bad_pay = {"to": "worker@shop.test", "body": {"id": "p"}}
+        invalid = _structured(await client.call_tool("send_pay", bad_pay))
+        assert invalid["status"] == "blocked" and invalid["reason"].startswith("invalid message")
+
+        status = _structured(await client.call_tool("check_send_status", {"id": flagged["approval_id"]}))
+        assert (status["status"], status["state"]) == ("pending_approval", "pending")
+        other = _structured(await client.call_tool("check_send_status", {"id": "someone-elses"}))
+        assert other["status"] == "unknown"
+
+        two = await client.call_tool("send_which", {"to": ["a@x.test", "b@y.test"], "body": {}})
+        assert two.is_error and "exactly one recipient" in str(two.content)
+
+        messages = _structured(await client.call_tool("check_inbox", {}))["messages"]
+        assert len(messages) == 1 and messages[0]["type"] == "which"
+        assert messages[0]["body"]["note"] == "hello from the shop"
+        assert messages[0]["from"] == "worker@shop.test"
+    assert len(sink.messages) == 1
+
+
+async def test_mcp_transport_fault_is_a_tool_error(tmp_path: Path) -> None:
+    env = {"ENVELOPAY_ENFORCER": str(tmp_path / "no-such.sock"), "ENVELOPAY_AGENT_TOKEN": "t",
+           "ENVELOPAY_AGENT_ADDRESS": "mcp1@agents.test"}
+    async with Client(_params(env), read_timeout_seconds=60) as client:
+        result = await client.call_tool("send_which", {"to": "worker@shop.test", "body": {}})
+        assert result.is_error and "enforcer unreachable" in str(result.content)
+        inbox = await client.call_tool("check_inbox", {})
+        assert inbox.is_error and "no inbox configured" in str(inbox.content)
