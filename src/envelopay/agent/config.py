@@ -76,6 +76,8 @@ class AgentSection(_Section):
     dkim_selector: str = "ep1"
     dkim_key: str | None = None
     dkim_policy: Literal["required", "prefer", "off"] = "prefer"
+    dkim_dns: Literal["table", "resolver"] = "table"  # table: [dkim_records] below (garden)
+    worker_id: str | None = None  # stable across restarts of one worker process
 
     @field_validator("address")
     @classmethod
@@ -88,6 +90,8 @@ class AgentSection(_Section):
 class TransportConfig(_Section):
     kind: Literal["garden", "smtp"] = "garden"
     garden_root: str = "var/garden"
+    garden_socket: str | None = None  # LMTP over a Unix socket (else lmtp_host:lmtp_port)
+    garden_addresses: list[str] = Field(default_factory=list)  # for an embedded garden
     lmtp_host: str = "127.0.0.1"
     lmtp_port: int | None = None
     smtp_host: str | None = None
@@ -194,6 +198,8 @@ class WorkerConfig(_Section):
     tasks: list[TaskConfig] = Field(default_factory=list)
     responders: list[ResponderConfig] = Field(default_factory=list)
     exchange: list[ExchangePair] = Field(default_factory=list)
+    wallets: dict[str, str] = Field(default_factory=dict)  # chain → wallet, for OFFER give legs
+    dkim_records: dict[str, str] = Field(default_factory=dict)  # "sel._domainkey.dom" → TXT
     base_dir: str = "."
 
     def path(self, value: str) -> Path:

@@ -188,9 +188,14 @@ class WorkerApp:
 
     # -- exchange ------------------------------------------------------------------
     def wallet_for(self, chain: str, token: str) -> str | None:
+        """Our receiving wallet: an accepted rail's, or the chain's wallet for an asset we
+        take as the give leg of a declared exchange pair."""
         for r in self.config.accept:
             if r.chain == chain and r.token.lower() == token.lower():
                 return r.wallet
+        pair = f"{chain}/{token}".lower()
+        if any(p.give.lower() == pair for p in self.config.exchange):
+            return self.config.wallets.get(chain)
         return None
 
     def check_offer(self, offer: Offer) -> Refusal | None:

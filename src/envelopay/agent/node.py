@@ -1,0 +1,213 @@
+"""One agent, wired: engine + DKIM verification + outbox drainer + Maildir inbox.
+
+`AgentNode.receive(raw)` is the whole inbound path for one message: DKIM verdict →
+engine (parse … commit) → drain the outbox (send hook → sign → transport). `send()` is
+the client role: record the message in its flow, then drain. `serve()` pumps a Maildir.
+`build_node(config)` assembles all of it from a WorkerConfig.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from envelopay.agent.config import WorkerConfig
+from envelopay.agent.engine import Application, Engine, Outcome, Sent
+from envelopay.agent.outbox import DirectHook, DrainReport, OutboxDrainer, SendHook, dkim_signer
+from envelopay.agent.transport import GardenTransport, Transport
+from envelopay.dkim import DkimResult, DnsLookup
+from envelopay.errors import ConfigError
+from envelopay.ledger.store import Store
+from envelopay.protocol.messages import Message
+from envelopay.rails.interface import Rail
+
+__all__ = ["AgentNode", "build_node", "open_store"]
+
+Clock = Callable[[], datetime]
+
+
+@dataclass
+class AgentNode:
+    engine: Engine
+    drainer: OutboxDrainer
+    dns: DnsLookup | None
+    maildir: Path | None = None
+    transport: Transport | None = None
+    rails: Mapping[str, Rail] = field(default_factory=dict)
+    outcomes: list[Outcome] = field(default_factory=list)
+    _waiters: dict[str, asyncio.Future[Outcome]] = field(default_factory=dict)
+    _seen: dict[str, Outcome] = field(default_factory=dict)
+
+    @property
+    def address(self) -> str:
+        return self.engine.address
+
+    @property
+    def store(self) -> Store:
+        return self.engine.store
+
+    async def verify_dkim(self, raw: bytes) -> DkimResult | None:
+        if self.dns is None:
+            return None
+        from envelopay import dkim
+
+        return await dkim.verify(raw, dns=self.dns)
+
+    async def receive(self, raw: bytes) -> Outcome:
+        result = await self.verify_dkim(raw)
+        outcome = await self.engine.handle(raw, dkim=result)
+        self.outcomes.append(outcome)
+        await self.drainer.drain()
+        if outcome.message_id is not None and outcome.status not in ("busy", "deferred"):
+            self._seen[outcome.message_id] = outcome
+            fut = self._waiters.pop(outcome.message_id, None)
+            if fut is not None and not fut.done():
+                fut.set_result(outcome)
+        return outcome
+
+    async def wait_outcome(self, message_id: str, timeout: float = 30.0) -> Outcome:
+        """The outcome of the inbound message `message_id`, once this node handled it."""
+        if message_id in self._seen:
+            return self._seen[message_id]
+        fut = self._waiters.setdefault(message_id, asyncio.get_running_loop().create_future())
+        return await asyncio.wait_for(asyncio.shield(fut), timeout)
+
+    async def send(self, message: Message, to: str, **kw: Any) -> Sent:
+        sent = await self.engine.send(message, to, **kw)
+        await self.drainer.drain()
+        return sent
+
+    async def drain(self) -> DrainReport:
+        return await self.drainer.drain()
+
+    async def serve(self, stop: asyncio.Event) -> None:
+        """Handle every message landing in this agent's Maildir until `stop` is set."""
+        from envelopay.agent.runtime import pump
+
+        if self.maildir is None:
+            raise ConfigError(f"{self.address}: no Maildir to serve")
+
+        async def consume(_: Path, raw: bytes) -> None:
+            # busy/deferred: try again shortly (another worker's lease, a DNS hiccup).
+            for delay in (0.0, 0.2, 1.0, 5.0):
+                if delay:
+                    await asyncio.sleep(delay)
+                outcome = await self.receive(raw)
+                if outcome.status not in ("busy", "deferred"):
+                    return
+
+        await pump([self.maildir], consume, stop=stop)
+
+    async def close(self) -> None:
+        if self.transport is not None:
+            await self.transport.close()
+        for rail in self.rails.values():
+            closer = getattr(rail, "aclose", None)
+            if closer is not None:
+                await closer()
+
+
+def open_store(url: str, base: Path) -> Store:
+    """A ledger from the config's `ledger` value: a SQLite path or a postgresql:// DSN."""
+    if url.startswith(("postgresql://", "postgres://")):
+        from envelopay.ledger.postgres import PostgresStore
+
+        store: Store = PostgresStore(url)
+    else:
+        from envelopay.ledger.sqlite import SqliteStore
+
+        path = Path(url.removeprefix("sqlite:///"))
+        path = path if path.is_absolute() else base / path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        store = SqliteStore(str(path))
+    store.migrate()
+    return store
+
+
+def dns_for(cfg: WorkerConfig) -> DnsLookup:
+    from envelopay import dkim
+
+    if cfg.agent.dkim_dns == "resolver":
+        return dkim.resolver_dns()
+    return dkim.table_dns(dict(cfg.dkim_records))
+
+
+def build_node(
+    cfg: WorkerConfig,
+    *,
+    app: Application | None = None,
+    store: Store | None = None,
+    rails: Mapping[str, Rail] | None = None,
+    transport: Transport | None = None,
+    hook: SendHook | None = None,
+    maildir: Path | None = None,
+    clock: Clock = lambda: datetime.now(UTC),
+    id_factory: Callable[[], str] | None = None,
+) -> AgentNode:
+    """Assemble an agent from its config; any part may be injected (tests, the demo)."""
+    base = Path(cfg.base_dir)
+    if store is None:
+        store = open_store(cfg.agent.ledger, base)
+    if rails is None:
+        from envelopay.rails.registry import load_rails
+
+        rails = load_rails({name: _rail_options(cfg, opts) for name, opts in cfg.rails.items()})
+    if app is None:
+        from envelopay.agent.worker import WorkerApp, WorkerApplication
+
+        kw: dict[str, Any] = {"rails": rails, "clock": clock}
+        app = WorkerApplication(WorkerApp(cfg, **kw))
+    if transport is None and hook is None:
+        transport = garden_transport(cfg)
+    if hook is None:
+        assert transport is not None
+        signer = None
+        if cfg.agent.dkim_key:
+            key_pem = cfg.path(cfg.agent.dkim_key).read_bytes()
+            signer = dkim_signer(selector=cfg.agent.dkim_selector, domain=cfg.agent.domain,
+                                 key_pem=key_pem, clock=clock)
+        hook = DirectHook(transport, signer)
+    engine_kw: dict[str, Any] = {}
+    if id_factory is not None:
+        engine_kw["id_factory"] = id_factory
+    engine = Engine(
+        store,
+        address=cfg.agent.address,
+        domain=cfg.agent.domain,
+        rails=rails,
+        app=app,
+        dkim_policy=cfg.agent.dkim_policy,
+        clock=clock,
+        worker_id=cfg.agent.worker_id,
+        **engine_kw,
+    )
+    drainer = OutboxDrainer(store, hook, clock=clock)
+    if maildir is None and cfg.transport.kind == "garden":
+        from envelopay.mail.maildir import mailbox_path
+
+        maildir = mailbox_path(cfg.path(cfg.transport.garden_root), cfg.agent.address)
+    dns = dns_for(cfg) if cfg.agent.dkim_policy != "off" or cfg.dkim_records else None
+    return AgentNode(engine, drainer, dns, maildir, transport, rails)
+
+
+def garden_transport(cfg: WorkerConfig) -> GardenTransport:
+    t = cfg.transport
+    if t.kind != "garden":
+        raise ConfigError("transport.kind: only 'garden' can be built here; SMTP needs the enforcer hook")
+    if t.garden_socket:
+        return GardenTransport(cfg.path(t.garden_socket))
+    if t.lmtp_port is None:
+        raise ConfigError("transport: set garden_socket or lmtp_port to reach the garden")
+    return GardenTransport((t.lmtp_host, t.lmtp_port))
+
+
+def _rail_options(cfg: WorkerConfig, opts: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(opts)
+    key = out.get("keypair")
+    if isinstance(key, str):
+        out["keypair"] = str(cfg.path(key))
+    return out
