@@ -196,3 +196,65 @@ async def test_pay_unreachable_node_is_a_rail_error(tmp_path: Any) -> None:
 
 def test_expectation_type_is_the_core_one() -> None:
     assert isinstance(expectation_of(DOCS["success_eth"]), Expectation)
+
+
+def serve_many(router: respx.MockRouter, docs: list[dict[str, Any]], posts: list[Any]) -> None:
+    """One node knowing several fixture transactions: each call answered from its document."""
+    by_hash = {d["proof"]["tx"].lower(): d for d in docs}
+
+    def pick(call: dict[str, Any]) -> dict[str, Any]:
+        params = call.get("params") or []
+        key = str(params[0]).lower() if params else ""
+        for doc in docs:  # block lookups go by block hash
+            block = doc["rpc"].get("eth_getBlockByHash")
+            if block and block["hash"] == key:
+                return doc
+        return by_hash.get(key, docs[0])
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        posts.append(body)
+        calls = body if isinstance(body, list) else [body]
+        out = [rpc_answer(pick(c), c)[1] for c in calls]
+        return httpx.Response(200, json=out if isinstance(body, list) else out[0])
+
+    router.post(URL).mock(side_effect=answer)
+
+
+async def test_concurrent_verifications_share_batched_requests() -> None:
+    import asyncio
+
+    good, missing, reverted = DOCS["success_usdc"], DOCS["not_found"], DOCS["reverted"]
+    jobs = [good, missing, reverted] * 10
+    rail = make_rail({"rpc_url": URL})
+    posts: list[Any] = []
+    with respx.mock as router:
+        serve_many(router, [good, missing, reverted], posts)
+        verdicts = await asyncio.gather(*(rail.verify(d["proof"], expectation_of(d)) for d in jobs))
+    await rail.aclose()
+    # per-call answers stay with their own verification inside a shared batch
+    assert [v.status for v in verdicts] == ["ok", "rejected", "rejected"] * 10
+    assert [v.reason for v in verdicts[:3]] == [None, Reason.TX_NOT_FOUND, Reason.TX_FAILED]
+    # 120 reads in batches of at most 100 calls, then the blocks: 4 requests, not 50
+    assert len(posts) <= 4
+    first = posts[0]
+    assert len(first) <= 100
+    assert sum(1 for c in first if c["method"] == "eth_chainId") == 1  # shared parameterless read
+    calls = [c for p in posts if isinstance(p, list) for c in p]
+    lookups = [c for c in calls if c["method"] == "eth_getTransactionByHash"]
+    assert len(lookups) == 30
+
+
+async def test_batch_max_splits_requests() -> None:
+    import asyncio
+
+    doc = DOCS["success_eth"]
+    rail = make_rail({"rpc_url": URL, "rpc_batch_max": 4})
+    posts: list[Any] = []
+    with respx.mock as router:
+        serve_many(router, [doc], posts)
+        verdicts = await asyncio.gather(*(rail.verify(doc["proof"], expectation_of(doc)) for _ in range(5)))
+    await rail.aclose()
+    assert all(v.ok for v in verdicts)
+    assert all(len(p) <= 4 for p in posts if isinstance(p, list))
+    assert len(posts) >= 5

@@ -3,7 +3,8 @@
 Options follow the factory convention in envelopay.rails.registry: backend (local|rpc),
 network (mainnet|sepolia|local), rpc_url, keypair (path to a file holding a hex private
 key, or the key as bytes), local_chain (a shared `LocalChain`), assets, http_client.
-Base-specific: chain_id (required only for an rpc backend on the "local" network).
+Base-specific: chain_id (required only for an rpc backend on the "local" network) and
+rpc_batch_max (most calls per JSON-RPC batch, default 100; 1 turns batching off).
 """
 
 from __future__ import annotations
@@ -233,9 +234,10 @@ def make_rail(options: Mapping[str, Any]) -> BaseRail:
     else:
         if not rpc_url:
             raise ConfigError("base rail: the rpc backend needs 'rpc_url'")
-        from envelopay_base.rpc import RpcBackend
+        from envelopay_base.rpc import DEFAULT_BATCH_MAX, RpcBackend
 
-        backend = RpcBackend(str(rpc_url), client=options.get("http_client"))
+        backend = RpcBackend(str(rpc_url), client=options.get("http_client"),
+                             batch_max=int(options.get("rpc_batch_max", DEFAULT_BATCH_MAX)))
         if network == "local":
             if options.get("chain_id") is None:
                 raise ConfigError("base rail: an rpc backend on the local network needs 'chain_id'")
