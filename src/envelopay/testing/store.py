@@ -1,0 +1,420 @@
+"""`check_store(factory)`: the Store contract as a public kit any backend can run.
+
+    from envelopay.testing.store import check_store
+    check_store(lambda: MyStore(...))
+
+`factory` returns a migrated, empty store; it is called once per check. The checks
+use distinct addresses and keys, so a factory may hand back stores over one shared
+database. A failed check raises AssertionError naming the check; the names of the
+checks that passed are returned.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+from envelopay.ledger.schema import LATEST
+from envelopay.ledger.store import (
+    CallRecord,
+    Claim,
+    Commit,
+    FlowRecord,
+    FlowWrite,
+    LogEntry,
+    ProofKey,
+    Store,
+)
+from envelopay.protocol.messages import Invoice, Oops, OopsError
+from envelopay.protocol.outbound import Outbound
+
+__all__ = ["CHECKS", "check_store"]
+
+T0 = datetime(2026, 1, 2, 3, 4, 5, 123456, tzinfo=UTC)
+_seq = itertools.count(1)
+
+
+def _ns(name: str) -> str:
+    return f"{name.replace('_', '-')}-{next(_seq)}@store.test"
+
+
+def _claim(local: str, mid: str, **kw: object) -> Claim:
+    base: dict[str, object] = {
+        "local": local,
+        "message_id": mid,
+        "content_hash": "h",
+        "worker": "w1",
+        "now": T0,
+        "lease_until": T0 + timedelta(seconds=60),
+    }
+    base.update(kw)
+    return Claim(**base)  # type: ignore[arg-type]
+
+
+def _outbound(local: str, n: int = 1) -> Outbound:
+    return Outbound(
+        sender=local,
+        recipient="peer@store.test",
+        message=Invoice(id=f"inv_{n}", amount=10**30 + n, token="USDC", chain="solana", wallet="W"),
+        message_id=f"<out{n}.{local}>",
+        date=T0 + timedelta(seconds=n),
+        in_reply_to="<in@peer>",
+        references=("<a@peer>", "<in@peer>"),
+        note="ünïcode note",
+    )
+
+
+def _flow(local: str, fid: str, version: int = 0, state: str = "ordered") -> FlowRecord:
+    return FlowRecord(
+        fid,
+        local,
+        "peer@store.test",
+        "order",
+        "payee",
+        state,
+        version,
+        {"order": {"id": "ord_1"}, "n": version},
+        T0,
+        T0,
+    )
+
+
+def check_claim_and_seen(factory: Callable[[], Store]) -> None:
+    s, local = factory(), _ns("claim")
+    assert s.begin_step(_claim(local, "<m1>")).status == "new"
+    assert (
+        s.commit_step(Commit(local, T0, {"status": "processed", "k": 1}, message_id="<m1>", worker="w1"))
+        == "ok"
+    )
+    again = s.begin_step(_claim(local, "<m1>"))
+    assert again.status == "seen", again
+    assert again.outcome is not None and again.outcome["k"] == 1
+    assert s.inbound_outcome(local, "<m1>") == {"status": "processed", "k": 1}
+    # A finished message cannot be finished twice.
+    assert s.commit_step(Commit(local, T0, {"status": "x"}, message_id="<m1>", worker="w1")) == "lost"
+    # Another mailbox's claim on the same Message-ID is its own.
+    assert s.begin_step(_claim(_ns("claim-other"), "<m1>")).status == "new"
+
+
+def check_lease(factory: Callable[[], Store]) -> None:
+    s, local = factory(), _ns("lease")
+    assert s.begin_step(_claim(local, "<m>", worker="a")).status == "new"
+    assert s.begin_step(_claim(local, "<m>", worker="a")).status == "new"  # own claim: redo
+    assert s.begin_step(_claim(local, "<m>", worker="b")).status == "busy"
+    late = T0 + timedelta(seconds=61)
+    took = s.begin_step(_claim(local, "<m>", worker="b", now=late, lease_until=late + timedelta(seconds=60)))
+    assert took.status == "new"  # expired lease: taken over
+    assert s.begin_step(_claim(local, "<m>", worker="a")).status == "busy"
+
+
+def check_replay_keys(factory: Callable[[], Store]) -> None:
+    s, local = factory(), _ns("replay")
+    peer = "peer@store.test"
+    c1 = _claim(local, "<r1>", sender=peer, protocol_id="pay_1", content_hash="H1")
+    assert s.begin_step(c1).status == "new"
+    assert s.begin_step(c1).status == "new"  # same owner: idempotent
+    ob = _outbound(local, 1)
+    outcome = {"status": "processed", "message_id": "<r1>", "outbox": [ob.message_id]}
+    commit = Commit(
+        local,
+        T0,
+        outcome,
+        message_id="<r1>",
+        worker="w1",
+        outbox=((ob, None),),
+        sender=peer,
+        protocol_id="pay_1",
+        replay_fate="done",
+    )
+    assert s.commit_step(commit) == "ok"
+    assert s.mark_sent(ob.message_id, T0)
+    assert s.outbox_pending(T0 + timedelta(days=1)) == []
+    # Same sender, id and content under a new Message-ID: the recorded reply, again.
+    re = s.begin_step(_claim(local, "<r2>", sender=peer, protocol_id="pay_1", content_hash="H1"))
+    assert re.status == "retransmission", re
+    assert re.requeued == (ob.message_id,)
+    assert re.outcome is not None and re.outcome["message_id"] == "<r1>"
+    pending = s.outbox_pending(T0 + timedelta(days=1))
+    assert [p.outbound for p in pending] == [ob]
+    assert s.begin_step(_claim(local, "<r2>")).status == "seen"
+    # Same id, other content: refused.
+    dup = s.begin_step(_claim(local, "<r3>", sender=peer, protocol_id="pay_1", content_hash="H2"))
+    assert dup.status == "duplicate_id"
+    # Another sender may use the same id.
+    other = _claim(local, "<r4>", sender="other@store.test", protocol_id="pay_1", content_hash="H2")
+    assert s.begin_step(other).status == "new"
+    # A released reservation may be taken again (a pending verdict).
+    c5 = _claim(local, "<r5>", sender=peer, protocol_id="pay_5", content_hash="H5")
+    assert s.begin_step(c5).status == "new"
+    rel = Commit(
+        local,
+        T0,
+        {"status": "refused"},
+        message_id="<r5>",
+        worker="w1",
+        sender=peer,
+        protocol_id="pay_5",
+        replay_fate="release",
+    )
+    assert s.commit_step(rel) == "ok"
+    assert (
+        s.begin_step(_claim(local, "<r6>", sender=peer, protocol_id="pay_5", content_hash="H5")).status
+        == "new"
+    )
+    # While the original is unfinished, a copy waits.
+    assert (
+        s.begin_step(_claim(local, "<r7>", sender=peer, protocol_id="pay_5", content_hash="H5")).status
+        == "busy"
+    )
+
+
+def check_proof_keys(factory: Callable[[], Store]) -> None:
+    s, local = factory(), _ns("proof")
+    p = ProofKey("solana", f"sig-{next(_seq)}")
+    assert s.proof_status(p) is None
+    assert s.begin_step(_claim(local, "<p1>", proof=p)).status == "new"
+    assert s.proof_status(p) == "held"
+    assert s.begin_step(_claim(local, "<p1>", proof=p)).status == "new"  # own reservation
+    # Held by an unfinished message: another presenter is refused.
+    assert s.begin_step(_claim(local, "<p2>", proof=p)).status == "proof_replayed"
+    spend = Commit(
+        local,
+        T0,
+        {"status": "processed"},
+        message_id="<p1>",
+        worker="w1",
+        proof=p,
+        proof_fate="spend",
+        proof_verdict={"status": "ok"},
+    )
+    assert s.commit_step(spend) == "ok"
+    assert s.proof_status(p) == "spent"
+    # Spent forever, whoever presents it, to whichever mailbox.
+    assert s.begin_step(_claim(_ns("proof-elsewhere"), "<p3>", proof=p)).status == "proof_replayed"
+    assert s.begin_step(_claim(local, "<p4>", proof=ProofKey("base", p.key))).status == "new"  # other chain
+    q = ProofKey("solana", f"sig-{next(_seq)}")
+    assert s.begin_step(_claim(local, "<q1>", proof=q)).status == "new"
+    rel = Commit(
+        local, T0, {"status": "refused"}, message_id="<q1>", worker="w1", proof=q, proof_fate="release"
+    )
+    assert s.commit_step(rel) == "ok"
+    assert s.proof_status(q) is None
+    assert s.begin_step(_claim(local, "<q2>", proof=q)).status == "new"
+
+
+def check_flow_versions(factory: Callable[[], Store]) -> None:
+    s, local = factory(), _ns("flow")
+    fid = f"flow-{next(_seq)}"
+    assert s.begin_step(_claim(local, "<f1>")).status == "new"
+    ob = _outbound(local, 2)
+    create = Commit(
+        local,
+        T0,
+        {"status": "processed"},
+        message_id="<f1>",
+        worker="w1",
+        flow=FlowWrite(_flow(local, fid)),
+        outbox=((ob, fid),),
+    )
+    assert s.commit_step(create) == "ok"
+    got = s.get_flow(fid)
+    assert got is not None and got.version == 1 and got.state == "ordered" and got.data["n"] == 0
+    # A second creation of the same flow conflicts, and writes nothing at all.
+    assert s.begin_step(_claim(local, "<f2>")).status == "new"
+    ob3 = _outbound(local, 3)
+    again = Commit(
+        local,
+        T0,
+        {"status": "processed"},
+        message_id="<f2>",
+        worker="w1",
+        flow=FlowWrite(_flow(local, fid)),
+        outbox=((ob3, fid),),
+    )
+    assert s.commit_step(again) == "conflict"
+    assert s.outbox_get(ob3.message_id) is None
+    assert s.inbound_outcome(local, "<f2>") is None  # still claimed, not done
+    upd = Commit(
+        local,
+        T0,
+        {"status": "processed"},
+        message_id="<f2>",
+        worker="w1",
+        flow=FlowWrite(_flow(local, fid, version=1, state="invoiced")),
+    )
+    assert s.commit_step(upd) == "ok"
+    stale = Commit(local, T0, {"status": "sent"}, flow=FlowWrite(_flow(local, fid, version=1, state="paid")))
+    assert s.commit_step(stale) == "conflict"
+    got = s.get_flow(fid)
+    assert got is not None and got.version == 2 and got.state == "invoiced" and got.data["n"] == 1
+    assert [f.flow_id for f in s.list_flows(local)] == [fid]
+    assert s.get_flow("no-such-flow") is None
+
+
+def check_refs_and_thread(factory: Callable[[], Store]) -> None:
+    s, local = factory(), _ns("refs")
+    peer = "peer@store.test"
+    fid = f"flow-{next(_seq)}"
+    commit = Commit(
+        local,
+        T0,
+        {"status": "sent"},
+        flow=FlowWrite(_flow(local, fid)),
+        refs=((peer, local, "ord_9", fid), (peer, peer, "inv_9", fid)),
+        message_ids=(("<t1>", fid),),
+    )
+    assert s.commit_step(commit) == "ok"
+    b = s.begin_step(_claim(local, "<in1>", sender=peer, refs=("ord_9", "nope"), thread=("<zz>", "<t1>")))
+    assert b.status == "new"
+    assert [f.flow_id for f in b.ref_flows] == [fid]
+    assert b.missing_refs == ("nope",)
+    assert [(m, f.flow_id) for m, f in b.thread_flows] == [("<t1>", fid)]
+    # Refs are per peer and per author.
+    b2 = s.begin_step(_claim(local, "<in2>", sender="x@store.test", refs=("ord_9",)))
+    assert b2.ref_flows == () and b2.missing_refs == ("ord_9",)
+    found = s.flow_for_ref(local, peer, peer, "inv_9")
+    assert found is not None and found.flow_id == fid
+    assert s.flow_for_ref(local, peer, local, "inv_9") is None
+    m = s.flow_for_message(local, "<t1>")
+    assert m is not None and m.flow_id == fid
+
+
+def check_outbox(factory: Callable[[], Store]) -> None:
+    s, local = factory(), _ns("outbox")
+    obs = [_outbound(local, n) for n in (11, 12, 13)]
+    obs.append(
+        Outbound(
+            local,
+            "peer@store.test",
+            Oops(note="no", error=OopsError(code="tx_not_found")),
+            f"<oops.{local}>",
+            T0,
+        )
+    )
+    commit = Commit(local, T0, {"status": "sent"}, outbox=tuple((ob, None) for ob in obs))
+    assert s.commit_step(commit) == "ok"
+    pending = s.outbox_pending(T0)
+    mine = [p for p in pending if p.outbound.sender == local]
+    assert [p.outbound for p in mine] == obs  # written order; every field round-trips
+    assert all(p.status == "pending" and p.attempts == 0 for p in mine)
+    assert s.mark_sent(obs[0].message_id, T0)
+    assert s.mark_failed(obs[1].message_id, T0, "451 try later", retry_at=T0 + timedelta(minutes=5))
+    assert s.mark_failed(obs[2].message_id, T0, "550 no such user")
+    now_ids = [p.outbound.message_id for p in s.outbox_pending(T0 + timedelta(minutes=1))]
+    assert obs[0].message_id not in now_ids and obs[1].message_id not in now_ids
+    assert obs[2].message_id not in now_ids and obs[3].message_id in now_ids
+    later = [p.outbound.message_id for p in s.outbox_pending(T0 + timedelta(minutes=6))]
+    assert obs[1].message_id in later
+    row = s.outbox_get(obs[2].message_id)
+    assert (
+        row is not None
+        and row.status == "failed"
+        and row.attempts == 1
+        and row.last_error == "550 no such user"
+    )
+    sent = s.outbox_get(obs[0].message_id)
+    assert sent is not None and sent.status == "sent" and sent.sent_at == T0
+    assert not s.mark_sent("<nope@x>", T0)
+
+
+def check_log(factory: Callable[[], Store]) -> None:
+    s, local = factory(), _ns("log")
+    fid = f"flow-{next(_seq)}"
+    entries = tuple(
+        LogEntry(
+            fid,
+            T0 + timedelta(seconds=i),
+            "in" if i % 2 else "out",
+            "pay",
+            f"<l{i}>",
+            f"pay_{i}",
+            "a@x",
+            "b@x",
+            {"amount": str(i)},
+            {"status": "ok"} if i == 1 else None,
+            "tx_failed" if i == 2 else None,
+        )
+        for i in range(3)
+    )
+    assert (
+        s.commit_step(Commit(local, T0, {"status": "sent"}, flow=FlowWrite(_flow(local, fid)), log=entries))
+        == "ok"
+    )
+    got = s.flow_log(fid)
+    assert [(e.message_id, e.direction, e.body, e.verdict, e.oops, e.at) for e in got] == [
+        (e.message_id, e.direction, e.body, e.verdict, e.oops, e.at) for e in entries
+    ]
+    assert got[0].seq < got[1].seq < got[2].seq
+
+
+def check_calls(factory: Callable[[], Store]) -> None:
+    s, local = factory(), _ns("calls")
+    cid = f"call-{next(_seq)}"
+    s.call_add(
+        CallRecord(
+            cid,
+            local,
+            "tool@store.test",
+            f"<c.{cid}>",
+            T0 + timedelta(seconds=30),
+            request={"q": 1},
+            created_at=T0,
+        )
+    )
+    s.call_add(
+        CallRecord(
+            cid + "b",
+            local,
+            "tool@store.test",
+            f"<cb.{cid}>",
+            T0 + timedelta(seconds=5),
+            request={"q": 2},
+            created_at=T0,
+        )
+    )
+    got = s.call_get(cid)
+    assert got is not None and got.status == "pending" and got.request == {"q": 1}
+    by_reply = s.call_for_reply(local, f"<c.{cid}>")
+    assert by_reply is not None and by_reply.call_id == cid
+    assert {c.call_id for c in s.calls_pending(local)} == {cid, cid + "b"}
+    expired = s.calls_expire(T0 + timedelta(seconds=10))
+    assert [c.call_id for c in expired if c.local == local] == [cid + "b"]
+    assert s.call_resolve(cid, "answered", {"ok": True}, T0 + timedelta(seconds=11))
+    assert not s.call_resolve(cid, "failed", None, T0 + timedelta(seconds=12))  # settled once
+    assert not s.call_resolve(cid + "b", "answered", {}, T0)  # already timed out
+    done = s.call_get(cid)
+    assert done is not None and done.status == "answered" and done.result == {"ok": True}
+    assert s.calls_pending(local) == []
+
+
+def check_migrate_idempotent(factory: Callable[[], Store]) -> None:
+    s = factory()
+    assert s.migrate() == LATEST
+    assert s.migrate() == LATEST
+
+
+CHECKS: tuple[Callable[[Callable[[], Store]], None], ...] = (
+    check_claim_and_seen,
+    check_lease,
+    check_replay_keys,
+    check_proof_keys,
+    check_flow_versions,
+    check_refs_and_thread,
+    check_outbox,
+    check_log,
+    check_calls,
+    check_migrate_idempotent,
+)
+
+
+def check_store(factory: Callable[[], Store]) -> list[str]:
+    """Run every contract check against stores made by `factory`; return their names."""
+    passed: list[str] = []
+    for check in CHECKS:
+        try:
+            check(factory)
+        except AssertionError as exc:
+            raise AssertionError(f"{check.__name__}: {exc}") from exc
+        passed.append(check.__name__)
+    return passed
