@@ -45,7 +45,7 @@ from envelopay.protocol.messages import (
 )
 from envelopay.rails.interface import Rail
 
-__all__ = ["DemoResult", "Row", "run_demo"]
+__all__ = ["DemoResult", "DemoWorld", "Row", "run_demo"]
 
 DOMAIN = "garden.local"
 BUYER = f"buyer@{DOMAIN}"
@@ -113,7 +113,7 @@ def _describe(msg: Message | None) -> str:
     return f"{kind} {code}" if code else kind
 
 
-class _Demo:
+class DemoWorld:
     def __init__(self, workdir: Path, echo: Callable[[Row], None] | None) -> None:
         self.workdir = workdir
         self.echo = echo
@@ -199,10 +199,12 @@ class _Demo:
                 {"chain": "solana-local", "token": "USDC", "wallet": self.wallets["worker_sol"]},
                 {"chain": "base-local", "token": "USDC", "wallet": worker_base},
             ],
-            "tasks": [{
-                "name": "word_count", "handler": "envelopay.agent.operations:word_count",
-                "schema": "envelopay.agent.operations:WordCount", "price": str(PRICE),
-            }],
+            "tasks": [
+                {"name": "word_count", "handler": "envelopay.agent.operations:word_count",
+                 "schema": "envelopay.agent.operations:WordCount", "price": str(PRICE)},
+                {"name": "digest", "handler": "envelopay.agent.operations:digest",
+                 "schema": "envelopay.agent.operations:Digest", "price": "0"},
+            ],
             "exchange": [{
                 "give": "solana-local/SOL", "want": "base-local/USDC",
                 "give_unit": str(10**9), "want_per_unit": "30000000", "max_want": "100000000",
@@ -435,4 +437,4 @@ class _Confirming:
 
 
 async def run_demo(workdir: Path, *, echo: Callable[[Row], None] | None = None) -> DemoResult:
-    return await _Demo(workdir, echo).run()
+    return await DemoWorld(workdir, echo).run()

@@ -1,0 +1,123 @@
+"""The paid worker through the real path: garden, DKIM, SQLite ledger, LiteSVM, eth-tester."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from envelopay.agent.demo import PRICE, WORKER, DemoWorld
+from envelopay.protocol.messages import (
+    Fulfill,
+    Give,
+    Invoice,
+    Methods,
+    Offer,
+    Oops,
+    Order,
+    Pay,
+    Want,
+    Which,
+)
+
+
+@pytest.fixture
+async def world(tmp_path: Path) -> AsyncIterator[DemoWorld]:
+    w = DemoWorld(tmp_path, None)
+    await w.setup()
+    try:
+        yield w
+    finally:
+        await w.teardown()
+
+
+def _code(msg: object) -> str | None:
+    if isinstance(msg, Oops) and msg.error is not None:
+        return msg.error.code
+    return None
+
+
+async def test_which_prices_the_described_task(world: DemoWorld) -> None:
+    _, reply, _ = await world.exchange(Which(id="w1", task={"name": "digest", "text": "x"}))
+    assert isinstance(reply, Methods)
+    assert reply.which_ref == "w1"
+    assert {(r.chain, r.price) for r in reply.rails} == {("solana-local", 0), ("base-local", 0)}
+    _, reply, _ = await world.exchange(Which(id="w2"))
+    assert isinstance(reply, Methods)
+    assert all(r.price == PRICE for r in reply.rails)  # the cheapest paid task, indicatively
+
+
+@pytest.mark.parametrize(
+    ("task", "code"),
+    [
+        ({"name": "shell", "cmd": "rm -rf /"}, "unknown_task"),
+        ({"name": "envelopay.agent.operations:word_count", "text": "x"}, "unknown_task"),
+        ({"name": "word_count"}, "invalid_field"),
+        ({"name": "word_count", "text": "x", "code": "__import__('os')"}, "invalid_field"),
+        ({"name": "word_count", "text": "x", "rail": "ethereum/DAI"}, "unsupported_rail"),
+    ],
+)
+async def test_bad_orders_get_structured_oops(world: DemoWorld, task: dict[str, object], code: str) -> None:
+    out, reply, _ = await world.exchange(Order(id="o1", task=task))
+    assert _code(reply) == code
+    assert out.oops is not None and out.oops.value == code
+
+
+async def test_free_task_is_fulfilled_at_once_and_threaded(world: DemoWorld) -> None:
+    sent = await world.buyer.send(Order(id="o2", task={"name": "digest", "text": "abc"}), WORKER)
+    out = await world.worker.wait_outcome(sent.message_id, 30)
+    reply_row = world.worker.store.outbox_get(out.outbox[0])
+    assert reply_row is not None
+    reply = reply_row.outbound
+    assert isinstance(reply.message, Fulfill)
+    assert reply.message.result == {
+        "sha256": "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+    }
+    assert reply.in_reply_to == sent.message_id  # threaded to the ORDER
+    assert sent.message_id in reply.references
+
+
+async def test_pay_to_invoice_fulfils_on_base(world: DemoWorld) -> None:
+    task = {"name": "word_count", "text": "a b c", "rail": "base-local/USDC"}
+    out, inv, bflow = await world.exchange(Order(id="o3", task=task))
+    assert isinstance(inv, Invoice) and inv.chain == "base-local" and inv.amount == PRICE
+    proof = await world.pay(world.buyer_rails, inv.chain, "USDC", inv.amount, inv.wallet)
+    pay = Pay(id="p3", amount=inv.amount, token="USDC", chain=inv.chain, proof=proof, invoice_ref=inv.id)
+    out, reply, _ = await world.exchange(pay, flow_id=bflow)
+    assert isinstance(reply, Fulfill) and reply.order_ref == "o3"
+    assert reply.result == {"words": 3, "characters": 5}
+    log = world.worker.store.flow_log(out.flow_id or "")
+    assert [(e.direction, e.type) for e in log] == [
+        ("in", "order"), ("out", "invoice"), ("in", "pay"), ("out", "fulfill")
+    ]
+    assert log[2].verdict is not None and log[2].verdict["status"] == "ok"
+
+
+async def test_prepaid_order_v02(world: DemoWorld) -> None:
+    wallet = world.wallets["worker_sol"]
+    proof = await world.pay(world.buyer_rails, "solana-local", "USDC", PRICE, wallet)
+    order = Order(v="0.2.0", id="o4", task={"name": "word_count", "text": "prepaid work"},
+                  amount=PRICE, token="USDC", chain="solana-local", proof=proof)
+    _, reply, _ = await world.exchange(order)
+    assert isinstance(reply, Fulfill) and reply.result == {"words": 2, "characters": 12}
+    short = await world.pay(world.buyer_rails, "solana-local", "USDC", PRICE - 1, wallet)
+    cheap = Order(v="0.2.0", id="o5", task={"name": "word_count", "text": "underpaid"},
+                  amount=PRICE - 1, token="USDC", chain="solana-local", proof=short)
+    out, reply, _ = await world.exchange(cheap)
+    assert _code(reply) == "amount_mismatch"
+
+
+async def test_offer_above_the_rate_is_refused_and_nothing_paid(world: DemoWorld) -> None:
+    wallet = world.wallets["worker_sol"]
+    before = world.base.token_balance(world.wallets["buyer_base"])
+    proof = await world.pay(world.buyer_rails, "solana-local", "SOL", 10**8, wallet)  # 0.1 SOL
+    offer = Offer(
+        id="of2",
+        give=Give(amount=10**8, token="SOL", chain="solana-local", to=wallet, proof=proof),
+        want=Want(amount=30_000_000, token="USDC", chain="base-local"),  # 30 USDC for 0.1 SOL
+        wallet=world.wallets["buyer_base"],
+    )
+    _, reply, _ = await world.exchange(offer)
+    assert _code(reply) == "amount_mismatch"
+    assert world.base.token_balance(world.wallets["buyer_base"]) == before

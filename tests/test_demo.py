@@ -1,0 +1,43 @@
+"""`envelopay demo` end to end: every expectation holds, and the CLI says so by exit code."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from envelopay.agent.demo import DemoResult, Row, run_demo
+from envelopay.cli.app import app
+
+
+def test_demo_every_expectation_holds(tmp_path: Path) -> None:
+    result = asyncio.run(run_demo(tmp_path))
+    assert result.failures == []
+    got = {r.message: r.got for r in result.rows}
+    assert got["PAY replaying a spent proof"].startswith("OOPS proof_replayed")
+    assert got["PAY with an underpaid proof"].startswith("OOPS amount_mismatch")
+    assert got["PAY to the wrong recipient"].startswith("OOPS recipient_mismatch")
+    assert got["PAY from a forged sender (bad DKIM)"].startswith("OOPS dkim_failed")
+    assert sum(r.message.startswith("PAY (paid") and r.got.startswith("FULFILL") for r in result.rows) == 2
+    assert got["ACCEPT proof, as the buyer verifies it"] == "accepted"
+    # Paid: Solana flow 1 + underpaid + forged (Mallory's money) + honest = 999,999 units.
+    assert result.facts["worker_usdc_solana"] == 250_000 * 3 + 249_999
+    assert result.ok
+
+
+def test_a_deviation_makes_the_result_fail() -> None:
+    good = Row("s", "B→W", "m", "x", "x", True)
+    bad = Row("s", "B→W", "m", "y", "x", False)
+    assert DemoResult([good]).ok
+    assert not DemoResult([good, bad]).ok
+    assert DemoResult([good, bad]).failures == [bad]
+    assert not DemoResult([]).ok  # a demo that checked nothing proved nothing
+
+
+def test_demo_cli_table_and_exit_code(tmp_path: Path) -> None:
+    res = CliRunner().invoke(app, ["demo", "--keep", str(tmp_path / "out")])
+    assert res.exit_code == 0, res.output
+    assert "expectations held" in res.output
+    assert "proof_replayed" in res.output
+    assert (tmp_path / "out" / "worker.db").exists()
