@@ -104,7 +104,7 @@ async def test_prepaid_order_v02(world: DemoWorld) -> None:
     short = await world.pay(world.buyer_rails, "solana-local", "USDC", PRICE - 1, wallet)
     cheap = Order(v="0.2.0", id="o5", task={"name": "word_count", "text": "underpaid"},
                   amount=PRICE - 1, token="USDC", chain="solana-local", proof=short)
-    out, reply, _ = await world.exchange(cheap)
+    _, reply, _ = await world.exchange(cheap)
     assert _code(reply) == "amount_mismatch"
 
 
