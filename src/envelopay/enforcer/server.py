@@ -228,9 +228,9 @@ async def _login(request: web.Request) -> web.StreamResponse:
         return _page("sign in failed", "<p id='msg'>Wrong operator token.</p><a href='/console'>Back</a>")
     sid = secrets.token_urlsafe(32)
     request.app[SESSIONS][sid] = secrets.token_urlsafe(16)
-    response = web.HTTPSeeOther("/console")
-    response.set_cookie(_COOKIE, sid, httponly=True, samesite="Strict", path="/console")
-    return response
+    redirect = web.HTTPSeeOther("/console")
+    redirect.set_cookie(_COOKIE, sid, httponly=True, samesite="Strict", path="/console")
+    raise redirect
 
 
 async def _csrf_ok(request: web.Request) -> bool:
@@ -243,7 +243,7 @@ async def _logout(request: web.Request) -> web.StreamResponse:
     if not await _csrf_ok(request):
         return web.Response(status=403, text="operator session required")
     request.app[SESSIONS].pop(request.cookies.get(_COOKIE, ""), None)
-    return web.HTTPSeeOther("/console")
+    raise web.HTTPSeeOther("/console")
 
 
 async def _console_action(request: web.Request) -> web.StreamResponse:
@@ -262,7 +262,7 @@ async def _console_action(request: web.Request) -> web.StreamResponse:
         return web.Response(status=404, text="unknown action")
     from urllib.parse import quote
 
-    return web.HTTPSeeOther(f"/console?msg={quote(msg)}")
+    raise web.HTTPSeeOther(f"/console?msg={quote(msg)}")
 
 
 def build_app(enforcer: Enforcer) -> web.Application:
