@@ -28,6 +28,10 @@ The factory convention (every rail follows it, so configuration is uniform):
 ``clock``        a ``() -> datetime`` (aware, UTC) used where logic needs "now".
 
 Unknown options are ignored, so one configuration can feed several rails.
+
+Chain names follow ``<rail>`` for mainnet and ``<rail>-<network>`` otherwise
+("solana", "solana-devnet", "solana-local", "base", "base-sepolia", "base-local"),
+so a chain name alone says which rail and network serve it (:func:`chain_network`).
 Configuration for several rails is a mapping from entry point name to options,
 ``{"solana": {...}, "base": {...}}``; see :func:`load_rails`.
 """
@@ -104,6 +108,28 @@ def rail_for(chain: str, rails: Mapping[str, Rail] | None = None) -> Rail | None
     """The rail serving ``chain`` among ``rails`` (default: all installed, default options)."""
     table = load_rails() if rails is None else rails
     return table.get(chain)
+
+
+def chain_network(chain: str) -> tuple[str, str]:
+    """("solana-devnet") → ("solana", "devnet"); ("base") → ("base", "mainnet")."""
+    rail, sep, network = chain.strip().lower().partition("-")
+    if not rail or (sep and not network):
+        raise ValueError(f"not a chain name: {chain!r}")
+    return rail, network or "mainnet"
+
+
+def rail_for_chain(chain: str, options: Mapping[str, Any] | None = None) -> Rail:
+    """Build the installed rail serving ``chain`` (network from the chain name) with
+    the given factory options. ConfigError when no installed rail serves it."""
+    try:
+        name, network = chain_network(chain)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+    rail = make(name, {**(options or {}), "network": network})
+    if chain.strip().lower() not in rail.chains:
+        served = ", ".join(rail.chains)
+        raise ConfigError(f"rail {name!r} does not serve chain {chain!r} (it serves {served})")
+    return rail
 
 
 # -- asset registry helpers (rails keep their registries as data; these are shared)
