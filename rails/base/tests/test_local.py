@@ -25,7 +25,8 @@ def seeded_rng(label: str) -> Any:
 
 @pytest.fixture
 def chain() -> LocalChain:
-    return LocalChain(rng=seeded_rng("base-tests"))
+    # One block per transaction: the tests mine confirmations themselves.
+    return LocalChain(rng=seeded_rng("base-tests"), blocks_per_tx=1)
 
 
 @pytest.fixture
@@ -215,6 +216,21 @@ async def test_pay_usage_and_config_errors(chain: LocalChain, buyer: Any, tmp_pa
                     {"local_chain": object()}):
         with pytest.raises(ConfigError):
             make_rail({"local_chain": chain, **options} if "local_chain" not in options else options)
+
+
+async def test_default_chain_makes_payments_final_at_once(tmp_path: Path) -> None:
+    chain = LocalChain()
+    payer, key = chain.new_wallet()
+    chain.fund(payer, eth=10**18, usdc=10)
+    rail = make_rail({"local_chain": chain, "keypair": key.encode()})
+    to, _ = chain.new_wallet()
+    head = chain.head()
+    proof = await rail.pay(chain="base-local", token="USDC", amount=10, recipient=to)
+    assert chain.head() == head + 2  # the transaction's block and one more
+    verdict = await rail.verify(proof, want(to, 10))
+    assert verdict.ok and verdict.extra["confirmations"] == 2
+    with pytest.raises(ValueError):
+        LocalChain(blocks_per_tx=0)
 
 
 def test_proof_key_is_canonical(chain: LocalChain) -> None:

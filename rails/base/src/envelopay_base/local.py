@@ -4,8 +4,11 @@
 rail's view of it. The token is the Vyper contract in rails/base/contracts, loaded from the
 committed artifact (contracts/token.json) — nothing is compiled at runtime.
 
-eth-tester mines one block per transaction; `mine(n)` adds empty blocks so tests can
-reach N confirmations.
+eth-tester mines one block per transaction. A real chain keeps producing blocks; here
+`blocks_per_tx` (default 2, the default expectation's confirmations) makes every
+submitted transaction be followed by empty blocks up to that depth, so a payment made
+through the rail is final at once. Tests of "seen but not final" set it to 1 and call
+`mine(n)` themselves.
 """
 
 from __future__ import annotations
@@ -48,11 +51,14 @@ def _rpc_shape(value: Any) -> Any:
 class LocalChain:
     """An in-process EVM chain with a funded faucet account and a 6-decimal USDC token."""
 
-    def __init__(self, *, rng: Callable[[int], bytes] = os.urandom) -> None:
+    def __init__(self, *, rng: Callable[[int], bytes] = os.urandom, blocks_per_tx: int = 2) -> None:
         from eth_tester import EthereumTester, PyEVMBackend
         from web3 import EthereumTesterProvider, Web3
 
+        if blocks_per_tx < 1:
+            raise ValueError("blocks_per_tx must be at least 1 (the transaction's own block)")
         self._rng = rng
+        self.blocks_per_tx = blocks_per_tx
         self.tester = EthereumTester(PyEVMBackend())
         self.w3 = Web3(EthereumTesterProvider(self.tester))
         self.chain_id: int = int(self.w3.eth.chain_id)
@@ -90,6 +96,15 @@ class LocalChain:
 
     def mine(self, blocks: int = 1) -> None:
         self.tester.mine_blocks(blocks)
+
+    def submit(self, raw: bytes) -> str:
+        """Send a signed transaction (mined at once), then advance `blocks_per_tx - 1` blocks.
+
+        Raises eth-tester / py-evm validation errors for a transaction the chain refuses."""
+        tx_hash = str(self.tester.send_raw_transaction("0x" + raw.hex())).lower()
+        if self.blocks_per_tx > 1:
+            self.tester.mine_blocks(self.blocks_per_tx - 1)
+        return tx_hash
 
     def head(self) -> int:
         return int(self.tester.get_block_by_number("latest")["number"])
@@ -180,7 +195,6 @@ class LocalBackend:
         from eth_utils.exceptions import ValidationError as EvmValidationError
 
         try:
-            tx_hash = self.chain.tester.send_raw_transaction("0x" + raw.hex())
+            return self.chain.submit(raw)
         except (TransactionFailed, ValidationError, EvmValidationError) as exc:
             raise ChainUnavailable(f"transaction refused: {exc}") from exc
-        return str(tx_hash).lower()

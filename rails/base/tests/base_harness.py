@@ -1,0 +1,115 @@
+"""RailHarness implementations for the Base rail: eth-tester directly, and the RPC backend
+against a JSON-RPC dev node serving the same eth-tester chain over loopback HTTP."""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any
+
+from eth_account import Account
+
+from envelopay.rails.interface import Rail
+from envelopay_base.local import LocalChain
+from envelopay_base.rail import BaseRail, erc20_transfer_data, make_rail
+
+AMOUNTS = {"ETH": 10**15, "USDC": 2_500_000}
+
+
+def closed_port_url() -> str:
+    """A loopback URL nothing listens on (the port was free a moment ago)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}/"
+
+
+class BaseHarness:
+    native = "ETH"
+    tokens = ("USDC",)
+
+    def __init__(self, chain: LocalChain, rail: BaseRail, payer: str) -> None:
+        self.local = chain
+        self._rail = rail
+        self._payer = payer.lower()
+
+    @staticmethod
+    def _funded_key(chain: LocalChain) -> tuple[str, str]:
+        address, key = chain.new_wallet()
+        chain.fund(address, eth=10**20, usdc=10**13)
+        return address, key
+
+    @classmethod
+    def local_backend(cls, chain: LocalChain | None = None) -> BaseHarness:
+        chain = chain or LocalChain()
+        address, key = cls._funded_key(chain)
+        return cls(chain, make_rail({"local_chain": chain, "keypair": key.encode()}), address)
+
+    @classmethod
+    def rpc_backend(cls, chain: LocalChain, url: str) -> BaseHarness:
+        address, key = cls._funded_key(chain)
+        rail = make_rail({"backend": "rpc", "rpc_url": url, "network": "local", "chain_id": chain.chain_id,
+                          "keypair": key.encode()})
+        return cls(chain, rail, address)
+
+    @property
+    def rail(self) -> Rail:
+        return self._rail
+
+    @property
+    def chain(self) -> str:
+        return "base-local"
+
+    @property
+    def payer(self) -> str:
+        return self._payer
+
+    def amount(self, token: str) -> int:
+        return AMOUNTS[token]
+
+    def new_wallet(self) -> str:
+        return self.local.new_wallet()[0]
+
+    async def failed_payment(self, token: str, amount: int, recipient: str) -> dict[str, Any]:
+        # Gas money but no tokens: the USDC transfer reverts. ETH cannot fail into a plain
+        # account, so the native case sends value to the token contract, which has no
+        # payable fallback and reverts.
+        poor, key = self.local.new_wallet()
+        self.local.fund(poor, eth=10**17)
+        tx: dict[str, Any] = {"type": 2, "chainId": self.local.chain_id, "nonce": 0, "maxFeePerGas": 10**10,
+                              "maxPriorityFeePerGas": 10**9, "to": self.local.token_address, "gas": 100_000}
+        if token == "ETH":
+            tx.update(value=amount, data=b"")
+        else:
+            tx.update(value=0, data=erc20_transfer_data(recipient, amount))
+        tx_hash = self.local.submit(bytes(Account.sign_transaction(tx, key).raw_transaction))
+        receipt = self.local.tester.get_transaction_receipt(tx_hash)
+        assert receipt["status"] == 0, "the harness's failed payment must revert"
+        return {"tx": tx_hash}
+
+    async def unconfirmed_payment(self, token: str, amount: int, recipient: str) -> dict[str, Any]:
+        depth = self.local.blocks_per_tx
+        self.local.blocks_per_tx = 1  # only the transaction's own block: 1 of 2 confirmations
+        try:
+            return await self._rail.pay(chain=self.chain, token=token, amount=amount, recipient=recipient)
+        finally:
+            self.local.blocks_per_tx = depth
+
+    async def make_final(self, proof: dict[str, Any]) -> None:
+        self.local.mine(1)
+
+    def unknown_proof(self) -> dict[str, Any]:
+        return {"tx": "0x" + os.urandom(32).hex()}
+
+    def malformed_proofs(self) -> list[dict[str, Any]]:
+        h = "ab" * 32
+        return [{"tx": "0x" + h[:-2]}, {"tx": "0x" + h + "00"}, {"tx": "0x" + "g" * 64}, {"tx": " 0x" + h},
+                {"tx": "0x"}, {"tx": "0x0x" + h[:-4]}]
+
+    def proof_spellings(self, proof: dict[str, Any]) -> list[dict[str, Any]]:
+        bare = str(proof["tx"])[2:]
+        return [{"tx": bare}, {"tx": "0x" + bare.upper()}, {"tx": "0X" + bare.upper()}, {"tx": bare.upper()}]
+
+    def unavailable_rail(self) -> Rail:
+        return make_rail({"backend": "rpc", "rpc_url": closed_port_url(), "network": "local",
+                          "chain_id": self.local.chain_id})
