@@ -1,0 +1,99 @@
+"""Render the flow tables as Mermaid state diagrams and Markdown tables for SPEC.md.
+
+Pure string functions; scripts/flow_diagrams.py does the file handling:
+
+    python scripts/flow_diagrams.py           # rewrite SPEC.md's generated block
+    python scripts/flow_diagrams.py --check   # exit 1 if it is out of date
+
+Only the text between `<!-- generated:flows -->` and `<!-- /generated:flows -->`
+is replaced.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from envelopay.flows import TABLES, first_contact
+from envelopay.flows.core import Event, FlowKind, Row, Table
+
+__all__ = ["BEGIN", "END", "render", "render_flow", "replace_block"]
+
+BEGIN = "<!-- generated:flows -->"
+END = "<!-- /generated:flows -->"
+
+_TITLES = {
+    FlowKind.PAY: "Pay — PAY",
+    FlowKind.ORDER: "Order work — ORDER → INVOICE → PAY → FULFILL; free work ORDER → FULFILL",
+    FlowKind.INVOICE: "Invoice — INVOICE → PAY",
+    FlowKind.FIRST_CONTACT: "First contact — WHICH → METHODS → ORDER → …",
+    FlowKind.EXCHANGE: "Exchange — OFFER → ACCEPT",
+    FlowKind.PREPAID: "Prepaid order (v0.2.0) — ORDER with proof → FULFILL",
+}
+
+
+def _event(e: Event) -> str:
+    return "ORDER+proof" if e is Event.ORDER_PREPAID else e.value.upper()
+
+
+def _node(state: str) -> str:
+    return "[*]" if state == "start" else state
+
+
+def render_flow(kind: FlowKind, table: Table) -> str:
+    """One flow: a Mermaid diagram (OOPS self-loops left out) and its full table."""
+    edges: dict[tuple[str, str, Event], list[str]] = defaultdict(list)
+    for r in table:
+        if r.event is Event.OOPS:
+            continue
+        edges[(r.state, r.new_state, r.event)].append(f"{r.side.value} {r.direction.value}")
+    lines = [f"### {_TITLES[kind]}", "", "```mermaid", "stateDiagram-v2"]
+    for (src, dst, event), how in edges.items():
+        lines.append(f"    {_node(src)} --> {dst}: {_event(event)} ({', '.join(how)})")
+    lines += [
+        "```",
+        "",
+        "| state | message | dir | side | → state | checks and actions |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in table:
+        if r.event is Event.OOPS:
+            continue
+        acts = ", ".join(a.value for a in r.actions) or "—"
+        cells = (r.state, _event(r.event), r.direction.value, r.side.value, r.new_state, acts)
+        lines.append("| " + " | ".join(cells) + " |")
+    oops_states = sorted({r.state for r in table if r.event is Event.OOPS})
+    lines += ["", f"OOPS in or out is recorded in states {', '.join(oops_states)} and changes nothing.", ""]
+    return "\n".join(lines)
+
+
+def render() -> str:
+    parts = [
+        BEGIN,
+        "",
+        "_Generated from the tables in src/envelopay/flows/ by `python "
+        "scripts/flow_diagrams.py`; a test fails when this block is stale._",
+        "",
+    ]
+    for kind, table in TABLES.items():
+        if kind is FlowKind.FIRST_CONTACT:
+            # Only its own rows; after "quoted" it is the order / prepaid table.
+            own: tuple[Row, ...] = tuple(
+                r for r in first_contact.TRANSITIONS if r.state in ("start", "asked")
+            )
+            parts.append(render_flow(kind, own))
+            parts.append(
+                "After `quoted` the flow continues with the order and prepaid rows, their `start` "
+                "renamed `quoted`.\n"
+            )
+        else:
+            parts.append(render_flow(kind, table))
+    parts.append(END)
+    return "\n".join(parts)
+
+
+def replace_block(text: str, block: str) -> str:
+    """`text` with its generated block replaced by `block` (ValueError if it has none)."""
+    start, end = text.find(BEGIN), text.find(END)
+    if start < 0 or end < start:
+        raise ValueError(f"no {BEGIN} ... {END} block")
+    return text[:start] + block + text[end + len(END) :]
