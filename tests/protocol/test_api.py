@@ -27,10 +27,35 @@ NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 def test_protocol_exports_are_pinned() -> None:
     assert sorted(protocol.__all__) == sorted(
         [
-            "SPEC_CODES", "Accept", "Fulfill", "Give", "HeaderValueError", "Invoice", "Message",
-            "MessageType", "Methods", "Offer", "Oops", "OopsCode", "OopsError", "Order", "Outbound",
-            "ParseOptions", "Parsed", "Pay", "Problem", "RailMethod", "Want", "Which", "compose",
-            "compose_message", "make_oops", "message_json", "new_message_id", "parse", "reply_headers",
+            "SPEC_CODES",
+            "Accept",
+            "Fulfill",
+            "Give",
+            "HeaderValueError",
+            "Invoice",
+            "Message",
+            "MessageType",
+            "Methods",
+            "Offer",
+            "Oops",
+            "OopsCode",
+            "OopsError",
+            "Order",
+            "Outbound",
+            "ParseOptions",
+            "Parsed",
+            "Pay",
+            "Problem",
+            "RailMethod",
+            "Want",
+            "Which",
+            "compose",
+            "compose_message",
+            "make_oops",
+            "message_json",
+            "new_message_id",
+            "parse",
+            "reply_headers",
         ]
     )
     for name in protocol.__all__:
@@ -60,8 +85,13 @@ def test_compose_message_makes_an_id_in_the_domain_and_threads() -> None:
     assert irt == mid and refs == (mid,)
     pay = Pay(id="p1", amount=5, token="SOL", chain="solana", proof={"tx": "abc"})
     raw2, mid2 = compose_message(
-        pay, sender="b@y.test", recipient="a@x.test", domain="y.test", now=NOW,
-        in_reply_to=irt, references=refs,
+        pay,
+        sender="b@y.test",
+        recipient="a@x.test",
+        domain="y.test",
+        now=NOW,
+        in_reply_to=irt,
+        references=refs,
     )
     second = parse(raw2)
     assert second.in_reply_to == mid and second.references == (mid,)

@@ -117,15 +117,18 @@ def _subject_note(out: Outbound) -> str | None:
     note = getattr(out.message, "note", None)
     if not isinstance(note, str):
         return None
-    # Derived from the body: fold whitespace (a JSON note may span lines) and shorten.
-    note = " ".join(note.split())
+    # Derived from the body: fold whitespace and control characters (a JSON note may
+    # span lines) into single spaces, and shorten.
+    note = " ".join("".join(ch if ch.isprintable() else " " for ch in note).split())
     if len(note) > _SUBJECT_NOTE_MAX:
         note = note[: _SUBJECT_NOTE_MAX - 1] + "…"
     return note
 
 
 def _subject_header(subject: str) -> str:
-    if subject.isascii():
+    # Text that looks like an encoded-word is encoded too, so a receiver's single
+    # RFC 2047 decoding gives back exactly this text (never a decoded CR/LF).
+    if subject.isascii() and "=?" not in subject:
         if len(subject) > 900:
             raise HeaderValueError("subject: longer than 900 characters")
         return subject

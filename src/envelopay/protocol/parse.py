@@ -286,7 +286,8 @@ def _html_to_text(text: str) -> str:
     text = _HIDDEN.sub(" ", text)
     text = _BREAK_TAG.sub("\n", text)
     text = _TAG.sub("", text)
-    return html.unescape(text)
+    # After the tags go, the same text rules apply: `>` quotes and `-- ` signatures.
+    return _strip_quotes_and_signature(html.unescape(text))
 
 
 _DECODER = json.JSONDecoder()
@@ -313,7 +314,9 @@ def _find_object(text: str) -> tuple[dict[str, Any] | None, bool]:
             continue
         if isinstance(obj, dict) and ("v" in obj or "type" in obj):
             if found is not None:
-                raise _Stop(Problem(OopsCode.INVALID_JSON, "the body holds more than one Envelopay JSON object"))
+                raise _Stop(
+                    Problem(OopsCode.INVALID_JSON, "the body holds more than one Envelopay JSON object")
+                )
             found = obj
         start = text.find("{", end)  # an object's inner braces belong to it
     return found, attempted or found is not None
