@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,8 +23,12 @@ class InitResult:
     dkim_txt: Path
 
 
-def render_config(*, address: str, domain: str, solana_wallet: str, base_wallet: str) -> str:
+def render_config(
+    *, address: str, domain: str, solana_wallet: str, base_wallet: str, dkim_txt: str = ""
+) -> str:
     """The TOML `init` writes (paths relative to the config file)."""
+    # One selector per agent: several agents of one garden share the domain.
+    selector = re.sub(r"[^a-z0-9-]", "-", address.split("@")[0].lower()).strip("-") or "ep1"
     return f'''# envelopay agent configuration (written by `envelopay init`).
 # Paths are relative to this file. Keys in keys/ are for the LOCAL chains and garden.
 
@@ -31,7 +36,7 @@ def render_config(*, address: str, domain: str, solana_wallet: str, base_wallet:
 address = "{address}"
 domain = "{domain}"
 ledger = "var/agent.db"
-dkim_selector = "ep1"
+dkim_selector = "{selector}"
 dkim_key = "keys/dkim.pem"
 dkim_policy = "prefer"
 
@@ -73,6 +78,11 @@ handler = "envelopay.agent.operations:digest"
 schema = "envelopay.agent.operations:Digest"
 price = "0"
 
+# DKIM public keys of the garden (selector._domainkey.domain = TXT record); add your
+# peers' records here. With dkim_dns = "resolver" real DNS is used instead.
+[dkim_records]
+"{selector}._domainkey.{domain}" = "{dkim_txt}"
+
 # A deterministic email-as-tool endpoint inside the garden.
 [[responders]]
 address = "kv@{domain}"
@@ -113,6 +123,7 @@ def init_agent(
             domain=domain,
             solana_wallet=generated.solana_wallet,
             base_wallet=generated.base_wallet,
+            dkim_txt=generated.dkim_txt.read_text().strip(),
         )
     )
     (directory / "var").mkdir(exist_ok=True)

@@ -5,7 +5,7 @@ Bad input → a message naming the field and exit code 2, before anything is sen
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 
@@ -24,6 +24,8 @@ def _fail(message: str, code: int = 2) -> NoReturn:
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the top-level app."""
     _register_demo(app)
+    _register_worker(app)
+    _register_client(app)
 
     @app.command("init")
     def init(
@@ -98,3 +100,320 @@ def _register_demo(app: typer.Typer) -> None:
                 console.print(f"[red]deviation:[/red] {r.step}: {r.message}: "
                               f"got {r.got}; expected {r.expected}")
             raise typer.Exit(1)
+
+
+# -- worker serve ---------------------------------------------------------------------------
+
+_Config = Annotated[Path, typer.Option("--config", "-c", help="Agent configuration (TOML).")]
+_Garden = Annotated[bool, typer.Option("--garden", help="Also run the walled garden (LMTP) in this process.")]
+
+
+def _load(config: Path) -> Any:
+    from envelopay.agent.config import load_config
+
+    try:
+        return load_config(config)
+    except ConfigError as exc:
+        _fail(str(exc))
+
+
+def _register_worker(app: typer.Typer) -> None:
+    worker = typer.Typer(help="Run a paid worker mailbox.", no_args_is_help=True)
+    app.add_typer(worker, name="worker")
+
+    @worker.command("serve")
+    def serve(config: _Config = Path("worker.toml"), garden: _Garden = False) -> None:
+        """Answer WHICH, ORDER, PAY and OFFER at the configured address until interrupted."""
+        import asyncio
+
+        from envelopay.agent.serve import serve_worker
+
+        cfg = _load(config)
+        try:
+            asyncio.run(serve_worker(cfg, embedded_garden=garden, echo=typer.echo))
+        except KeyboardInterrupt:
+            typer.echo("stopped")
+        except (ConfigError, UsageError) as exc:
+            _fail(str(exc))
+
+
+# -- client messages --------------------------------------------------------------------------
+
+_Flow = Annotated[str | None, typer.Option("--flow", help="The flow this message belongs to.")]
+_Wait = Annotated[bool, typer.Option("--wait", help="Follow the flow until the answer arrives.")]
+_Timeout = Annotated[float, typer.Option("--timeout", help="Seconds to wait with --wait.")]
+_Note = Annotated[str | None, typer.Option("--note", help="Human-readable note.")]
+_Id = Annotated[str | None, typer.Option("--id", help="Protocol id (default: generated).")]
+_Amount = Annotated[str, typer.Option("--amount", help="Smallest units (digits).")]
+_Token = Annotated[str, typer.Option("--token", help="Symbol or contract address.")]
+_Chain = Annotated[str, typer.Option("--chain", help="e.g. solana-local, base-local.")]
+
+
+def _client(config: Path, wait: bool, timeout: float, act: Any) -> None:
+    """Run one client action: build the node, act (validate → pay → send), follow."""
+    import asyncio
+
+    from envelopay.agent.client import ClientApp, follow
+    from envelopay.agent.node import build_node
+    from envelopay.protocol.compose import message_json
+
+    cfg = _load(config)
+    wallets = {(a.chain, a.token): a.wallet for a in cfg.accept}
+
+    async def main() -> int:
+        node = build_node(cfg, app=ClientApp(wallets))
+        try:
+            sent = await act(node)
+            typer.echo(f"sent {sent.outbound.message.type.upper()} {sent.message_id} (flow {sent.flow_id}, "
+                       f"state {sent.state})")
+            if not wait:
+                return 0
+            answer = await follow(node, sent, timeout=timeout, progress=typer.echo)
+            if answer.timed_out:
+                typer.echo(f"no answer within {timeout:g} s; see: envelopay show {sent.flow_id}")
+                return 1
+            out = answer.outcome
+            assert out is not None
+            kind = answer.message.type.upper() if answer.message is not None else "?"
+            typer.echo(f"received {kind} (flow {out.flow_id}, state {out.state})")
+            if answer.message is not None:
+                typer.echo(message_json(answer.message, indent=2))
+            return 0
+        finally:
+            await node.close()
+            node.store.close()
+
+    try:
+        code = asyncio.run(main())
+    except (UsageError, ConfigError) as exc:
+        _fail(str(exc))
+    raise typer.Exit(code)
+
+
+def _new_id(prefix: str, given: str | None) -> str:
+    import secrets
+
+    return given or f"{prefix}_{secrets.token_hex(5)}"
+
+
+def _register_client(app: typer.Typer) -> None:
+    from envelopay.agent.client import build, check_address, parse_json_option, pay_first
+    from envelopay.protocol.messages import Accept, Fulfill, Invoice, Offer, Oops, Order, Pay, Which
+
+    def _addr(address: str) -> str:
+        try:
+            return check_address(address)
+        except UsageError as exc:
+            _fail(str(exc))
+
+    def _msg(model: Any, **fields: Any) -> Any:
+        try:
+            return build(model, **fields)
+        except UsageError as exc:
+            _fail(str(exc))
+
+    def _json(value: str | None, field: str) -> Any:
+        try:
+            return parse_json_option(value, field)
+        except UsageError as exc:
+            _fail(str(exc))
+
+    @app.command("which")
+    def which(address: str, config: _Config = Path("envelopay.toml"),
+              task: Annotated[str | None, typer.Option("--task", help="Task (JSON) to price.")] = None,
+              note: _Note = None, id: _Id = None, wait: _Wait = False, timeout: _Timeout = 60.0) -> None:
+        """Ask ADDRESS what it accepts (WHICH → METHODS)."""
+        to = _addr(address)
+        msg = _msg(Which, id=_new_id("wch", id), task=_json(task, "--task"), note=note)
+        _client(config, wait, timeout, lambda node: node.send(msg, to))
+
+    @app.command("order")
+    def order(address: str, task: Annotated[str, typer.Option("--task", help="Task (JSON): name + fields.")],
+              config: _Config = Path("envelopay.toml"), note: _Note = None, id: _Id = None,
+              flow: _Flow = None, wait: _Wait = False, timeout: _Timeout = 60.0) -> None:
+        """Order work from ADDRESS (ORDER → INVOICE or FULFILL)."""
+        to = _addr(address)
+        msg = _msg(Order, id=_new_id("ord", id), task=_json(task, "--task"), note=note)
+        _client(config, wait, timeout, lambda node: node.send(msg, to, flow_id=flow))
+
+    @app.command("pay")
+    def pay(address: str,
+            amount: _Amount, token: _Token, chain: _Chain,
+            to_wallet: Annotated[str | None, typer.Option("--wallet", help="Recipient wallet "
+                                                          "(default: the invoice's).")] = None,
+            invoice: Annotated[str | None, typer.Option("--invoice", help="INVOICE id this pays.")] = None,
+            config: _Config = Path("envelopay.toml"), note: _Note = None, id: _Id = None,
+            flow: _Flow = None, wait: _Wait = False, timeout: _Timeout = 60.0) -> None:
+        """Pay on the rail, then send PAY with the proof (PAY → FULFILL when it settles an INVOICE)."""
+        to = _addr(address)
+        pid = _new_id("pay", id)
+        # Validate every field with a placeholder proof before any money moves.
+        draft = _msg(Pay, id=pid, amount=amount, token=token, chain=chain, proof={"tx": "-"},
+                     invoice_ref=invoice, note=note)
+
+        async def act(node: Any) -> Any:
+            wallet = to_wallet or _invoice_wallet(node, to, invoice)
+            proof = await pay_first(node, chain=draft.chain, token=draft.token, amount=draft.amount,
+                                    recipient=wallet)
+            return await node.send(draft.model_copy(update={"proof": proof}), to, flow_id=flow)
+
+        _client(config, wait, timeout, act)
+
+    @app.command("invoice")
+    def invoice_cmd(address: str,
+                    amount: _Amount, token: _Token, chain: _Chain,
+                    wallet: Annotated[str | None, typer.Option("--wallet")] = None,
+                    order_ref: Annotated[str | None, typer.Option("--order", help="ORDER id.")] = None,
+                    due: Annotated[str | None, typer.Option("--due")] = None,
+                    config: _Config = Path("envelopay.toml"), note: _Note = None, id: _Id = None,
+                    flow: _Flow = None, wait: _Wait = False, timeout: _Timeout = 60.0) -> None:
+        """Bill ADDRESS (INVOICE → PAY)."""
+        to = _addr(address)
+        cfg = _load(config)
+        w = wallet or next((a.wallet for a in cfg.accept if a.chain == chain and a.token == token), None)
+        if w is None:
+            _fail(f"--wallet: no configured wallet for {chain}/{token}; give --wallet")
+        msg = _msg(Invoice, id=_new_id("inv", id), amount=amount, token=token, chain=chain, wallet=w,
+                   order_ref=order_ref, due=due, note=note)
+        _client(config, wait, timeout, lambda node: node.send(msg, to, flow_id=flow))
+
+    @app.command("offer")
+    def offer(address: str,
+              give_amount: Annotated[str, typer.Option("--give-amount")],
+              give_token: Annotated[str, typer.Option("--give-token")],
+              give_chain: Annotated[str, typer.Option("--give-chain")],
+              give_to: Annotated[str, typer.Option("--give-to", help="Their wallet for the give leg.")],
+              want_amount: Annotated[str, typer.Option("--want-amount")],
+              want_token: Annotated[str, typer.Option("--want-token")],
+              want_chain: Annotated[str, typer.Option("--want-chain")],
+              wallet: Annotated[str | None, typer.Option("--wallet", help="Ours, for the return.")] = None,
+              config: _Config = Path("envelopay.toml"), note: _Note = None, id: _Id = None,
+              wait: _Wait = False, timeout: _Timeout = 60.0) -> None:
+        """Pay the give leg, then OFFER it for the wanted asset (OFFER → ACCEPT)."""
+        to = _addr(address)
+        cfg = _load(config)
+        w = wallet or next((a.wallet for a in cfg.accept if a.chain == want_chain), None)
+        draft = _msg(Offer, id=_new_id("ofr", id), wallet=w, note=note,
+                     give={"amount": give_amount, "token": give_token, "chain": give_chain, "to": give_to,
+                           "proof": {"tx": "-"}},
+                     want={"amount": want_amount, "token": want_token, "chain": want_chain})
+
+        async def act(node: Any) -> Any:
+            g = draft.give
+            proof = await pay_first(node, chain=g.chain, token=g.token, amount=g.amount, recipient=g.to)
+            give = g.model_copy(update={"proof": proof})
+            return await node.send(draft.model_copy(update={"give": give}), to)
+
+        _client(config, wait, timeout, act)
+
+    @app.command("accept")
+    def accept(address: str, offer_ref: Annotated[str, typer.Option("--offer", help="OFFER id.")],
+               amount: _Amount, token: _Token, chain: _Chain,
+               to_wallet: Annotated[str | None, typer.Option("--wallet", help="Default: OFFER's.")] = None,
+               config: _Config = Path("envelopay.toml"), note: _Note = None, id: _Id = None,
+               flow: _Flow = None) -> None:
+        """Pay the counter-asset, then ACCEPT the OFFER with its proof."""
+        to = _addr(address)
+        draft = _msg(Accept, id=_new_id("acc", id), offer_ref=offer_ref, amount=amount, token=token,
+                     chain=chain, proof={"tx": "-"}, note=note)
+
+        async def act(node: Any) -> Any:
+            wallet = to_wallet or _offer_wallet(node, to, offer_ref)
+            proof = await pay_first(node, chain=draft.chain, token=draft.token, amount=draft.amount,
+                                    recipient=wallet)
+            return await node.send(draft.model_copy(update={"proof": proof}), to, flow_id=flow)
+
+        _client(config, False, 0.0, act)
+
+    @app.command("fulfill")
+    def fulfill(address: str, order_ref: Annotated[str, typer.Option("--order", help="ORDER id.")],
+                result: Annotated[str, typer.Option("--result", help="Work product (JSON).")],
+                config: _Config = Path("envelopay.toml"), note: _Note = None, id: _Id = None,
+                flow: _Flow = None) -> None:
+        """Deliver work for an ORDER (FULFILL)."""
+        to = _addr(address)
+        msg = _msg(Fulfill, id=_new_id("ful", id), order_ref=order_ref, result=_json(result, "--result"),
+                   note=note)
+        _client(config, False, 0.0, lambda node: node.send(msg, to, flow_id=flow))
+
+    @app.command("oops")
+    def oops(address: str, code: Annotated[str, typer.Option("--code", help="e.g. tx_not_found.")],
+             note: Annotated[str, typer.Option("--note", help="What went wrong, for a human.")],
+             ref: Annotated[str | None, typer.Option("--ref", help="Id of the message concerned.")] = None,
+             config: _Config = Path("envelopay.toml"), id: _Id = None, flow: _Flow = None) -> None:
+        """Tell ADDRESS something went wrong (OOPS)."""
+        to = _addr(address)
+        msg = _msg(Oops, id=_new_id("oops", id), note=note, ref=ref, error={"code": code})
+        _client(config, False, 0.0, lambda node: node.send(msg, to, flow_id=flow))
+
+    @app.command("flows")
+    def flows_cmd(config: _Config = Path("envelopay.toml"),
+                  limit: Annotated[int, typer.Option("--limit")] = 50) -> None:
+        """A table of this agent's flows and their states."""
+        from rich.console import Console
+        from rich.table import Table
+
+        from envelopay.agent.node import open_store
+
+        cfg = _load(config)
+        store = open_store(cfg.agent.ledger, Path(cfg.base_dir))
+        try:
+            rows = store.list_flows(cfg.agent.address, limit)
+        finally:
+            store.close()
+        table = Table(title=f"flows of {cfg.agent.address}")
+        for col in ("flow", "peer", "kind", "side", "state", "updated"):
+            table.add_column(col)
+        for f in rows:
+            when = f.updated_at.isoformat(timespec="seconds")
+            table.add_row(f.flow_id, f.peer, f.kind, f.side, f.state, when)
+        Console().print(table)
+
+    @app.command("show")
+    def show(flow: str, config: _Config = Path("envelopay.toml")) -> None:
+        """The thread of one flow, with each proof's verdict."""
+        from rich.console import Console
+        from rich.table import Table
+
+        from envelopay.agent.node import open_store
+
+        cfg = _load(config)
+        store = open_store(cfg.agent.ledger, Path(cfg.base_dir))
+        try:
+            rec = store.get_flow(flow)
+            log = store.flow_log(flow) if rec is not None else []
+        finally:
+            store.close()
+        if rec is None:
+            _fail(f"FLOW: no flow {flow!r} in {cfg.agent.ledger}")
+        table = Table(title=f"{rec.flow_id}: {rec.kind} with {rec.peer}, {rec.side}, state {rec.state}")
+        for col in ("at", "dir", "type", "id", "proof verdict", "oops", "Message-ID"):
+            table.add_column(col, overflow="fold")
+        for e in log:
+            verdict = ""
+            if e.verdict:
+                verdict = str(e.verdict.get("status"))
+                if e.verdict.get("reason"):
+                    verdict += f" ({e.verdict['reason']})"
+            at = e.at.isoformat(timespec="seconds")
+            table.add_row(at, e.direction, e.type.upper(), e.protocol_id or "", verdict, e.oops or "",
+                          e.message_id or "")
+        Console().print(table)
+
+
+def _invoice_wallet(node: Any, peer: str, invoice: str | None) -> str:
+    if invoice is None:
+        raise UsageError("--wallet: give the recipient wallet, or --invoice to pay an INVOICE we received")
+    rec = node.store.flow_for_ref(node.address, peer, peer, invoice)
+    inv = rec.data.get("invoice") if rec is not None else None
+    if not isinstance(inv, dict) or not inv.get("wallet"):
+        raise UsageError(f"--invoice: no INVOICE {invoice!r} from {peer} in this ledger; give --wallet")
+    return str(inv["wallet"])
+
+
+def _offer_wallet(node: Any, peer: str, offer: str) -> str:
+    rec = node.store.flow_for_ref(node.address, peer, peer, offer)
+    off = rec.data.get("offer") if rec is not None else None
+    if not isinstance(off, dict) or not off.get("wallet"):
+        raise UsageError(f"--offer: no OFFER {offer!r} from {peer} in this ledger; give --wallet")
+    return str(off["wallet"])

@@ -1,0 +1,134 @@
+"""The client CLI against a worker served by `serve_worker` (embedded garden) in a thread."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import tempfile
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from envelopay.agent.config import load_config
+from envelopay.agent.init import init_agent
+from envelopay.agent.node import open_store
+from envelopay.agent.serve import serve_worker
+from envelopay.cli.app import app
+
+runner = CliRunner()
+WORKER = "worker@garden.local"
+CLIENT = "client@garden.local"
+
+
+def _wire(cfg: Path, garden: Path, sock: Path, records: str, peers: list[str]) -> None:
+    text = cfg.read_text()
+    text = text.replace('garden_root = "var/garden"', f'garden_root = "{garden}"\ngarden_socket = "{sock}"\n'
+                        f"garden_addresses = {peers!r}".replace("'", '"'))
+    text = text.replace("[dkim_records]\n", "[dkim_records]\n" + records)
+    cfg.write_text(text)
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    wdir, cdir = tmp_path / "worker", tmp_path / "client"
+    init_agent(wdir, address=WORKER)
+    init_agent(cdir, address=CLIENT)
+    short = Path(tempfile.mkdtemp(prefix="ep", dir="/tmp"))
+    sock = short / "lmtp.sock"
+    garden = tmp_path / "garden"
+
+    def record(d: Path, sel: str) -> str:
+        return f'"{sel}._domainkey.garden.local" = "{(d / "keys" / "dkim.txt").read_text().strip()}"\n'
+
+    _wire(wdir / "envelopay.toml", garden, sock, record(cdir, "client"), [CLIENT])
+    _wire(cdir / "envelopay.toml", garden, sock, record(wdir, "worker"), [])
+    cfg = load_config(wdir / "envelopay.toml")
+
+    loop = asyncio.new_event_loop()
+    stop: asyncio.Event | None = None
+    started = threading.Event()
+
+    def ready(_: object) -> None:
+        started.set()
+
+    async def main() -> None:
+        nonlocal stop
+        stop = asyncio.Event()
+        await serve_worker(cfg, embedded_garden=True, echo=lambda _: None, stop=stop, ready=ready)
+
+    thread = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
+    thread.start()
+    assert started.wait(60), "worker did not start"
+    try:
+        yield wdir / "envelopay.toml", cdir / "envelopay.toml"
+    finally:
+        assert stop is not None
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(60)
+        loop.close()
+
+
+def test_which_order_free_and_priced_then_flows_and_show(pair: tuple[Path, Path]) -> None:
+    _, ccfg = pair
+    res = runner.invoke(app, ["which", WORKER, "-c", str(ccfg), "--wait", "--timeout", "60"])
+    assert res.exit_code == 0, res.output
+    assert "received METHODS" in res.output and '"price": "250000"' in res.output
+
+    task = '{"name": "digest", "text": "abc"}'
+    res = runner.invoke(app, ["order", WORKER, "--task", task, "-c", str(ccfg), "--wait", "--timeout", "60"])
+    assert res.exit_code == 0, res.output
+    assert "received FULFILL" in res.output and "ba7816bf" in res.output
+
+    task = '{"name": "word_count", "text": "a b", "rail": "base-local/USDC"}'
+    res = runner.invoke(app, ["order", WORKER, "--task", task, "-c", str(ccfg), "--wait", "--timeout", "60"])
+    assert res.exit_code == 0, res.output
+    assert "received INVOICE" in res.output and '"chain": "base-local"' in res.output
+    flow = re.search(r"flow (flow_\w+)", res.output)
+    assert flow is not None
+
+    res = runner.invoke(app, ["flows", "-c", str(ccfg)])
+    assert res.exit_code == 0 and "invoiced" in res.output
+    res = runner.invoke(app, ["show", flow.group(1), "-c", str(ccfg)])
+    assert res.exit_code == 0, res.output
+    assert "ORDER" in res.output and "INVOICE" in res.output
+    assert runner.invoke(app, ["show", "flow_nope", "-c", str(ccfg)]).exit_code == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        (["order", WORKER, "--task", "{not json"], "--task"),
+        (["order", "a@b.example, c@d.example", "--task", "{}"], "ADDRESS"),
+        (["pay", WORKER, "--amount", "1.5", "--token", "USDC", "--chain", "solana-local"], "--amount"),
+        (["pay", WORKER, "--amount", "10", "--token", "USDC", "--chain", "solana-local"], "--wallet"),
+        (["pay", WORKER, "--amount", "10", "--token", "USDC", "--chain", "dogechain", "--wallet", "x"], "--chain"),
+        (["oops", WORKER, "--code", "", "--note", "x"], "--error.code"),
+        (["invoice", WORKER, "--amount", "5", "--token", "DAI", "--chain", "ethereum"], "--wallet"),
+    ],
+)
+def test_bad_input_names_the_field_and_sends_nothing(
+    pair: tuple[Path, Path], args: list[str], field: str
+) -> None:
+    _, ccfg = pair
+    res = runner.invoke(app, [*args, "-c", str(ccfg)])
+    assert res.exit_code == 2, res.output
+    assert field in res.output
+    cfg = load_config(ccfg)
+    store = open_store(cfg.agent.ledger, Path(cfg.base_dir))
+    try:
+        assert store.list_flows(CLIENT) == []
+        assert store.outbox_pending(datetime.now(UTC)) == []
+    finally:
+        store.close()
+
+
+def test_pay_without_funds_fails_before_sending(pair: tuple[Path, Path]) -> None:
+    _, ccfg = pair
+    res = runner.invoke(app, ["pay", WORKER, "--amount", "10", "--token", "USDC", "--chain", "solana-local",
+                              "--wallet", "11111111111111111111111111111111", "-c", str(ccfg)])
+    assert res.exit_code == 2, res.output
+    assert "nothing was sent" in res.output
