@@ -105,7 +105,7 @@ def test_which_order_free_and_priced_then_flows_and_show(pair: tuple[Path, Path]
         (["order", "a@b.example, c@d.example", "--task", "{}"], "ADDRESS"),
         (["pay", WORKER, "--amount", "1.5", "--token", "USDC", "--chain", "solana-local"], "--amount"),
         (["pay", WORKER, "--amount", "10", "--token", "USDC", "--chain", "solana-local"], "--wallet"),
-        (["pay", WORKER, "--amount", "10", "--token", "USDC", "--chain", "dogechain", "--wallet", "x"], "--chain"),
+        (["pay", WORKER, "--amount", "10", "--token", "USDC", "--chain", "doge", "--wallet", "x"], "--chain"),
         (["oops", WORKER, "--code", "", "--note", "x"], "--error.code"),
         (["invoice", WORKER, "--amount", "5", "--token", "DAI", "--chain", "ethereum"], "--wallet"),
     ],
