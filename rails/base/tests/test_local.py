@@ -233,6 +233,24 @@ async def test_default_chain_makes_payments_final_at_once(tmp_path: Path) -> Non
         LocalChain(blocks_per_tx=0)
 
 
+async def test_injected_clock_sets_block_times() -> None:
+    now = [datetime(2031, 5, 1, 12, 0, tzinfo=UTC)]
+    rail = make_rail({"clock": lambda: now[0]})
+    chain = rail.local_chain
+    assert isinstance(chain, LocalChain)
+    payer, key = chain.new_wallet()
+    chain.fund(payer, eth=10**18)
+    rail = make_rail({"local_chain": chain, "keypair": key.encode()})
+    to, _ = chain.new_wallet()
+    proof = await rail.pay(chain="base-local", token="ETH", amount=1, recipient=to)
+    window = want(to, 1, token="ETH", not_before=now[0], not_after=now[0] + timedelta(minutes=1))
+    verdict = await rail.verify(proof, window)
+    assert verdict.ok, verdict
+    now[0] += timedelta(hours=1)
+    later = await rail.pay(chain="base-local", token="ETH", amount=1, recipient=to)
+    assert (await rail.verify(later, window)).reason is Reason.STALE
+
+
 def test_proof_key_is_canonical(chain: LocalChain) -> None:
     rail = make_rail({"local_chain": chain})
     h = "ab" * 32

@@ -17,6 +17,7 @@ import json
 import os
 import re
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from functools import cache
 from importlib import resources
 from typing import Any, cast
@@ -51,13 +52,20 @@ def _rpc_shape(value: Any) -> Any:
 class LocalChain:
     """An in-process EVM chain with a funded faucet account and a 6-decimal USDC token."""
 
-    def __init__(self, *, rng: Callable[[int], bytes] = os.urandom, blocks_per_tx: int = 2) -> None:
+    def __init__(
+        self,
+        *,
+        rng: Callable[[int], bytes] = os.urandom,
+        blocks_per_tx: int = 2,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
         from eth_tester import EthereumTester, PyEVMBackend
         from web3 import EthereumTesterProvider, Web3
 
         if blocks_per_tx < 1:
             raise ValueError("blocks_per_tx must be at least 1 (the transaction's own block)")
         self._rng = rng
+        self._clock = clock
         self.blocks_per_tx = blocks_per_tx
         self.tester = EthereumTester(PyEVMBackend())
         self.w3 = Web3(EthereumTesterProvider(self.tester))
@@ -101,6 +109,7 @@ class LocalChain:
         """Send a signed transaction (mined at once), then advance `blocks_per_tx - 1` blocks.
 
         Raises eth-tester / py-evm validation errors for a transaction the chain refuses."""
+        self._follow_clock()
         tx_hash = str(self.tester.send_raw_transaction("0x" + raw.hex())).lower()
         if self.blocks_per_tx > 1:
             self.tester.mine_blocks(self.blocks_per_tx - 1)
@@ -116,6 +125,14 @@ class LocalChain:
 
     def eth_balance(self, address: str) -> int:
         return int(self.tester.get_balance(address))
+
+    def _follow_clock(self) -> None:
+        # With an injected clock, block times follow it (forward only: a chain cannot go back).
+        if self._clock is None:
+            return
+        target = int(self._clock().timestamp())
+        if target > int(self.tester.get_block_by_number("pending")["timestamp"]):
+            self.tester.time_travel(target)
 
     def time_travel(self, timestamp: int) -> None:
         """Move the next block's timestamp forward (eth-tester mines a block to do it)."""

@@ -2,7 +2,8 @@
 
 Options follow the factory convention in envelopay.rails.registry: backend (local|rpc),
 network (mainnet|sepolia|local), rpc_url, keypair (path to a file holding a hex private
-key, or the key as bytes), local_chain (a shared `LocalChain`), assets, http_client.
+key, or the key as bytes), local_chain (a shared `LocalChain`), assets, http_client, clock
+(block times of a fresh local chain follow it).
 Base-specific: chain_id (required only for an rpc backend on the "local" network) and
 rpc_batch_max (most calls per JSON-RPC batch, default 100; 1 turns batching off).
 """
@@ -223,7 +224,7 @@ def make_rail(options: Mapping[str, Any]) -> BaseRail:
             raise ConfigError("base rail: the local backend serves only the 'local' network")
         from envelopay_base.local import LocalBackend, LocalChain
 
-        local_chain = options.get("local_chain") or LocalChain()
+        local_chain = options.get("local_chain") or LocalChain(clock=options.get("clock"))
         if not isinstance(local_chain, LocalChain):
             raise ConfigError("base rail: local_chain must be an envelopay_base.local.LocalChain")
         backend = LocalBackend(local_chain)
