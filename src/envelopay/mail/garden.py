@@ -245,11 +245,9 @@ class GardenServer:
             data = f"Return-Path: <{path}>\r\nDelivered-To: {rcpt}\r\n".encode("ascii") + content
         maildir = self._maildirs.get(rcpt) or ensure_maildir(self.maildir(rcpt))
         try:
-            if self.fsync:
-                # fsync blocks; keep the loop serving other connections meanwhile.
-                target = await asyncio.to_thread(deliver_file, maildir, data, fsync=True)
-            else:
-                target = deliver_file(maildir, data, fsync=False)
+            # File creation and fsync can block for milliseconds on a busy disk; keep the
+            # loop serving other connections meanwhile.
+            target = await asyncio.to_thread(deliver_file, maildir, data, fsync=self.fsync)
         except OSError:
             self.stats.failed += 1
             return False
