@@ -9,7 +9,7 @@ import httpx
 import pytest
 import respx
 
-from envelopay.errors import ConfigError, RailError
+from envelopay.errors import RailError
 from envelopay.rails.interface import Expectation, Reason
 from envelopay_base.fixtures import expectation_of, load_documents, rpc_answer
 from envelopay_base.rail import make_rail
@@ -120,11 +120,25 @@ async def test_mainnet_rail_refuses_sepolia_expectation_without_asking() -> None
     assert verdict.reason is Reason.CHAIN_MISMATCH
 
 
-def test_rpc_on_local_network_needs_chain_id() -> None:
-    with pytest.raises(ConfigError):
-        make_rail({"backend": "rpc", "rpc_url": URL, "network": "local"})
-    rail = make_rail({"backend": "rpc", "rpc_url": URL, "network": "local", "chain_id": 31337})
-    assert rail.chains == ("base-local",) and rail.chain_id == 31337
+async def test_rpc_on_local_network_binds_to_the_dev_node_chain_id() -> None:
+    from envelopay.testing.rpc_server import JsonRpcServer
+    from envelopay_base.devnode import base_rpc_handler
+    from envelopay_base.local import LocalChain
+
+    chain = LocalChain()
+    payer, key = chain.new_wallet()
+    chain.fund(payer, eth=10**18, usdc=1_000)
+    to, _ = chain.new_wallet()
+    async with JsonRpcServer(base_rpc_handler(chain)) as node:
+        rail = make_rail({"rpc_url": node.url, "network": "local", "keypair": key.encode()})
+        assert rail.chains == ("base-local",) and rail.chain_id is None
+        proof = await rail.pay(chain="base-local", token="USDC", amount=250, recipient=to)
+        assert rail.chain_id == chain.chain_id
+        verdict = await rail.verify(proof, Expectation("base-local", "USDC", 250, to))
+        await rail.aclose()
+    assert verdict.ok and verdict.payer == payer.lower()
+    pinned = make_rail({"backend": "rpc", "rpc_url": URL, "network": "local", "chain_id": 31337})
+    assert pinned.chain_id == 31337
 
 
 async def test_pay_over_rpc_signs_a_usdc_transfer(tmp_path: Any) -> None:

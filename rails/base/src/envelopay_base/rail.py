@@ -4,7 +4,8 @@ Options follow the factory convention in envelopay.rails.registry: backend (loca
 network (mainnet|sepolia|local), rpc_url, keypair (path to a file holding a hex private
 key, or the key as bytes), local_chain (a shared `LocalChain`), assets, http_client, clock
 (block times of a fresh local chain follow it).
-Base-specific: chain_id (required only for an rpc backend on the "local" network) and
+Base-specific: chain_id (for an rpc backend on the "local" network; when absent the rail
+binds to the id the node reports on first contact — a dev chain has no id to protect) and
 rpc_batch_max (most calls per JSON-RPC batch, default 100; 1 turns batching off).
 """
 
@@ -74,7 +75,7 @@ class BaseRail:
         chain: str,
         backend: Backend,
         assets: tuple[AssetInfo, ...],
-        chain_id: int,
+        chain_id: int | None,
         key: bytes | None = None,
         local_chain: Any = None,
     ) -> None:
@@ -91,7 +92,8 @@ class BaseRail:
         return (self._chain,)
 
     def assets(self) -> tuple[AssetInfo, ...]:
-        return tuple(a for a in self._assets if a.chain == self._chain)
+        """The registry for every Base network (this instance verifies only `chains`)."""
+        return self._assets
 
     def resolve(self, token: str) -> AssetInfo | None:
         return find_asset(self._assets, self._chain, token, normalize=norm_address)
@@ -124,7 +126,9 @@ class BaseRail:
             reading = await self.backend.read(tx_hash)
         except ChainUnavailable as exc:
             return Verdict.unavailable(str(exc))
-        verdict = check_payment(
+        if self.chain_id is None:
+            self.chain_id = reading.chain_id  # a dev node: bind to the id it reports first
+        return check_payment(
             tx_hash=tx_hash,
             tx=reading.tx,
             receipt=reading.receipt,
@@ -135,7 +139,6 @@ class BaseRail:
             expectation=expectation,
             asset=asset,
         )
-        return verdict
 
     async def pay(self, *, chain: str, token: str, amount: int, recipient: str) -> dict[str, Any]:
         if chain != self._chain:
@@ -169,6 +172,8 @@ class BaseRail:
     async def _build(self, sender: str, asset: AssetInfo, amount: int, recipient: str) -> dict[str, Any]:
         from web3 import Web3
 
+        if self.chain_id is None:
+            self.chain_id = await self.backend.chain_id()
         fees = await self.backend.fees()
         eth_balance = await self.backend.balance(sender)
         tx: dict[str, Any] = {
@@ -218,6 +223,7 @@ def make_rail(options: Mapping[str, Any]) -> BaseRail:
     key = load_key(options["keypair"]) if options.get("keypair") is not None else None
     builtin = list(ASSETS)
     backend: Backend
+    chain_id: int | None
     local_chain = None
     if backend_name == "local":
         if network != "local":
@@ -240,9 +246,7 @@ def make_rail(options: Mapping[str, Any]) -> BaseRail:
         backend = RpcBackend(str(rpc_url), client=options.get("http_client"),
                              batch_max=int(options.get("rpc_batch_max", DEFAULT_BATCH_MAX)))
         if network == "local":
-            if options.get("chain_id") is None:
-                raise ConfigError("base rail: an rpc backend on the local network needs 'chain_id'")
-            chain_id = int(options["chain_id"])
+            chain_id = None if options.get("chain_id") is None else int(options["chain_id"])
         else:
             chain_id = CHAIN_IDS[chain]
     assets = merge_assets(builtin, options.get("assets"))
