@@ -27,8 +27,13 @@ class Sink:
     port: int = 0
     messages: list[tuple[str, list[str], bytes]] = field(default_factory=list)
     fail_with: str | None = None  # e.g. "550 no" to refuse DATA
+    fail_next: list[str] = field(default_factory=list)  # one-shot refusals, in order
+    peers: set[Any] = field(default_factory=set)  # client (host, port)s seen: one per connection
 
     async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        self.peers.add(session.peer)
+        if self.fail_next:
+            return self.fail_next.pop(0)
         if self.fail_with:
             return self.fail_with
         self.messages.append((envelope.mail_from, list(envelope.rcpt_tos), bytes(envelope.content)))
@@ -71,12 +76,10 @@ def clock() -> Clock:
 
 
 @pytest.fixture
-def enforcer(store: EnforcerStore, sink: Sink, clock: Clock) -> Enforcer:
-    return Enforcer(
-        store,
-        SmtpDeliverer(SmtpConfig("127.0.0.1", sink.port, security="none", max_attempts=1)),
-        operator_token_hash=hash_token(OPERATOR), clock=clock
-    )
+async def enforcer(store: EnforcerStore, sink: Sink, clock: Clock) -> AsyncIterator[Enforcer]:
+    deliverer = SmtpDeliverer(SmtpConfig("127.0.0.1", sink.port, security="none", max_attempts=1))
+    yield Enforcer(store, deliverer, operator_token_hash=hash_token(OPERATOR), clock=clock)
+    await deliverer.aclose()
 
 
 @pytest.fixture

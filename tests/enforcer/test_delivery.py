@@ -66,3 +66,30 @@ async def test_delivery_into_the_walled_garden(tmp_path: Path, clock: Clock) -> 
         assert isinstance(parse(files[0].read_bytes()).message, Which)
     finally:
         await store.close()
+
+
+async def test_smtp_connections_are_reused_and_failures_fall_back_to_send_raw(
+    store: EnforcerStore, sink: Sink, clock: Clock
+) -> None:
+    async def no_wait(_: float) -> None:
+        return None
+
+    config = SmtpConfig("127.0.0.1", sink.port, security="none", max_attempts=2)
+    deliverer = SmtpDeliverer(config, sleep=no_wait)
+    enforcer = Enforcer(store, deliverer, clock=clock)
+    _, token = await enforcer.create_agent("p1", "p1@agents.test", allow=("shop.test",))
+    try:
+        for i in range(3):
+            d = await enforcer.send(token, {"to": "w@shop.test", "from": "p1@agents.test", "subject": f"{i}"})
+            assert d.status == "sent"
+        assert len(sink.peers) == 1  # one pooled connection carried all three
+        # A 4xx on the pooled connection: retried by send_raw on a fresh one, delivered.
+        sink.fail_next = ["451 busy", "451 busy again"]
+        d = await enforcer.send(token, {"to": "w@shop.test", "from": "p1@agents.test", "subject": "t"})
+        assert d.status == "sent" and len(sink.messages) == 4 and sink.fail_next == []
+        # A 5xx is final: no fallback retry.
+        sink.fail_next = ["554 no", "250 would have been accepted"]
+        d = await enforcer.send(token, {"to": "w@shop.test", "from": "p1@agents.test", "subject": "u"})
+        assert d.status == "failed" and "554" in d.reason and len(sink.fail_next) == 1
+    finally:
+        await deliverer.aclose()

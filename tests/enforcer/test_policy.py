@@ -135,3 +135,29 @@ def test_allowlist_exact_addresses_and_domains() -> None:
 def test_default_policy_summary() -> None:
     assert Policy().summary() == "20/hr · 100/day · 0 allowlisted"
     assert Policy(allow=("a.test", "b.test", "c@d.test")).summary() == "20/hr · 100/day · 3 allowlisted"
+
+
+def test_plain_mail_composition_round_trips_through_the_stdlib_parser() -> None:
+    import email
+    from datetime import UTC, datetime
+    from email import policy as email_policy
+
+    from envelopay.enforcer.mime import compose_request
+
+    text = "line one\nzweite Zeile: äöü\n" + "y" * 1200
+    req = check_request({**BASE, "subject": "Grüße, café", "text": text,
+                         "references": ["<a@b.test>", "<c@d.test>"], "in_reply_to": "<c@d.test>"})
+    assert isinstance(req, SendRequest)
+    raw = compose_request(req, message_id="<m1@agents.test>", date=datetime(2027, 1, 15, tzinfo=UTC),
+                          agent_name="a1")
+    assert b"\r\n\r\n" in raw and all(b < 128 for b in raw)
+    msg = email.message_from_bytes(raw, policy=email_policy.default)
+    assert msg.defects == [] and msg["Subject"] == "Grüße, café"
+    assert msg["References"].split() == ["<a@b.test>", "<c@d.test>"]
+    # The parser keeps the wire CRLF line ends inside the decoded text.
+    assert msg.get_content().replace("\r\n", "\n") == text + "\n"
+    plain = check_request(BASE)
+    assert isinstance(plain, SendRequest)
+    raw2 = compose_request(plain, message_id="<m2@agents.test>", date=datetime(2027, 1, 15, tzinfo=UTC),
+                           agent_name="a1")
+    assert b"Content-Transfer-Encoding: 7bit" in raw2 and raw2.endswith(b"\r\n\r\nhello\r\n")

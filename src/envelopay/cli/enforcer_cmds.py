@@ -159,6 +159,8 @@ def register(app: typer.Typer) -> None:
                 await stop.wait()
             finally:
                 await runner.cleanup()
+                if isinstance(deliverer, SmtpDeliverer):
+                    await deliverer.aclose()
                 await store.close()
 
         _run(main)

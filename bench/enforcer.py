@@ -1,0 +1,153 @@
+"""Enforcer benchmark: policy decisions per second on SQLite and PostgreSQL.
+
+For each store it measures, in one run:
+- floor: a bare conditional write (the cap's INSERT ... ON CONFLICT DO UPDATE ... WHERE
+  sends < cap RETURNING) on the same database, one statement per iteration;
+- allowed sends: all checks, both cap writes, compose, SMTP delivery to aiosmtpd on
+  loopback (a separate process), and the send record;
+- refused sends: (a) blocked at the sender pin (identity lookup, no write) and
+  (b) flagged by the hourly cap (the conditional write refuses, a queue row is written).
+Each figure is printed with its ratio to the floor. Target (issue 7): >= 1,000
+decisions/s on SQLite.
+
+    .venv/bin/python bench/enforcer.py [--n 2000] [--concurrency 16] [--no-postgres]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from envelopay.enforcer.core import Enforcer
+from envelopay.enforcer.delivery import SmtpDeliverer
+from envelopay.enforcer.store import EnforcerStore, PostgresStore, SqliteStore
+from envelopay.mail.smtp import SmtpConfig
+
+PG_BASE = os.environ.get("ENVELOPAY_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
+
+_SINK = r"""
+import asyncio, sys
+from aiosmtpd.smtp import SMTP
+class H:
+    n = 0
+    async def handle_DATA(self, server, session, envelope):
+        H.n += 1
+        return "250 OK"
+async def main():
+    loop = asyncio.get_running_loop()
+    srv = await loop.create_server(lambda: SMTP(H(), decode_data=False), "127.0.0.1", 0)
+    print(srv.sockets[0].getsockname()[1], flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+asyncio.run(main())
+"""
+
+
+async def rate(n: int, concurrency: int, op: Callable[[int], Awaitable[Any]]) -> float:
+    counter = iter(range(n))
+
+    async def worker() -> None:
+        for i in counter:
+            await op(i)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return n / (time.perf_counter() - start)
+
+
+async def floor(store: EnforcerStore, n: int, concurrency: int) -> float:
+    sql = (
+        "INSERT INTO enf_counters (agent_id, win, slot, sends) VALUES (?, 'h', ?, 1)"
+        " ON CONFLICT (agent_id, win, slot) DO UPDATE SET sends = enf_counters.sends + 1"
+        " WHERE enf_counters.sends < ? RETURNING sends"
+    )
+    return await rate(n, concurrency, lambda i: store.execute_sql(sql, ("floor", "slot", 10**12)))
+
+
+async def bench_store(name: str, store: EnforcerStore, port: int, n: int, concurrency: int) -> list[str]:
+    deliverer = SmtpDeliverer(SmtpConfig("127.0.0.1", port, security="none", max_attempts=1))
+    enf = Enforcer(store, deliverer)
+    _, t_ok = await enf.create_agent("fast", "fast@agents.test", allow=("partner.test",),
+                                     hourly=10**9, daily=10**9)
+    _, t_cap = await enf.create_agent("capped", "capped@agents.test", allow=("partner.test",), hourly=1)
+    await enf.send(t_cap, {"to": "b@partner.test", "from": "capped@agents.test", "subject": "first"})
+
+    async def allowed(i: int) -> None:
+        d = await enf.send(t_ok, {"to": "b@partner.test", "from": "fast@agents.test", "subject": f"s{i}",
+                                  "text": "hello"})
+        assert d.status == "sent", d
+
+    async def spoof(i: int) -> None:
+        d = await enf.send(t_ok, {"to": "b@partner.test", "from": "boss@agents.test", "subject": f"s{i}"})
+        assert d.status == "blocked", d
+
+    async def capped(i: int) -> None:
+        d = await enf.send(t_cap, {"to": "b@partner.test", "from": "capped@agents.test", "subject": f"c{i}"})
+        assert d.status == "pending_approval", d
+
+    base = await floor(store, n, concurrency)
+    figures = [("allowed + SMTP delivery", await rate(n // 2, concurrency, allowed)),
+               ("refused: sender pin (blocked)", await rate(n, concurrency, spoof)),
+               ("refused: hourly cap (queued)", await rate(n, concurrency, capped))]
+    lines = [f"{name}: floor (bare conditional write) {base:,.0f}/s"]
+    for label, value in figures:
+        lines.append(f"{name}: {label:<30} {value:>8,.0f} decisions/s  ratio to floor {value / base:.2f}")
+    return lines
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=2000)
+    ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--no-postgres", action="store_true")
+    args = ap.parse_args()
+
+    sink = subprocess.Popen([sys.executable, "-c", _SINK], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
+    assert sink.stdout is not None and sink.stdin is not None
+    port = int(sink.stdout.readline())
+    out: list[str] = []
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            sq = SqliteStore(Path(tmp) / "bench.db")
+            await sq.open()
+            try:
+                out += await bench_store("sqlite", sq, port, args.n, args.concurrency)
+            finally:
+                await sq.close()
+        if not args.no_postgres:
+            import psycopg
+
+            schema = f"bench_{secrets.token_hex(4)}"
+            with psycopg.connect(PG_BASE, autocommit=True) as conn:
+                conn.execute(f'CREATE SCHEMA "{schema}"')
+            pg = PostgresStore(f"{PG_BASE}?options=-csearch_path%3D{schema}", max_size=args.concurrency)
+            try:
+                await pg.open()
+                out += await bench_store("postgres", pg, port, args.n, args.concurrency)
+            finally:
+                await pg.close()
+                with psycopg.connect(PG_BASE, autocommit=True) as conn:
+                    conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+    finally:
+        sink.stdin.close()
+        sink.wait(timeout=30)
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    print(f"# bench/enforcer.py  {stamp}  {platform.machine()} {os.cpu_count()} cores  "
+          f"Python {platform.python_version()}  n={args.n} concurrency={args.concurrency}")
+    for line in out:
+        print(line)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
