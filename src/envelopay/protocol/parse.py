@@ -443,10 +443,20 @@ def _validate(
     return message, []  # type: ignore[return-value]
 
 
+_ADDR = r'[^\s<>,;:"()@\[\]\\]+@[^\s<>,;:"()@\[\]\\]+'
+# Fast paths for the two common shapes ("a@b" and "Name <a@b>" with a plain name);
+# anything else (quotes, comments, groups, lists) goes through getaddresses.
+_BARE_ADDR = re.compile(rf"\s*({_ADDR})\s*")
+_NAMED_ADDR = re.compile(rf'[^<>,;:"()@\[\]\\]*<({_ADDR})>\s*')
+
+
 def _addresses(value: str | None) -> list[str]:
     if value is None:
         return []
-    return [addr for _, addr in getaddresses([value]) if addr]
+    m = _BARE_ADDR.fullmatch(value) or _NAMED_ADDR.fullmatch(value)
+    if m is not None:
+        return [m.group(1)]
+    return [addr for _, addr in getaddresses([value]) if "@" in addr]
 
 
 def _split_ids(value: str | None) -> tuple[str, ...]:
