@@ -157,6 +157,12 @@ async def test_pay_over_rpc_signs_a_usdc_transfer(tmp_path: Any) -> None:
         "eth_call": "0x" + f"{50_000_000:064x}",
         "eth_getTransactionCount": "0x7",
         "eth_estimateGas": "0xb01c",
+        "eth_chainId": "0x2105",
+        "eth_blockNumber": "0x16e3606",
+        "eth_getTransactionByHash": None,
+        "eth_getTransactionReceipt": {"blockNumber": "0x16e3606", "blockHash": "0x" + "cd" * 32,
+                                      "status": "0x1"},
+        "eth_getBlockByHash": {"hash": "0x" + "cd" * 32, "number": "0x16e3606", "timestamp": "0x692b8a00"},
     }
 
     def answer(request: httpx.Request) -> httpx.Response:
@@ -181,8 +187,24 @@ async def test_pay_over_rpc_signs_a_usdc_transfer(tmp_path: Any) -> None:
         with pytest.raises(RailError) as info:
             await rail.pay(chain="base", token="USDC", amount=25_000_000, recipient=seller)
         assert info.value.reason == "insufficient_funds"
+        state["eth_call"] = "0x" + f"{50_000_000:064x}"
+        state["eth_getTransactionReceipt"] = {**state["eth_getTransactionReceipt"], "status": "0x0"}
+        with pytest.raises(RailError) as info:  # mined, but reverted
+            await rail.pay(chain="base", token="USDC", amount=25_000_000, recipient=seller)
+        assert info.value.reason == "tx_failed"
+        state["eth_getTransactionReceipt"] = None
+        impatient = make_rail({"rpc_url": URL, "keypair": str(key_file), "confirm_timeout": 0.05,
+                               "poll_interval": 0.01})
+        with pytest.raises(RailError) as info:  # never mined within the timeout
+            await impatient.pay(chain="base", token="USDC", amount=25_000_000, recipient=seller)
+        assert info.value.reason == "not_final"
+        await impatient.aclose()
+        no_wait = make_rail({"rpc_url": URL, "keypair": str(key_file), "confirm_timeout": 0})
+        sent_at_once = await no_wait.pay(chain="base", token="USDC", amount=1, recipient=seller)
+        assert sent_at_once == {"tx": "0x" + "ab" * 32}
+        await no_wait.aclose()
     await rail.aclose()
-    assert len(sent) == 1
+    assert len(sent) == 4
     tx = Account.recover_transaction(sent[0])
     assert tx.lower() == sender
     from eth_account.typed_transactions import TypedTransaction

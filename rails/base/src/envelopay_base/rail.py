@@ -6,7 +6,9 @@ key, or the key as bytes), local_chain (a shared `LocalChain`), assets, http_cli
 (block times of a fresh local chain follow it).
 Base-specific: chain_id (for an rpc backend on the "local" network; when absent the rail
 binds to the id the node reports on first contact — a dev chain has no id to protect) and
-rpc_batch_max (most calls per JSON-RPC batch, default 100; 1 turns batching off).
+rpc_batch_max (most calls per JSON-RPC batch, default 100; 1 turns batching off). Like the
+Solana rail: confirm_timeout (seconds `pay()` waits for the transaction's receipt; 0 =
+return once the node accepted it) and poll_interval.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from envelopay.rails.interface import AssetInfo, Expectation, Reason, Verdict
 from envelopay.rails.registry import find_asset, merge_assets
 from envelopay_base.assets import ASSETS, CHAIN_IDS, NETWORK_CHAIN, is_address, norm_address
 from envelopay_base.backend import Backend, ChainUnavailable
-from envelopay_base.verify import canonical_tx_hash, check_payment
+from envelopay_base.verify import canonical_tx_hash, check_payment, quantity
 
 ETH_TRANSFER_GAS = 21_000
 # transfer(address,uint256) and balanceOf(address) selectors.
@@ -78,6 +80,8 @@ class BaseRail:
         chain_id: int | None,
         key: bytes | None = None,
         local_chain: Any = None,
+        confirm_timeout: float = 60.0,
+        poll_interval: float = 0.5,
     ) -> None:
         self._chain = chain
         self.backend = backend
@@ -85,6 +89,8 @@ class BaseRail:
         self.chain_id = chain_id
         self._key = key
         self.local_chain = local_chain
+        self._confirm_timeout = confirm_timeout
+        self._poll = poll_interval
         self._pay_lock = asyncio.Lock()
 
     @property
@@ -161,6 +167,7 @@ class BaseRail:
                 tx = await self._build(sender, asset, amount, recipient)
                 signed = account.sign_transaction(tx)
                 tx_hash = await self.backend.send_raw(bytes(signed.raw_transaction))
+            await self._await_receipt(tx_hash)
         except ChainUnavailable as exc:
             # Geth and op-geth say "insufficient funds for gas * price + value" when the
             # balance moved between our check and the node's.
@@ -168,6 +175,27 @@ class BaseRail:
             reason = Reason.INSUFFICIENT_FUNDS if broke else Reason.RPC_UNAVAILABLE
             raise RailError(reason.value, str(exc)) from exc
         return {"tx": tx_hash}
+
+    async def _await_receipt(self, tx_hash: str) -> None:
+        """Wait until the transaction is in a block; a revert there is a failed payment."""
+        if self._confirm_timeout <= 0:
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._confirm_timeout
+        while True:
+            receipt = (await self.backend.read(tx_hash)).receipt
+            if receipt is not None and receipt.get("blockNumber") is not None:
+                try:
+                    status = quantity(receipt.get("status"), "receipt.status")
+                except ValueError as exc:
+                    raise ChainUnavailable(str(exc)) from exc
+                if status != 1:
+                    raise RailError(Reason.TX_FAILED.value, f"{tx_hash} reverted")
+                return
+            if loop.time() >= deadline:
+                waited = self._confirm_timeout
+                raise RailError(Reason.NOT_FINAL.value, f"{tx_hash} not mined within {waited}s")
+            await asyncio.sleep(self._poll)
 
     async def _build(self, sender: str, asset: AssetInfo, amount: int, recipient: str) -> dict[str, Any]:
         from web3 import Web3
@@ -251,4 +279,6 @@ def make_rail(options: Mapping[str, Any]) -> BaseRail:
             chain_id = CHAIN_IDS[chain]
     assets = merge_assets(builtin, options.get("assets"))
     return BaseRail(chain=chain, backend=backend, assets=assets, chain_id=chain_id, key=key,
-                    local_chain=local_chain)
+                    local_chain=local_chain,
+                    confirm_timeout=float(options.get("confirm_timeout", 60.0)),
+                    poll_interval=float(options.get("poll_interval", 0.5)))
