@@ -3,9 +3,9 @@
 Prints, each as a ratio against a floor measured in the same run:
 - DKIM signatures/s (RSA-2048, Ed25519): ours (cryptography) vs dkimpy's own signer;
 - DKIM verifications/s: ours (async, every signature, table DNS) vs dkimpy.verify;
-- garden hop latency, p50/p99 over N messages: the sender starts the LMTP transaction
-  → a separate receiving process has the message parsed with envelopay.protocol.parse
-  (this includes the whole delivery, so it bounds "accepted → parsed" from above).
+- garden hop latency, p50/p99 over N messages, ending when a separate receiving process
+  has the message parsed with envelopay.protocol.parse: from acceptance (the issue's
+  definition) and from the start of the LMTP transaction (the whole hop, fsync included).
   Receiver with inotify, and the 10 ms poll in the same run as the floor;
 - messages/s through LMTP → Maildir → parse (4 sending connections, one receiver
   process), against parse alone on one core as the ceiling.
@@ -150,15 +150,19 @@ def pct(values: list[float], p: float) -> float:
 
 
 async def hop(root: Path, n: int, use_inotify: bool, fsync: bool) -> dict[str, float]:
-    """Latency from the start of each LMTP transaction to the receiver's parsed message.
+    """Two latencies per message, both ending when the receiving process has parsed it:
 
-    Measured from the send (not from the server's 250, which comes after the fsync and
-    can be later than the receiver's inotify wake-up): a slightly longer, honest hop."""
+    - from acceptance (the sender has the server's 250: the issue's definition). With
+      fsync the file is visible in new/ before the 250 is sent, so the receiver can be
+      first; such a hop counts as 0;
+    - from the start of the LMTP transaction: the whole hop, fsync included."""
     sent_at: dict[str, int] = {}
-    current = [0]
+    accepted_at: dict[str, int] = {}
+    current = [0, ""]
 
     def on_delivered(_rcpt: str, path: Path) -> None:
-        sent_at[path.name] = current[0]
+        sent_at[path.name] = int(current[0])
+        current[1] = path.name
 
     messages = [message(i) for i in range(n)]
     async with GardenServer(root, [GARDEN], fsync=fsync, on_delivered=on_delivered) as garden:
@@ -167,11 +171,19 @@ async def hop(root: Path, n: int, use_inotify: bool, fsync: bool) -> dict[str, f
             for raw in messages:
                 current[0] = time.monotonic_ns()
                 result = await client.send(raw, SENDER, [GARDEN])
+                accepted_at[str(current[1])] = time.monotonic_ns()
                 assert result.delivered == (GARDEN,)
         rows = await asyncio.to_thread(finish_receiver, proc)
     assert all(valid for _, _, valid in rows) and len(rows) == n
-    lat = [(t - sent_at[name]) / 1e6 for name, t, _ in rows]
-    return {"p50_ms": pct(lat, 50), "p99_ms": pct(lat, 99), "max_ms": max(lat)}
+    full = [(t - sent_at[name]) / 1e6 for name, t, _ in rows]
+    after = [max(0.0, (t - accepted_at[name]) / 1e6) for name, t, _ in rows]
+    return {
+        "p50_ms": pct(after, 50),
+        "p99_ms": pct(after, 99),
+        "full_p50_ms": pct(full, 50),
+        "full_p99_ms": pct(full, 99),
+        "full_max_ms": max(full),
+    }
 
 
 async def throughput(root: Path, n: int, fsync: bool, connections: int = 4) -> float:
@@ -225,18 +237,29 @@ def main() -> None:
         ino = asyncio.run(hop(root / "hop-inotify", args.hop_messages, True, fsync))
         poll = asyncio.run(hop(root / "hop-poll", args.hop_messages, False, fsync))
         tput = asyncio.run(throughput(root / "tput", args.throughput_messages, fsync))
-    print(f"Garden hop (LMTP send → receiver process has parse()d it), {args.hop_messages} messages")
+    print(f"Garden hop to a receiving process that has parse()d the message, {args.hop_messages} messages")
+    met = ino["p50_ms"] <= 10 and ino["p99_ms"] <= 50
     print(
-        f"  inotify   p50 {ino['p50_ms']:6.2f} ms   p99 {ino['p99_ms']:6.2f} ms   max {ino['max_ms']:6.1f} ms"
-        f"   targets p50<=10 p99<=50: {'MET' if ino['p50_ms'] <= 10 and ino['p99_ms'] <= 50 else 'MISSED'}"
+        f"  accepted (250) -> parsed, inotify     p50 {ino['p50_ms']:6.2f} ms   p99 {ino['p99_ms']:6.2f} ms"
+        f"   targets p50<=10 p99<=50: {'MET' if met else 'MISSED'}"
     )
     print(
-        f"  poll 10ms p50 {poll['p50_ms']:6.2f} ms   p99 {poll['p99_ms']:6.2f} ms   (floor)"
-        f"   inotify/poll p50 ratio {ino['p50_ms'] / poll['p50_ms']:.2f}"
+        f"  accepted (250) -> parsed, poll 10 ms  p50 {poll['p50_ms']:6.2f} ms   p99 {poll['p99_ms']:6.2f} ms"
+        "   (floor)"
     )
     print(
-        f"  the seed's cron transport: up to 600,000 ms per hop; inotify p99 is "
-        f"{600_000 / ino['p99_ms']:,.0f}x shorter"
+        f"  LMTP send -> parsed, inotify          p50 {ino['full_p50_ms']:6.2f} ms"
+        f"   p99 {ino['full_p99_ms']:6.2f} ms"
+        f"   max {ino['full_max_ms']:6.1f} ms"
+    )
+    print(
+        f"  LMTP send -> parsed, poll 10 ms       p50 {poll['full_p50_ms']:6.2f} ms"
+        f"   p99 {poll['full_p99_ms']:6.2f} ms"
+        f"   inotify/poll p50 ratio {ino['full_p50_ms'] / poll['full_p50_ms']:.2f}"
+    )
+    print(
+        f"  the seed's cron transport: up to 600,000 ms per hop; our whole-hop p99 is "
+        f"{600_000 / ino['full_p99_ms']:,.0f}x shorter"
     )
     print(f"Throughput LMTP → Maildir → parse ({args.throughput_messages} messages, 4 connections)")
     print(f"  {tput:8.0f} msg/s   parse alone {parse_rate:8.0f} msg/s   ratio {tput / parse_rate:.2f}")
