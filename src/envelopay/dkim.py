@@ -24,7 +24,7 @@ import base64
 import hashlib
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from cryptography.hazmat.primitives import hashes, serialization
@@ -344,9 +344,7 @@ def table_dns(records: Mapping[str, str]) -> DnsLookup:
     return lookup
 
 
-def resolver_dns(
-    timeout: float = 5.0, *, nameservers: list[str] | None = None, port: int = 53
-) -> DnsLookup:
+def resolver_dns(timeout: float = 5.0, *, nameservers: list[str] | None = None, port: int = 53) -> DnsLookup:
     """A DnsLookup on dnspython's asyncio resolver (resolv.conf unless nameservers given)."""
     import dns.asyncresolver
     import dns.exception
@@ -474,7 +472,40 @@ async def verify(raw: bytes, *, dns: DnsLookup) -> DkimResult:
         verdicts[i] = SignatureVerdict(i, "pass" if ok else "fail", d, s, a, al, detail)
 
     ordered = tuple(verdicts[i] for i in range(len(sig_values)))
-    return summarize(ordered, from_domain)
+    result = summarize(ordered, from_domain)
+    dup = duplicate_singletons(headers)
+    if dup and result.status == "pass":
+        # A signer that did not oversign lets a second Subject (say) ride above the
+        # signed one, and most readers take the first: the pass would vouch for text
+        # nobody signed (DESIGN: reject inbound mail with duplicate singleton headers).
+        return replace(result, status="fail", aligned=False, detail=f"duplicate header: {', '.join(dup)}")
+    return result
+
+
+# RFC 5322 3.6: fields that occur at most once.
+SINGLETON_HEADERS: tuple[str, ...] = (
+    "from",
+    "sender",
+    "reply-to",
+    "to",
+    "cc",
+    "bcc",
+    "subject",
+    "date",
+    "message-id",
+    "in-reply-to",
+    "references",
+    "x-envelopay-type",
+)
+
+
+def duplicate_singletons(headers: list[tuple[bytes, bytes]]) -> list[str]:
+    """Names of singleton header fields that occur more than once."""
+    counts: dict[str, int] = {}
+    for name, _ in headers:
+        key = name.lower().rstrip(b" \t").decode("ascii", "replace")
+        counts[key] = counts.get(key, 0) + 1
+    return [n for n in SINGLETON_HEADERS if counts.get(n, 0) > 1]
 
 
 def summarize(signatures: tuple[SignatureVerdict, ...], from_domain: str | None) -> DkimResult:
@@ -533,8 +564,12 @@ def trusted_authres(raw: bytes, *, authserv_id: str) -> DkimResult | None:
         else:
             status = "fail"
         candidate = DkimResult(
-            status, d, status == "pass" and aligned(d, from_domain), f"authres {result}",
-            from_domain=from_domain, source="authres",
+            status,
+            d,
+            status == "pass" and aligned(d, from_domain),
+            f"authres {result}",
+            from_domain=from_domain,
+            source="authres",
         )
         rank = {"pass": 3, "temperror": 2, "fail": 1, "none": 0}
         if best is None or (rank[candidate.status], candidate.aligned) > (rank[best.status], best.aligned):

@@ -218,7 +218,8 @@ async def test_alignment_with_the_from_domain(from_header: bytes, signing_domain
     result = await dkim.verify(
         signed, dns=dkim.table_dns({f"s1._domainkey.{signing_domain}": ED.dns_txt_record()})
     )
-    assert result.status == "pass" and result.aligned is aligned
+    duplicate_from = from_header.count(b"From:") > 1
+    assert result.status == ("fail" if duplicate_from else "pass") and result.aligned is aligned
 
 
 async def test_weak_algorithm_and_malformed_signatures_fail_without_raising() -> None:
@@ -438,3 +439,15 @@ def test_proof_carrying_types() -> None:
     assert not any(
         dkim.is_proof_carrying(t) for t in ("WHICH", "METHODS", "INVOICE", "FULFILL", "OOPS", None)
     )
+
+
+async def test_duplicate_singleton_header_fails_even_when_the_signer_did_not_oversign() -> None:
+    # dkimpy's default signing oversigns only From: a Subject added on top still verifies there.
+    sig = dkimpy.sign(
+        MESSAGE, b"s1", b"example.com", RSA.private_pem(), canonicalize=(b"relaxed", b"relaxed")
+    )
+    forged = sig + b"Subject: PAY | send 100 USDC to evil\r\n" + MESSAGE
+    assert dkimpy_verifies(forged, RSA)
+    result = await dkim.verify(forged, dns=dkim.table_dns(record_table(s1=RSA)))
+    assert result.status == "fail" and "subject" in result.detail and not result.aligned
+    assert [s.status for s in result.signatures] == ["pass"]  # the signature itself is intact
