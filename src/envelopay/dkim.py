@@ -293,6 +293,9 @@ def sign(
     if not _TAG_SAFE.fullmatch(selector) or not _TAG_SAFE.fullmatch(domain):
         raise UsageError(f"DKIM selector/domain must be DNS names: {selector!r}, {domain!r}")
     msg = to_crlf(raw)
+    if not msg.endswith(b"\r\n"):
+        # SMTP adds the final CRLF anyway; add it here so the signed bytes are the sent ones.
+        msg += b"\r\n"
     headers, body = split_message(msg)
     present: dict[str, int] = {}
     for name, _ in headers:

@@ -92,6 +92,9 @@ def test_lf_input_is_signed_as_crlf_and_verifies() -> None:
     assert b"\n" not in signed.replace(b"\r\n", b"")
     assert signed.endswith(MESSAGE)
     assert dkimpy_verifies(signed, RSA)
+    unterminated = dkim.sign(b"From: a@example.com\r\n\r\n ", selector="s1", domain="example.com", key=RSA)
+    assert unterminated.endswith(b"\r\n\r\n \r\n")  # what SMTP would transmit anyway
+    assert dkimpy_verifies(unterminated, RSA)
 
 
 @pytest.mark.parametrize("kind", ["rsa", "ed25519"])
