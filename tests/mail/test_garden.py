@@ -243,3 +243,17 @@ async def test_signed_protocol_message_arrives_verifiable_and_parseable(garden: 
     parsed = parse(d.raw)
     assert parsed.valid and parsed.type is not None and parsed.type.value.upper() == "PAY"
     assert parsed.message_id == "<p-1@garden.local>"
+
+
+async def test_malformed_mail_is_stored_byte_exact_and_parses_to_a_value(garden: GardenServer) -> None:
+    garbage = (
+        b'Subject: PAY\r\nContent-Type: multipart/mixed; boundary="nope\r\n'
+        b'\r\n--nope\r\nContent-Type: application/json\r\n\r\n{"v": \xff\xfe broken\r\n'
+    )
+    async with Pickup([garden.maildir(A)]) as pickup:
+        result = await deliver(garbage, "envoy@garden.local", [A], garden.endpoint)
+        assert result.delivered == (A,)
+        d = await pickup.next(timeout=20)
+    assert d.raw.endswith(garbage)
+    parsed = parse(d.raw)
+    assert parsed.protocol and not parsed.valid and parsed.oops is not None
