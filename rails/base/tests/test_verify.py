@@ -137,3 +137,39 @@ def test_committed_artifact_matches_the_source(tmp_path: Path) -> None:
     fresh_build = json.loads(out.stdout)
     assert fresh_build["bytecode"] == committed["bytecode"]
     assert fresh_build["abi"] == committed["abi"]
+
+
+def test_absurd_block_time_is_unavailable() -> None:
+    for stamp in (hex(10**30), hex(2**63)):
+        rpc = fresh()
+        rpc["eth_getBlockByHash"]["timestamp"] = stamp
+        assert run(rpc).status == "unavailable"
+
+
+def test_answers_straddling_a_reorg_are_pending() -> None:
+    rpc = fresh()
+    rpc["eth_getTransactionReceipt"]["blockHash"] = "0x" + "ee" * 32
+    verdict = run(rpc)
+    assert verdict.status == "pending" and "reorg" in verdict.detail
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=70)
+    | st.sampled_from(["0x", "0x1", "0xzz", TRANSFER_TOPIC, SELLER, "0x" + "00" * 32]),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
+    max_leaves=12,
+)
+_TX, _RECEIPT, _BLOCK = "eth_getTransactionByHash", "eth_getTransactionReceipt", "eth_getBlockByHash"
+_fields = st.sampled_from([
+    (_TX, "to"), (_TX, "value"), (_TX, "from"), (_TX, "blockNumber"), (_TX, "input"), (_TX, "chainId"),
+    (_RECEIPT, "logs"), (_RECEIPT, "status"), (_BLOCK, "timestamp"), (_BLOCK, "number"),
+])
+
+
+@given(st.lists(st.tuples(_fields, _json), min_size=1, max_size=4), st.booleans())
+def test_any_node_answer_gives_a_verdict_never_an_exception(edits: list[Any], native: bool) -> None:
+    rpc = fresh()
+    for (method, field), value in edits:
+        rpc[method][field] = value
+    verdict = run(rpc, asset=ETH if native else USDC)
+    assert verdict.status in ("ok", "rejected", "pending", "unavailable")

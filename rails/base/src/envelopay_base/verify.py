@@ -163,7 +163,7 @@ def check_payment(
     asked properly, which says nothing about the payer's proof."""
     try:
         return _check(tx_hash, tx, receipt, block, head, chain_id, expected_chain_id, expectation, asset)
-    except (MalformedAnswer, KeyError, TypeError, ValueError) as exc:
+    except (MalformedAnswer, AttributeError, KeyError, OverflowError, TypeError, ValueError) as exc:
         return Verdict.unavailable(f"malformed node answer: {exc}")
 
 
@@ -194,6 +194,9 @@ def _check(
         return Verdict.rejected(Reason.CHAIN_MISMATCH, f"transaction signed for chain id {tx_chain}")
     if tx.get("blockNumber") is None or receipt is None:
         return Verdict.pending(f"{tx_hash} is not yet in a block")
+    if str(receipt.get("blockHash", "")).lower() != str(tx.get("blockHash", "")).lower():
+        # The two answers straddle a reorg: ask again later.
+        return Verdict.pending("transaction and receipt name different blocks (reorg in progress)")
     if receipt.get("status") is None:
         raise MalformedAnswer("receipt has no status (pre-Byzantium receipts are not accepted)")
     if quantity(receipt["status"], "receipt.status") != 1:
