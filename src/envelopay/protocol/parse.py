@@ -338,20 +338,21 @@ def _extract_body(headers: dict[str, list[str]], body: bytes) -> dict[str, Any] 
         if not isinstance(obj, dict):
             raise _Stop(Problem(OopsCode.INVALID_JSON, "the application/json part is not a JSON object"))
         return obj
-    saw_brace = False
-    for parts, to_text in ((payload.plain, _strip_quotes_and_signature), (payload.html, _html_to_text)):
-        for part in parts:
-            try:
-                text = to_text(_decode_part(part))
-            except ValueError as exc:
-                raise _Stop(Problem(OopsCode.INVALID_JSON, f"undecodable body part: {exc}")) from exc
-            obj, brace = _find_object(text)
-            saw_brace = saw_brace or brace
-            if obj is not None:
-                return obj
-        if parts and not saw_brace:
-            return None  # readable text without a JSON object: a body-less message
-    if saw_brace:
+    # HTML is read only when there is no text/plain part (multipart/alternative gives both).
+    parts, to_text = (
+        (payload.plain, _strip_quotes_and_signature) if payload.plain else (payload.html, _html_to_text)
+    )
+    attempted = False
+    for part in parts:
+        try:
+            text = to_text(_decode_part(part))
+        except ValueError as exc:
+            raise _Stop(Problem(OopsCode.INVALID_JSON, f"undecodable body part: {exc}")) from exc
+        obj, tried = _find_object(text)
+        attempted = attempted or tried
+        if obj is not None:
+            return obj
+    if attempted:
         raise _Stop(Problem(OopsCode.INVALID_JSON, "the body starts a JSON object that does not parse"))
     return None
 
