@@ -4,7 +4,9 @@ Proof: ``{"tx": "<base58 signature>"}``. Options follow the factory convention i
 ``envelopay.rails.registry`` (backend, network, rpc_url, keypair, local_chain, assets,
 http_client, clock) plus ``confirm_timeout`` (seconds `pay()` waits for the
 ``confirmed`` commitment over RPC; 0 = return as soon as the node accepted it) and
-``poll_interval``.
+``poll_interval``, and ``rpc_transport``: "httpx" (default) or "aiohttp" (cheaper per
+call with ~100 calls in flight; needs aiohttp installed), ``rpc_batch_max`` (calls of
+one event-loop turn go as one JSON-RPC batch of at most this many; 1 = no batching).
 """
 
 from __future__ import annotations
@@ -310,4 +312,12 @@ def make_rail(options: Mapping[str, Any]) -> SolanaRail:
     client = options.get("http_client")
     if client is not None and not isinstance(client, httpx.AsyncClient):
         raise ConfigError("Solana rail: http_client must be an httpx.AsyncClient")
-    return SolanaRail(rpc=SolanaRpc(url, client), **common)
+    transport = options.get("rpc_transport", "httpx")
+    if transport not in ("httpx", "aiohttp"):
+        raise ConfigError("Solana rail: rpc_transport must be 'httpx' or 'aiohttp'")
+    if transport == "aiohttp" and client is not None:
+        raise ConfigError("Solana rail: http_client (httpx) does not go with rpc_transport aiohttp")
+    batch_max = int(options.get("rpc_batch_max", 100))
+    if batch_max < 1:
+        raise ConfigError("Solana rail: rpc_batch_max must be at least 1")
+    return SolanaRail(rpc=SolanaRpc(url, client, transport=transport, batch_max=batch_max), **common)
