@@ -204,3 +204,11 @@ def test_hostile_inputs_give_values(raw: bytes) -> None:
     p = parse(raw)
     assert "parser_error" not in p.warnings
     assert not p.valid
+
+
+@pytest.mark.parametrize("charset", ["hex", "rot13", "zlib", "uu", "idna", "x-unknown", "utf-16"])
+def test_odd_charsets_never_break_the_parser(charset: str) -> None:
+    p = parse(mail("PAY", json.dumps(PAY), ctype=f"text/plain; charset={charset}"))
+    assert "parser_error" not in p.warnings and p.protocol
+    if charset in ("hex", "rot13", "zlib", "uu", "x-unknown"):
+        assert p.valid  # not a text encoding, or unknown: read as UTF-8

@@ -62,7 +62,17 @@ def test_any_bytes_give_a_parsed_value(raw: bytes) -> None:
 @given(
     st.sampled_from(["PAY", "WHICH", "OOPS", "ORDER", "FOO", "Re: PAY", "=?utf-8?q?PAY?="]),
     st.binary(max_size=1500),
-    st.sampled_from(["text/plain", "application/json", "text/html", "multipart/mixed; boundary=b"]),
+    st.sampled_from(
+        [
+            "text/plain",
+            "application/json",
+            "text/html",
+            "multipart/mixed; boundary=b",
+            "text/plain; charset=hex",
+            "text/plain; charset=utf-16",
+            "application/json; charset=zlib",
+        ]
+    ),
 )
 def test_any_body_under_a_protocol_subject(subject: str, body: bytes, ctype: str) -> None:
     head = f"Subject: {subject}\r\nFrom: a@x.test\r\nContent-Type: {ctype}\r\n\r\n".encode()

@@ -21,7 +21,6 @@ An OOPS that fails any stage is invalid and answers nothing (never OOPS an OOPS)
 from __future__ import annotations
 
 import binascii
-import codecs
 import html
 import json
 import re
@@ -265,10 +264,9 @@ def _decode_part(part: _Part) -> str:
     if charset in ("us-ascii", "ascii"):
         charset = "utf-8"  # a superset; mislabelled 8-bit mail is common
     try:
-        codecs.lookup(charset)
-    except LookupError:
-        charset = "utf-8"
-    return data.decode(charset, "replace")
+        return data.decode(charset, "replace")
+    except Exception:  # unknown charset, or a non-text codec ("hex", "rot13", ...): read as UTF-8
+        return data.decode("utf-8", "replace")
 
 
 def _strip_quotes_and_signature(text: str) -> str:
