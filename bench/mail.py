@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import platform
 import subprocess
 import sys
@@ -113,16 +112,15 @@ def bench_dkim(scale: float) -> dict[str, float]:
 
 
 async def receive(maildir: Path, n: int, use_inotify: bool) -> None:
-    """Child process: pick up n messages, parse each, report (name, t_parsed_ns)."""
-    seen: list[tuple[str, int, bool]] = []
+    """Child process: pick up n messages, parse each, print "name t_parsed_ns valid" at once."""
     async with Pickup([maildir], use_inotify=use_inotify) as pickup:
         print("ready", flush=True)
         for _ in range(n):
             d = await pickup.next(timeout=120)
             parsed = parse(d.raw)
-            seen.append((d.name, time.monotonic_ns(), parsed.valid))
+            t = time.monotonic_ns()
+            print(f"{d.name} {t} {int(parsed.valid)}", flush=True)
             pickup.done(d)
-    print(json.dumps(seen), flush=True)
 
 
 def start_receiver(maildir: Path, n: int, use_inotify: bool) -> subprocess.Popen[str]:
@@ -138,10 +136,14 @@ def start_receiver(maildir: Path, n: int, use_inotify: bool) -> subprocess.Popen
     return proc
 
 
+def row(line: str) -> tuple[str, int, bool]:
+    name, t, valid = line.split()
+    return name, int(t), valid == "1"
+
+
 def finish_receiver(proc: subprocess.Popen[str]) -> list[tuple[str, int, bool]]:
     out, _ = proc.communicate(timeout=300)
-    rows = json.loads(out.strip().splitlines()[-1])
-    return [(str(a), int(b), bool(c)) for a, b, c in rows]
+    return [row(line) for line in out.splitlines() if line.strip()]
 
 
 def pct(values: list[float], p: float) -> float:
@@ -155,7 +157,8 @@ async def hop(root: Path, n: int, use_inotify: bool, fsync: bool) -> dict[str, f
     - from acceptance (the sender has the server's 250: the issue's definition). With
       fsync the file is visible in new/ before the 250 is sent, so the receiver can be
       first; such a hop counts as 0;
-    - from the start of the LMTP transaction: the whole hop, fsync included."""
+    - from the start of the LMTP transaction: the whole hop, fsync included.
+    The next message is sent once the receiver has reported the previous one."""
     sent_at: dict[str, int] = {}
     accepted_at: dict[str, int] = {}
     current = [0, ""]
@@ -165,15 +168,19 @@ async def hop(root: Path, n: int, use_inotify: bool, fsync: bool) -> dict[str, f
         current[1] = path.name
 
     messages = [message(i) for i in range(n)]
+    rows: list[tuple[str, int, bool]] = []
     async with GardenServer(root, [GARDEN], fsync=fsync, on_delivered=on_delivered) as garden:
         proc = start_receiver(garden.maildir(GARDEN), n, use_inotify)
+        assert proc.stdout is not None
         async with LmtpClient(garden.endpoint) as client:
             for raw in messages:
                 current[0] = time.monotonic_ns()
                 result = await client.send(raw, SENDER, [GARDEN])
                 accepted_at[str(current[1])] = time.monotonic_ns()
                 assert result.delivered == (GARDEN,)
-        rows = await asyncio.to_thread(finish_receiver, proc)
+                # Closed loop: one message in flight, so this is latency, not queueing.
+                rows.append(row(await asyncio.to_thread(proc.stdout.readline)))
+        await asyncio.to_thread(proc.wait, 60)
     assert all(valid for _, _, valid in rows) and len(rows) == n
     full = [(t - sent_at[name]) / 1e6 for name, t, _ in rows]
     after = [max(0.0, (t - accepted_at[name]) / 1e6) for name, t, _ in rows]
