@@ -149,7 +149,25 @@ def check_transaction(
     confirmation: str | None,
 ) -> Verdict:
     """Decide one proof. `confirmation` is the commitment the transaction is known to
-    have reached (from the node's answer or getSignatureStatuses)."""
+    have reached (from the node's answer or getSignatureStatuses).
+
+    The document comes from a node: a shape this code cannot read is the node's fault,
+    so it becomes `unavailable` (ask again, or another node), never an exception and
+    never a rejection of the payer's proof."""
+    try:
+        return _check(tx, expectation, asset, signature=signature, confirmation=confirmation)
+    except (AttributeError, TypeError, KeyError, IndexError, ValueError) as exc:
+        return Verdict.unavailable(f"node answer has an unexpected shape ({type(exc).__name__})")
+
+
+def _check(
+    tx: Mapping[str, Any],
+    expectation: Expectation,
+    asset: AssetInfo,
+    *,
+    signature: str,
+    confirmation: str | None,
+) -> Verdict:
     wanted = COMMITMENT_RANK.get(expectation.commitment, 1)
     if confirmation is None or COMMITMENT_RANK.get(confirmation, -1) < wanted:
         return Verdict.pending(f"transaction at {confirmation or 'unknown'}, needs {expectation.commitment}")
