@@ -288,7 +288,20 @@ def _html_to_text(text: str) -> str:
     return _strip_quotes_and_signature(html.unescape(text))
 
 
-_DECODER = json.JSONDecoder()
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # Parsers disagree on which of two equal keys wins ({"amount": "1", "amount": "1000"}):
+    # an ambiguity a signer and a verifier could read differently, so it is refused.
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        raise ValueError("duplicate key in a JSON object")
+    return obj
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys, parse_constant=_no_constant)
 
 
 def _find_object(text: str) -> tuple[dict[str, Any] | None, bool]:
@@ -329,7 +342,7 @@ def _extract_body(headers: dict[str, list[str]], body: bytes) -> dict[str, Any] 
             raise _Stop(Problem(OopsCode.INVALID_JSON, "more than one application/json part"))
         try:
             text = _decode_part(payload.json_parts[0])
-            obj = json.loads(text)
+            obj = _DECODER.decode(text.removeprefix("\ufeff"))  # a byte-order mark is not content
         except Exception as exc:  # ValueError, RecursionError
             detail = f"the application/json part is not JSON: {exc}"
             raise _Stop(Problem(OopsCode.INVALID_JSON, detail)) from exc
