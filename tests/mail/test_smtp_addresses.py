@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from envelopay.errors import UsageError
@@ -95,6 +95,7 @@ def test_display_name_form_still_holds_one_address(value: str) -> None:
     assert isinstance(parse_address(value, allow_display_name=True), AddressProblem)
 
 
+@settings(deadline=None)
 @given(st.text(max_size=80))
 def test_any_text_gives_an_address_or_a_problem(value: str) -> None:
     parsed = parse_address(value, allow_display_name=True)
