@@ -460,13 +460,13 @@ async def verify(raw: bytes, *, dns: DnsLookup) -> DkimResult:
         if record is None:
             verdicts[i] = SignatureVerdict(i, "fail", d, s, a, al, f"no key at {name}")
             continue
-        if checker is None:
-            checker = dkimpy.DKIM(msg)
 
         def dnsfunc(_name: bytes, timeout: int = 5, _rec: str = record) -> bytes:
             return _rec.encode("ascii", "replace")
 
         try:
+            if checker is None:
+                checker = dkimpy.DKIM(msg)  # parses the message; hostile headers raise here
             ok = bool(checker.verify(idx=i, dnsfunc=dnsfunc))
             detail = "" if ok else "signature does not verify"
         # A trust boundary: dkimpy raises assorted errors on hostile input; each is a fail.
