@@ -353,7 +353,10 @@ def resolver_dns(timeout: float = 5.0, *, nameservers: list[str] | None = None, 
     import dns.exception
     import dns.resolver
 
-    resolver = dns.asyncresolver.Resolver(configure=nameservers is None)
+    try:
+        resolver = dns.asyncresolver.Resolver(configure=nameservers is None)
+    except dns.resolver.NoResolverConfiguration as exc:
+        raise ConfigError("no DNS resolver configured (resolv.conf) for DKIM key lookups") from exc
     if nameservers is not None:
         resolver.nameservers = list(nameservers)
         resolver.port = port
