@@ -182,3 +182,15 @@ def test_pay_onchain_with_the_node_down_is_exit_1(tmp_path: Path) -> None:
                                  "--rpc", "http://127.0.0.1:9/"])
     assert result.exit_code == 1, result.output
     assert json.loads(result.stdout)["error"] == "rpc_unavailable"
+
+
+@pytest.mark.parametrize(("chain", "token", "to"), [
+    ("solana-local", "DAI", "11111111111111111111111111111111"),
+    ("solana-local", "SOL", "not-a-wallet"),
+])
+def test_pay_onchain_caller_mistakes_exit_2(tmp_path: Path, chain: str, token: str, to: str) -> None:
+    keyfile = write_keypair(Keypair(), tmp_path / "k.json")
+    result = runner.invoke(app, ["pay-onchain", "--chain", chain, "--token", token, "--amount", "5",
+                                 "--to", to, "--keypair", str(keyfile), "--rpc", "http://127.0.0.1:9/"])
+    assert result.exit_code == 2, result.output
+    assert "error:" in result.output

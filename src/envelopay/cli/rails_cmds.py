@@ -157,7 +157,7 @@ def register(app: typer.Typer) -> None:
         no_wait: Annotated[bool, typer.Option("--no-wait", help="Do not wait for confirmation.")] = False,
     ) -> None:
         """Make an on-chain payment and print its proof as JSON (for a PAY, OFFER or ACCEPT)."""
-        from envelopay.errors import ConfigError, RailError, TransportError
+        from envelopay.errors import ConfigError, RailError, TransportError, UsageError
         from envelopay.rails.registry import rail_for_chain
 
         value = _amount(amount)
@@ -180,7 +180,7 @@ def register(app: typer.Typer) -> None:
 
         try:
             proof = asyncio.run(run())
-        except ConfigError as exc:
+        except (ConfigError, UsageError) as exc:
             raise _fail(str(exc)) from exc
         except RailError as exc:
             typer.echo(json.dumps({"chain": normalized, "error": exc.reason, "detail": exc.detail}, indent=2))

@@ -37,6 +37,7 @@ class JsonRpcServer:
         self._host = host
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
         self.requests = 0
         self.url = ""
 
@@ -51,6 +52,13 @@ class JsonRpcServer:
             self._server.close()
             for w in list(self._writers):
                 w.close()
+            # Let connection handlers see the closed sockets and end, so no handler is
+            # left to be cancelled (and logged) when the loop shuts down.
+            if self._tasks:
+                _, pending = await asyncio.wait(list(self._tasks), timeout=5)
+                for task in pending:
+                    task.cancel()
+                await asyncio.gather(*pending, return_exceptions=True)
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
             self._server = None
@@ -64,6 +72,9 @@ class JsonRpcServer:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._writers.add(writer)
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
         try:
             while True:
                 try:
@@ -87,6 +98,8 @@ class JsonRpcServer:
             return
         finally:
             self._writers.discard(writer)
+            if task is not None:
+                self._tasks.discard(task)
             writer.close()
 
     async def _answer(self, body: bytes) -> bytes:

@@ -24,7 +24,7 @@ from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 from solders.signature import Signature
 
-from envelopay.errors import ConfigError, RailError, TransportError
+from envelopay.errors import ConfigError, RailError, TransportError, UsageError
 from envelopay.rails.interface import AssetInfo, Expectation, Reason, Verdict
 from envelopay.rails.registry import find_asset, merge_assets
 from envelopay_solana import tx as txb
@@ -173,15 +173,17 @@ class SolanaRail:
     async def pay(self, *, chain: str, token: str, amount: int, recipient: str) -> dict[str, Any]:
         if self.keypair is None:
             raise ConfigError("this Solana rail has no keypair configured (option 'keypair')")
+        # Caller mistakes are refused before any I/O (UsageError); RailError is for a
+        # payment that could not be made.
         if chain not in self.chains:
-            raise RailError("chain_mismatch", f"this rail pays on {self.chain}, not {chain}")
+            raise UsageError(f"this rail pays on {self.chain}, not {chain}")
         asset = self.asset(chain, token)
         if asset is None:
-            raise RailError("unsupported_asset", f"unknown token {token!r} on {self.chain}")
+            raise UsageError(f"unknown token {token!r} on {self.chain}")
         if not _is_pubkey(recipient):
-            raise RailError("recipient_mismatch", "recipient is not a Solana address")
+            raise UsageError(f"recipient {recipient!r} is not a Solana address")
         if amount <= 0:
-            raise RailError("amount_mismatch", "amount must be positive")
+            raise UsageError("amount must be positive")
         to = Pubkey.from_string(recipient)
         if self.local is not None:
             return self._pay_local(asset, amount, to)
