@@ -20,7 +20,8 @@ from psycopg_pool import ConnectionPool
 
 from envelopay.errors import StoreError
 from envelopay.ledger._sql import Executor, Row, SqlStore
-from envelopay.ledger.schema import LATEST, MIGRATIONS, MIGRATIONS_TABLE, statements
+from envelopay.ledger.schema import LATEST, MIGRATIONS_TABLE, steps
+from envelopay.ledger.store import Begin, Claim, Commit, CommitResult, FlowRecord, outbound_to_row
 
 __all__ = ["PostgresStore"]
 
@@ -59,6 +60,7 @@ class PostgresStore(SqlStore):
 
     def __init__(self, dsn: str, *, min_size: int = 1, max_size: int = 4, migrate: bool = True) -> None:
         self.dsn = dsn
+        self._server_steps: bool | None = None
         try:
             self.pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
                 dsn, min_size=min_size, max_size=max_size, kwargs={"autocommit": True}, open=True
@@ -98,6 +100,123 @@ class PostgresStore(SqlStore):
     def uj(self, value: Any) -> Any:
         return value
 
+    # -- the two step transactions, one server-side call each (schema v3)
+    def _server_side(self) -> bool:
+        if self._server_steps is None:
+            self._server_steps = self.version() >= 3
+        return self._server_steps
+
+    def begin_step(self, claim: Claim) -> Begin:
+        if not self._server_side():  # an old schema not yet migrated: the portable path
+            return super().begin_step(claim)
+        c = claim
+        proof = c.proof
+        try:
+            with self.pool.connection() as conn:
+                row = conn.execute(
+                    "SELECT ep_begin_step(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                    (
+                        c.local,
+                        c.message_id,
+                        c.content_hash,
+                        c.worker,
+                        c.now,
+                        c.lease_until,
+                        c.sender,
+                        c.protocol_id,
+                        proof.chain if proof else None,
+                        proof.key if proof else None,
+                        list(c.refs),
+                        list(c.thread),
+                    ),
+                ).fetchone()
+        except psycopg.Error as exc:
+            raise StoreError(f"PostgreSQL ledger: {exc}") from exc
+        assert row is not None
+        doc: dict[str, Any] = row[0]
+        status = doc["status"]
+        if status in ("seen", "retransmission"):
+            return Begin(status, outcome=doc["outcome"], requeued=tuple(doc.get("requeued", ())))
+        if status != "new":
+            return Begin(status)
+        found: dict[str, FlowRecord] = {}
+        for f in doc["ref_flows"]:
+            found.setdefault(f["flow_id"], _flow(f))
+        return Begin(
+            "new",
+            ref_flows=tuple(found.values()),
+            thread_flows=tuple((mid, _flow(f)) for mid, f in doc["thread"]),
+            missing_refs=tuple(doc["missing"]),
+        )
+
+    def commit_step(self, commit: Commit) -> CommitResult:
+        if not self._server_side():
+            return super().commit_step(commit)
+        c = commit
+        flow = None
+        if c.flow is not None:
+            r = c.flow.record
+            flow = {
+                "flow_id": r.flow_id,
+                "local": r.local,
+                "peer": r.peer,
+                "kind": r.kind,
+                "side": r.side,
+                "state": r.state,
+                "version": r.version,
+                "data": dict(r.data),
+            }
+        outbox = []
+        for ob, fid in c.outbox:
+            d = outbound_to_row(ob)
+            d["date"] = d["date"].isoformat()
+            d["flow_id"] = fid
+            outbox.append(d)
+        doc = {
+            "local": c.local,
+            "now": c.now.isoformat(),
+            "message_id": c.message_id,
+            "outcome": dict(c.outcome),
+            "flow_id": flow["flow_id"] if flow else c.outcome.get("flow_id"),
+            "flow": flow,
+            "refs": [list(x) for x in c.refs],
+            "message_ids": [list(x) for x in c.message_ids],
+            "log": [
+                {
+                    "flow_id": e.flow_id,
+                    "at": e.at.isoformat(),
+                    "direction": e.direction,
+                    "type": e.type,
+                    "message_id": e.message_id,
+                    "protocol_id": e.protocol_id,
+                    "sender": e.sender,
+                    "recipient": e.recipient,
+                    "body": e.body,
+                    "verdict": dict(e.verdict) if e.verdict else None,
+                    "oops": e.oops,
+                }
+                for e in c.log
+            ],
+            "outbox": outbox,
+            "chain": c.proof.chain if c.proof else None,
+            "proof_key": c.proof.key if c.proof else None,
+            "proof_fate": c.proof_fate if c.proof else None,
+            "proof_verdict": dict(c.proof_verdict or {}),
+            "sender": c.sender,
+            "protocol_id": c.protocol_id,
+            "replay_fate": c.replay_fate if c.sender is not None and c.protocol_id is not None else None,
+        }
+        try:
+            with self.pool.connection() as conn:
+                row = conn.execute("SELECT ep_commit_step(%s)", (Jsonb(doc),)).fetchone()
+        except psycopg.Error as exc:
+            if exc.sqlstate == "EPLST":  # raised after a write, to roll the call back
+                return "lost"
+            raise StoreError(f"PostgreSQL ledger: {exc}") from exc
+        assert row is not None
+        result: CommitResult = row[0]
+        return result
+
     def version(self) -> int:
         with self.write() as x:
             x.exec(MIGRATIONS_TABLE)
@@ -110,16 +229,32 @@ class PostgresStore(SqlStore):
             x.exec(MIGRATIONS_TABLE)
             row = x.one("SELECT MAX(version) FROM ep_migrations")
             current = int(row[0] or 0) if row else 0
-            for version, name, sql in MIGRATIONS:
+            for version, name, stmts in steps("postgres"):
                 if current < version <= target:
-                    for stmt in statements(sql, "postgres"):
+                    for stmt in stmts:
                         x.exec(stmt)
                     x.exec(
                         "INSERT INTO ep_migrations (version, name, applied_at) VALUES (?, ?, ?)",
                         (version, name, datetime.now(UTC).isoformat()),
                     )
                     current = version
+        self._server_steps = current >= 3
         return current
 
     def close(self) -> None:
         self.pool.close()
+
+
+def _flow(f: dict[str, Any]) -> FlowRecord:
+    return FlowRecord(
+        flow_id=f["flow_id"],
+        local=f["local"],
+        peer=f["peer"],
+        kind=f["kind"],
+        side=f["side"],
+        state=f["state"],
+        version=int(f["version"]),
+        data=f["data"],
+        created_at=datetime.fromisoformat(f["created_at"]),
+        updated_at=datetime.fromisoformat(f["updated_at"]),
+    )

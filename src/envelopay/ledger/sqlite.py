@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from envelopay.errors import StoreError
 from envelopay.ledger._sql import Executor, Row, SqlStore
-from envelopay.ledger.schema import LATEST, MIGRATIONS, MIGRATIONS_TABLE, statements
+from envelopay.ledger.schema import LATEST, MIGRATIONS_TABLE, steps
 
 __all__ = ["SqliteStore"]
 
@@ -121,9 +121,9 @@ class SqliteStore(SqlStore):
             x.exec(MIGRATIONS_TABLE)
             row = x.one("SELECT MAX(version) FROM ep_migrations")
             current = int(row[0] or 0) if row else 0
-            for version, name, sql in MIGRATIONS:
+            for version, name, stmts in steps("sqlite"):
                 if current < version <= target:
-                    for stmt in statements(sql, "sqlite"):
+                    for stmt in stmts:
                         x.exec(stmt)
                     x.exec(
                         "INSERT INTO ep_migrations (version, name, applied_at) VALUES (?, ?, ?)",

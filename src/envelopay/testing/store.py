@@ -220,6 +220,17 @@ def check_flow_versions(factory: Callable[[], Store]) -> None:
     assert s.commit_step(create) == "ok"
     got = s.get_flow(fid)
     assert got is not None and got.version == 1 and got.state == "ordered" and got.data["n"] == 0
+    # Finishing an already finished message with a new flow: lost, and the flow not written.
+    lost = Commit(
+        local,
+        T0,
+        {"status": "processed"},
+        message_id="<f1>",
+        worker="w1",
+        flow=FlowWrite(_flow(local, fid + "-x")),
+    )
+    assert s.commit_step(lost) == "lost"
+    assert s.get_flow(fid + "-x") is None
     # A second creation of the same flow conflicts, and writes nothing at all.
     assert s.begin_step(_claim(local, "<f2>")).status == "new"
     ob3 = _outbound(local, 3)
