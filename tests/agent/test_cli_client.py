@@ -132,3 +132,18 @@ def test_pay_without_funds_fails_before_sending(pair: tuple[Path, Path]) -> None
                               "--wallet", "11111111111111111111111111111111", "-c", str(ccfg)])
     assert res.exit_code == 2, res.output
     assert "nothing was sent" in res.output
+
+
+def test_conformance_against_our_own_worker(pair: tuple[Path, Path]) -> None:
+    _, ccfg = pair
+    res = runner.invoke(app, ["conformance", "--target", WORKER, "--config", str(ccfg)])
+    last = res.output.strip().splitlines()[-1]
+    assert re.fullmatch(r"\d+ passed, 0 failed", last), res.output[-3000:]
+    assert int(last.split()[0]) >= 250
+    assert res.exit_code == 0
+
+
+def test_conformance_target_must_be_one_address(pair: tuple[Path, Path]) -> None:
+    _, ccfg = pair
+    res = runner.invoke(app, ["conformance", "--target", "a@b.example, c@d.example", "--config", str(ccfg)])
+    assert res.exit_code == 2 and "--target" in res.output

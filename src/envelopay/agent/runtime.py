@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,10 +23,15 @@ from envelopay.errors import TransportError
 __all__ = ["pump", "serve_call_replies", "serve_responders"]
 
 Consumer = Callable[[Path, bytes], Awaitable[None]]
+log = logging.getLogger(__name__)
 
 
 async def pump(maildirs: Iterable[Path], consume: Consumer, *, stop: asyncio.Event) -> None:
-    """Feed every message landing in `maildirs` to `consume(maildir, raw)` until `stop`."""
+    """Feed every message landing in `maildirs` to `consume(maildir, raw)` until `stop`.
+
+    A consumer that raises (a bug, never someone's bad input) must not stop the loop:
+    the message is logged and filed with the Maildir "F" (flagged) mark instead of "S",
+    so an operator can find it and deliver it again once the bug is fixed."""
     from envelopay.mail.maildir import Pickup
 
     async with Pickup(list(maildirs)) as pickup:
@@ -34,8 +40,13 @@ async def pump(maildirs: Iterable[Path], consume: Consumer, *, stop: asyncio.Eve
                 delivery = await pickup.next(timeout=0.2)
             except TimeoutError:
                 continue
-            await consume(delivery.maildir, delivery.raw)
-            pickup.done(delivery, flags="S")
+            flags = "S"
+            try:
+                await consume(delivery.maildir, delivery.raw)
+            except Exception:
+                log.exception("consumer failed on %s; filed as flagged", delivery.path)
+                flags = "F"
+            pickup.done(delivery, flags=flags)
 
 
 async def serve_responders(
