@@ -145,3 +145,8 @@ def test_every_reason_maps_to_an_oops_code_in_one_table() -> None:
     assert Verdict.rejected(Reason.STALE).to_json()["oops"] == "stale_proof"
     assert Verdict.unavailable("x").to_json()["oops"] == "rail_unavailable"
     assert Verdict.pending().to_json()["oops"] == "not_final"
+
+
+def test_the_local_backend_serves_only_the_local_network() -> None:
+    with pytest.raises(ConfigError, match="local"):
+        make("solana", {"backend": "local", "network": "mainnet"})

@@ -302,6 +302,9 @@ def make_rail(options: Mapping[str, Any]) -> SolanaRail:
         "poll_interval": float(options.get("poll_interval", 0.5)),
     }
     if backend == "local":
+        if network != "local":
+            # LiteSVM holds none of mainnet's or devnet's accounts: never pretend it does.
+            raise ConfigError("Solana rail: the local backend serves only the 'local' network")
         chain = options.get("local_chain")
         if chain is None:
             chain = LocalSolana(clock=clock)
