@@ -42,11 +42,13 @@ from envelopay.ledger.store import (
     Store,
 )
 from envelopay.protocol.codes import OopsCode
+from envelopay.protocol.grammar import KEYWORDS
 from envelopay.protocol.messages import (
     Accept,
     Fulfill,
     Invoice,
     Message,
+    MessageType,
     Methods,
     Offer,
     Oops,
@@ -435,7 +437,15 @@ class Engine:
     # --------------------------------------------------------------- refusals
     def _oops(self, code: OopsCode, note: str, ref: str | None) -> Oops:
         text = f"{code.value}: {note}" if note else code.value
-        return Oops(note=text[:1000], id=self.new_id("oops"), error=OopsError(code=code.value), ref=ref)
+        # A received id becomes our `ref` only when it is a valid id (it may be "" or huge).
+        safe_ref = ref if isinstance(ref, str) and 0 < len(ref) <= 256 else None
+        if code is OopsCode.UNKNOWN_TYPE:
+            # Spec: reply OOPS with unknown_type "and the list of supported types".
+            error = OopsError(code=code.value, supported=list(KEYWORDS))
+            text = f"{text} (supported: {', '.join(KEYWORDS)})"
+        else:
+            error = OopsError(code=code.value)
+        return Oops(note=text[:1000], id=self.new_id("oops"), error=error, ref=safe_ref)
 
     def _reply(self, parsed: Parsed, to: str, message: Message, now: datetime) -> Outbound:
         in_reply_to, refs = _reply_headers(parsed)
@@ -464,7 +474,8 @@ class Engine:
         code, detail = problem if problem is not None else (None, "")
         replies: tuple[Outbound, ...] = ()
         # An OOPS, or a message the parser says answers nothing, gets silence.
-        if code is not None and parsed.type is not None and parsed.type.value != "oops":
+        # An unknown keyword (type None) is answered too: the spec asks for unknown_type.
+        if code is not None and parsed.type is not MessageType.OOPS:
             replies = (self._reply(parsed, sender, self._oops(code, detail, parsed.id), now),)
         outcome = Outcome(
             "refused" if code is not None else "ignored",
