@@ -458,7 +458,10 @@ async def test_crash_between_reserve_and_commit_redoes_the_step(world: World) ->
 
 
 async def test_unknown_keyword_gets_unknown_type_with_the_list(world: World) -> None:
-    raw = b"From: buyer@client.test\r\nTo: worker@garden.test\r\nSubject: HELLO | hi\r\nMessage-ID: <h@c>\r\n\r\n"
+    raw = (
+        b"From: buyer@client.test\r\nTo: worker@garden.test\r\nSubject: HELLO | hi\r\n"
+        b"Message-ID: <h@c>\r\n\r\n"
+    )
     o = await world.worker.handle(raw)
     assert (o.status, o.oops) == ("refused", OopsCode.UNKNOWN_TYPE)
     reply = world.reply(o)
@@ -467,7 +470,10 @@ async def test_unknown_keyword_gets_unknown_type_with_the_list(world: World) -> 
 
 
 async def test_an_empty_received_id_is_not_echoed_as_ref(world: World) -> None:
-    body = b'{"v":"0.1.0","type":"pay","id":"","amount":"1","token":"TOK","chain":"testchain","proof":{"tx":"a"}}'
+    body = (
+        b'{"v":"0.1.0","type":"pay","id":"","amount":"1","token":"TOK",'
+        b'"chain":"testchain","proof":{"tx":"a"}}'
+    )
     raw = (
         b"From: buyer@client.test\r\nTo: worker@garden.test\r\nSubject: PAY\r\nMessage-ID: <e@c>\r\n"
         b"Content-Type: application/json\r\n\r\n" + body + b"\r\n"
