@@ -35,6 +35,7 @@ from envelopay_solana.rpc import RpcError, SolanaRpc
 from envelopay_solana.verify import COMMITMENT_RANK, check_transaction
 
 TOKEN_ACCOUNT_RENT = 2_039_280  # lamports, rent-exempt minimum of a 165-byte token account
+RENT_EXEMPT_MINIMUM = 890_880  # lamports, rent-exempt minimum of a 0-byte system account
 
 
 def canonical_signature(proof: Mapping[str, Any]) -> str:
@@ -196,6 +197,7 @@ class SolanaRail:
         if asset.native:
             if sol < amount + txb.SIGNATURE_FEE:
                 raise RailError("insufficient_funds", f"balance {sol} lamports, need {amount} + fee")
+            _check_new_account_rent(amount, self.local.account_exists(to))
         else:
             have = self.local.token_balance(txb.ata(me, asset)) or 0
             if have < amount:
@@ -217,6 +219,10 @@ class SolanaRail:
             if asset.native:
                 if sol < amount + txb.SIGNATURE_FEE:
                     raise RailError("insufficient_funds", f"balance {sol} lamports, need {amount} + fee")
+                if amount < RENT_EXEMPT_MINIMUM:
+                    found = await self.rpc.call("getAccountInfo", [
+                        str(to), {"encoding": "base64", "commitment": "confirmed"}])
+                    _check_new_account_rent(amount, found.get("value") is not None)
             else:
                 have = await self._token_balance_rpc(txb.ata(me, asset))
                 if have < amount:
@@ -237,7 +243,7 @@ class SolanaRail:
             text = f"{exc.message} {exc.data}".lower()
             reason = "insufficient_funds" if "insufficient" in text else "tx_failed"
             raise RailError(reason, exc.message) from exc
-        except (KeyError, TypeError, ValueError) as exc:
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise TransportError(f"unexpected answer from the Solana node: {exc}") from exc
         signature = str(signed.signatures[0])
         if sent != signature:
@@ -275,6 +281,14 @@ class SolanaRail:
     async def aclose(self) -> None:
         if self.rpc is not None:
             await self.rpc.aclose()
+
+
+def _check_new_account_rent(amount: int, exists: bool) -> None:
+    """The runtime refuses a transfer that would create an account below the rent-exempt
+    minimum (InsufficientFundsForRent): say so before paying a fee for nothing."""
+    if not exists and amount < RENT_EXEMPT_MINIMUM:
+        raise UsageError(f"{amount} lamports to an account that does not exist yet is below the "
+                         f"rent-exempt minimum of {RENT_EXEMPT_MINIMUM} lamports")
 
 
 def _is_pubkey(value: str) -> bool:

@@ -1,0 +1,86 @@
+"""pay() on both backends: the recipient's token account is created when missing, tiny
+SOL payments to new accounts are refused up front, caller mistakes are UsageError."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from solders.keypair import Keypair
+from solders.pubkey import Pubkey
+
+from envelopay.errors import ConfigError, UsageError
+from envelopay.rails.interface import Expectation
+from envelopay.testing.rpc_server import JsonRpcServer
+from envelopay_solana import LocalSolana, make_rail
+from envelopay_solana.devnode import solana_rpc_handler
+from envelopay_solana.rail import RENT_EXEMPT_MINIMUM, SolanaRail
+from envelopay_solana.tx import ata
+
+
+@pytest.fixture(params=["local", "rpc"])
+async def setup(request: pytest.FixtureRequest) -> AsyncIterator[tuple[LocalSolana, SolanaRail, Keypair]]:
+    chain = LocalSolana()
+    payer = chain.new_wallet(sol=10**10, tokens={"USDC": 10**9, "PYUSD": 10**9})
+    if request.param == "local":
+        yield chain, make_rail({"local_chain": chain, "keypair": bytes(payer)}), payer
+        return
+    async with JsonRpcServer(solana_rpc_handler(chain)) as node:
+        rail = make_rail({"backend": "rpc", "network": "local", "rpc_url": node.url, "keypair": bytes(payer),
+                          "poll_interval": 0.01})
+        yield chain, rail, payer
+        await rail.aclose()
+
+
+@pytest.mark.parametrize("token", ["USDC", "PYUSD"])
+async def test_token_payment_creates_the_recipients_account_once(
+    setup: tuple[LocalSolana, SolanaRail, Keypair], token: str
+) -> None:
+    chain, rail, _ = setup
+    to = Keypair().pubkey()
+    asset = rail.asset("solana-local", token)
+    assert asset is not None
+    assert chain.token_balance(ata(to, asset)) is None
+    for expected in (700_000, 1_400_000):  # the second payment finds the account in place
+        proof = await rail.pay(chain="solana-local", token=token, amount=700_000, recipient=str(to))
+        assert chain.token_balance(ata(to, asset)) == expected
+        verdict = await rail.verify(proof, Expectation("solana-local", token, 700_000, str(to)))
+        assert verdict.ok
+
+
+async def test_tiny_sol_to_a_new_account_is_refused_before_paying(
+    setup: tuple[LocalSolana, SolanaRail, Keypair],
+) -> None:
+    chain, rail, payer = setup
+    before = chain.balance(payer.pubkey())
+    fresh = str(Keypair().pubkey())
+    with pytest.raises(UsageError, match="rent-exempt"):
+        await rail.pay(chain="solana-local", token="SOL", amount=RENT_EXEMPT_MINIMUM - 1, recipient=fresh)
+    assert chain.balance(payer.pubkey()) == before  # no fee spent
+    funded = chain.new_wallet(sol=10**9)
+    proof = await rail.pay(chain="solana-local", token="SOL", amount=1_000, recipient=str(funded.pubkey()))
+    assert chain.balance(funded.pubkey()) == 10**9 + 1_000
+    assert (await rail.verify(proof, Expectation("solana-local", "SOL", 1_000, str(funded.pubkey())))).ok
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"chain": "solana"}, "pays on solana-local"),
+    ({"token": "DAI"}, "unknown token"),
+    ({"recipient": "0x1234"}, "not a Solana address"),
+    ({"amount": 0}, "positive"),
+])
+async def test_caller_mistakes_are_usage_errors(
+    setup: tuple[LocalSolana, SolanaRail, Keypair], kwargs: dict[str, Any], message: str
+) -> None:
+    _, rail, _ = setup
+    args: dict[str, Any] = {"chain": "solana-local", "token": "SOL", "amount": 10**6,
+                            "recipient": str(Pubkey.new_unique()), **kwargs}
+    with pytest.raises(UsageError, match=message):
+        await rail.pay(**args)
+
+
+async def test_pay_without_a_keypair_is_a_config_error() -> None:
+    rail = make_rail({})
+    with pytest.raises(ConfigError, match="keypair"):
+        await rail.pay(chain="solana-local", token="SOL", amount=10**6, recipient=str(Pubkey.new_unique()))
