@@ -78,6 +78,20 @@ def test_token_2022_fee_withheld_caps_the_credit() -> None:
     assert v.reason == Reason.AMOUNT_MISMATCH and "7425000" in v.detail
 
 
+def test_transfer_checked_with_fee_credits_the_amount_less_the_fee() -> None:
+    doc, exp, sig = case("token2022")
+    ix = token_ix(doc)
+    ix["parsed"]["type"] = "transferCheckedWithFee"
+    ix["parsed"]["info"]["feeAmount"] = {"amount": "75000", "decimals": 6, "uiAmountString": "0.075"}
+    post = balance_of(doc, ix["parsed"]["info"]["destination"])
+    post["uiTokenAmount"]["amount"] = str(int(post["uiTokenAmount"]["amount"]) - 75_000)
+    net = Expectation(exp.chain, exp.token, exp.amount - 75_000, exp.recipient)
+    assert check(doc, net, sig).ok
+    assert check(doc, exp, sig).reason == Reason.AMOUNT_MISMATCH
+    ix["parsed"]["info"]["feeAmount"] = {"amount": str(exp.amount + 1)}  # nonsense fee: not a transfer
+    assert not check(doc, net, sig).ok
+
+
 def test_token_account_owned_by_recipient_counts_and_a_stranger_account_does_not() -> None:
     doc, exp, sig = case("success_usdc")
     dest = token_ix(doc)["parsed"]["info"]["destination"]

@@ -8,8 +8,9 @@ Check table (SOL | SPL token):
   1. reached the expected commitment            (else pending)
   2. meta.err is null                            (tx_failed)
   3. blockTime inside [not_before, not_after]    (stale)
-  4. transfers: System `transfer` (lamports) | Token / Token-2022 `transfer` and
-     `transferChecked`; top-level and inner instructions alike
+  4. transfers: System `transfer` (lamports) | Token / Token-2022 `transfer`,
+     `transferChecked` (and `transferCheckedWithFee`, less its fee); top-level and
+     inner instructions alike
   5. asset: native | the token account's mint equals the asset's mint (token_mismatch)
   6. recipient: destination == wallet | destination is the wallet's associated token
      account for (mint, token program), or a token account owned by the wallet
@@ -117,11 +118,15 @@ def extract_transfers(tx: Mapping[str, Any]) -> list[Transfer]:
                 source = str(info.get("source"))
                 transfers.append(Transfer(SYSTEM_PROGRAM, source, str(info.get("destination")),
                                           lamports, source, None))
-        elif program in TOKEN_PROGRAMS and kind in ("transfer", "transferChecked"):
+        elif program in TOKEN_PROGRAMS and kind in ("transfer", "transferChecked", "transferCheckedWithFee"):
             if kind == "transfer":
                 amount = _as_int(info.get("amount"))
             else:
                 amount = _as_int((info.get("tokenAmount") or {}).get("amount"))
+            if kind == "transferCheckedWithFee" and amount is not None:
+                # Token-2022 transfer-fee extension: the fee is withheld in the destination.
+                fee = _as_int((info.get("feeAmount") or {}).get("amount"))
+                amount = None if fee is None or fee > amount else amount - fee
             if amount is None:
                 continue
             dest = str(info.get("destination"))
