@@ -262,6 +262,24 @@ class ImapSource:
         with contextlib.suppress(Exception):
             client.protocol.transport.close()
 
+    async def _io(self, aw: Awaitable[Any]) -> Any:
+        """Await one IMAP exchange, but give up as soon as the connection is lost: a
+        command sent into a dying connection never gets its tagged answer."""
+        task = asyncio.ensure_future(aw)
+        lost = asyncio.ensure_future(self._lost.wait())
+        try:
+            done, _ = await asyncio.wait(
+                {task, lost}, timeout=self.config.timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            lost.cancel()
+        if task in done:
+            return task.result()
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+        raise _Lost("connection lost" if self._lost.is_set() else "IMAP command timed out")
+
     # -- IDLE -------------------------------------------------------------------------
     async def _idle_loop(self, client: Any, consumer: Consumer, stop: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()
@@ -269,7 +287,7 @@ class ImapSource:
         while not stop.is_set():
             if self._lost.is_set():
                 raise _Lost("connection lost")
-            idle = await client.idle_start(timeout=self.config.idle_renew)
+            idle = await self._io(client.idle_start(timeout=self.config.idle_renew))
             wait_push = asyncio.ensure_future(client.wait_server_push(timeout=self.config.idle_renew + 60))
             wait_stop = asyncio.ensure_future(stop.wait())
             wait_lost = asyncio.ensure_future(self._lost.wait())
@@ -292,10 +310,7 @@ class ImapSource:
                     push = [bytes(x) for x in result if isinstance(x, bytes | bytearray)]
             if client.has_pending_idle():
                 client.idle_done()
-            try:
-                await asyncio.wait_for(idle, timeout=self.config.timeout)
-            except TimeoutError as exc:
-                raise _Lost("server did not end IDLE") from exc
+            await self._io(idle)
             if stop.is_set():
                 return
             due = loop.time() - last_full >= self.config.full_pass_every
@@ -307,18 +322,35 @@ class ImapSource:
 
     # -- one pass ---------------------------------------------------------------------
     async def _pass(self, client: Any, consumer: Consumer, full: bool) -> int:
-        """Offer unmarked messages; full=False looks only above the watermark."""
+        """Offer unmarked messages; full=False looks only above the watermark.
+
+        After the first search, incremental searches repeat until one finds nothing new
+        and carries no EXISTS: aioimaplib drops an EXISTS that arrives inside an
+        asynchronous command's answer (e.g. STORE), so a push can't be relied on for
+        mail that arrived while we were busy; the server announces in IDLE only what it
+        has not announced yet."""
         self.stats.passes += 1
+        marked = 0
+        while True:
+            criteria = f"UNKEYWORD {self.config.processed_flag}"
+            if not full:
+                criteria = f"UID {self.state.last_uid + 1}:* {criteria}"
+            resp = await self._io(client.uid_search(criteria, charset=None))
+            _check(resp, "UID SEARCH")
+            uids = sorted(_search_uids(resp.lines))
+            if not full:
+                # `n:*` always matches the highest UID, even when it is below n.
+                uids = [u for u in uids if u > self.state.last_uid]
+            saw_exists = any(b"EXISTS" in bytes(line) for line in resp.lines[:-1])
+            marked += await self._handle(client, consumer, uids)
+            if not uids and not saw_exists:
+                break
+            full = False
+        self.state.save()
+        return marked
+
+    async def _handle(self, client: Any, consumer: Consumer, uids: list[int]) -> int:
         cfg = self.config
-        criteria = f"UNKEYWORD {cfg.processed_flag}"
-        if not full:
-            criteria = f"UID {self.state.last_uid + 1}:* {criteria}"
-        resp = await client.uid_search(criteria, charset=None)
-        _check(resp, "UID SEARCH")
-        uids = sorted(_search_uids(resp.lines))
-        if not full:
-            # `n:*` always matches the highest UID, even when it is below n.
-            uids = [u for u in uids if u > self.state.last_uid]
         marked = 0
         # Consumed earlier but the flag was lost with the connection: flag, don't re-consume.
         redo = [u for u in uids if u in self.state.unflagged_done]
@@ -338,7 +370,6 @@ class ImapSource:
                 marked += 1
         if cfg.move_to is not None and marked:
             await self._expunge_moved(client)
-        self.state.save()
         return marked
 
     async def _consume(self, consumer: Consumer, msg: ImapMessage) -> bool:
@@ -356,7 +387,7 @@ class ImapSource:
 
     async def _fetch(self, client: Any, uids: list[int]) -> list[ImapMessage]:
         uid_set = ",".join(str(u) for u in uids)
-        resp = await client.uid("fetch", uid_set, "(UID FLAGS BODY.PEEK[])")
+        resp = await self._io(client.uid("fetch", uid_set, "(UID FLAGS BODY.PEEK[])"))
         _check(resp, "UID FETCH")
         found = parse_fetch(resp.lines)
         uidvalidity = self.state.uidvalidity or 0
@@ -368,16 +399,16 @@ class ImapSource:
 
     async def _mark(self, client: Any, uid: int) -> None:
         cfg = self.config
-        resp = await client.uid("store", str(uid), "+FLAGS.SILENT", f"({cfg.processed_flag})")
+        resp = await self._io(client.uid("store", str(uid), "+FLAGS.SILENT", f"({cfg.processed_flag})"))
         _check(resp, "UID STORE")
         if cfg.move_to is not None:
             if client.has_capability("MOVE"):
-                resp = await client.uid("move", str(uid), _quote(cfg.move_to))
+                resp = await self._io(client.uid("move", str(uid), _quote(cfg.move_to)))
                 _check(resp, "UID MOVE")
             else:
-                resp = await client.uid("copy", str(uid), _quote(cfg.move_to))
+                resp = await self._io(client.uid("copy", str(uid), _quote(cfg.move_to)))
                 _check(resp, "UID COPY")
-                resp = await client.uid("store", str(uid), "+FLAGS.SILENT", "(\\Deleted)")
+                resp = await self._io(client.uid("store", str(uid), "+FLAGS.SILENT", "(\\Deleted)"))
                 _check(resp, "UID STORE")
         self.state.unflagged_done.discard(uid)
         self.stats.marked += 1
@@ -385,7 +416,7 @@ class ImapSource:
     async def _expunge_moved(self, client: Any) -> None:
         if client.has_capability("MOVE"):
             return
-        resp = await client.expunge()
+        resp = await self._io(client.expunge())
         _check(resp, "EXPUNGE")
 
 

@@ -108,7 +108,6 @@ default_internal_user = {user}
 default_internal_group = {group}
 default_login_user = {user}
 lmtp_save_to_detail_mailbox = no
-imap_idle_notify_interval = 1 secs
 passdb {{
   driver = passwd-file
   args = scheme=PLAIN username_format=%n {self.root}/passwd
