@@ -118,6 +118,8 @@ class DemoWorld:
         self.workdir = workdir
         self.echo = echo
         self.result = DemoResult()
+        self.garden_fsync = False
+        self.buyer_usdc = 50_000_000  # 50 USDC on each chain
         self.clock: Callable[[], datetime] = lambda: datetime.now(UTC)
 
     def check(self, step: str, direction: str, message: str, got: str, expected: str, ok: bool) -> bool:
@@ -137,13 +139,13 @@ class DemoWorld:
 
         self.sol = LocalSolana()
         self.base = LocalChain()
-        buyer_sol = self.sol.new_wallet(sol=20 * 10**9, tokens={"USDC": 50_000_000})
+        buyer_sol = self.sol.new_wallet(sol=20 * 10**9, tokens={"USDC": self.buyer_usdc})
         worker_sol = self.sol.new_wallet(sol=2 * 10**9)
         mallory_sol = self.sol.new_wallet(sol=2 * 10**9, tokens={"USDC": 10_000_000})
         self.mallory_sol_wallet = str(mallory_sol.pubkey())
         buyer_base, buyer_base_key = self.base.new_wallet()
         worker_base, worker_base_key = self.base.new_wallet()
-        self.base.fund(buyer_base, eth=10**18, usdc=50_000_000)
+        self.base.fund(buyer_base, eth=10**18, usdc=self.buyer_usdc)
         self.base.fund(worker_base, eth=10**18, usdc=200_000_000)
 
         def rails_for(sol_kp: Any, base_key: str) -> dict[str, Rail]:
@@ -173,7 +175,8 @@ class DemoWorld:
                 self.buyer_key = key
         self.mallory_key = dkim.DkimKey.generate_ed25519()
 
-        self.garden = GardenServer(self.workdir / "garden", [BUYER, WORKER, MALLORY], fsync=False)
+        # The demo skips fsync (throwaway files); the benchmark keeps it on.
+        self.garden = GardenServer(self.workdir / "garden", [BUYER, WORKER, MALLORY], fsync=self.garden_fsync)
         await self.garden.start()
         endpoint = self.garden.endpoint
         port = endpoint[1] if isinstance(endpoint, tuple) else None

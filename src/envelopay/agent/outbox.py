@@ -18,6 +18,7 @@ credential and answers with a verdict. Verdicts (as the enforcer's):
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -102,6 +103,11 @@ class OutboxDrainer:
         self.max_attempts = max_attempts
         self.backoff = backoff
         self.on_sent = on_sent
+        # One drain at a time per process: two overlapping drains would both read the
+        # same pending rows and send them twice. A drain asked for while one runs just
+        # makes the running one look again.
+        self._lock = asyncio.Lock()
+        self._again = False
 
     async def drain_once(self, limit: int = 100) -> DrainReport:
         report = DrainReport()
@@ -112,12 +118,17 @@ class OutboxDrainer:
     async def drain(self, limit: int = 100) -> DrainReport:
         """Drain until nothing is due now (rows scheduled for later are left)."""
         total = DrainReport()
-        while True:
-            rep = await self.drain_once(limit)
-            for name in ("sent", "held", "retry", "failed"):
-                getattr(total, name).extend(getattr(rep, name))
-            if len(rep.sent) + len(rep.held) + len(rep.failed) == 0:
-                return total
+        if self._lock.locked():
+            self._again = True
+            return total
+        async with self._lock:
+            while True:
+                self._again = False
+                rep = await self.drain_once(limit)
+                for name in ("sent", "held", "retry", "failed"):
+                    getattr(total, name).extend(getattr(rep, name))
+                if len(rep.sent) + len(rep.held) + len(rep.failed) == 0 and not self._again:
+                    return total
 
     async def _one(self, row: OutboxRow, report: DrainReport) -> None:
         out = row.outbound
