@@ -1,0 +1,86 @@
+"""The outbox drainer on a real SQLite ledger and a real garden."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from envelopay.agent.engine import BaseApplication, Engine
+from envelopay.agent.outbox import DirectHook, OutboxDrainer, SendResult
+from envelopay.agent.transport import GardenTransport
+from envelopay.ledger.sqlite import SqliteStore
+from envelopay.mail.garden import GardenServer
+from envelopay.protocol.messages import Which
+from envelopay.protocol.outbound import Outbound
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+async def _queue(tmp_path: Path, n: int, clock: Clock) -> tuple[SqliteStore, list[str]]:
+    store = SqliteStore(str(tmp_path / "a.db"))
+    store.migrate()
+    engine = Engine(store, address="a@garden.local", domain="garden.local", rails={}, app=BaseApplication(),
+                    clock=clock)
+    mids = [(await engine.send(Which(id=f"w{i}"), "b@garden.local")).message_id for i in range(n)]
+    return store, mids
+
+
+async def test_overlapping_drains_send_each_row_once(tmp_path: Path) -> None:
+    clock = Clock()
+    store, mids = await _queue(tmp_path, 30, clock)
+    async with GardenServer(tmp_path / "garden", ["b@garden.local"]) as garden:
+        transport = GardenTransport(garden.endpoint)
+        drainer = OutboxDrainer(store, DirectHook(transport), clock=clock)
+        reports = await asyncio.gather(*(drainer.drain() for _ in range(5)))
+        await transport.close()
+        delivered = list((garden.maildir("b@garden.local") / "new").iterdir())
+    assert sorted(m for r in reports for m in r.sent) == sorted(mids)
+    assert len(delivered) == 30
+    assert store.outbox_pending(clock.now) == []
+    store.close()
+
+
+async def test_failed_send_is_retried_later_then_given_up(tmp_path: Path) -> None:
+    clock = Clock()
+    store, mids = await _queue(tmp_path, 1, clock)
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    transport = GardenTransport(("127.0.0.1", port), timeout=5)
+    drainer = OutboxDrainer(store, DirectHook(transport), clock=clock, max_attempts=2,
+                            backoff=lambda n: timedelta(seconds=10))
+    rep = await drainer.drain()
+    assert rep.retry == mids and rep.sent == []
+    assert store.outbox_pending(clock.now) == []  # not due again yet
+    clock.now += timedelta(seconds=11)
+    rep = await drainer.drain()
+    assert rep.failed == mids  # second attempt was the last
+    row = store.outbox_get(mids[0])
+    assert row is not None and row.status == "failed" and row.last_error
+    store.close()
+
+
+async def test_enforcer_verdicts_map_to_row_states(tmp_path: Path) -> None:
+    clock = Clock()
+    store, mids = await _queue(tmp_path, 2, clock)
+    verdicts = {mids[0]: SendResult("blocked", "recipient not allowed"),
+                mids[1]: SendResult("pending_approval")}
+
+    async def hook(out: Outbound, raw: bytes) -> SendResult:
+        assert out.message_id.encode() in raw  # the composed bytes carry the fixed Message-ID
+        return verdicts[out.message_id]
+
+    rep = await OutboxDrainer(store, hook, clock=clock).drain()
+    assert rep.failed == [mids[0]] and rep.held == [mids[1]]
+    first, second = store.outbox_get(mids[0]), store.outbox_get(mids[1])
+    assert first is not None and first.status == "failed"
+    assert second is not None and second.status == "sent"
+    store.close()
