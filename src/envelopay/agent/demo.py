@@ -156,8 +156,6 @@ class DemoWorld:
 
         self.buyer_rails = rails_for(buyer_sol, buyer_base_key)
         worker_rails = rails_for(worker_sol, worker_base_key)
-        # The local Base chain mines on demand: confirm the worker's counter-payments.
-        worker_rails["base-local"] = _Confirming(worker_rails["base-local"], lambda: self.base.mine(3))
         self.mallory_rails = rails_for(mallory_sol, self.base.new_wallet()[1])
         self.wallets = {
             "buyer_sol": str(buyer_sol.pubkey()), "worker_sol": str(worker_sol.pubkey()),
@@ -265,10 +263,8 @@ class DemoWorld:
     async def pay(
         self, rails: dict[str, Rail], chain: str, token: str, amount: int, to: str
     ) -> dict[str, Any]:
-        proof = await rails[chain].pay(chain=chain, token=token, amount=amount, recipient=to)
-        if chain.startswith("base"):
-            self.base.mine(3)  # the verifier waits for confirmations
-        return proof
+        # The local Base chain mines the confirming blocks with each transaction.
+        return await rails[chain].pay(chain=chain, token=token, amount=amount, recipient=to)
 
     # -- the script -------------------------------------------------------------------------
     async def first_contact(
@@ -409,34 +405,6 @@ class DemoWorld:
 
         ata = get_associated_token_address(Pubkey.from_string(wallet), Pubkey.from_string(LOCAL_USDC_MINT))
         return self.sol.token_balance(ata)
-
-
-class _Confirming:
-    """A rail whose local chain mines the confirming blocks right after each payment
-    (eth-tester mines only when asked; a real chain does this on its own)."""
-
-    def __init__(self, rail: Rail, mine: Callable[[], None]) -> None:
-        self._rail = rail
-        self._mine = mine
-        self.name = rail.name
-
-    @property
-    def chains(self) -> tuple[str, ...]:
-        return self._rail.chains
-
-    def assets(self) -> tuple[Any, ...]:
-        return self._rail.assets()
-
-    def proof_key(self, proof: dict[str, Any]) -> str:
-        return self._rail.proof_key(proof)
-
-    async def verify(self, proof: dict[str, Any], expectation: Any) -> Any:
-        return await self._rail.verify(proof, expectation)
-
-    async def pay(self, *, chain: str, token: str, amount: int, recipient: str) -> dict[str, Any]:
-        proof = await self._rail.pay(chain=chain, token=token, amount=amount, recipient=recipient)
-        self._mine()
-        return proof
 
 
 async def run_demo(workdir: Path, *, echo: Callable[[Row], None] | None = None) -> DemoResult:
