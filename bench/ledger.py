@@ -5,8 +5,8 @@ Message-ID, reserve (sender, id) and the proof key, verify (an in-memory bench r
 step the flow, ask the application, and commit state + log + the FULFILL outbox row.
 Parsing is excluded (bench/parse.py measures it). Beside the wall-clock figures it
 prints the engine process's CPU time per step (the database server's CPU not
-included): the capacity when the 2-core machine is shared with other jobs. The floor, measured in the same run on
-the same database with the same number of processes, is a bare single-row INSERT and
+included): the capacity when the 2-core machine is shared with other jobs. The
+floor, measured in the same run on the same database with the same number of processes, is a bare single-row INSERT and
 COMMIT per step. Targets (issue 4): SQLite >= 2,000 steps/s in one process; PostgreSQL
 >= 1,500 steps/s with 4 processes.
 
