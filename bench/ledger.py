@@ -3,12 +3,12 @@
 A step is one inbound prepaid ORDER through `Engine.handle_parsed`: claim the
 Message-ID, reserve (sender, id) and the proof key, verify (an in-memory bench rail),
 step the flow, ask the application, and commit state + log + the FULFILL outbox row.
-Parsing is excluded (bench/parse.py measures it). Beside the wall-clock figures it
-prints the engine process's CPU time per step (the database server's CPU not
-included): the capacity when the 2-core machine is shared with other jobs. The
-floor, measured in the same run on the same database with the same number of
-processes, is a bare single-row INSERT and COMMIT per step. Targets (issue 4): SQLite >= 2,000 steps/s in one process; PostgreSQL
->= 1,500 steps/s with 4 processes.
+Parsing is excluded (bench/parse.py measures it). The floor, measured in the same run
+on the same database with the same number of processes, is a bare single-row INSERT
+and COMMIT per step. Beside the wall-clock figures it prints the engine processes' CPU
+time per step (the database server's CPU not included): the capacity when the 2-core
+machine is shared with other jobs. Targets (issue 4): SQLite >= 2,000 steps/s in one
+process; PostgreSQL >= 1,500 steps/s with 4 processes.
 
     python bench/ledger.py [--n 1500] [--rounds 2] [--pg postgresql://postgres@127.0.0.1:5432/test]
 """
