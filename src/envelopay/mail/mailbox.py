@@ -60,6 +60,7 @@ __all__ = [
     "OutgoingMail",
     "SendFn",
     "SendResult",
+    "smtp_send_fn",
 ]
 
 Folder = Literal["inbox", "sent", "archive", "outbox"]
@@ -394,13 +395,13 @@ class Mailbox:
             preview=preview,
         )
 
-    def _get(self, mid: str) -> MailRecord:
+    def _get(self, mid: str, truncate: int = 0) -> MailRecord:
         row = self._db.execute("SELECT * FROM messages WHERE id = ?", (mid,)).fetchone()
         if row is None:
             raise MailboxError(
                 "not_found", f"no message {mid!r} in this mailbox (ids come from check/search)", "id"
             )
-        return self._row(row)
+        return self._row(row, truncate)
 
     def get(self, mid: str) -> MailRecord:
         return self._get(_id(mid))
@@ -530,13 +531,13 @@ class Mailbox:
         return len(recs)
 
     # ------------------------------------------------------------------ threads
-    def thread(self, mid: str) -> list[MailRecord]:
+    def thread(self, mid: str, *, truncate: int = 500) -> list[MailRecord]:
         """Every message (all folders) in the same References thread, oldest first."""
         rec = self._get(_id(mid))
         groups = self._thread_groups()
         key = groups.get(rec.id, rec.id)
         ids = [i for i, root in groups.items() if root == key]
-        recs = [self._get(i) for i in ids]
+        recs = [self._get(i, truncate) for i in ids]
         return sorted(recs, key=lambda r: (r.date, r.id))
 
     def threads(self, folder: str | None = None) -> list[list[MailRecord]]:
@@ -991,3 +992,25 @@ def _interpret(raw: bytes) -> dict[str, Any]:
     info["status"] = "malformed" if bad else "ok"
     info["problems"] = problems
     return info
+
+
+def smtp_send_fn(config: Any) -> SendFn:
+    """A `SendFn` over SMTP submission (envelopay.mail.smtp; `config` is its SmtpConfig).
+
+    One transaction per recipient (raw bytes, never re-flattened). The verdict is `sent`
+    only when every recipient was accepted; otherwise `failed`, naming who got it."""
+    from envelopay.mail.smtp import send_raw
+
+    async def send(out: OutgoingMail) -> SendResult:
+        accepted: list[str] = []
+        for rcpt in out.recipients:
+            res = await send_raw(out.raw, sender=out.sender, recipient=rcpt, config=config)
+            if not res.ok:
+                done = f"; accepted for {', '.join(accepted)}" if accepted else ""
+                return SendResult(
+                    "failed", f"{rcpt}: {res.status} {res.code or ''} {res.detail}{done}".strip()
+                )
+            accepted.append(rcpt)
+        return SendResult("sent")
+
+    return send
