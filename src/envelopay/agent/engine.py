@@ -246,6 +246,7 @@ class _Work:
     oops: OopsCode | None = None
     detail: str = ""
     persist: bool = True
+    start: FlowState | None = None  # the flow as read, to skip a write that changes nothing
 
 
 _REF_FIELDS = ("order_ref", "invoice_ref", "offer_ref", "which_ref")
@@ -725,9 +726,12 @@ class Engine:
     ) -> None:
         before = work.fs
         work.fs = FlowState(before.kind, before.side, step.state, step.data)
-        data = dict(step.data)
-        data["last_in"] = {"message_id": parsed.message_id, "references": list(_reply_headers(parsed)[1])}
-        work.fs = replace(work.fs, data=data)
+        if not isinstance(message, Oops):
+            # Our later sends in this flow reply to its latest substantive message.
+            data = dict(step.data)
+            data["last_in"] = {"message_id": parsed.message_id, "references": list(_reply_headers(parsed)[1])}
+            work.fs = replace(work.fs, data=data)
+        work.start = before
         for action in step.actions:
             decision: Any = None
             if action is Action.VERIFY_PROOF:
@@ -844,6 +848,7 @@ class Engine:
             )
             return self._finish(commit, outcome, message_id)
 
+        unchanged = work.version > 0 and work.fs == work.start
         record = FlowRecord(
             flow_id=work.flow_id,
             local=self.address,
@@ -883,7 +888,7 @@ class Engine:
             outcome=outcome.to_json(),
             message_id=message_id,
             worker=self.worker_id,
-            flow=FlowWrite(record),
+            flow=None if unchanged else FlowWrite(record),  # e.g. an OOPS: logged only
             log=tuple(log),
             refs=tuple(refs),
             message_ids=tuple(msgids),
