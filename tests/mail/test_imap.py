@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from pathlib import Path
 
 import aioimaplib
 import pytest
@@ -321,3 +322,66 @@ def test_parse_fetch_reads_uid_flags_and_literal() -> None:
         b"Fetch completed.",
     ]
     assert parse_fetch(lines) == [(7, frozenset({"\\Seen", "$X"}), b"hello"), (9, frozenset(), b"abc")]
+
+
+def make_cert(directory: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1, generated at test time."""
+    import datetime as dt
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    return cert_path, key_path
+
+
+async def test_implicit_tls(tmp_path: Path) -> None:
+    import ssl
+
+    cert, key = make_cert(tmp_path)
+    with running_dovecot(tls_cert=cert, tls_key=key) as server:
+        server.deliver("alice", raw_mail(1))
+        trusting = ssl.create_default_context(cafile=str(cert))
+        cfg = ImapConfig(
+            host=server.host,
+            port=server.imaps_port,
+            user="alice",
+            password="secret",
+            tls=True,
+            ssl_context=trusting,
+        )
+        rec = Recorder()
+        assert await ImapSource(cfg).sync_once(rec) == 1
+        assert rec.subjects() == ["hello 1"]
+        # The default context does not trust a self-signed certificate: a transport error.
+        untrusting = ImapConfig(
+            host=server.host, port=server.imaps_port, user="alice", password="secret", tls=True
+        )
+        with pytest.raises(TransportError):
+            await ImapSource(untrusting).sync_once(Recorder())

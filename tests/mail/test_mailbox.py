@@ -527,3 +527,30 @@ async def test_imap_ingest_into_mailbox_loses_nothing(box: Mailbox) -> None:
     assert [r.subject for r in recs] == ["note 1", "broken"]
     assert box.raw(recs[0].id).endswith(mail(1))
     assert recs[1].status == "malformed"
+
+
+async def test_inbox_can_be_the_garden_maildir(tmp_path: Path, clock: Clock) -> None:
+    """Garden LMTP → <root>/<address>/ → the engine's pickup moves it to cur/ → the mailbox
+    still finds and reads the same file."""
+    from envelopay.mail.garden import GardenServer, deliver
+    from envelopay.mail.maildir import Pickup, mailbox_path
+
+    root = tmp_path / "garden"
+    async with GardenServer(root, [ME], fsync=False) as garden:
+        result = await deliver(mail(1), "peer@example.test", [ME], garden.endpoint)
+        assert result.delivered == [ME] or ME in result.delivered
+    inbox = mailbox_path(root, ME)
+    box = Mailbox(tmp_path / "agent", address=ME, now=clock, inbox=inbox)
+    try:
+        [rec] = box.refresh()
+        assert rec.subject == "note 1" and box.raw(rec.id).endswith(mail(1))
+        async with Pickup([inbox], use_inotify=False) as pickup:
+            delivery = await pickup.next(timeout=30)
+            pickup.done(delivery, flags="S")
+        assert os.listdir(inbox / "new") == []
+        assert box.raw(rec.id).endswith(mail(1))  # followed into cur/
+        assert box.refresh() == []
+        [arch] = box.archive([rec.id])
+        assert arch.folder == "archive" and os.listdir(inbox / "cur") == []
+    finally:
+        box.close()

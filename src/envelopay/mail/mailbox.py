@@ -245,6 +245,10 @@ class Mailbox:
     """One agent's mailbox rooted at `agent_dir`.
 
     address   -- the agent's own bare address (From of what it sends; excluded from reply-all)
+    inbox     -- the Maildir that receives this agent's mail (default mailbox/inbox); point it
+                 at the garden's `<root>/<address>/` to read garden deliveries in place. The
+                 engine's pickup moves files new/ → cur/ there; the index follows a file by
+                 its base name, so both may work on the same directory.
     now, new_id -- injected clock and id source
     duplicate_window -- a successful send of the same body to the same recipient within
                   this window refuses the next one (the loop guard); None disables it
@@ -258,15 +262,18 @@ class Mailbox:
         now: Callable[[], datetime] = _now,
         new_id: Callable[[], str] = _new_id,
         duplicate_window: timedelta | None = timedelta(hours=1),
+        inbox: Path | None = None,
     ) -> None:
         self.agent_dir = Path(agent_dir).resolve()
         self.root = self.agent_dir / "mailbox"
+        # The inbox may be another Maildir, e.g. the garden's <root>/<address>/ for this agent.
+        self._inbox = Path(inbox).resolve() if inbox is not None else self.root / "inbox"
         self.address = _single("address", address).lower() if address is not None else None
         self._now = now
         self._new_id = new_id
         self.duplicate_window = duplicate_window
         for folder in FOLDERS:
-            ensure_maildir(self.root / folder)
+            ensure_maildir(self.folder_path(folder))
         self.contacts = ContactBook(self.root / "contacts.json")
         self._db = sqlite3.connect(self.root / "index.sqlite3", isolation_level=None)
         self._db.row_factory = sqlite3.Row
@@ -284,7 +291,9 @@ class Mailbox:
 
     # ------------------------------------------------------------------ storing
     def folder_path(self, folder: str) -> Path:
-        return self.root / _folder(folder)
+        if _folder(folder) == "inbox":
+            return self._inbox
+        return self.root / folder
 
     def deliver(self, raw: bytes, folder: Folder = "inbox") -> MailRecord:
         """Store raw bytes (atomic Maildir write) and index them; never refuses content."""

@@ -59,6 +59,10 @@ class Dovecot:
     imap_port: int = 0
     lmtp_port: int = 0
     start_timeout: float = 20.0
+    # With a PEM certificate and key, an implicit-TLS (IMAPS) listener opens on imaps_port.
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    imaps_port: int = 0
     _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -67,6 +71,8 @@ class Dovecot:
             self.imap_port = free_port()
         if not self.lmtp_port:
             self.lmtp_port = free_port()
+        if self.tls_cert is not None and not self.imaps_port:
+            self.imaps_port = free_port()
 
     # -- paths
     @property
@@ -97,7 +103,7 @@ base_dir = {self.root}/run
 state_dir = {self.root}/state
 log_path = {self.log_path}
 info_log_path = {self.log_path}
-ssl = no
+{self._ssl_settings()}
 disable_plaintext_auth = no
 auth_mechanisms = plain login
 mail_location = maildir:{self.root}/mail/%n/Maildir
@@ -123,7 +129,9 @@ service imap-login {{
     port = {self.imap_port}
   }}
   inet_listener imaps {{
-    port = 0
+    address = {self.host}
+    port = {self.imaps_port}
+    ssl = yes
   }}
 }}
 service lmtp {{
@@ -158,6 +166,15 @@ service stats {{
                     os.chown(os.path.join(dirpath, name), uid, gid, follow_symlinks=False)
             os.chmod(self.root, 0o755)
 
+    def _ssl_settings(self) -> str:
+        if self.tls_cert is None or self.tls_key is None:
+            return "ssl = no"
+        # Copied into the root so the unprivileged daemon can read them.
+        cert, key = self.root / "tls-cert.pem", self.root / "tls-key.pem"
+        shutil.copyfile(self.tls_cert, cert)
+        shutil.copyfile(self.tls_key, key)
+        return f"ssl = yes\nssl_cert = <{cert}\nssl_key = <{key}"
+
     # -- lifecycle
     def start(self) -> None:
         if self.running:
@@ -178,7 +195,8 @@ service stats {{
                 err = self._proc.stderr.read().decode(errors="replace") if self._proc.stderr else ""
                 self._proc = None
                 raise RuntimeError(f"dovecot exited at start: {err}\n{self._log_tail()}")
-            if self._accepts(self.imap_port) and self._accepts(self.lmtp_port):
+            ports = [self.imap_port, self.lmtp_port] + ([self.imaps_port] if self.imaps_port else [])
+            if all(self._accepts(p) for p in ports):
                 return
             time.sleep(0.02)
         self.stop()
@@ -237,13 +255,17 @@ service stats {{
 
 
 @contextlib.contextmanager
-def running_dovecot(users: Mapping[str, str] | None = None) -> Iterator[Dovecot]:
+def running_dovecot(
+    users: Mapping[str, str] | None = None, *, tls_cert: Path | None = None, tls_key: Path | None = None
+) -> Iterator[Dovecot]:
     """A started Dovecot in a fresh directory under the system temp dir, removed afterwards.
 
     Not under pytest's tmp_path: that tree is mode 0700 and the daemon may run as nobody."""
     root = Path(tempfile.mkdtemp(prefix="envelopay-dovecot-"))
     os.chmod(root, 0o755)
-    server = Dovecot(root) if users is None else Dovecot(root, users=users)
+    server = Dovecot(root, tls_cert=tls_cert, tls_key=tls_key)
+    if users is not None:
+        server.users = users
     try:
         server.start()
         yield server
