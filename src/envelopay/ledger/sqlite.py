@@ -98,7 +98,7 @@ class SqliteStore(SqlStore):
         if dt is None:
             return None
         # One fixed format, so text order is time order.
-        return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f+00:00")
+        return dt.astimezone(UTC).isoformat(timespec="microseconds")
 
     def ut(self, value: Any) -> datetime:
         return datetime.fromisoformat(value)
