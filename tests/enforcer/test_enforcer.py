@@ -305,3 +305,13 @@ async def test_a_fixed_message_id_makes_outbox_retries_idempotent(enforcer: Enfo
     assert (foreign.status, foreign.reason) == ("blocked", "message_id must be on the agent's own domain")
     bad = await enforcer.send(token, {**body, "message_id": "<x@agents.test>\r\nBcc: e@evil.test"})
     assert (bad.status, bad.reason) == ("blocked", "invalid header: message_id")
+
+
+def test_no_statement_revives_an_agent() -> None:
+    from envelopay.enforcer.store import _SQL
+
+    writes = [sql for sql in _SQL.values() if sql.startswith("UPDATE enf_agents")]
+    assert writes == [_SQL["kill"]]
+    assert "SET status = 'KILLED'" in _SQL["kill"] and "ACTIVE" not in _SQL["kill"]
+    # Creation is the only place ACTIVE is written, and it never overwrites an existing agent.
+    assert "'ACTIVE'" in _SQL["insert_agent"] and "DO NOTHING" in _SQL["insert_agent"]

@@ -66,6 +66,9 @@ async def test_operator_api_refuses_agent_tokens_and_agent_api_answers_dispositi
         assert r.status_code == 401
         r = await http.post("/v1/send", content=b"not json", headers={"Authorization": f"Bearer {token}"})
         assert r.status_code == 200 and r.json()["status"] == "blocked"
+        huge = {"to": "bob@partner.test", "from": "a1@agents.test", "subject": "s", "text": "x" * 2_000_000}
+        r = await http.post("/v1/send", json=huge, headers={"Authorization": f"Bearer {token}"})
+        assert r.status_code == 200 and r.json()["reason"].startswith("body too large")
         r = await http.post("/v1/agents", json={"name": "x", "address": "bad"},
                             headers={"Authorization": f"Bearer {OPERATOR}"})
         assert r.status_code == 400 and "address" in r.json()["error"]

@@ -1,1 +1,29 @@
-"""envelopay.enforcer"""
+"""envelopay.enforcer: the send enforcer (issue 7).
+
+Per-agent identities from tokens, the ordered policy checks, race-free caps, the approval
+queue and the kill switch (`core.Enforcer`), on SQLite or PostgreSQL (`store`), served over
+HTTP/JSON with an operator console (`server`), reached through `client.EnforcerClient`
+(the engine outbox's send hook) and the agents' MCP front (`mcp_server`).
+"""
+
+from envelopay.enforcer.client import EnforcerClient, OperatorClient, request_from_outbound
+from envelopay.enforcer.core import Enforcer
+from envelopay.enforcer.model import Agent, Decision, Disposition, Policy, QueueRow, SendRequest
+from envelopay.enforcer.store import EnforcerStore, PostgresStore, SqliteStore, open_store
+
+__all__ = [
+    "Agent",
+    "Decision",
+    "Disposition",
+    "Enforcer",
+    "EnforcerClient",
+    "EnforcerStore",
+    "OperatorClient",
+    "Policy",
+    "PostgresStore",
+    "QueueRow",
+    "SendRequest",
+    "SqliteStore",
+    "open_store",
+    "request_from_outbound",
+]

@@ -43,6 +43,8 @@ async def _send(request: web.Request) -> web.Response:
     enforcer = request.app[ENFORCER]
     try:
         body = await request.json()
+    except web.HTTPRequestEntityTooLarge:
+        return _json(Disposition(status="blocked", reason="body too large: request over 1 MiB").to_json())
     except (json.JSONDecodeError, UnicodeDecodeError):
         body = None
     if not isinstance(body, dict):
