@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from envelopay.cli.app import app
 from envelopay.mail.mailbox import Mailbox
-from envelopay.testing.dovecot import free_port
+from envelopay.testing.dovecot import free_port, running_dovecot
 
 ME = "agent@garden.test"
 runner = CliRunner()
@@ -192,3 +192,63 @@ def test_real_subprocess_check_json(agent_dir: Path) -> None:
         timeout=120,
     )
     assert bad.returncode == 2 and b"query:" in bad.stderr
+
+
+def test_fetch_once_from_dovecot(tmp_path: Path) -> None:
+    d = str(tmp_path / "agent")
+    with running_dovecot() as server:
+        server.deliver("alice", mail(11, "from imap", "over the wire"))
+        args = ("mail", "fetch", "--imap", f"{server.host}:{server.imap_port}", "--user", "alice", "--no-tls")
+        code, _, err = run(*args, "--dir", d)
+        assert code == 2 and "password:" in err
+        env = {"ENVELOPAY_IMAP_PASSWORD": "secret"}
+        code, out, err = run(*args, "--dir", d, "--json", env=env)
+        assert code == 0, err
+        assert json.loads(out) == {"stored": 1}
+        code, out, _ = run(*args, "--dir", d, "--json", env=env)
+        assert json.loads(out) == {"stored": 0}  # flagged on the server: not fetched twice
+        code, _, err = run(*args, "--dir", d, env={"ENVELOPAY_IMAP_PASSWORD": "wrong"})
+        assert code == 1 and "login refused" in err
+    with Mailbox(Path(d)) as box:
+        assert [r.subject for r in box.check()] == ["from imap"]
+
+
+def test_fetch_idle_subprocess_picks_up_pushed_mail(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    d = tmp_path / "agent"
+    with running_dovecot() as server:
+        env = {**os.environ, "ENVELOPAY_IMAP_PASSWORD": "secret", "ENVELOPAY_AGENT_DIR": str(d)}
+        proc = subprocess.Popen(
+            [
+                ENVELOPAY,
+                "mail",
+                "fetch",
+                "--imap",
+                f"{server.host}:{server.imap_port}",
+                "--user",
+                "alice",
+                "--no-tls",
+                "--idle",
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            assert proc.stderr is not None
+            assert b"IDLE" in proc.stderr.readline()  # started; mail from now on must arrive
+            server.deliver("alice", mail(21, "pushed", "arrived while idling"))
+            deadline = time.monotonic() + 60
+            subjects: list[str] = []
+            while time.monotonic() < deadline and subjects != ["pushed"]:
+                if (d / "mailbox" / "index.sqlite3").exists():
+                    with Mailbox(d) as box:
+                        subjects = [r.subject for r in box.check()]
+                time.sleep(0.1)  # polling the filesystem, not synchronising with the process
+            assert subjects == ["pushed"]
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            out, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 0 and b"1 message(s) stored" in out

@@ -326,6 +326,59 @@ def _register_mail(app: typer.Typer) -> None:
         if result.status not in ("sent", "pending_approval"):
             raise typer.Exit(1)
 
+    @mail.command("fetch")
+    def fetch(
+        imap: Annotated[str, typer.Option(help="IMAP server host:port.")],
+        user: Annotated[str, typer.Option(help="IMAP login name.")],
+        mailbox_name: Annotated[str, typer.Option("--mailbox", help="The IMAP folder to read.")] = "INBOX",
+        tls: Annotated[bool, typer.Option("--tls/--no-tls", help="Implicit TLS (IMAPS).")] = True,
+        idle: Annotated[bool, typer.Option("--idle", help="Keep running: IDLE push with reconnect.")] = False,
+        directory: DirOpt = None,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """Copy unprocessed IMAP mail into the inbox; each message is flagged
+        $EnvelopayProcessed on the server only after it is stored. The password comes from
+        $ENVELOPAY_IMAP_PASSWORD (never the command line)."""
+        import asyncio
+        import signal
+
+        from envelopay.errors import ConfigError, TransportError
+        from envelopay.mail.imap import ImapConfig, ImapSource, SyncState
+
+        password = os.environ.get("ENVELOPAY_IMAP_PASSWORD")
+        if not password:
+            raise usage_error("password: set ENVELOPAY_IMAP_PASSWORD", as_json, field="password")
+        host, sep, port = imap.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise usage_error(f"imap: expected host:port, got {imap!r}", as_json, field="imap")
+        try:
+            cfg = ImapConfig(
+                host=host, port=int(port), user=user, password=password, mailbox=mailbox_name, tls=tls
+            )
+        except ConfigError as exc:
+            raise usage_error(str(exc), as_json, field=str(exc).split(":")[0]) from exc
+        with open_box(directory, None, as_json) as box:
+            state = SyncState.load(box.root / "imap-state.json")
+            source = ImapSource(cfg, state)
+
+            async def run() -> int:
+                if not idle:
+                    return await source.sync_once(box.imap_consumer)
+                stop = asyncio.Event()
+                loop = asyncio.get_running_loop()
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    loop.add_signal_handler(sig, stop.set)
+                typer.echo(f"fetching {user}@{host}:{port}/{mailbox_name} (IDLE); Ctrl-C stops", err=True)
+                await source.run(box.imap_consumer, stop)
+                return source.stats.marked
+
+            try:
+                stored = asyncio.run(run())
+            except TransportError as exc:
+                typer.echo(f"error: {exc}", err=True)
+                raise typer.Exit(1) from exc
+        typer.echo(json.dumps({"stored": stored}) if as_json else f"{stored} message(s) stored")
+
     contacts = typer.Typer(help="The private contact book.", no_args_is_help=True)
     mail.add_typer(contacts, name="contacts")
 
