@@ -61,7 +61,8 @@ class AgentNode:
         result = await self.verify_dkim(raw)
         outcome = await self.engine.handle(raw, dkim=result)
         self.outcomes.append(outcome)
-        await self.drainer.drain()
+        if outcome.outbox:  # only a step that wrote replies has anything to send now
+            await self.drainer.drain()
         if outcome.message_id is not None and outcome.status not in ("busy", "deferred"):
             self._seen[outcome.message_id] = outcome
             fut = self._waiters.pop(outcome.message_id, None)
