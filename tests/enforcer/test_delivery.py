@@ -25,17 +25,15 @@ async def test_protocol_message_is_composed_signed_and_delivered(
 ) -> None:
     key = dkim.DkimKey.generate_ed25519()
     clock.now = time.time()  # dkimpy refuses a t= in the future
-    enforcer = Enforcer(
-        store,
-        SmtpDeliverer(SmtpConfig("127.0.0.1", sink.port, security="none", max_attempts=1)),
-        signer=dkim_signer(key, selector="enf", domain="agents.test", clock=clock),
-        clock=clock,
-    )
+    deliverer = SmtpDeliverer(SmtpConfig("127.0.0.1", sink.port, security="none", max_attempts=1))
+    signer = dkim_signer(key, selector="enf", domain="agents.test", clock=clock)
+    enforcer = Enforcer(store, deliverer, signer=signer, clock=clock)
     _, token = await enforcer.create_agent("buyer", "buyer@agents.test", allow=("worker@shop.test",))
     d = await enforcer.send(
         token,
         {"to": "worker@shop.test", "from": "buyer@agents.test", "in_reply_to": "<q@shop.test>", **WHICH},
     )
+    await deliverer.aclose()
     assert d.status == "sent", d
     (_, rcpts, raw), = sink.messages
     assert rcpts == ["worker@shop.test"]

@@ -72,8 +72,16 @@ async def test_operator_api_refuses_agent_tokens_and_agent_api_answers_dispositi
         r = await http.post("/v1/agents", json={"name": "x", "address": "bad"},
                             headers={"Authorization": f"Bearer {OPERATOR}"})
         assert r.status_code == 400 and "address" in r.json()["error"]
+        # A forged agent id in the payload: still a1 (its pinned sender, its counters).
+        async with OperatorClient(service, OPERATOR) as op:
+            other, _ = await op.create_agent("a2", "a2@agents.test")
+        r = await http.post("/v1/send", headers={"Authorization": f"Bearer {token}"}, json={
+            "agent_id": other["id"], "to": "bob@partner.test", "from": "a2@agents.test", "subject": "s"})
+        assert r.json() == {"status": "blocked", "reason": "from must be the agent's own address"}
     async with OperatorClient(service, OPERATOR) as op:
-        assert [a["status"] for a in await op.list_agents()] == ["ACTIVE"]
+        killed_a2 = await op.kill_agent("a2")
+        assert killed_a2 is not None
+        assert [a["status"] for a in await op.list_agents()] == ["ACTIVE", "KILLED"]
         killed = await op.kill_agent("a1")
         assert killed is not None and killed["status"] == "KILLED"
         assert await op.kill_agent("nobody") is None
