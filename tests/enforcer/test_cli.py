@@ -65,7 +65,10 @@ def served(tmp_path: Path, smtp: tuple[_Keep, int]) -> Iterator[tuple[str, Path]
         yield f"http://127.0.0.1:{port}", token_file
     finally:
         proc.terminate()
-        assert proc.wait(timeout=30) == 0
+        code = proc.wait(timeout=30)
+        if proc.stderr is not None:
+            proc.stderr.close()
+        assert code == 0
 
 
 def cli(*args: str) -> Any:
