@@ -167,6 +167,10 @@ def test_check_filters_sort_n_and_truncate(box: Mailbox, clock: Clock) -> None:
     assert {r.id for r in box.check(flt=CheckFilter(from_="BOSS@"))} == {ids[0], ids[2], ids[4]}
     assert [r.id for r in box.check(flt=CheckFilter(subject="NOTE 3"))] == [ids[2]]
     assert [r.id for r in box.check(flt=CheckFilter(contains="report 5"))] == [ids[4]]
+    umlaut = box.deliver(mail(6, subject="ÜBERWEISUNG erhalten", body="Grüße"))
+    assert [r.id for r in box.check(flt=CheckFilter(subject="überweisung"))] == [umlaut.id]
+    assert [r.id for r in box.check(flt=CheckFilter(contains="GRÜßE"))] == [umlaut.id]
+    box.delete([umlaut.id])
     start = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
     window = CheckFilter(after=start + timedelta(seconds=30), before=start + timedelta(seconds=150))
     assert [r.id for r in box.check(flt=window)] == [ids[2], ids[1]]

@@ -277,6 +277,8 @@ class Mailbox:
         self.contacts = ContactBook(self.root / "contacts.json")
         self._db = sqlite3.connect(self.root / "index.sqlite3", isolation_level=None)
         self._db.row_factory = sqlite3.Row
+        # SQLite's lower() folds ASCII only; filters are case-insensitive for any script.
+        self._db.create_function("pylower", 1, _lower, deterministic=True)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.executescript(_SCHEMA)
 
@@ -440,10 +442,10 @@ class Mailbox:
         args: list[Any] = [folder]
         for col, value in (("from_addr", flt.from_), ("subject", flt.subject)):
             if value:
-                sql.append(f"AND instr(lower({col}), ?) > 0")
+                sql.append(f"AND instr(pylower({col}), ?) > 0")
                 args.append(value.lower())
         if flt.contains:
-            sql.append("AND (instr(lower(body), ?) > 0 OR instr(lower(subject), ?) > 0)")
+            sql.append("AND (instr(pylower(body), ?) > 0 OR instr(pylower(subject), ?) > 0)")
             args += [flt.contains.lower(), flt.contains.lower()]
         if flt.after is not None:
             sql.append("AND ts > ?")
@@ -831,6 +833,10 @@ def _check_body(body: str) -> None:
             f"{len(body)} characters; the limit is {MAX_BODY_CHARS} (rejected, not truncated)",
             "message",
         )
+
+
+def _lower(value: str | None) -> str | None:
+    return value.lower() if isinstance(value, str) else value
 
 
 def _body_hash(body: str) -> str:
