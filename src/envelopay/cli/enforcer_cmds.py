@@ -12,7 +12,7 @@ import os
 import secrets
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import Annotated, Any, NoReturn, TypeVar, cast
 
 import typer
 
@@ -119,14 +119,16 @@ def register(app: typer.Typer) -> None:
             if garden is not None:
                 deliverer = GardenDeliverer(int(garden) if garden.isdigit() else garden)
             else:
-                from envelopay.mail.smtp import SmtpConfig
+                from envelopay.mail.smtp import Security, SmtpConfig
 
                 password = os.environ.get("ENVELOPAY_SMTP_PASSWORD") if smtp_user else None
                 if smtp_user and password is None:
                     raise ConfigError("--smtp-user needs $ENVELOPAY_SMTP_PASSWORD")
                 assert smtp_host is not None
+                if smtp_security not in ("starttls", "tls", "none"):
+                    raise ConfigError("--smtp-security must be starttls, tls or none")
                 deliverer = SmtpDeliverer(SmtpConfig(
-                    smtp_host, smtp_port, security=smtp_security,  # type: ignore[arg-type]
+                    smtp_host, smtp_port, security=cast(Security, smtp_security),
                     username=smtp_user, password=password,
                 ))
             signer = None

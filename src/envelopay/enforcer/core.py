@@ -27,6 +27,7 @@ from envelopay.enforcer.model import (
     Agent,
     Decision,
     Disposition,
+    DispositionStatus,
     Policy,
     QueueRow,
     QueueState,
@@ -41,6 +42,13 @@ __all__ = ["Enforcer", "hash_token"]
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 _DOMAIN = re.compile(rf"@?{_LABEL}(?:\.{_LABEL})+")
+_QUEUE_STATUS: dict[str, DispositionStatus] = {
+    "PENDING": "pending_approval",
+    "APPROVED": "pending_approval",
+    "REJECTED": "blocked",
+    "SENT": "sent",
+    "FAILED": "failed",
+}
 _STATE_NAMES = {"PENDING": "pending", "APPROVED": "approved", "REJECTED": "rejected", "SENT": "sent",
                 "FAILED": "failed"}
 
@@ -218,15 +226,9 @@ class Enforcer:
     def _disposition(row: QueueRow) -> Disposition:
         state = _STATE_NAMES[row.state]
         approval = row.id if row.decided_at is not None or row.state == "PENDING" else None
-        status = {
-            "PENDING": "pending_approval",
-            "APPROVED": "pending_approval",
-            "REJECTED": "blocked",
-            "SENT": "sent",
-            "FAILED": "failed",
-        }[row.state]
+        status = _QUEUE_STATUS[row.state]
         return Disposition(
-            status=status,  # type: ignore[arg-type]
+            status=status,
             reason=row.reason,
             message_id=row.message_id if row.state == "SENT" else None,
             approval_id=approval,
