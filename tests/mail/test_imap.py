@@ -256,6 +256,23 @@ async def test_idle_reconnects_after_server_restart(dovecot: Dovecot) -> None:
         await stop_source(stop, task)
 
 
+async def test_idle_reconnects_after_server_crash(dovecot: Dovecot) -> None:
+    src = ImapSource(config(dovecot, reconnect_initial=0.05, reconnect_max=0.5))
+    rec = Recorder()
+    stop, task = await run_source(src, rec)
+    try:
+        src.connected.clear()
+        await asyncio.to_thread(dovecot.kill)  # SIGKILL: no BYE, the sockets just die
+        await asyncio.to_thread(dovecot.start)
+        await asyncio.wait_for(src.connected.wait(), WAIT)
+        await asyncio.to_thread(dovecot.deliver, "alice", raw_mail(3))
+        await rec.wait_for(lambda: len(rec.seen) == 1)
+        assert rec.subjects() == ["hello 3"]
+        assert src.stats.disconnects >= 1 and src.stats.connects >= 2
+    finally:
+        await stop_source(stop, task)
+
+
 async def test_idle_catches_mail_that_arrived_while_disconnected(dovecot: Dovecot) -> None:
     src = ImapSource(config(dovecot, reconnect_initial=1.0, reconnect_max=1.0))
     rec = Recorder()

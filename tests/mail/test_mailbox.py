@@ -14,6 +14,8 @@ from pathlib import Path
 import aiosmtplib
 import pytest
 from aiosmtpd.smtp import SMTP, Envelope
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from envelopay.errors import UsageError
 from envelopay.mail.imap import ImapConfig, ImapSource
@@ -558,3 +560,36 @@ async def test_inbox_can_be_the_garden_maildir(tmp_path: Path, clock: Clock) -> 
         assert arch.folder == "archive" and os.listdir(inbox / "cur") == []
     finally:
         box.close()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    raw=st.one_of(
+        st.binary(max_size=2000),
+        st.builds(
+            lambda head, body: head + b"\r\n\r\n" + body,
+            st.lists(
+                st.sampled_from(
+                    [
+                        b"From: a@example.test",
+                        b"From: <<>>",
+                        b"Subject: =?utf-8?B?////?=",
+                        b"Content-Type: multipart/mixed; boundary=x",
+                        b"Content-Type: text/plain; charset=nonexistent",
+                        b"Content-Transfer-Encoding: base64",
+                        b"Message-ID: <x@y>",
+                        b"References: <a@b> garbage <c@d",
+                        b"To: , ,",
+                    ]
+                ),
+                max_size=8,
+            ).map(b"\r\n".join),
+            st.binary(max_size=500),
+        ),
+    )
+)
+def test_any_bytes_are_stored_and_listed(box: Mailbox, raw: bytes) -> None:
+    rec = box.deliver(raw)
+    assert box.raw(rec.id) == raw
+    assert rec.status in ("ok", "malformed")
+    assert box.get(rec.id).id == rec.id

@@ -221,6 +221,20 @@ service stats {{
         while time.monotonic() < deadline and self._accepts(self.imap_port):
             time.sleep(0.02)
 
+    def kill(self) -> None:
+        """SIGKILL every Dovecot process: connections die without a BYE (a crash)."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=15)
+        if proc.stderr:
+            proc.stderr.close()
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and self._accepts(self.imap_port):
+            time.sleep(0.02)
+
     def restart(self) -> None:
         self.stop()
         self.start()
