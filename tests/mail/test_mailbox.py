@@ -593,3 +593,19 @@ def test_any_bytes_are_stored_and_listed(box: Mailbox, raw: bytes) -> None:
     assert box.raw(rec.id) == raw
     assert rec.status in ("ok", "malformed")
     assert box.get(rec.id).id == rec.id
+
+
+def test_two_mailbox_handles_index_each_file_once(tmp_path: Path, clock: Clock) -> None:
+    """A CLI `check` refreshing while `mail fetch` stores: the same file is indexed once."""
+    one = Mailbox(tmp_path / "agent", address=ME, now=clock)
+    two = Mailbox(tmp_path / "agent", address=ME, now=clock)
+    try:
+        path = deliver_file(one.folder_path("inbox"), mail(1, attachment=("a.txt", b"x")), fsync=False)
+        [seen_by_two] = two.refresh()
+        rec = one._index_file("inbox", path)  # the delivering handle indexes after the other one
+        assert rec.id == seen_by_two.id
+        assert len(one.check()) == 1
+        assert os.listdir(one.root / "attachments") == [rec.id]
+    finally:
+        one.close()
+        two.close()

@@ -35,6 +35,7 @@ import mimetypes
 import os
 import re
 import secrets
+import shutil
 import sqlite3
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -323,6 +324,9 @@ class Mailbox:
 
     def _index_file(self, folder: str, path: Path) -> MailRecord:
         name = path.name.split(":", 1)[0]
+        known = self._by_name(name)
+        if known is not None:
+            return known
         raw = path.read_bytes()
         mid = self._new_id()
         info = _interpret(raw)
@@ -331,10 +335,10 @@ class Mailbox:
             atts = self._extract_attachments(mid, info["attachment_parts"])
         else:
             atts = list(info["attachment_meta"])
-        self._db.execute(
+        cur = self._db.execute(
             "INSERT INTO messages (id, folder, name, message_id, from_addr, to_addrs, cc_addrs, subject, ts,"
             " header_date, in_reply_to, refs, reply_to, body, attachments, read, status, problems,"
-            " protocol_type) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            " protocol_type) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(name) DO NOTHING",
             (
                 mid,
                 folder,
@@ -357,7 +361,17 @@ class Mailbox:
                 info["protocol_type"],
             ),
         )
+        if cur.rowcount == 0:
+            # Another process (a concurrent refresh) indexed this file first: keep its record.
+            shutil.rmtree(self.root / "attachments" / mid, ignore_errors=True)
+            existing = self._by_name(name)
+            assert existing is not None
+            return existing
         return self._get(mid)
+
+    def _by_name(self, name: str) -> MailRecord | None:
+        row = self._db.execute("SELECT * FROM messages WHERE name = ?", (name,)).fetchone()
+        return self._row(row) if row is not None else None
 
     def _extract_attachments(self, mid: str, parts: list[tuple[str, str, bytes]]) -> list[Attachment]:
         out: list[Attachment] = []
