@@ -99,3 +99,19 @@ def test_postgres_upgrade_from_v1(pg_dsn: str) -> None:
         versions = [r[0] for r in conn.execute("SELECT version FROM ep_migrations ORDER BY version")]
     assert versions == list(range(1, LATEST + 1))
     new.close()
+
+
+def test_postgres_portable_path_contract(pg_dsn: str) -> None:
+    # The in-Python statement path (used on a database not yet at schema v3) keeps the
+    # same contract as the server-side functions.
+    made: list[PostgresStore] = []
+
+    def factory() -> Store:
+        store = PostgresStore(pg_dsn, max_size=2)
+        store._server_steps = False
+        made.append(store)
+        return store
+
+    assert check_store(factory) == [c.__name__ for c in CHECKS]
+    for s in made:
+        s.close()
