@@ -84,3 +84,53 @@ async def test_enforcer_verdicts_map_to_row_states(tmp_path: Path) -> None:
     assert first is not None and first.status == "failed"
     assert second is not None and second.status == "sent"
     store.close()
+
+
+async def test_enforcer_as_the_send_hook(tmp_path: Path) -> None:
+    """The real enforcer service: an allowed message is signed and delivered by it, one
+    to a recipient outside the agent's allowlist waits for approval (handed over), and
+    once the agent is killed a message is blocked for good."""
+    from envelopay import dkim
+    from envelopay.agent.outbox import EnforcerHook
+    from envelopay.enforcer.client import EnforcerClient
+    from envelopay.enforcer.core import Enforcer, hash_token
+    from envelopay.enforcer.delivery import GardenDeliverer, dkim_signer
+    from envelopay.enforcer.server import start_server
+    from envelopay.enforcer.store import SqliteStore as EnforcerSqlite
+
+    clock = Clock()
+    store, mids = await _queue(tmp_path, 1, clock)
+    engine = Engine(store, address="a@garden.local", domain="garden.local", rails={}, app=BaseApplication(),
+                    clock=clock)
+    held = (await engine.send(Which(id="w-out"), "c@elsewhere.example")).message_id
+    key = dkim.DkimKey.generate_ed25519()
+    async with GardenServer(tmp_path / "garden", ["b@garden.local"]) as garden:
+        enf_store = EnforcerSqlite(tmp_path / "enf.db")
+        await enf_store.open()
+        enforcer = Enforcer(enf_store, GardenDeliverer(garden.port), operator_token_hash=hash_token("op"),
+                            signer=dkim_signer(key, selector="a", domain="garden.local"))
+        _, token = await enforcer.create_agent("a", "a@garden.local", allow=("garden.local",))
+        runner, url = await start_server(enforcer)
+        try:
+            async with EnforcerClient(url, token) as client:
+                rep = await OutboxDrainer(store, EnforcerHook(client), clock=clock).drain()
+                first = store.outbox_get(mids[0])
+                assert first is not None
+                again = await EnforcerHook(client)(first.outbound, b"")
+                await enforcer.kill_agent("a")
+                blocked = (await engine.send(Which(id="w-late"), "b@garden.local")).message_id
+                late = await OutboxDrainer(store, EnforcerHook(client), clock=clock).drain()
+        finally:
+            await runner.cleanup()
+            await enf_store.close()
+        delivered = [p.read_bytes() for p in (garden.maildir("b@garden.local") / "new").iterdir()]
+    assert rep.sent == mids and rep.held == [held], rep
+    assert late.failed == [blocked], late
+    assert len(delivered) == 1 and mids[0].encode() in delivered[0]
+    assert b"DKIM-Signature:" in delivered[0]  # signed by the enforcer, which holds the key
+    assert again.status == "sent"  # a retried row is answered from the record, not sent twice
+    row = store.outbox_get(blocked)
+    assert row is not None and row.status == "failed" and "blocked" in (row.last_error or "")
+    handed = store.outbox_get(held)
+    assert handed is not None and handed.status == "sent"  # the enforcer's queue owns it now
+    store.close()

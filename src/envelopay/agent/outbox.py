@@ -22,7 +22,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from envelopay.agent.transport import Transport
 from envelopay.errors import TransportError
@@ -30,7 +30,7 @@ from envelopay.ledger.store import OutboxRow, Store
 from envelopay.protocol.compose import compose
 from envelopay.protocol.outbound import Outbound
 
-__all__ = ["DirectHook", "DrainReport", "OutboxDrainer", "SendHook", "SendResult", "Signer"]
+__all__ = ["DirectHook", "DrainReport", "EnforcerHook", "OutboxDrainer", "SendHook", "SendResult", "Signer"]
 
 SendStatus = Literal["sent", "pending_approval", "blocked", "failed", "unknown"]
 Signer = Callable[[bytes], bytes]
@@ -61,6 +61,26 @@ class DirectHook:
         except TransportError as exc:
             return SendResult("failed", str(exc), permanent=bool(getattr(exc, "permanent", False)))
         return SendResult("sent")
+
+
+@dataclass
+class EnforcerHook:
+    """The send enforcer as the send hook: the agent holds only its token; the enforcer
+    holds the transport credential and the DKIM key, checks its policy and sends. The
+    row's fixed Message-ID goes along, so a retried row is answered from the
+    enforcer's record instead of being sent twice."""
+
+    client: Any  # envelopay.enforcer.client.EnforcerClient (imported lazily)
+
+    async def __call__(self, out: Outbound, raw: bytes) -> SendResult:
+        from envelopay.enforcer.client import request_from_outbound
+
+        try:
+            verdict = await self.client.send(request_from_outbound(out))
+        except TransportError as exc:
+            return SendResult("unknown", f"enforcer unreachable: {exc}")
+        status: SendStatus = verdict.status
+        return SendResult(status, verdict.reason or "", permanent=status == "blocked")
 
 
 def dkim_signer(*, selector: str, domain: str, key_pem: bytes, clock: Callable[[], datetime]) -> Signer:
