@@ -7,6 +7,8 @@ import socket
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
+
 from envelopay.agent.engine import BaseApplication, Engine
 from envelopay.agent.outbox import DirectHook, OutboxDrainer, SendResult
 from envelopay.agent.transport import GardenTransport
@@ -134,3 +136,26 @@ async def test_enforcer_as_the_send_hook(tmp_path: Path) -> None:
     handed = store.outbox_get(held)
     assert handed is not None and handed.status == "sent"  # the enforcer's queue owns it now
     store.close()
+
+
+def test_config_picks_the_enforcer_hook(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from envelopay.agent.config import config_from_dict
+    from envelopay.agent.node import build_node
+    from envelopay.agent.outbox import EnforcerHook
+    from envelopay.errors import ConfigError
+
+    cfg = config_from_dict({
+        "agent": {"address": "a@garden.local", "domain": "garden.local", "ledger": str(tmp_path / "a.db")},
+        "transport": {"enforcer": "http://127.0.0.1:9", "enforcer_token_env": "EP_TEST_TOKEN"},
+    }, base_dir=tmp_path)
+    monkeypatch.delenv("EP_TEST_TOKEN", raising=False)
+    with pytest.raises(ConfigError, match="EP_TEST_TOKEN"):
+        build_node(cfg, rails={})
+    monkeypatch.setenv("EP_TEST_TOKEN", "agent-token")
+    node = build_node(cfg, rails={})
+    try:
+        assert isinstance(node.drainer.hook, EnforcerHook)
+        assert node.transport is None  # the agent holds no transport credential
+    finally:
+        asyncio.run(node.close())
+        node.store.close()

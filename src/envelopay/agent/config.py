@@ -100,6 +100,9 @@ class TransportConfig(_Section):
     smtp_password_env: str | None = None  # the name of an env var, never the secret itself
     imap_host: str | None = None
     imap_port: int = 993
+    # The send enforcer as the send hook (it then holds the credential and the DKIM key):
+    enforcer: str | None = None  # http(s):// URL or a Unix socket path
+    enforcer_token_env: str = "ENVELOPAY_AGENT_TOKEN"  # the env var holding this agent's token
 
 
 class AcceptedRail(_Section):

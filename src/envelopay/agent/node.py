@@ -17,7 +17,7 @@ from typing import Any
 
 from envelopay.agent.config import WorkerConfig
 from envelopay.agent.engine import Application, Engine, Outcome, Sent
-from envelopay.agent.outbox import DirectHook, DrainReport, OutboxDrainer, SendHook, dkim_signer
+from envelopay.agent.outbox import DirectHook, DrainReport, EnforcerHook, OutboxDrainer, SendHook, dkim_signer
 from envelopay.agent.transport import GardenTransport, Transport
 from envelopay.dkim import DkimResult, DnsLookup
 from envelopay.errors import ConfigError
@@ -39,6 +39,7 @@ class AgentNode:
     transport: Transport | None = None
     rails: Mapping[str, Rail] = field(default_factory=dict)
     outcomes: list[Outcome] = field(default_factory=list)
+    closers: list[Any] = field(default_factory=list)  # things with aclose() (an enforcer client)
     _waiters: dict[str, asyncio.Future[Outcome]] = field(default_factory=dict)
     _seen: dict[str, Outcome] = field(default_factory=dict)
 
@@ -106,6 +107,8 @@ class AgentNode:
     async def close(self) -> None:
         if self.transport is not None:
             await self.transport.close()
+        for thing in self.closers:
+            await thing.aclose()
         for rail in self.rails.values():
             closer = getattr(rail, "aclose", None)
             if closer is not None:
@@ -162,6 +165,10 @@ def build_node(
 
         kw: dict[str, Any] = {"rails": rails, "clock": clock}
         app = WorkerApplication(WorkerApp(cfg, **kw))
+    closers: list[Any] = []
+    if hook is None and cfg.transport.enforcer:
+        hook = enforcer_hook(cfg)
+        closers.append(hook.client)
     if transport is None and hook is None:
         transport = garden_transport(cfg)
     if hook is None:
@@ -192,7 +199,22 @@ def build_node(
 
         maildir = mailbox_path(cfg.path(cfg.transport.garden_root), cfg.agent.address)
     dns = dns_for(cfg) if cfg.agent.dkim_policy != "off" or cfg.dkim_records else None
-    return AgentNode(engine, drainer, dns, maildir, transport, rails)
+    return AgentNode(engine, drainer, dns, maildir, transport, rails, closers=closers)
+
+
+def enforcer_hook(cfg: WorkerConfig) -> EnforcerHook:
+    import os
+
+    from envelopay.enforcer.client import EnforcerClient
+
+    token = os.environ.get(cfg.transport.enforcer_token_env)
+    if not token:
+        raise ConfigError(f"transport.enforcer is set but ${cfg.transport.enforcer_token_env} holds no token")
+    assert cfg.transport.enforcer is not None
+    where = cfg.transport.enforcer
+    if not where.startswith(("http://", "https://")):
+        where = str(cfg.path(where))
+    return EnforcerHook(EnforcerClient(where, token))
 
 
 def garden_transport(cfg: WorkerConfig) -> GardenTransport:

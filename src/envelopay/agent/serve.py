@@ -46,10 +46,12 @@ async def serve_worker(
     node = build_node(cfg, transport=transport)
     tasks = [asyncio.create_task(node.serve(stop))]
     if responders:
+        from envelopay.agent.node import garden_transport
+
         mapping = {mailbox_path(root, r.address): r for r in responders}
-        assert node.transport is not None
-        tasks.append(asyncio.create_task(serve_responders(mapping, node.transport, domain=cfg.agent.domain,
-                                                          stop=stop)))
+        # Responders answer inside the garden, even when the worker sends through the enforcer.
+        rt = node.transport or transport or garden_transport(cfg)
+        tasks.append(asyncio.create_task(serve_responders(mapping, rt, domain=cfg.agent.domain, stop=stop)))
     tasks.append(asyncio.create_task(_retry_loop(node.drain, stop, retry_interval)))
     echo(f"{cfg.agent.address} serving {len(cfg.tasks)} task(s), {len(responders)} responder(s); "
          f"ledger {cfg.agent.ledger}")
