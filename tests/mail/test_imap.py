@@ -10,7 +10,7 @@ import aioimaplib
 import pytest
 
 from envelopay.errors import ConfigError, TransportError
-from envelopay.mail.imap import ImapConfig, ImapMessage, ImapSource, SyncState, parse_fetch
+from envelopay.mail.imap import ImapConfig, ImapMessage, ImapSource, Processed, SyncState, parse_fetch
 from envelopay.testing.dovecot import Dovecot, running_dovecot
 
 FLAG = "$EnvelopayProcessed"
@@ -402,3 +402,15 @@ async def test_implicit_tls(tmp_path: Path) -> None:
         )
         with pytest.raises(TransportError):
             await ImapSource(untrusting).sync_once(Recorder())
+
+
+async def test_consumer_can_ask_for_extra_keywords(dovecot: Dovecot) -> None:
+    dovecot.deliver("alice", raw_mail(1))
+
+    async def consumer(msg: ImapMessage) -> Processed:
+        return Processed(frozenset({"$EnvelopayMalformed"}))
+
+    assert await ImapSource(config(dovecot)).sync_once(consumer) == 1
+    assert (await flags_of(dovecot))[1] >= {FLAG, "$EnvelopayMalformed"}
+    with pytest.raises(ConfigError, match="extra_flags"):
+        Processed(frozenset({"\\Deleted"}))

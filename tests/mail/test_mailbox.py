@@ -11,6 +11,7 @@ from email import message_from_bytes, policy
 from email.message import EmailMessage
 from pathlib import Path
 
+import aioimaplib
 import aiosmtplib
 import pytest
 from aiosmtpd.smtp import SMTP, Envelope
@@ -529,6 +530,15 @@ async def test_imap_ingest_into_mailbox_loses_nothing(box: Mailbox) -> None:
         src = ImapSource(cfg)
         assert await src.sync_once(box.imap_consumer) == 2
         assert await src.sync_once(box.imap_consumer) == 0
+        client = aioimaplib.IMAP4(dovecot.host, dovecot.imap_port, timeout=60)
+        await client.wait_hello_from_server()
+        await client.login("alice", "secret")
+        await client.select("INBOX")
+        resp = await client.uid("fetch", "1:*", "(UID FLAGS)")
+        await client.logout()
+        flags = [bytes(x).decode() for x in resp.lines if b"FETCH" in bytes(x)]
+        assert "$EnvelopayProcessed" in flags[0] and "$EnvelopayMalformed" not in flags[0]
+        assert "$EnvelopayProcessed" in flags[1] and "$EnvelopayMalformed" in flags[1]
     recs = box.check(flt=CheckFilter(sort="oldest"))
     assert [r.subject for r in recs] == ["note 1", "broken"]
     assert box.raw(recs[0].id).endswith(mail(1))

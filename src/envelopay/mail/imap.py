@@ -40,7 +40,7 @@ from typing import Any
 
 from envelopay.errors import ConfigError, TransportError
 
-__all__ = ["ImapConfig", "ImapMessage", "ImapSource", "ImapStats", "SyncState"]
+__all__ = ["Consumer", "ImapConfig", "ImapMessage", "ImapSource", "ImapStats", "Processed", "SyncState"]
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,21 @@ class ImapMessage:
     flags: frozenset[str]
 
 
-Consumer = Callable[[ImapMessage], Awaitable[bool]]
+@dataclass(frozen=True, slots=True)
+class Processed:
+    """A consumer's success that also asks for extra keywords beside the processed flag,
+    e.g. ``$EnvelopayMalformed`` for a message that was kept but not understood."""
+
+    extra_flags: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        for flag in self.extra_flags:
+            if not _FLAG_RE.fullmatch(flag):
+                raise ConfigError(f"extra_flags: not a valid IMAP keyword: {flag!r}")
+
+
+# True (or Processed) once the message is committed; False (or raising) leaves it unmarked.
+Consumer = Callable[[ImapMessage], Awaitable[bool | Processed]]
 
 
 @dataclass
@@ -195,8 +209,13 @@ class ImapSource:
                 await self._idle_loop(client, consumer, stop)
             except (OSError, TimeoutError, _Lost, TransportError) as exc:
                 self.stats.disconnects += 1
-                log.warning("IMAP %s:%s: %s; reconnecting in %.1fs", self.config.host,
-                            self.config.port, exc or type(exc).__name__, delay)
+                log.warning(
+                    "IMAP %s:%s: %s; reconnecting in %.1fs",
+                    self.config.host,
+                    self.config.port,
+                    exc or type(exc).__name__,
+                    delay,
+                )
             except Exception as exc:
                 if not _is_aioimap_error(exc):
                     raise
@@ -362,28 +381,30 @@ class ImapSource:
             batch = todo[start : start + cfg.fetch_batch]
             for msg in await self._fetch(client, batch):
                 self.state.last_uid = max(self.state.last_uid, msg.uid)
-                if not await self._consume(consumer, msg):
+                extra = await self._consume(consumer, msg)
+                if extra is None:
                     continue
                 self.state.unflagged_done.add(msg.uid)
                 self.state.save()
-                await self._mark(client, msg.uid)
+                await self._mark(client, msg.uid, extra)
                 marked += 1
         if cfg.move_to is not None and marked:
             await self._expunge_moved(client)
         return marked
 
-    async def _consume(self, consumer: Consumer, msg: ImapMessage) -> bool:
+    async def _consume(self, consumer: Consumer, msg: ImapMessage) -> frozenset[str] | None:
+        """The extra flags to store on success; None when the consumer did not succeed."""
         try:
             ok = await consumer(msg)
         except Exception:
             # The consumer's failure is not ours to fix; the message stays for the next pass.
             log.exception("IMAP consumer failed on UID %d", msg.uid)
             ok = False
-        if ok is True:
+        if ok is True or isinstance(ok, Processed):
             self.stats.consumed += 1
-            return True
+            return ok.extra_flags if isinstance(ok, Processed) else frozenset()
         self.stats.consumer_failures += 1
-        return False
+        return None
 
     async def _fetch(self, client: Any, uids: list[int]) -> list[ImapMessage]:
         uid_set = ",".join(str(u) for u in uids)
@@ -397,9 +418,10 @@ class ImapSource:
             if uid in set(uids)
         ]
 
-    async def _mark(self, client: Any, uid: int) -> None:
+    async def _mark(self, client: Any, uid: int, extra: frozenset[str] = frozenset()) -> None:
         cfg = self.config
-        resp = await self._io(client.uid("store", str(uid), "+FLAGS.SILENT", f"({cfg.processed_flag})"))
+        flags = " ".join([cfg.processed_flag, *sorted(extra)])
+        resp = await self._io(client.uid("store", str(uid), "+FLAGS.SILENT", f"({flags})"))
         _check(resp, "UID STORE")
         if cfg.move_to is not None:
             if client.has_capability("MOVE"):

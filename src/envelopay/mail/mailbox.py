@@ -44,12 +44,15 @@ from email import policy
 from email.message import EmailMessage, Message
 from email.utils import format_datetime, getaddresses, make_msgid, parsedate_to_datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from envelopay.errors import UsageError
 from envelopay.mail.addresses import AddressProblem, parse_address
 from envelopay.mail.contacts import ContactBook
 from envelopay.mail.maildir import deliver_file, ensure_maildir
+
+if TYPE_CHECKING:  # imap imports aioimaplib lazily; the mailbox works without it
+    from envelopay.mail.imap import ImapMessage, Processed
 
 __all__ = [
     "FOLDERS",
@@ -66,6 +69,7 @@ __all__ = [
 
 Folder = Literal["inbox", "sent", "archive", "outbox"]
 FOLDERS: tuple[Folder, ...] = ("inbox", "sent", "archive", "outbox")
+MALFORMED_FLAG = "$EnvelopayMalformed"
 MAX_BODY_CHARS = 50_000  # seed: "capped at 50,000 Unicode characters and is rejected, not truncated"
 _MSGID_RE = re.compile(r"<[^<>\s]{1,250}@[^<>\s]{1,250}>")
 _ID_RE = re.compile(r"[0-9a-f]{12}")
@@ -303,10 +307,13 @@ class Mailbox:
         path = deliver_file(self.folder_path(folder), bytes(raw))
         return self._index_file(folder, path)
 
-    async def imap_consumer(self, msg: Any) -> bool:
-        """An `ImapSource` consumer: store the exact bytes in the inbox; True once stored."""
-        self.deliver(bytes(msg.raw), "inbox")
-        return True
+    async def imap_consumer(self, msg: ImapMessage) -> bool | Processed:
+        """An `ImapSource` consumer: store the exact bytes in the inbox. Mail that could not
+        be understood is kept all the same and also flagged $EnvelopayMalformed on the server."""
+        from envelopay.mail.imap import Processed
+
+        rec = self.deliver(bytes(msg.raw), "inbox")
+        return Processed(frozenset({MALFORMED_FLAG})) if rec.status == "malformed" else True
 
     def refresh(self) -> list[MailRecord]:
         """Index Maildir files that arrived by other means (garden delivery, restores)."""
