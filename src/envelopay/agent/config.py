@@ -96,10 +96,15 @@ class TransportConfig(_Section):
     lmtp_port: int | None = None
     smtp_host: str | None = None
     smtp_port: int = 587
+    smtp_security: Literal["starttls", "tls", "none"] = "starttls"
     smtp_username: str | None = None
     smtp_password_env: str | None = None  # the name of an env var, never the secret itself
     imap_host: str | None = None
     imap_port: int = 993
+    imap_tls: bool = True
+    imap_user: str | None = None
+    imap_password_env: str | None = None
+    imap_mailbox: str = "INBOX"
     # The send enforcer as the send hook (it then holds the credential and the DKIM key):
     enforcer: str | None = None  # http(s):// URL or a Unix socket path
     enforcer_token_env: str = "ENVELOPAY_AGENT_TOKEN"  # the env var holding this agent's token

@@ -104,6 +104,17 @@ class AgentNode:
 
         await pump([self.maildir], consume, stop=stop)
 
+    async def serve_imap(self, config: Any, stop: asyncio.Event) -> None:
+        """Handle every message of an IMAP mailbox (IDLE); a message is flagged processed
+        only after its step committed (busy/deferred: left for the next pass)."""
+        from envelopay.mail.imap import ImapMessage, ImapSource
+
+        async def consume(msg: ImapMessage) -> bool:
+            outcome = await self.receive(msg.raw)
+            return outcome.status not in ("busy", "deferred")
+
+        await ImapSource(config).run(consume, stop)
+
     async def close(self) -> None:
         if self.transport is not None:
             await self.transport.close()
@@ -170,7 +181,7 @@ def build_node(
         hook = enforcer_hook(cfg)
         closers.append(hook.client)
     if transport is None and hook is None:
-        transport = garden_transport(cfg)
+        transport = smtp_transport(cfg) if cfg.transport.kind == "smtp" else garden_transport(cfg)
     if hook is None:
         assert transport is not None
         signer = None
@@ -217,10 +228,44 @@ def enforcer_hook(cfg: WorkerConfig) -> EnforcerHook:
     return EnforcerHook(EnforcerClient(where, token))
 
 
+def _secret(env: str | None, what: str) -> str | None:
+    import os
+
+    if env is None:
+        return None
+    value = os.environ.get(env)
+    if not value:
+        raise ConfigError(f"{what}: ${env} is not set")
+    return value
+
+
+def smtp_transport(cfg: WorkerConfig) -> Transport:
+    from envelopay.agent.transport import SmtpTransport
+    from envelopay.mail.smtp import SmtpConfig
+
+    t = cfg.transport
+    if not t.smtp_host:
+        raise ConfigError("transport.smtp_host: required when transport.kind is 'smtp'")
+    return SmtpTransport(SmtpConfig(
+        t.smtp_host, t.smtp_port, security=t.smtp_security, username=t.smtp_username,
+        password=_secret(t.smtp_password_env, "transport.smtp_password_env"),
+    ))
+
+
+def imap_config(cfg: WorkerConfig) -> Any:
+    from envelopay.mail.imap import ImapConfig
+
+    t = cfg.transport
+    if not t.imap_host or not t.imap_user:
+        raise ConfigError("transport.imap_host and imap_user: required when transport.kind is 'smtp'")
+    password = _secret(t.imap_password_env, "transport.imap_password_env") or ""
+    return ImapConfig(t.imap_host, t.imap_port, t.imap_user, password, mailbox=t.imap_mailbox, tls=t.imap_tls)
+
+
 def garden_transport(cfg: WorkerConfig) -> GardenTransport:
     t = cfg.transport
     if t.kind != "garden":
-        raise ConfigError("transport.kind: only 'garden' can be built here; SMTP needs the enforcer hook")
+        raise ConfigError("transport.kind: this needs the garden (kind = 'garden')")
     if t.garden_socket:
         return GardenTransport(cfg.path(t.garden_socket))
     if t.lmtp_port is None:

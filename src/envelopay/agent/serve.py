@@ -44,8 +44,13 @@ async def serve_worker(
         transport = GardenTransport(garden.endpoint)
         echo(f"garden listening at {garden.endpoint} for {', '.join(sorted(addresses))}")
     node = build_node(cfg, transport=transport)
-    tasks = [asyncio.create_task(node.serve(stop))]
-    if responders:
+    if cfg.transport.kind == "smtp":
+        from envelopay.agent.node import imap_config
+
+        tasks = [asyncio.create_task(node.serve_imap(imap_config(cfg), stop))]
+    else:
+        tasks = [asyncio.create_task(node.serve(stop))]
+    if responders and cfg.transport.kind == "garden":
         from envelopay.agent.node import garden_transport
 
         mapping = {mailbox_path(root, r.address): r for r in responders}

@@ -16,7 +16,7 @@ from typing import Protocol
 
 from envelopay.errors import TransportError
 
-__all__ = ["DeliveryRefused", "GardenTransport", "Transport"]
+__all__ = ["DeliveryRefused", "GardenTransport", "SmtpTransport", "Transport"]
 
 
 class DeliveryRefused(TransportError):
@@ -87,3 +87,23 @@ class GardenTransport:
 
     async def close(self) -> None:
         await self._drop()
+
+
+@dataclass
+class SmtpTransport:
+    """SMTP submission of the exact (signed) bytes, with mail.smtp's retries."""
+
+    config: object  # envelopay.mail.smtp.SmtpConfig (imported lazily)
+
+    async def send(self, raw: bytes, sender: str, recipient: str) -> None:
+        from envelopay.mail.smtp import SmtpConfig, send_raw
+
+        assert isinstance(self.config, SmtpConfig)
+        result = await send_raw(raw, sender=sender, recipient=recipient, config=self.config)
+        if result.status == "permanent_failure":
+            raise DeliveryRefused(f"SMTP refused: {result.code} {result.detail}")
+        if result.status != "sent":
+            raise TransportError(f"SMTP failed for now: {result.code} {result.detail}")
+
+    async def close(self) -> None:
+        return None
