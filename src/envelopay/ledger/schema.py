@@ -244,9 +244,20 @@ BEGIN
 END $$
 """
 
+# v4: the begin call commits without waiting for its WAL flush. The step's commit call
+# is synchronous and flushes the WAL up to its own record, which includes the begin's;
+# a server crash in between forgets the claim and the step is redone in full, exactly
+# as if the crash had come before the begin.
+_PG_BEGIN_V4 = _PG_BEGIN.replace(
+    "BEGIN\n    INSERT INTO ep_inbound",
+    "BEGIN\n    PERFORM set_config('synchronous_commit', 'off', true);\n    INSERT INTO ep_inbound",
+    1,
+)
+
 # Migrations whose statements differ per dialect, given as ready statement lists.
 DIALECT_MIGRATIONS: dict[int, tuple[str, dict[str, tuple[str, ...]]]] = {
     3: ("server-side step functions (PostgreSQL)", {"sqlite": (), "postgres": (_PG_BEGIN, _PG_COMMIT)}),
+    4: ("begin call commits asynchronously (PostgreSQL)", {"sqlite": (), "postgres": (_PG_BEGIN_V4,)}),
 }
 
 
