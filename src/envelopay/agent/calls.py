@@ -25,12 +25,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from envelopay.agent.toolmail import build_tool_mail, read_tool_mail
 from envelopay.errors import TransportError, UsageError
 
-__all__ = ["CallClient", "CallRecord", "CallResult", "CallStore", "Sender"]
+__all__ = ["CallBook", "CallClient", "CallRecord", "CallResult", "CallStore", "LedgerCalls", "Sender"]
 
 CallStatus = Literal["pending", "ok", "error", "timeout", "failed"]
 Sender = Callable[[bytes, str, str], Awaitable[None]]  # (raw, from, to)
@@ -142,12 +142,76 @@ class CallStore:
         return expired
 
 
+class CallBook(Protocol):
+    """Where outstanding calls live: `CallStore` (a SQLite file of the agent's own) or
+    `LedgerCalls` (the engine's ledger: SQLite or PostgreSQL)."""
+
+    def add(
+        self, call_id: str, message_id: str, endpoint: str, deadline: datetime, now: datetime
+    ) -> None: ...
+
+    def get(self, call_id: str) -> CallRecord | None: ...
+
+    def by_message_id(self, message_id: str) -> CallRecord | None: ...
+
+    def finish(self, call_id: str, status: CallStatus, reply: dict[str, Any] | None) -> bool: ...
+
+    def pending(self) -> list[CallRecord]: ...
+
+    def expire(self, now: datetime) -> list[str]: ...
+
+
+class LedgerCalls:
+    """Outstanding calls in the engine's ledger (`Store.call_*`, table ep_calls), so a
+    PostgreSQL-backed agent keeps them beside its flows. Our ok/error map to the
+    ledger's `answered` with the reply kept as the result."""
+
+    def __init__(self, store: Any, *, local: str, clock: Clock = lambda: datetime.now(UTC)) -> None:
+        self.store = store
+        self.local = local.lower()
+        self.clock = clock
+
+    @staticmethod
+    def _rec(r: Any) -> CallRecord:
+        result = dict(r.result) if r.result is not None else None
+        if r.status == "answered":
+            status: CallStatus = "ok" if (result or {}).get("status") == "ok" else "error"
+        else:
+            status = r.status
+        return CallRecord(r.call_id, r.message_id, r.peer, r.deadline, status, result)
+
+    def add(self, call_id: str, message_id: str, endpoint: str, deadline: datetime, now: datetime) -> None:
+        from envelopay.ledger.store import CallRecord as LedgerRecord
+
+        self.store.call_add(LedgerRecord(call_id=call_id, local=self.local, peer=endpoint,
+                                         message_id=message_id, deadline=deadline, created_at=now))
+
+    def get(self, call_id: str) -> CallRecord | None:
+        r = self.store.call_get(call_id)
+        return self._rec(r) if r is not None else None
+
+    def by_message_id(self, message_id: str) -> CallRecord | None:
+        r = self.store.call_for_reply(self.local, message_id)
+        return self._rec(r) if r is not None else None
+
+    def finish(self, call_id: str, status: CallStatus, reply: dict[str, Any] | None) -> bool:
+        ledger_status = "answered" if status in ("ok", "error") else status
+        result = {"status": status, **(reply or {})}
+        return bool(self.store.call_resolve(call_id, ledger_status, result, self.clock()))
+
+    def pending(self) -> list[CallRecord]:
+        return [self._rec(r) for r in self.store.calls_pending(self.local)]
+
+    def expire(self, now: datetime) -> list[str]:
+        return [r.call_id for r in self.store.calls_expire(now)]
+
+
 class CallClient:
     """Send tool calls and match their replies. Transport and clock are injected."""
 
     def __init__(
         self,
-        store: CallStore,
+        store: CallBook,
         *,
         address: str,
         domain: str,
@@ -214,8 +278,7 @@ class CallClient:
                 assert rec is not None
                 if rec.status != "pending":
                     return rec.result()
-                if self._clock() >= rec.deadline:
-                    self.store.expire(self._clock())
+                if self._clock() >= rec.deadline and self.store.expire(self._clock()):
                     continue
                 # Woken early by on_reply in this process; else poll (reply from elsewhere).
                 try:
