@@ -49,3 +49,21 @@ def test_init_bad_address_names_the_field(tmp_path: Path) -> None:
     assert res.exit_code == 2
     assert "--address" in res.output
     assert not (tmp_path / "envelopay.toml").exists()
+
+
+def test_worker_serve_and_client_with_a_bad_config_exit_2(tmp_path: Path) -> None:
+    res = runner.invoke(app, ["worker", "serve", "--config", str(tmp_path / "missing.toml")])
+    assert res.exit_code == 2 and "cannot read config" in res.output
+    (tmp_path / "bad.toml").write_text('[agent]\naddress = "x@y.example"\ndomain = "y.example"\nbogus = 1\n')
+    res = runner.invoke(app, ["which", "w@y.example", "--config", str(tmp_path / "bad.toml")])
+    assert res.exit_code == 2 and "agent.bogus" in res.output
+
+
+def test_client_with_the_garden_down_queues_and_says_so(tmp_path: Path) -> None:
+    assert runner.invoke(app, ["init", "--dir", str(tmp_path)]).exit_code == 0
+    cfg = tmp_path / "envelopay.toml"
+    cfg.write_text(cfg.read_text().replace('garden_root = "var/garden"',
+                                           'garden_root = "var/garden"\nlmtp_port = 9'))
+    res = runner.invoke(app, ["which", "worker@garden.local", "--config", str(cfg)])
+    assert res.exit_code == 1, res.output
+    assert "queued WHICH" in res.output and "not delivered yet" in res.output

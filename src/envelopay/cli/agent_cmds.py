@@ -164,8 +164,14 @@ def _client(config: Path, wait: bool, timeout: float, act: Any) -> None:
         node = build_node(cfg, app=ClientApp(wallets))
         try:
             sent = await act(node)
-            typer.echo(f"sent {sent.outbound.message.type.upper()} {sent.message_id} (flow {sent.flow_id}, "
-                       f"state {sent.state})")
+            row = node.store.outbox_get(sent.message_id)
+            kind = sent.outbound.message.type.upper()
+            if row is not None and row.status != "sent":
+                # Recorded in its flow and the outbox; a later drain delivers it (same bytes).
+                typer.echo(f"queued {kind} {sent.message_id} (flow {sent.flow_id}): not delivered yet: "
+                           f"{row.last_error or row.status}", err=True)
+                return 1
+            typer.echo(f"sent {kind} {sent.message_id} (flow {sent.flow_id}, state {sent.state})")
             if not wait:
                 return 0
             answer = await follow(node, sent, timeout=timeout, progress=typer.echo)
