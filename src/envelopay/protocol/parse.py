@@ -77,9 +77,10 @@ _VERSION = re.compile(r"([0-9]{1,9})\.([0-9]{1,9})(?:\.[0-9]{1,9})?(?:[-+][0-9A-
 _LINE_SPLIT = re.compile(r"\r\n|\n|\r")
 _HEADER_END = re.compile(rb"\r?\n\r?\n")
 _PARAM = re.compile(r';\s*([!#$%&\'*+\-.^_`|~0-9A-Za-z]+)\s*=\s*("(?:[^"\\]|\\.)*"|[^;\s]*)')
-_TAG = re.compile(r"<[^>]*>")
-_HIDDEN = re.compile(r"<(script|style|head|blockquote)\b.*?</\1\s*>", re.IGNORECASE | re.DOTALL)
-_BREAK_TAG = re.compile(r"<\s*(br|/p|/div|/tr|/li|/h[1-6])\b[^>]*>", re.IGNORECASE)
+_TAG = re.compile(r"<[^<>]*>")
+# Linear-time patterns only: `[^<>]*` stops at the next `<`, so "<<<<..." costs O(n).
+_HIDDEN_OPEN = re.compile(r"<(script|style|head|blockquote)\b", re.IGNORECASE)
+_BREAK_TAG = re.compile(r"<\s*(br|/p|/div|/tr|/li|/h[1-6])\b[^<>]*>", re.IGNORECASE)
 _SIG = ("-- ", "--")
 _ATTEMPT = re.compile(r'\{\s*"')
 
@@ -138,23 +139,24 @@ def _split_headers(raw: bytes) -> tuple[dict[str, list[str]], bytes]:
     else:
         head, body = raw[: m.start()], raw[m.end() :]
     text = head.decode("utf-8", "replace")
-    headers: dict[str, list[str]] = {}
-    name: str | None = None
+    # Values are kept as lists of folded pieces and joined once: linear in the header size.
+    pieces: dict[str, list[list[str]]] = {}
+    current: list[str] | None = None
     lines = _LINE_SPLIT.split(text)
     if lines and lines[0].startswith("From "):  # an mbox separator line, not a header
         lines = lines[1:]
     for line in lines:
         if line[:1] in (" ", "\t"):
-            if name is not None:
-                values = headers[name]
-                values[-1] = values[-1] + line
+            if current is not None:
+                current.append(line)
             continue
         colon = line.find(":")
         if colon <= 0:
-            name = None  # a malformed line: ignored, as is any continuation of it
+            current = None  # a malformed line: ignored, as is any continuation of it
             continue
-        name = line[:colon].rstrip().lower()
-        headers.setdefault(name, []).append(line[colon + 1 :])
+        current = [line[colon + 1 :]]
+        pieces.setdefault(line[:colon].rstrip().lower(), []).append(current)
+    headers = {name: ["".join(p) for p in values] for name, values in pieces.items()}
     return headers, body
 
 
@@ -280,8 +282,40 @@ def _strip_quotes_and_signature(text: str) -> str:
     return "\n".join(kept)
 
 
+def _drop_hidden(text: str) -> str:
+    """Remove script/style/head/blockquote elements (nesting counted; an unclosed one
+    hides the rest), in one forward pass."""
+    lower = text.lower()
+    out: list[str] = []
+    pos = 0
+    while True:
+        m = _HIDDEN_OPEN.search(text, pos)
+        if m is None:
+            out.append(text[pos:])
+            break
+        out.append(text[pos : m.start()])
+        name = m.group(1).lower()
+        opener = re.compile(rf"<{name}\b", re.IGNORECASE)
+        depth, scan, close = 1, m.end(), -1
+        while depth:
+            if close < scan:  # find each closing tag once: the scan only moves forward
+                close = lower.find("</" + name, scan)
+                if close < 0:
+                    return " ".join(out)
+            nested = opener.search(text, scan, close)
+            if nested is not None:
+                depth, scan = depth + 1, nested.end()
+            else:
+                depth, scan = depth - 1, close + 2
+        end = text.find(">", scan)
+        if end < 0:
+            break
+        pos = end + 1
+    return " ".join(out)
+
+
 def _html_to_text(text: str) -> str:
-    text = _HIDDEN.sub(" ", text)
+    text = _drop_hidden(text)
     text = _BREAK_TAG.sub("\n", text)
     text = _TAG.sub("", text)
     # After the tags go, the same text rules apply: `>` quotes and `-- ` signatures.
@@ -315,12 +349,19 @@ def _find_object(text: str) -> tuple[dict[str, Any] | None, bool]:
     attempted = False
     start = text.find("{")
     attempts = 0
+    # Failed attempts can each scan far (nested unterminated arrays): bound the total work.
+    budget = 4 * len(text) + 65536
     while start >= 0 and attempts < _MAX_JSON_ATTEMPTS:
         attempts += 1
         try:
             obj, end = _DECODER.raw_decode(text, start)
-        except Exception:  # JSONDecodeError, RecursionError, int-too-long ValueError
+        except Exception as exc:  # JSONDecodeError, RecursionError, int-too-long ValueError
             attempted = attempted or _ATTEMPT.match(text, start) is not None
+            reached = exc.pos if isinstance(exc, json.JSONDecodeError) else len(text)
+            budget -= max(reached - start, 1)
+            if budget < 0:
+                detail = "too much text that starts JSON and does not parse"
+                raise _Stop(Problem(OopsCode.INVALID_JSON, detail)) from exc
             start = text.find("{", start + 1)
             continue
         if isinstance(obj, dict) and ("v" in obj or "type" in obj):
