@@ -203,26 +203,36 @@ def _new_id(prefix: str, given: str | None) -> str:
 
 
 def _register_client(app: typer.Typer) -> None:
-    from envelopay.agent.client import build, check_address, parse_json_option, pay_first
-    from envelopay.protocol.messages import Accept, Fulfill, Invoice, Offer, Oops, Order, Pay, Which
-
+    # Imports stay inside the commands: `envelopay --help` must not load the engine.
     def _addr(address: str) -> str:
+        from envelopay.agent.client import check_address
+
         try:
             return check_address(address)
         except UsageError as exc:
             _fail(str(exc))
 
-    def _msg(model: Any, **fields: Any) -> Any:
+    def _msg(kind: str, **fields: Any) -> Any:
+        from envelopay.agent.client import build
+        from envelopay.protocol.messages import MessageType, model_for
+
         try:
-            return build(model, **fields)
+            return build(model_for(MessageType(kind)), **fields)  # type: ignore[arg-type]
         except UsageError as exc:
             _fail(str(exc))
 
     def _json(value: str | None, field: str) -> Any:
+        from envelopay.agent.client import parse_json_option
+
         try:
             return parse_json_option(value, field)
         except UsageError as exc:
             _fail(str(exc))
+
+    async def pay_first(node: Any, **kw: Any) -> Any:
+        from envelopay.agent.client import pay_first as pay
+
+        return await pay(node, **kw)
 
     @app.command("which")
     def which(address: str, config: _Config = Path("envelopay.toml"),
@@ -230,7 +240,7 @@ def _register_client(app: typer.Typer) -> None:
               note: _Note = None, id: _Id = None, wait: _Wait = False, timeout: _Timeout = 60.0) -> None:
         """Ask ADDRESS what it accepts (WHICH → METHODS)."""
         to = _addr(address)
-        msg = _msg(Which, id=_new_id("wch", id), task=_json(task, "--task"), note=note)
+        msg = _msg("which", id=_new_id("wch", id), task=_json(task, "--task"), note=note)
         _client(config, wait, timeout, lambda node: node.send(msg, to))
 
     @app.command("order")
@@ -239,7 +249,7 @@ def _register_client(app: typer.Typer) -> None:
               flow: _Flow = None, wait: _Wait = False, timeout: _Timeout = 60.0) -> None:
         """Order work from ADDRESS (ORDER → INVOICE or FULFILL)."""
         to = _addr(address)
-        msg = _msg(Order, id=_new_id("ord", id), task=_json(task, "--task"), note=note)
+        msg = _msg("order", id=_new_id("ord", id), task=_json(task, "--task"), note=note)
         _client(config, wait, timeout, lambda node: node.send(msg, to, flow_id=flow))
 
     @app.command("pay")
@@ -254,7 +264,7 @@ def _register_client(app: typer.Typer) -> None:
         to = _addr(address)
         pid = _new_id("pay", id)
         # Validate every field with a placeholder proof before any money moves.
-        draft = _msg(Pay, id=pid, amount=amount, token=token, chain=chain, proof={"tx": "-"},
+        draft = _msg("pay", id=pid, amount=amount, token=token, chain=chain, proof={"tx": "-"},
                      invoice_ref=invoice, note=note)
 
         async def act(node: Any) -> Any:
@@ -279,7 +289,7 @@ def _register_client(app: typer.Typer) -> None:
         w = wallet or next((a.wallet for a in cfg.accept if a.chain == chain and a.token == token), None)
         if w is None:
             _fail(f"--wallet: no configured wallet for {chain}/{token}; give --wallet")
-        msg = _msg(Invoice, id=_new_id("inv", id), amount=amount, token=token, chain=chain, wallet=w,
+        msg = _msg("invoice", id=_new_id("inv", id), amount=amount, token=token, chain=chain, wallet=w,
                    order_ref=order_ref, due=due, note=note)
         _client(config, wait, timeout, lambda node: node.send(msg, to, flow_id=flow))
 
@@ -299,7 +309,7 @@ def _register_client(app: typer.Typer) -> None:
         to = _addr(address)
         cfg = _load(config)
         w = wallet or next((a.wallet for a in cfg.accept if a.chain == want_chain), None)
-        draft = _msg(Offer, id=_new_id("ofr", id), wallet=w, note=note,
+        draft = _msg("offer", id=_new_id("ofr", id), wallet=w, note=note,
                      give={"amount": give_amount, "token": give_token, "chain": give_chain, "to": give_to,
                            "proof": {"tx": "-"}},
                      want={"amount": want_amount, "token": want_token, "chain": want_chain})
@@ -320,7 +330,7 @@ def _register_client(app: typer.Typer) -> None:
                flow: _Flow = None) -> None:
         """Pay the counter-asset, then ACCEPT the OFFER with its proof."""
         to = _addr(address)
-        draft = _msg(Accept, id=_new_id("acc", id), offer_ref=offer_ref, amount=amount, token=token,
+        draft = _msg("accept", id=_new_id("acc", id), offer_ref=offer_ref, amount=amount, token=token,
                      chain=chain, proof={"tx": "-"}, note=note)
 
         async def act(node: Any) -> Any:
@@ -338,7 +348,7 @@ def _register_client(app: typer.Typer) -> None:
                 flow: _Flow = None) -> None:
         """Deliver work for an ORDER (FULFILL)."""
         to = _addr(address)
-        msg = _msg(Fulfill, id=_new_id("ful", id), order_ref=order_ref, result=_json(result, "--result"),
+        msg = _msg("fulfill", id=_new_id("ful", id), order_ref=order_ref, result=_json(result, "--result"),
                    note=note)
         _client(config, False, 0.0, lambda node: node.send(msg, to, flow_id=flow))
 
@@ -349,7 +359,7 @@ def _register_client(app: typer.Typer) -> None:
              config: _Config = Path("envelopay.toml"), id: _Id = None, flow: _Flow = None) -> None:
         """Tell ADDRESS something went wrong (OOPS)."""
         to = _addr(address)
-        msg = _msg(Oops, id=_new_id("oops", id), note=note, ref=ref, error={"code": code})
+        msg = _msg("oops", id=_new_id("oops", id), note=note, ref=ref, error={"code": code})
         _client(config, False, 0.0, lambda node: node.send(msg, to, flow_id=flow))
 
     @app.command("flows")
