@@ -205,6 +205,10 @@ def test_oversized_message_is_refused() -> None:
         + b"</blockquote>" * 50_000,
         b"Subject: PAY\r\nContent-Type: text/html\r\n\r\n" + b"<" * 500_000 + b"<br" * 300_000,
         b"Subject: PAY\r\nContent-Type: text/html\r\n\r\n" + b"<script>" * 200_000,
+        b"Subject: " + b"=?utf-8?q?PAY?= " * 20_000 + b"\r\n\r\n{}",
+        b"Subject: PAY\r\nFrom: " + b"(" * 3000 + b"\r\n\r\n{}",
+        b"Subject: PAY\r\nFrom: " + b"(" * 50_000 + b"\r\n\r\n{}",
+        b"Subject: PAY\r\nFrom: " + b"a@b," * 50_000 + b"\r\n\r\n{}",
     ],
 )
 def test_hostile_inputs_give_values(raw: bytes) -> None:

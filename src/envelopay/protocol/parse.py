@@ -87,6 +87,8 @@ _ATTEMPT = re.compile(r'\{\s*"')
 _MAX_DEPTH = 8
 _MAX_PARTS = 256
 _MAX_JSON_ATTEMPTS = 256
+_MAX_ADDRESS_HEADER = 4096
+_MAX_ENCODED_SUBJECT = 4096  # longer subjects with encoded-words are not decoded
 
 
 @dataclass(frozen=True, slots=True)
@@ -509,7 +511,12 @@ def _addresses(value: str | None) -> list[str]:
     m = _BARE_ADDR.fullmatch(value) or _NAMED_ADDR.fullmatch(value)
     if m is not None:
         return [m.group(1)]
-    return [addr for _, addr in getaddresses([value]) if "@" in addr]
+    if len(value) > _MAX_ADDRESS_HEADER:
+        return []  # the stdlib address parser is slow (and recursive) on long hostile values
+    try:
+        return [addr for _, addr in getaddresses([value]) if "@" in addr]
+    except Exception:  # RecursionError on deeply nested comments, and the like: no address
+        return []
 
 
 def _split_ids(value: str | None) -> tuple[str, ...]:
@@ -554,7 +561,11 @@ def _parse(raw: bytes, opts: ParseOptions) -> Parsed:
     for name in _USED_HEADERS:
         value = _one(headers, name)
         if value is not None and name == "subject":
-            value, ok = decode_subject(value)
+            # The stdlib decoder is slow on thousands of encoded-words: long ones stay raw.
+            if len(value) <= _MAX_ENCODED_SUBJECT:
+                value, ok = decode_subject(value)
+            else:
+                ok = "=?" not in value
             if not ok:
                 warnings.append("undecodable RFC 2047 subject")
             value = value.strip()
@@ -613,7 +624,7 @@ def _parse(raw: bytes, opts: ParseOptions) -> Parsed:
             problems=(
                 Problem(
                     OopsCode.UNKNOWN_TYPE,
-                    f"unknown type {form.keyword}; supported types: {SUPPORTED_TYPES_TEXT}",
+                    f"unknown type {(form.keyword or '')[:64]}; supported types: {SUPPORTED_TYPES_TEXT}",
                     "subject",
                 ),
             ),
