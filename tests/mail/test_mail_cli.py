@@ -252,3 +252,28 @@ def test_fetch_idle_subprocess_picks_up_pushed_mail(tmp_path: Path) -> None:
             proc.send_signal(signal.SIGTERM)
             out, _ = proc.communicate(timeout=60)
         assert proc.returncode == 0 and b"1 message(s) stored" in out
+
+
+def test_config_gives_dir_address_and_garden_inbox(tmp_path: Path, smtp_server: tuple[Sink, int]) -> None:
+    from envelopay.mail.maildir import deliver_file, ensure_maildir, mailbox_path
+
+    sink, port = smtp_server
+    work = tmp_path / "worker"
+    work.mkdir()
+    (work / "envelopay.toml").write_text(
+        f'[agent]\naddress = "{ME}"\ndomain = "garden.test"\n\n'
+        '[transport]\nkind = "garden"\ngarden_root = "g"\n'
+    )
+    garden_inbox = ensure_maildir(mailbox_path(work / "g", ME))
+    deliver_file(garden_inbox, mail(31, "via the garden", "hello"), fsync=False)
+    cfg = str(work / "envelopay.toml")
+    rows = json.loads(run("mail", "check", "--config", cfg, "--json")[1])
+    assert [r["subject"] for r in rows] == ["via the garden"]
+    assert (work / "mailbox" / "index.sqlite3").is_file()  # the config's directory is the agent dir
+    # The config's address is the sender of a reply (no --address, no env).
+    smtp = ("--smtp", f"127.0.0.1:{port}", "--security", "none")
+    code, _, err = run("mail", "reply", str(rows[0]["id"]), "-m", "ok", *smtp, "--config", cfg, "--json")
+    assert code == 0, err
+    assert sink.got[0][0] == ME
+    code, _, err = run("mail", "check", "--config", str(work / "missing.toml"))
+    assert code == 2 and "config:" in err

@@ -23,6 +23,14 @@ AddressOpt = Annotated[
     str | None, typer.Option("--address", help="This agent's own address (default: $ENVELOPAY_ADDRESS).")
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+ConfigOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--config",
+        help="A worker config (default: $ENVELOPAY_CONFIG, else ./envelopay.toml when present); used when "
+        "--dir and $ENVELOPAY_AGENT_DIR are not given: its directory, agent address and garden inbox.",
+    ),
+]
 
 
 def _register_mail(app: typer.Typer) -> None:
@@ -49,14 +57,39 @@ def _register_mail(app: typer.Typer) -> None:
         return typer.Exit(2)
 
     @contextmanager
-    def open_box(directory: Path | None, address: str | None, as_json: bool) -> Iterator[Any]:
-        from envelopay.errors import UsageError
+    def open_box(
+        directory: Path | None, config: Path | None, address: str | None, as_json: bool
+    ) -> Iterator[Any]:
+        from envelopay.errors import ConfigError, UsageError
         from envelopay.mail.mailbox import Mailbox, MailboxError
 
-        where = directory or Path(os.environ.get("ENVELOPAY_AGENT_DIR") or ".")
+        env_dir = os.environ.get("ENVELOPAY_AGENT_DIR")
+        where = directory or (Path(env_dir) if env_dir else None)
         addr = address or os.environ.get("ENVELOPAY_ADDRESS") or None
+        inbox: Path | None = None
+        # An explicit --config always applies; otherwise a config is a default only when
+        # no directory was given at all.
+        if config is None and where is None:
+            env_cfg = os.environ.get("ENVELOPAY_CONFIG")
+            if env_cfg:
+                config = Path(env_cfg)
+            elif Path("envelopay.toml").is_file():
+                config = Path("envelopay.toml")
+        if config is not None:
+            from envelopay.agent.config import load_config
+            from envelopay.mail.maildir import mailbox_path
+
+            try:
+                cfg = load_config(config)
+            except ConfigError as exc:
+                raise usage_error(f"config: {exc}", as_json, field="config") from exc
+            where = where or Path(cfg.base_dir)
+            addr = addr or cfg.agent.address
+            if cfg.transport.kind == "garden":
+                # The worker's garden Maildir is this agent's inbox.
+                inbox = mailbox_path(cfg.path(cfg.transport.garden_root), cfg.agent.address)
         try:
-            box = Mailbox(where, address=addr)
+            box = Mailbox(where or Path("."), address=addr, inbox=inbox)
         except MailboxError as exc:
             raise usage_error(str(exc), as_json, exc.code, exc.field) from exc
         except OSError as exc:
@@ -150,13 +183,14 @@ def _register_mail(app: typer.Typer) -> None:
         n: Annotated[int, typer.Option("-n", help="How many messages.")] = 10,
         truncate: Annotated[int, typer.Option(help="Preview characters; 0 = the full body.")] = 500,
         directory: DirOpt = None,
+        config: ConfigOpt = None,
         address: AddressOpt = None,
         as_json: JsonOpt = False,
     ) -> None:
         """List a folder, newest first, with filters."""
         from envelopay.mail.mailbox import CheckFilter
 
-        with open_box(directory, address, as_json) as box:
+        with open_box(directory, config, address, as_json) as box:
             flt = CheckFilter(
                 from_=from_,
                 subject=subject,
@@ -177,33 +211,36 @@ def _register_mail(app: typer.Typer) -> None:
         folder: Annotated[str | None, typer.Option(help="One folder (default: inbox and sent).")] = None,
         truncate: Annotated[int, typer.Option(help="Preview characters; 0 = the full body.")] = 500,
         directory: DirOpt = None,
+        config: ConfigOpt = None,
         address: AddressOpt = None,
         as_json: JsonOpt = False,
     ) -> None:
         """Regex search over sender, subject and body."""
-        with open_box(directory, address, as_json) as box:
+        with open_box(directory, config, address, as_json) as box:
             show(box.search(query, folder, truncate=truncate), as_json, title=f"search {query}")
 
     @mail.command("read")
     def read(
         ids: Annotated[list[str], typer.Argument(help="Mailbox ids (from check or search).")],
         directory: DirOpt = None,
+        config: ConfigOpt = None,
         address: AddressOpt = None,
         as_json: JsonOpt = False,
     ) -> None:
         """Show messages in full; inbox messages become read."""
-        with open_box(directory, address, as_json) as box:
+        with open_box(directory, config, address, as_json) as box:
             show(box.read(ids), as_json, with_body=True)
 
     @mail.command("dismiss")
     def dismiss(
         ids: Annotated[list[str], typer.Argument(help="Inbox ids to mark read.")],
         directory: DirOpt = None,
+        config: ConfigOpt = None,
         address: AddressOpt = None,
         as_json: JsonOpt = False,
     ) -> None:
         """Mark inbox messages read without showing them."""
-        with open_box(directory, address, as_json) as box:
+        with open_box(directory, config, address, as_json) as box:
             count = box.dismiss(ids)
             typer.echo(json.dumps({"dismissed": count}) if as_json else f"{count} marked read")
 
@@ -211,11 +248,12 @@ def _register_mail(app: typer.Typer) -> None:
     def archive(
         ids: Annotated[list[str], typer.Argument(help="Inbox ids to archive.")],
         directory: DirOpt = None,
+        config: ConfigOpt = None,
         address: AddressOpt = None,
         as_json: JsonOpt = False,
     ) -> None:
         """Move inbox messages to the archive."""
-        with open_box(directory, address, as_json) as box:
+        with open_box(directory, config, address, as_json) as box:
             moved = box.archive(ids)
             typer.echo(
                 json.dumps({"archived": [r.id for r in moved]}) if as_json else f"{len(moved)} archived"
@@ -225,11 +263,12 @@ def _register_mail(app: typer.Typer) -> None:
     def delete(
         ids: Annotated[list[str], typer.Argument(help="Inbox or archive ids to delete for good.")],
         directory: DirOpt = None,
+        config: ConfigOpt = None,
         address: AddressOpt = None,
         as_json: JsonOpt = False,
     ) -> None:
         """Delete inbox/archive messages permanently (sent mail is refused)."""
-        with open_box(directory, address, as_json) as box:
+        with open_box(directory, config, address, as_json) as box:
             count = box.delete(ids)
             typer.echo(json.dumps({"deleted": count}) if as_json else f"{count} deleted")
 
@@ -238,11 +277,12 @@ def _register_mail(app: typer.Typer) -> None:
         message: Annotated[str, typer.Argument(help="Any message id of the thread.")],
         truncate: Annotated[int, typer.Option(help="Preview characters; 0 = the full body.")] = 200,
         directory: DirOpt = None,
+        config: ConfigOpt = None,
         address: AddressOpt = None,
         as_json: JsonOpt = False,
     ) -> None:
         """The whole conversation (all folders) grouped by References, oldest first."""
-        with open_box(directory, address, as_json) as box:
+        with open_box(directory, config, address, as_json) as box:
             show(box.thread(message, truncate=truncate), as_json, title="thread")
 
     @mail.command("reply")
@@ -264,6 +304,7 @@ def _register_mail(app: typer.Typer) -> None:
         ] = None,
         security: Annotated[str, typer.Option(help="none, starttls or tls.")] = "starttls",
         directory: DirOpt = None,
+        config: ConfigOpt = None,
         address: AddressOpt = None,
         as_json: JsonOpt = False,
     ) -> None:
@@ -308,7 +349,7 @@ def _register_mail(app: typer.Typer) -> None:
             )
         except ConfigError as exc:
             raise usage_error(f"smtp: {exc}", as_json, field="smtp") from exc
-        with open_box(directory, address, as_json) as box:
+        with open_box(directory, config, address, as_json) as box:
             result = asyncio.run(
                 box.reply(smtp_send_fn(cfg), message, text, reply_all=reply_all, attachments=attach or ())
             )
@@ -334,6 +375,7 @@ def _register_mail(app: typer.Typer) -> None:
         tls: Annotated[bool, typer.Option("--tls/--no-tls", help="Implicit TLS (IMAPS).")] = True,
         idle: Annotated[bool, typer.Option("--idle", help="Keep running: IDLE push with reconnect.")] = False,
         directory: DirOpt = None,
+        config: ConfigOpt = None,
         as_json: JsonOpt = False,
     ) -> None:
         """Copy unprocessed IMAP mail into the inbox; each message is flagged
@@ -357,7 +399,7 @@ def _register_mail(app: typer.Typer) -> None:
             )
         except ConfigError as exc:
             raise usage_error(str(exc), as_json, field=str(exc).split(":")[0]) from exc
-        with open_box(directory, None, as_json) as box:
+        with open_box(directory, config, None, as_json) as box:
             state = SyncState.load(box.root / "imap-state.json")
             source = ImapSource(cfg, state)
 
@@ -383,9 +425,9 @@ def _register_mail(app: typer.Typer) -> None:
     mail.add_typer(contacts, name="contacts")
 
     @contacts.command("list")
-    def contacts_list(directory: DirOpt = None, as_json: JsonOpt = False) -> None:
+    def contacts_list(directory: DirOpt = None, config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
         """List contacts."""
-        with open_box(directory, None, as_json) as box:
+        with open_box(directory, config, None, as_json) as box:
             items = box.contacts.list()
             if as_json:
                 typer.echo(
@@ -408,10 +450,11 @@ def _register_mail(app: typer.Typer) -> None:
         name: Annotated[str, typer.Option(help="Display name.")] = "",
         note: Annotated[str, typer.Option(help="A private note.")] = "",
         directory: DirOpt = None,
+        config: ConfigOpt = None,
         as_json: JsonOpt = False,
     ) -> None:
         """Add a contact, or replace the one with this address."""
-        with open_box(directory, None, as_json) as box:
+        with open_box(directory, config, None, as_json) as box:
             c = box.contacts.add(contact, name=name, note=note)
             typer.echo(
                 json.dumps({"address": c.address, "name": c.name, "note": c.note})
@@ -425,10 +468,11 @@ def _register_mail(app: typer.Typer) -> None:
         name: Annotated[str | None, typer.Option(help="New display name.")] = None,
         note: Annotated[str | None, typer.Option(help="New note.")] = None,
         directory: DirOpt = None,
+        config: ConfigOpt = None,
         as_json: JsonOpt = False,
     ) -> None:
         """Change only the given fields of a contact."""
-        with open_box(directory, None, as_json) as box:
+        with open_box(directory, config, None, as_json) as box:
             c = box.contacts.edit(contact, name=name, note=note)
             typer.echo(
                 json.dumps({"address": c.address, "name": c.name, "note": c.note})
@@ -440,10 +484,11 @@ def _register_mail(app: typer.Typer) -> None:
     def contacts_remove(
         contact: Annotated[str, typer.Argument(help="The contact's address.")],
         directory: DirOpt = None,
+        config: ConfigOpt = None,
         as_json: JsonOpt = False,
     ) -> None:
         """Remove a contact."""
-        with open_box(directory, None, as_json) as box:
+        with open_box(directory, config, None, as_json) as box:
             removed = box.contacts.remove(contact)
         typer.echo(
             json.dumps({"removed": removed}) if as_json else ("removed" if removed else "no such contact")
