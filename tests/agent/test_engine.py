@@ -482,3 +482,26 @@ async def test_an_empty_received_id_is_not_echoed_as_ref(world: World) -> None:
     assert o.status == "refused" and o.oops is not None
     reply = world.reply(o)
     assert isinstance(reply, Oops) and reply.ref is None
+
+
+async def test_first_contact_then_prepaid_order(world: World) -> None:
+    sent = await world.buyer.send(Which(id="wch_p"), k.WORKER)
+    await world.deliver()  # WHICH → worker, METHODS written
+    await world.deliver()  # METHODS → buyer
+    world.rail.txs["pre-fc"] = k.Tx(k.WORKER_WALLET, k.TOKEN, k.PRICE)
+    order = Order(
+        v="0.2.0",
+        id="ord_fc",
+        task={"op": "echo"},
+        amount=k.PRICE,
+        token=k.TOKEN,
+        chain=k.CHAIN,
+        proof={"tx": "pre-fc"},
+    )
+    o = await world.buyer.send(order, k.WORKER, flow_id=sent.flow_id)
+    assert o.state == "prepaid"
+    [at_worker] = await world.deliver()
+    assert (at_worker.state, at_worker.verdict is not None) == ("fulfilled", True)
+    [at_buyer] = await world.deliver()
+    assert (at_buyer.flow_id, at_buyer.state) == (sent.flow_id, "fulfilled")
+    assert [e.type for e in world.store.flow_log(sent.flow_id)] == ["which", "methods", "order", "fulfill"]
