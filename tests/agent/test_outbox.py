@@ -159,3 +159,20 @@ def test_config_picks_the_enforcer_hook(tmp_path: Path, monkeypatch: pytest.Monk
     finally:
         asyncio.run(node.close())
         node.store.close()
+
+
+def test_node_keeps_recent_outcomes_only() -> None:
+    from envelopay.agent import node as node_mod
+    from envelopay.agent.engine import Outcome
+
+    n = node_mod.AgentNode(engine=None, drainer=None, dns=None)  # type: ignore[arg-type]
+    cursor = n.received
+    for i in range(node_mod.RECENT + 5):
+        n.outcomes.append(Outcome("ignored", f"<m{i}@x>"))
+        n.received += 1
+    assert len(n.outcomes) == node_mod.RECENT
+    assert [o.message_id for o in n.outcomes_since(n.received - 2)] == [
+        f"<m{node_mod.RECENT + 3}@x>", f"<m{node_mod.RECENT + 4}@x>"
+    ]
+    assert len(n.outcomes_since(cursor)) == node_mod.RECENT  # older ones are gone, not repeated
+    assert n.outcomes_since(n.received) == []

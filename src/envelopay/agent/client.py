@@ -97,18 +97,18 @@ async def follow(
 ) -> Answer:
     """Serve our Maildir until an answer in this flow arrives (or `timeout`)."""
     stop = asyncio.Event()
-    seen = len(node.outcomes)
+    cursor = node.received
     task = asyncio.create_task(node.serve(stop))
     progress(f"sent {sent.outbound.message.type.upper()} {sent.message_id}; waiting for the answer")
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     try:
         while loop.time() < deadline:
-            for outcome in node.outcomes[seen:]:
+            for outcome in node.outcomes_since(cursor):
                 if outcome.flow_id == sent.flow_id:
                     msg = _inbound(node, outcome)
                     return Answer(msg, outcome)
-            seen = len(node.outcomes)
+            cursor = node.received
             if task.done():
                 task.result()  # surface a crashed pump
             await asyncio.sleep(0.05)

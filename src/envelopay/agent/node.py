@@ -9,6 +9,7 @@ the client role: record the message in its flow, then drain. `serve()` pumps a M
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -28,6 +29,7 @@ from envelopay.rails.interface import Rail
 __all__ = ["AgentNode", "build_node", "open_store"]
 
 Clock = Callable[[], datetime]
+RECENT = 10_000
 
 
 @dataclass
@@ -38,7 +40,9 @@ class AgentNode:
     maildir: Path | None = None
     transport: Transport | None = None
     rails: Mapping[str, Rail] = field(default_factory=dict)
-    outcomes: list[Outcome] = field(default_factory=list)
+    # Recent outcomes only (a long-running worker must not grow without bound).
+    outcomes: deque[Outcome] = field(default_factory=lambda: deque(maxlen=RECENT))
+    received: int = 0  # outcomes recorded since start (a cursor for followers)
     closers: list[Any] = field(default_factory=list)  # things with aclose() (an enforcer client)
     _waiters: dict[str, asyncio.Future[Outcome]] = field(default_factory=dict)
     _seen: dict[str, Outcome] = field(default_factory=dict)
@@ -62,14 +66,22 @@ class AgentNode:
         result = await self.verify_dkim(raw)
         outcome = await self.engine.handle(raw, dkim=result)
         self.outcomes.append(outcome)
+        self.received += 1
         if outcome.outbox:  # only a step that wrote replies has anything to send now
             await self.drainer.drain()
         if outcome.message_id is not None and outcome.status not in ("busy", "deferred"):
             self._seen[outcome.message_id] = outcome
+            if len(self._seen) > RECENT:
+                del self._seen[next(iter(self._seen))]  # the oldest
             fut = self._waiters.pop(outcome.message_id, None)
             if fut is not None and not fut.done():
                 fut.set_result(outcome)
         return outcome
+
+    def outcomes_since(self, cursor: int) -> list[Outcome]:
+        """Outcomes recorded after `cursor` (a past value of `received`), oldest first."""
+        n = min(self.received - cursor, len(self.outcomes))
+        return list(self.outcomes)[len(self.outcomes) - n:] if n > 0 else []
 
     async def wait_outcome(self, message_id: str, timeout: float = 30.0) -> Outcome:
         """The outcome of the inbound message `message_id`, once this node handled it."""
