@@ -147,3 +147,74 @@ def test_conformance_target_must_be_one_address(pair: tuple[Path, Path]) -> None
     _, ccfg = pair
     res = runner.invoke(app, ["conformance", "--target", "a@b.example, c@d.example", "--config", str(ccfg)])
     assert res.exit_code == 2 and "--target" in res.output
+
+
+@pytest.fixture
+def pair_rpc(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    """As `pair`, with both agents on one Base chain reached over JSON-RPC (a dev node
+    on loopback serving a local eth-tester chain), so the CLI can really pay."""
+    from envelopay.agent.keys import evm_address
+    from envelopay.testing.rpc_server import JsonRpcServer
+    from envelopay_base.devnode import base_rpc_handler
+    from envelopay_base.local import LocalChain
+
+    wdir, cdir = tmp_path / "worker", tmp_path / "client"
+    init_agent(wdir, address=WORKER)
+    init_agent(cdir, address=CLIENT)
+    short = Path(tempfile.mkdtemp(prefix="ep", dir="/tmp"))
+    sock = short / "lmtp.sock"
+
+    def record(d: Path, sel: str) -> str:
+        return f'"{sel}._domainkey.garden.local" = "{(d / "keys" / "dkim.txt").read_text().strip()}"\n'
+
+    _wire(wdir / "envelopay.toml", tmp_path / "garden", sock, record(cdir, "client"), [CLIENT])
+    _wire(cdir / "envelopay.toml", tmp_path / "garden", sock, record(wdir, "worker"), [])
+    chain = LocalChain()
+    chain.fund(evm_address(cdir / "keys" / "base.key"), eth=10**18, usdc=5_000_000)
+    chain.fund(evm_address(wdir / "keys" / "base.key"), eth=10**18)
+
+    loop = asyncio.new_event_loop()
+    stop: asyncio.Event | None = None
+    started = threading.Event()
+
+    async def main() -> None:
+        nonlocal stop
+        stop = asyncio.Event()
+        async with JsonRpcServer(base_rpc_handler(chain)) as node:
+            url = node.url
+            for d in (wdir, cdir):
+                cfg_path = d / "envelopay.toml"
+                cfg_path.write_text(cfg_path.read_text().replace(
+                    '[rails.base]\nbackend = "local"',
+                    f'[rails.base]\nbackend = "rpc"\nrpc_url = "{url}"\nnetwork = "local"\n'
+                    f"chain_id = {chain.chain_id}"))
+            cfg = load_config(wdir / "envelopay.toml")
+            await serve_worker(cfg, embedded_garden=True, echo=lambda _: None, stop=stop,
+                               ready=lambda _: started.set())
+
+    thread = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
+    thread.start()
+    assert started.wait(60), "worker did not start"
+    try:
+        yield wdir / "envelopay.toml", cdir / "envelopay.toml"
+    finally:
+        assert stop is not None
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(60)
+        loop.close()
+
+
+def test_order_then_pay_the_invoice_from_the_cli(pair_rpc: tuple[Path, Path]) -> None:
+    _, ccfg = pair_rpc
+    task = '{"name": "word_count", "text": "paid from the command line", "rail": "base-local/USDC"}'
+    res = runner.invoke(app, ["order", WORKER, "--task", task, "-c", str(ccfg), "--wait", "--timeout", "60"])
+    assert res.exit_code == 0, res.output
+    inv = re.search(r'"id": "(inv_\w+)"', res.output)
+    flow = re.search(r"flow (flow_\w+)", res.output)
+    assert inv is not None and flow is not None, res.output
+    res = runner.invoke(app, ["pay", WORKER, "--amount", "250000", "--token", "USDC", "--chain", "base-local",
+                              "--invoice", inv.group(1), "-c", str(ccfg), "--wait", "--timeout", "60"])
+    assert res.exit_code == 0, res.output
+    assert "received FULFILL" in res.output and '"words": 5' in res.output
+    res = runner.invoke(app, ["show", flow.group(1), "-c", str(ccfg)])
+    assert res.exit_code == 0 and "fulfilled" in res.output
