@@ -126,3 +126,20 @@ def test_compose_message_keeps_a_given_id() -> None:
     raw, mid = compose_message(inv, sender="a@x.test", recipient="b@y.test", domain="x.test", now=NOW,
                                message_id="<fixed@x.test>")  # fmt: skip
     assert mid == "<fixed@x.test>" and parse(raw).message_id == mid and parse(raw).message == inv
+
+
+def test_reply_headers_chain_and_trim() -> None:
+    from envelopay.protocol import reply_headers
+
+    first = parse(compose(out(message_id="<m0@x.test>")))
+    assert reply_headers(first) == ("<m0@x.test>", ("<m0@x.test>",))
+    # A parent with In-Reply-To but no References: the chain starts from In-Reply-To.
+    second = parse(compose(out(message_id="<m1@x.test>", in_reply_to="<m0@x.test>")))
+    assert reply_headers(second) == ("<m1@x.test>", ("<m0@x.test>", "<m1@x.test>"))
+    refs = tuple(f"<r{i}@x.test>" for i in range(30))
+    long = parse(compose(out(message_id="<m2@x.test>", in_reply_to=refs[-1], references=refs)))
+    irt, chain = reply_headers(long)
+    assert irt == "<m2@x.test>" and len(chain) == 20
+    assert chain[0] == "<r0@x.test>" and chain[-2:] == ("<r29@x.test>", "<m2@x.test>")
+    # No usable Message-ID: nothing to thread on.
+    assert reply_headers(parse(b"Subject: WHICH\r\nMessage-ID: junk\r\n\r\n")) == (None, ())

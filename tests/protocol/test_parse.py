@@ -224,3 +224,10 @@ def test_odd_charsets_never_break_the_parser(charset: str) -> None:
     assert "parser_error" not in p.warnings and p.protocol
     if charset in ("hex", "rot13", "zlib", "uu", "x-unknown"):
         assert p.valid  # not a text encoding, or unknown: read as UTF-8
+
+
+def test_type_case_slip_is_not_a_mismatch() -> None:
+    body = {k: v for k, v in PAY.items() if k != "amount"} | {"type": "PAY"}
+    p = parse(mail("PAY", json.dumps(body)))
+    assert p.oops is OopsCode.MISSING_FIELD and p.problems[0].field == "amount"
+    assert parse(mail("PAY", json.dumps({**PAY, "type": "Pay"}))).warnings  # valid, with a warning

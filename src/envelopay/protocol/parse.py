@@ -477,12 +477,14 @@ def _validate(
                     missing[0],
                 )
             ]
+    # `"PAY"` for `"pay"` is a spelling slip, not another type: it gets the field codes.
+    other_type = btype.strip().lower() != kind.value
     model = model_for(kind)
     try:
         message = model.model_validate(data, context={"wire": True})
     except ValidationError as err:
         problems = _field_problems(kind, err)
-        if btype != kind.value:
+        if other_type:
             return None, [
                 Problem(
                     OopsCode.TYPE_MISMATCH,
