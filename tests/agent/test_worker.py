@@ -121,3 +121,54 @@ async def test_offer_above_the_rate_is_refused_and_nothing_paid(world: DemoWorld
     _, reply, _ = await world.exchange(offer)
     assert _code(reply) == "amount_mismatch"
     assert world.base.token_balance(world.wallets["buyer_base"]) == before
+
+
+async def test_deferred_message_stays_in_the_maildir(world: DemoWorld) -> None:
+    """A DKIM key lookup that fails for now defers a proof-carrying message: it is not
+    answered, not marked done, and is still in new/ for a later attempt."""
+    import asyncio
+
+    async def dns_down(name: str) -> str | None:
+        raise OSError("resolver unreachable")
+
+    world.worker.dns = dns_down
+    world.worker.retry_delays = (0.0,)
+    proof = await world.pay(world.buyer_rails, "solana-local", "USDC", PRICE, world.wallets["worker_sol"])
+    pay = Pay(id="p-def", amount=PRICE, token="USDC", chain="solana-local", proof=proof)
+    before = world.worker.received
+    from envelopay import dkim
+    from envelopay.agent.demo import BUYER, DOMAIN
+    from envelopay.mail.garden import deliver
+    from envelopay.protocol.compose import compose_message
+
+    raw, mid = compose_message(pay, sender=BUYER, recipient=WORKER, domain=DOMAIN, now=world.clock())
+    await deliver(dkim.sign(raw, selector="buyer", domain=DOMAIN, key=world.buyer_key), BUYER, [WORKER],
+                  world.garden.endpoint)
+    async with asyncio.timeout(30):
+        while not any(o.message_id == mid for o in world.worker.outcomes_since(before)):
+            await asyncio.sleep(0.02)
+    seen = [o for o in world.worker.outcomes_since(before) if o.message_id == mid]
+    assert [o.status for o in seen] == ["deferred"]
+    assert not seen[0].outbox
+    new = list((world.garden.maildir(WORKER) / "new").iterdir())
+    assert len(new) == 1 and mid.encode() in new[0].read_bytes()
+
+
+async def test_reply_committed_before_a_crash_is_sent_on_the_next_drain(world: DemoWorld) -> None:
+    """The engine commits the reply to the outbox before anything is sent; a process
+    that dies right after still has it, and the next drain sends those same bytes."""
+    from envelopay import dkim
+    from envelopay.agent.demo import BUYER, DOMAIN
+    from envelopay.protocol.compose import compose, compose_message
+
+    raw, _ = compose_message(Which(id="w-crash"), sender=BUYER, recipient=WORKER, domain=DOMAIN,
+                             now=world.clock())
+    signed = dkim.sign(raw, selector="buyer", domain=DOMAIN, key=world.buyer_key)
+    out = await world.worker.engine.handle(signed, dkim=await world.worker.verify_dkim(signed))  # no drain
+    pending = world.worker.store.outbox_pending(world.clock())
+    assert [r.outbound.message_id for r in pending] == list(out.outbox)
+    expected = compose(pending[0].outbound)
+    rep = await world.worker.drain()  # what the restarted worker's retry loop does
+    assert rep.sent == list(out.outbox)
+    await world.buyer.wait_outcome(out.outbox[0], 30)
+    assert compose(world.worker.store.outbox_get(out.outbox[0]).outbound) == expected  # type: ignore[union-attr]

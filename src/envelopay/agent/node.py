@@ -43,6 +43,7 @@ class AgentNode:
     # Recent outcomes only (a long-running worker must not grow without bound).
     outcomes: deque[Outcome] = field(default_factory=lambda: deque(maxlen=RECENT))
     received: int = 0  # outcomes recorded since start (a cursor for followers)
+    retry_delays: tuple[float, ...] = (0.0, 0.2, 1.0, 5.0)  # for busy/deferred messages
     closers: list[Any] = field(default_factory=list)  # things with aclose() (an enforcer client)
     _waiters: dict[str, asyncio.Future[Outcome]] = field(default_factory=dict)
     _seen: dict[str, Outcome] = field(default_factory=dict)
@@ -105,14 +106,16 @@ class AgentNode:
         if self.maildir is None:
             raise ConfigError(f"{self.address}: no Maildir to serve")
 
-        async def consume(_: Path, raw: bytes) -> None:
-            # busy/deferred: try again shortly (another worker's lease, a DNS hiccup).
-            for delay in (0.0, 0.2, 1.0, 5.0):
+        async def consume(_: Path, raw: bytes) -> bool:
+            # busy/deferred: try again shortly (another worker's lease, a DNS hiccup);
+            # still not handled: leave it in new/ (handled again at the next start).
+            for delay in self.retry_delays:
                 if delay:
                     await asyncio.sleep(delay)
                 outcome = await self.receive(raw)
                 if outcome.status not in ("busy", "deferred"):
-                    return
+                    return True
+            return False
 
         await pump([self.maildir], consume, stop=stop)
 

@@ -22,7 +22,8 @@ from envelopay.errors import TransportError
 
 __all__ = ["pump", "serve_call_replies", "serve_responders"]
 
-Consumer = Callable[[Path, bytes], Awaitable[None]]
+# Returns False (or None is taken as done) to leave a message in new/ for a later start.
+Consumer = Callable[[Path, bytes], Awaitable[bool | None]]
 log = logging.getLogger(__name__)
 
 
@@ -42,7 +43,9 @@ async def pump(maildirs: Iterable[Path], consume: Consumer, *, stop: asyncio.Eve
                 continue
             flags = "S"
             try:
-                await consume(delivery.maildir, delivery.raw)
+                if await consume(delivery.maildir, delivery.raw) is False:
+                    log.warning("left %s in new/ for a later attempt", delivery.path)
+                    continue
             except Exception:
                 log.exception("consumer failed on %s; filed as flagged", delivery.path)
                 flags = "F"
