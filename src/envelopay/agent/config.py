@@ -40,7 +40,7 @@ from __future__ import annotations
 import importlib
 import re
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -262,5 +262,3 @@ def resolve_ref(ref: str) -> Any:
     except AttributeError as exc:
         raise ConfigError(f"{module_name!r} has no {attr!r}") from exc
 
-
-Handler = Callable[[Any], Any]

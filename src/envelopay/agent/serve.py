@@ -85,7 +85,7 @@ def _signal_stop() -> asyncio.Event:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError):
+        with contextlib.suppress(RuntimeError, ValueError):  # not the main thread: no signals
             loop.add_signal_handler(sig, stop.set)
     return stop
 
