@@ -218,3 +218,15 @@ def test_order_then_pay_the_invoice_from_the_cli(pair_rpc: tuple[Path, Path]) ->
     assert "received FULFILL" in res.output and '"words": 5' in res.output
     res = runner.invoke(app, ["show", flow.group(1), "-c", str(ccfg)])
     assert res.exit_code == 0 and "fulfilled" in res.output
+
+
+def test_call_the_kv_responder_from_the_cli(pair: tuple[Path, Path]) -> None:
+    _, ccfg = pair
+    res = runner.invoke(app, ["call", "kv@garden.local", "--request", '{"key": "spec.version"}',
+                              "-c", str(ccfg), "--timeout", "60"])
+    assert res.exit_code == 0, res.output
+    assert '"status": "ok"' in res.output and '"value": "0.1.0"' in res.output
+    res = runner.invoke(app, ["call", "kv@garden.local", "--request", '{"key": "nope"}', "-c", str(ccfg)])
+    assert res.exit_code == 1 and '"code": "not_found"' in res.output
+    res = runner.invoke(app, ["call", "kv@garden.local", "--request", "[1]", "-c", str(ccfg)])
+    assert res.exit_code == 2 and "--request" in res.output

@@ -9,7 +9,7 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
-from envelopay.errors import ConfigError, UsageError
+from envelopay.errors import ConfigError, TransportError, UsageError
 
 _InitAddress = Annotated[str, typer.Option("--address", help="This agent's address.")]
 _InitDir = Annotated[Path, typer.Option("--dir", help="Where to write envelopay.toml and keys/.")]
@@ -26,6 +26,7 @@ def register(app: typer.Typer) -> None:
     _register_demo(app)
     _register_worker(app)
     _register_client(app)
+    _register_call(app)
 
     @app.command("init")
     def init(
@@ -433,3 +434,57 @@ def _offer_wallet(node: Any, peer: str, offer: str) -> str:
     if not isinstance(off, dict) or not off.get("wallet"):
         raise UsageError(f"--offer: no OFFER {offer!r} from {peer} in this ledger; give --wallet")
     return str(off["wallet"])
+
+
+_Request = Annotated[str, typer.Option("--request", help="The request: one JSON object.")]
+
+
+def _register_call(app: typer.Typer) -> None:
+    @app.command("call")
+    def call(address: str, request: _Request, config: _Config = Path("envelopay.toml"),
+             timeout: _Timeout = 60.0) -> None:
+        """Call an email-as-tool endpoint (e.g. kv@garden.local) and print its reply as JSON."""
+        import asyncio
+        import json
+
+        from envelopay.agent.calls import CallClient, LedgerCalls
+        from envelopay.agent.client import check_address, parse_json_option
+        from envelopay.agent.node import garden_transport, open_store
+        from envelopay.agent.runtime import serve_call_replies
+        from envelopay.mail.maildir import mailbox_path
+
+        try:
+            to = check_address(address)
+            payload = parse_json_option(request, "--request")
+        except UsageError as exc:
+            _fail(str(exc))
+        if not isinstance(payload, dict):
+            _fail("--request: must be one JSON object")
+        cfg = _load(config)
+
+        async def main() -> Any:
+            store = open_store(cfg.agent.ledger, Path(cfg.base_dir))
+            transport = garden_transport(cfg)
+            client = CallClient(LedgerCalls(store, local=cfg.agent.address), address=cfg.agent.address,
+                                domain=cfg.agent.domain, send=transport.send)
+            stop = asyncio.Event()
+            inbox = mailbox_path(cfg.path(cfg.transport.garden_root), cfg.agent.address)
+            replies = asyncio.create_task(serve_call_replies(client, inbox, stop=stop))
+            try:
+                return await client.call(to, payload, timeout=timeout)
+            finally:
+                stop.set()
+                await replies
+                await transport.close()
+                store.close()
+
+        try:
+            result = asyncio.run(main())
+        except (UsageError, ConfigError) as exc:
+            _fail(str(exc))
+        except TransportError as exc:
+            _fail(f"transport: {exc}", 1)
+        out = {"call_id": result.call_id, "status": result.status}
+        out.update({"result": result.result} if result.ok else {"error": result.error})
+        typer.echo(json.dumps(out, indent=2))
+        raise typer.Exit(0 if result.ok else 1)
