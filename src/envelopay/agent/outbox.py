@@ -147,7 +147,9 @@ class OutboxDrainer:
                 rep = await self.drain_once(limit)
                 for name in ("sent", "held", "retry", "failed"):
                     getattr(total, name).extend(getattr(rep, name))
-                if len(rep.sent) + len(rep.held) + len(rep.failed) == 0 and not self._again:
+                # Rows written meanwhile in this process come with a drain() call that
+                # set _again; a full batch may have more behind it. Otherwise: done.
+                if rep.count < limit and not self._again:
                     return total
 
     async def _one(self, row: OutboxRow, report: DrainReport) -> None:
