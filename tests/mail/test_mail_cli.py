@@ -242,16 +242,16 @@ def test_fetch_idle_subprocess_picks_up_pushed_mail(tmp_path: Path) -> None:
             server.deliver("alice", mail(21, "pushed", "arrived while idling"))
             deadline = time.monotonic() + 60
             subjects: list[str] = []
-            while time.monotonic() < deadline and subjects != ["pushed"]:
+            while time.monotonic() < deadline and subjects != ["pushed"] and proc.poll() is None:
                 if (d / "mailbox" / "index.sqlite3").exists():
                     with Mailbox(d) as box:
                         subjects = [r.subject for r in box.check()]
                 time.sleep(0.1)  # polling the filesystem, not synchronising with the process
-            assert subjects == ["pushed"]
+            assert subjects == ["pushed"], proc.poll()
         finally:
             proc.send_signal(signal.SIGTERM)
-            out, _ = proc.communicate(timeout=60)
-        assert proc.returncode == 0 and b"1 message(s) stored" in out
+            out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0 and b"1 message(s) stored" in out, err.decode()
 
 
 def test_config_gives_dir_address_and_garden_inbox(tmp_path: Path, smtp_server: tuple[Sink, int]) -> None:
