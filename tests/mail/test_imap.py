@@ -414,3 +414,33 @@ async def test_consumer_can_ask_for_extra_keywords(dovecot: Dovecot) -> None:
     assert (await flags_of(dovecot))[1] >= {FLAG, "$EnvelopayMalformed"}
     with pytest.raises(ConfigError, match="extra_flags"):
         Processed(frozenset({"\\Deleted"}))
+
+
+async def test_mail_arriving_mid_pass_is_not_left_for_the_periodic_pass(dovecot: Dovecot) -> None:
+    """The server announces it inside a STORE/SEARCH answer, which aioimaplib drops; the
+    source must still pick it up at once (full_pass_every is 300 s here)."""
+    seen: list[bytes] = []
+
+    async def consumer(msg: ImapMessage) -> bool:
+        seen.append(msg.raw)
+        if len(seen) == 1:  # deliver the next one while this pass is still running
+            await asyncio.to_thread(dovecot.deliver, "alice", raw_mail(2))
+        return True
+
+    dovecot.deliver("alice", raw_mail(1))
+    src = ImapSource(config(dovecot))
+    rec = Recorder()
+
+    async def both(msg: ImapMessage) -> bool:
+        ok = await consumer(msg)
+        await rec(msg)
+        return ok
+
+    stop = asyncio.Event()
+    task = asyncio.create_task(src.run(both, stop))
+    try:
+        await rec.wait_for(lambda: len(rec.seen) == 2)
+        assert sorted(rec.subjects()) == ["hello 1", "hello 2"]
+        assert src.stats.connects == 1
+    finally:
+        await stop_source(stop, task)

@@ -186,6 +186,7 @@ class ImapSource:
         self.stats = ImapStats()
         self.connected = asyncio.Event()  # set while a selected connection is idling/working
         self._lost = asyncio.Event()
+        self._exists_seen = False
 
     # -- public API -----------------------------------------------------------------
     async def sync_once(self, consumer: Consumer) -> int:
@@ -258,6 +259,7 @@ class ImapSource:
             await self._close(client)
             raise TransportError(f"IMAP login refused for {cfg.user}: {_text(resp)}")
         self.stats.connects += 1
+        self._watch_exists(client)
         resp = await client.select(_quote(cfg.mailbox))
         if resp.result != "OK":
             await self._close(client)
@@ -271,6 +273,20 @@ class ImapSource:
             log.info("IMAP %s: UIDVALIDITY changed to %d; full resync", cfg.mailbox, uidvalidity)
         self.connected.set()
         return client
+
+    def _watch_exists(self, client: Any) -> None:
+        """Note every untagged EXISTS, including those aioimaplib would drop."""
+        proto = client.protocol
+        original = getattr(proto, "_untagged_response", None)
+        if original is None:  # another aioimaplib: the periodic full pass still finds the mail
+            return
+
+        def spy(line: bytes) -> Any:
+            if bytes(line).rstrip().upper().endswith(b"EXISTS"):
+                self._exists_seen = True
+            return original(line)
+
+        proto._untagged_response = spy
 
     async def _close(self, client: Any) -> None:
         with contextlib.suppress(Exception):
@@ -343,14 +359,15 @@ class ImapSource:
     async def _pass(self, client: Any, consumer: Consumer, full: bool) -> int:
         """Offer unmarked messages; full=False looks only above the watermark.
 
-        After the first search, incremental searches repeat until one finds nothing new
-        and carries no EXISTS: aioimaplib drops an EXISTS that arrives inside an
-        asynchronous command's answer (e.g. STORE), so a push can't be relied on for
-        mail that arrived while we were busy; the server announces in IDLE only what it
-        has not announced yet."""
+        After the first search, incremental searches repeat until a round finds nothing
+        new and no EXISTS arrived since it began: the server announces new mail once, at
+        whatever command is running (aioimaplib drops EXISTS inside SEARCH or STORE
+        answers, so `_watch_exists` records them), and in IDLE only what it has not
+        announced yet."""
         self.stats.passes += 1
         marked = 0
         while True:
+            self._exists_seen = False
             criteria = f"UNKEYWORD {self.config.processed_flag}"
             if not full:
                 criteria = f"UID {self.state.last_uid + 1}:* {criteria}"
@@ -360,9 +377,8 @@ class ImapSource:
             if not full:
                 # `n:*` always matches the highest UID, even when it is below n.
                 uids = [u for u in uids if u > self.state.last_uid]
-            saw_exists = any(b"EXISTS" in bytes(line) for line in resp.lines[:-1])
             marked += await self._handle(client, consumer, uids)
-            if not uids and not saw_exists:
+            if not uids and not self._exists_seen:
                 break
             full = False
         self.state.save()
