@@ -172,3 +172,35 @@ async def test_reply_committed_before_a_crash_is_sent_on_the_next_drain(world: D
     assert rep.sent == list(out.outbox)
     await world.buyer.wait_outcome(out.outbox[0], 30)
     assert compose(world.worker.store.outbox_get(out.outbox[0]).outbound) == expected  # type: ignore[union-attr]
+
+
+async def test_offer_redo_after_a_crash_does_not_pay_twice(world: DemoWorld) -> None:
+    """The engine may ask about the same OFFER again (a crash between the rail payment
+    and its commit): the recorded ACCEPT comes back, and the buyer was paid once."""
+    from datetime import UTC, datetime
+
+    from envelopay.agent.engine import Context, Refuse
+    from envelopay.flows import FlowKind
+
+    app = world.worker.engine.app
+    wallet = world.wallets["worker_sol"]
+    proof = await world.pay(world.buyer_rails, "solana-local", "SOL", 10**9, wallet)
+    offer = Offer(id="of-redo",
+                  give=Give(amount=10**9, token="SOL", chain="solana-local", to=wallet, proof=proof),
+                  want=Want(amount=30_000_000, token="USDC", chain="base-local"),
+                  wallet=world.wallets["buyer_base"])
+    ctx = Context(local=WORKER, peer="buyer@garden.local", flow_id="f", kind=FlowKind.EXCHANGE,
+                  state="offered", data={}, now=datetime.now(UTC), new_id=lambda p: f"{p}_x")
+    before = world.base.token_balance(world.wallets["buyer_base"])
+    first = await app.offer(offer, ctx)
+    again = await app.offer(offer, ctx)
+    assert first is not None and again is not None
+    assert first.type == "accept" and again == first  # same id, same proof
+    assert world.base.token_balance(world.wallets["buyer_base"]) - before == 30_000_000  # paid once
+    # A payment that started and never finished is in doubt: refused, never paid again.
+    book = app.app.counterpayments
+    assert book.begin("buyer@garden.local", "of-doubt") == ("new", None)
+    doubt = offer.model_copy(update={"id": "of-doubt"})
+    refused = await app.offer(doubt, ctx)
+    assert isinstance(refused, Refuse) and refused.code.value == "rail_unavailable"
+    assert world.base.token_balance(world.wallets["buyer_base"]) - before == 30_000_000

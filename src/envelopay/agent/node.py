@@ -180,6 +180,7 @@ def build_node(
 ) -> AgentNode:
     """Assemble an agent from its config; any part may be injected (tests, the demo)."""
     base = Path(cfg.base_dir)
+    closers: list[Any] = []
     if store is None:
         store = open_store(cfg.agent.ledger, base)
     if rails is None:
@@ -187,11 +188,13 @@ def build_node(
 
         rails = load_rails({name: _rail_options(cfg, opts) for name, opts in cfg.rails.items()})
     if app is None:
+        from envelopay.agent.counterpay import CounterPayments
         from envelopay.agent.worker import WorkerApp, WorkerApplication
 
-        kw: dict[str, Any] = {"rails": rails, "clock": clock}
+        kw: dict[str, Any] = {"rails": rails, "clock": clock, "counterpayments": CounterPayments(
+            counterpay_path(cfg))}
         app = WorkerApplication(WorkerApp(cfg, **kw))
-    closers: list[Any] = []
+        closers.append(_Closing(kw["counterpayments"].close))
     if hook is None and cfg.transport.enforcer:
         hook = enforcer_hook(cfg)
         closers.append(hook.client)
@@ -226,6 +229,27 @@ def build_node(
         maildir = mailbox_path(cfg.path(cfg.transport.garden_root), cfg.agent.address)
     dns = dns_for(cfg) if cfg.agent.dkim_policy != "off" or cfg.dkim_records else None
     return AgentNode(engine, drainer, dns, maildir, transport, rails, closers=closers)
+
+
+def counterpay_path(cfg: WorkerConfig) -> Path:
+    """Beside a SQLite ledger (`x.db` → `x.offers.db`); for PostgreSQL under var/."""
+    ledger = cfg.agent.ledger
+    if ledger.startswith(("postgresql://", "postgres://")):
+        path = cfg.path("var") / "offers.db"
+    else:
+        path = cfg.path(ledger.removeprefix("sqlite:///")).with_suffix(".offers.db")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@dataclass
+class _Closing:
+    """Adapts a plain close() to the aclose() the node calls on shutdown."""
+
+    close: Callable[[], None]
+
+    async def aclose(self) -> None:
+        self.close()
 
 
 def enforcer_hook(cfg: WorkerConfig) -> EnforcerHook:

@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from envelopay.agent.config import AcceptedRail, WorkerConfig
+from envelopay.agent.counterpay import CounterPayments
 from envelopay.agent.engine import Context, Notice, Refuse
 from envelopay.agent.tasks import TaskBook, TaskError, TaskRequest
 from envelopay.errors import RailError
@@ -89,12 +90,14 @@ class WorkerApp:
         rails: Mapping[str, Rail] | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         new_id: Callable[[str], str] = lambda prefix: f"{prefix}_{secrets.token_hex(6)}",
+        counterpayments: CounterPayments | None = None,
     ) -> None:
         self.config = config
         self.tasks = tasks if tasks is not None else TaskBook.from_config(config)
         self.rails = dict(rails or {})
         self.clock = clock
         self.new_id = new_id
+        self.counterpayments = counterpayments
 
     # -- pricing -------------------------------------------------------------------
     def _rail(self, hint: str | None) -> AcceptedRail | Refusal:
@@ -217,20 +220,34 @@ class WorkerApp:
             return None
         return Refusal(OopsCode.UNSUPPORTED_RAIL, f"this worker does not trade {give} for {want}", "want")
 
-    async def accept_offer(self, offer: Offer) -> Accept | Refusal:
-        """After the give proof verified: pay the counter-asset, ACCEPT with its proof."""
+    async def accept_offer(self, offer: Offer, peer: str = "") -> Accept | Refusal:
+        """After the give proof verified: pay the counter-asset, ACCEPT with its proof.
+
+        With a `CounterPayments` book, a redo for the same (peer, offer id) returns the
+        recorded ACCEPT instead of paying again (see envelopay.agent.counterpay)."""
         refused = self.check_offer(offer)
         if refused is not None:
             return refused
+        book = self.counterpayments
+        if book is not None:
+            state, recorded = book.begin(peer, offer.id)
+            if state == "paid" and recorded is not None:
+                return Accept.model_validate(recorded, strict=False)
+            if state == "in_doubt":
+                return Refusal(OopsCode.RAIL_UNAVAILABLE,
+                               "a counter-payment for this OFFER was started and its outcome is unknown; "
+                               "the operator will settle it")
         rail = self.rails[offer.want.chain]
         try:
             w = offer.want
             proof = await rail.pay(chain=w.chain, token=w.token, amount=w.amount, recipient=offer.wallet)
         except RailError as exc:
+            if book is not None:
+                book.failed(peer, offer.id)  # the rail refused: nothing moved
             poor = exc.reason == "insufficient_funds"
             code = OopsCode.INSUFFICIENT_FUNDS if poor else OopsCode.RAIL_UNAVAILABLE
             return Refusal(code, f"counter-payment failed: {exc.reason}")
-        return Accept(
+        accept = Accept(
             id=self.new_id("acc"),
             offer_ref=offer.id,
             amount=offer.want.amount,
@@ -239,6 +256,9 @@ class WorkerApp:
             proof=proof,
             note=f"{offer.want.amount} {offer.want.token} sent on {offer.want.chain}",
         )
+        if book is not None:
+            book.paid(peer, offer.id, accept.model_dump(mode="json"))
+        return accept
 
 
 # -- the engine's Application, backed by WorkerApp ---------------------------------------
@@ -291,7 +311,7 @@ class WorkerApplication:
         return await self._fulfil(order, f"Paid {pay.amount} {pay.token}; here is the result")
 
     async def offer(self, offer: Offer, ctx: Context) -> Accept | Refuse | None:
-        out = await self.app.accept_offer(offer)
+        out = await self.app.accept_offer(offer, ctx.peer)
         return _refuse(out) if isinstance(out, Refusal) else out
 
     async def notify(self, notice: Notice) -> None:
