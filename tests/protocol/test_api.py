@@ -65,7 +65,32 @@ def test_protocol_exports_are_pinned() -> None:
 def test_envelopay_exports_are_pinned() -> None:
     import envelopay
 
-    assert envelopay.__all__ == ["__version__"]
+    assert sorted(envelopay.__all__) == sorted(
+        [
+            "Accept", "ConfigError", "EnvelopayError", "Expectation", "Fulfill", "Invoice",
+            "Message", "MessageType", "Methods", "Offer", "Oops", "OopsCode", "Order",
+            "Outbound", "ParseOptions", "Parsed", "Pay", "Rail", "RailError", "Reason",
+            "StoreError", "TransportError", "UsageError", "Verdict", "Which", "__version__",
+            "compose", "compose_message", "make_oops", "parse",
+        ]
+    )
+    for name in envelopay.__all__:
+        assert hasattr(envelopay, name), name
+    assert envelopay.parse is protocol.parse
+
+
+def test_importing_envelopay_loads_no_io_or_chain_library() -> None:
+    # A fresh interpreter: the top level must stay light (see envelopay/__init__.py).
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, envelopay; "
+        "bad = [m for m in ('sqlite3', 'psycopg', 'aiosmtplib', 'aioimaplib', 'aiosmtpd', "
+        "'solders', 'solana', 'web3', 'dkim', 'httpx') if m in sys.modules]; print(bad)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 def test_make_oops_carries_code_detail_and_ref() -> None:
