@@ -236,7 +236,10 @@ class Pickup:
 
     async def next(self, timeout: float | None = None) -> Delivery:
         """The next delivery (waits up to `timeout` seconds; TimeoutError after)."""
-        return await asyncio.wait_for(self._queue.get(), timeout)
+        if not self._queue.empty():
+            return self._queue.get_nowait()
+        async with asyncio.timeout(timeout):  # no task per call, unlike wait_for
+            return await self._queue.get()
 
     def done(self, delivery: Delivery, flags: str = "") -> Path:
         """Mark a delivery processed: move it to cur/ with Maildir info ':2,<flags>'."""
