@@ -93,8 +93,8 @@ def _register_demo(app: typer.Typer) -> None:
         facts = result.facts
         console.print(
             f"[bold]{passed}/{len(result.rows)} expectations held[/bold] in {result.seconds:.1f} s; "
-            f"worker earned {facts.get('worker_usdc_solana')} USDC units on solana-local and holds "
-            f"{facts.get('worker_usdc_base')} on base-local."
+            f"the worker's wallets hold {facts.get('worker_usdc_solana')} USDC units on solana-local "
+            f"(attack payments that reached it included) and {facts.get('worker_usdc_base')} on base-local."
         )
         if not result.ok:
             for r in result.failures:
