@@ -1,0 +1,43 @@
+"""The documents users read stay in step with the code: every OOPS code and rail
+reason is specified in SPEC.md, every CLI command is shown in README.md."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer.main
+
+from envelopay.cli.app import app
+from envelopay.protocol.codes import OopsCode
+from envelopay.rails.interface import REASON_TO_OOPS, Reason
+
+ROOT = Path(__file__).resolve().parents[1]
+SPEC = (ROOT / "SPEC.md").read_text()
+README = (ROOT / "README.md").read_text()
+
+
+def test_every_oops_code_is_in_spec() -> None:
+    missing = [c.value for c in OopsCode if f"`{c.value}`" not in SPEC]
+    assert missing == []
+
+
+def test_every_rail_reason_is_in_spec_and_maps_to_an_oops_code() -> None:
+    assert set(REASON_TO_OOPS) == set(Reason)
+    missing = [r.value for r in Reason if f"`{r.value}`" not in SPEC]
+    assert missing == []
+
+
+def test_every_cli_command_appears_in_readme() -> None:
+    group = typer.main.get_command(app)
+    names = sorted(group.commands)  # type: ignore[attr-defined]
+    assert len(names) > 20
+    missing = [n for n in names if f"envelopay {n}" not in README and n != "version"]
+    assert missing == []
+
+
+def test_quickstart_commands_exist_in_makefile() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    assert "make demo" in README and "make test" in README
+    assert "\ndemo:" in makefile and "\ntest:" in makefile
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "make test" in ci
