@@ -469,3 +469,60 @@ def test_verify_never_raises_on_a_mangled_signed_message(position: int, insert: 
     assert result.status in ("pass", "fail", "none", "temperror")
     if mangled == SIGNED_FOR_FUZZ:
         assert result.status == "pass"
+
+
+# ---------------------------------------------------------------- fast path
+
+
+def _mutations(signed: bytes, rng: Any) -> list[bytes]:
+    """Small edits of a signed message: byte flips, white space, folds, case, added headers."""
+    out: list[bytes] = []
+    for _ in range(150):
+        m = signed
+        i = rng.randrange(len(m))
+        op = rng.randrange(7)
+        if op == 0:
+            m = m[:i] + bytes([rng.randrange(256)]) + m[i + 1 :]
+        elif op == 1:
+            m = m[:i] + rng.choice([b" ", b"\t", b"\r\n", b"\r", b"\r\n "]) + m[i:]
+        elif op == 2:
+            m = m[:i] + m[i + 1 :]
+        elif op == 3:
+            m = b"Subject: other\r\n" + m
+        elif op == 4:
+            m = m.replace(b"Subject", b"SUBJECT", 1)
+        elif op == 5:
+            m = m.replace(b"From:", b"From :", 1)
+        else:
+            m = m + b" \r\n\r\n"
+        out.append(m)
+    return out
+
+
+@pytest.mark.parametrize("kind", ["rsa", "ed25519"])
+async def test_fast_path_gives_dkimpys_verdict(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fast verification path answers exactly what the dkimpy-only path answers, on
+    our signatures and dkimpy's (simple and relaxed), intact and tampered with."""
+    import random
+
+    key = KEYS[kind]
+    seed_or_pem = key.ed25519_seed_b64().encode() if kind == "ed25519" else key.private_pem()
+    alg = b"ed25519-sha256" if kind == "ed25519" else b"rsa-sha256"
+    signed = [dkim.sign(MESSAGE, selector="s1", domain="example.com", key=key)]
+    for canon in ((b"simple", b"simple"), (b"relaxed", b"simple"), (b"relaxed", b"relaxed")):
+        signed.append(dkimpy.sign(MESSAGE, b"s1", b"example.com", seed_or_pem, canonicalize=canon,
+                                  signature_algorithm=alg) + MESSAGE)
+    rng = random.Random(20261130)
+    cases = [m for s in signed for m in [s, *_mutations(s, rng)]]
+    dns = dkim.table_dns(record_table(s1=key))
+    calls: list[int] = []
+    real = dkimpy.DKIM.verify
+    monkeypatch.setattr(dkimpy.DKIM, "verify", lambda self, *a, **k: calls.append(1) or real(self, *a, **k))
+    assert (await dkim.verify(signed[0], dns=dns)).status == "pass"
+    assert calls == []  # the fast path answered alone
+    fast = [await dkim.verify(m, dns=dns) for m in cases]
+    monkeypatch.setattr(dkim, "_fast_pass", lambda *a: False)
+    slow = [await dkim.verify(m, dns=dns) for m in cases]
+    assert fast == slow
+    assert all(r.status == "pass" for r in fast[:1])
+    assert sum(r.status == "pass" for r in fast) >= len(signed)
