@@ -24,7 +24,6 @@ import contextlib
 import ctypes
 import ctypes.util
 import os
-import secrets
 import socket
 import struct
 import time
@@ -55,7 +54,7 @@ class _Names:
 
     def __init__(self, clock: Callable[[], float] = time.time, rand: Callable[[], str] | None = None) -> None:
         self._clock = clock
-        self._rand = rand or (lambda: secrets.token_hex(4))
+        self._rand = rand or (lambda: os.urandom(4).hex())  # as secrets.token_hex(4)
         self._count = 0
         self._host = socket.gethostname().replace("/", "\\057").replace(":", "\\072") or "localhost"
 
@@ -73,9 +72,12 @@ _default_names = _Names()
 def deliver_file(maildir: Path, data: bytes, *, fsync: bool = True, names: _Names | None = None) -> Path:
     """Write `data` into maildir/new atomically (tmp → link → new); return the new path."""
     gen = names or _default_names
+    # Plain strings, not Path objects: this runs in a worker thread while the event loop
+    # wants the GIL, so its own Python work is kept small.
+    tmp_dir, new_dir = os.path.join(maildir, "tmp"), os.path.join(maildir, "new")
     for _ in range(8):
         name = gen.next()
-        tmp = maildir / "tmp" / name
+        tmp = os.path.join(tmp_dir, name)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             view = memoryview(data)
@@ -86,7 +88,7 @@ def deliver_file(maildir: Path, data: bytes, *, fsync: bool = True, names: _Name
                 os.fsync(fd)
         finally:
             os.close(fd)
-        target = maildir / "new" / name
+        target = os.path.join(new_dir, name)
         try:
             os.link(tmp, target)
         except FileExistsError:
@@ -94,12 +96,12 @@ def deliver_file(maildir: Path, data: bytes, *, fsync: bool = True, names: _Name
             continue
         os.unlink(tmp)
         if fsync:
-            _fsync_dir(maildir / "new")
-        return target
+            _fsync_dir(new_dir)
+        return Path(target)
     raise OSError(f"could not find a unique Maildir name in {maildir}")
 
 
-def _fsync_dir(path: Path) -> None:
+def _fsync_dir(path: str | Path) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
@@ -108,6 +110,15 @@ def _fsync_dir(path: Path) -> None:
 
 
 # ------------------------------------------------------------------- pickup
+
+
+def _read_all(fd: int) -> bytes:
+    """The whole file behind `fd` (pathlib's read_bytes costs more per small file)."""
+    size = os.fstat(fd).st_size
+    chunks = [os.read(fd, max(size, 1) + 1)]
+    while chunks[-1]:
+        chunks.append(os.read(fd, 65536))
+    return b"".join(chunks)
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,9 +264,13 @@ class Pickup:
         if key in self._pending or name.startswith("."):
             return
         try:
-            raw = (maildir / "new" / name).read_bytes()
+            fd = os.open(os.path.join(maildir, "new", name), os.O_RDONLY)
         except FileNotFoundError:  # already taken by another reader
             return
+        try:
+            raw = _read_all(fd)
+        finally:
+            os.close(fd)
         self._pending.add(key)
         self._queue.put_nowait(Delivery(maildir, name, raw))
 
