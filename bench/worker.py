@@ -13,21 +13,49 @@ through the same garden and picked up, no engine, no ledger, no chain. The ratio
 flows/s ÷ floor says how much of the garden's capacity the full worker keeps.
 Targets (issue 6): >= 100 flows/s, PAY→FULFILL p99 <= 100 ms.
 
-    .venv/bin/python bench/worker.py [--flows 500] [--concurrency 16]
+    .venv/bin/python bench/worker.py [--flows 500] [--concurrency 8] [--garden-process]
+
+The garden runs in the agents' process by default (everything in one process);
+`--garden-process` runs it as its own process (`envelopay garden serve`), the way an
+MTA runs beside its agents, for the floor and the worker run alike.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import signal
 import statistics
+import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 
-from envelopay.agent.demo import WORKER, DemoWorld
+from envelopay.agent.demo import BUYER, MALLORY, WORKER, DemoWorld
 from envelopay.protocol.messages import Fulfill, Invoice, Order, Pay
+
+
+@contextlib.asynccontextmanager
+async def garden_process(root: Path, addresses: list[str], fsync: bool) -> AsyncIterator[int]:
+    """`envelopay garden serve` in its own process (as an MTA runs); yields its port."""
+    cmd = [sys.executable, "-m", "envelopay.cli", "garden", "serve", "--root", str(root), "--port", "0",
+           "--fsync" if fsync else "--no-fsync"]
+    for a in addresses:
+        cmd += ["-a", a]
+    proc = await asyncio.create_subprocess_exec(*cmd, stdout=asyncio.subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        line = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
+        if not line.startswith("garden listening on "):
+            raise RuntimeError(f"garden process said {line!r}")
+        yield int(line.rsplit(":", 1)[1].split()[0])
+    finally:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGTERM)
+            await asyncio.wait_for(proc.communicate(), 30)
 
 
 async def one_flow(world: DemoWorld, n: int, latencies: list[float]) -> None:
@@ -52,53 +80,71 @@ async def one_flow(world: DemoWorld, n: int, latencies: list[float]) -> None:
 
 
 async def paid_flows(
-    flows: int, concurrency: int, fsync: bool, sequential: int = 0
+    flows: int, concurrency: int, fsync: bool, sequential: int = 0, own_process: bool = False
 ) -> tuple[float, list[float], list[float]]:
     with tempfile.TemporaryDirectory(prefix="bench-worker-") as tmp:
         world = DemoWorld(Path(tmp), None)
         world.garden_fsync = fsync
         world.buyer_usdc = 250_000 * (flows + sequential + 50)
-        await world.setup()
-        try:
-            latencies: list[float] = []
-            sem = asyncio.Semaphore(concurrency)
-
-            async def run(n: int) -> None:
-                async with sem:
-                    await one_flow(world, n, latencies)
-
-            await asyncio.gather(*(run(n) for n in range(min(20, flows))))  # warm-up
-            latencies.clear()
-            start = time.perf_counter()
-            await asyncio.gather(*(run(n) for n in range(1000, 1000 + flows)))
-            elapsed = time.perf_counter() - start
-            # One flow at a time: the PAY→FULFILL hop without queueing behind other flows.
-            alone: list[float] = []
-            for n in range(5000, 5000 + sequential):
-                await one_flow(world, n, alone)
-            return flows / elapsed, latencies, alone
-        finally:
-            await world.teardown()
+        async with contextlib.AsyncExitStack() as stack:
+            if own_process:
+                world.garden_port = await stack.enter_async_context(
+                    garden_process(Path(tmp) / "garden", [BUYER, WORKER, MALLORY], fsync))
+            return await _paid_flows(world, flows, concurrency, sequential)
 
 
-async def transport_floor(flows: int, concurrency: int, fsync: bool) -> float:
+async def _paid_flows(
+    world: DemoWorld, flows: int, concurrency: int, sequential: int
+) -> tuple[float, list[float], list[float]]:
+    await world.setup()
+    try:
+        latencies: list[float] = []
+        sem = asyncio.Semaphore(concurrency)
+
+        async def run(n: int) -> None:
+            async with sem:
+                await one_flow(world, n, latencies)
+
+        await asyncio.gather(*(run(n) for n in range(min(20, flows))))  # warm-up
+        latencies.clear()
+        start = time.perf_counter()
+        await asyncio.gather(*(run(n) for n in range(1000, 1000 + flows)))
+        elapsed = time.perf_counter() - start
+        # One flow at a time: the PAY→FULFILL hop without queueing behind other flows.
+        alone: list[float] = []
+        for n in range(5000, 5000 + sequential):
+            await one_flow(world, n, alone)
+        return flows / elapsed, latencies, alone
+    finally:
+        await world.teardown()
+
+
+async def transport_floor(flows: int, concurrency: int, fsync: bool, own_process: bool = False) -> float:
     """Four signed messages per flow through the garden and its pickup, nothing else."""
     from envelopay import dkim
     from envelopay.agent.transport import GardenTransport
     from envelopay.mail.garden import GardenServer
-    from envelopay.mail.maildir import Pickup
+    from envelopay.mail.maildir import Pickup, mailbox_path
     from envelopay.protocol.compose import compose_message
     from envelopay.protocol.messages import Which
 
     key = dkim.DkimKey.generate_ed25519()
+    addresses = ["a@garden.local", "b@garden.local"]
     with tempfile.TemporaryDirectory(prefix="bench-floor-") as tmp:
-        async with GardenServer(Path(tmp), ["a@garden.local", "b@garden.local"], fsync=fsync) as garden:
-            transports = [GardenTransport(garden.endpoint) for _ in range(concurrency)]
+        async with contextlib.AsyncExitStack() as stack:
+            endpoint: tuple[str, int] | Path
+            if own_process:
+                endpoint = ("127.0.0.1", await stack.enter_async_context(
+                    garden_process(Path(tmp), addresses, fsync)))
+            else:
+                endpoint = (await stack.enter_async_context(
+                    GardenServer(Path(tmp), addresses, fsync=fsync))).endpoint
+            transports = [GardenTransport(endpoint) for _ in range(concurrency)]
             total = flows * 4
             raw, _ = compose_message(Which(id="w1"), sender="a@garden.local", recipient="b@garden.local",
                                      domain="garden.local", now=datetime.now(UTC))
             got = 0
-            async with Pickup([garden.maildir("b@garden.local")]) as pickup:
+            async with Pickup([mailbox_path(Path(tmp), "b@garden.local")]) as pickup:
                 start = time.perf_counter()
 
                 async def sender(t: GardenTransport, count: int) -> None:
@@ -125,20 +171,25 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--sequential", type=int, default=100, help="Flows run one at a time afterwards.")
     ap.add_argument("--no-fsync", action="store_true", help="Garden deliveries without fsync (both runs).")
+    ap.add_argument("--garden-process", action="store_true",
+                    help="Run the garden (LMTP → Maildir) as its own process, `envelopay garden serve`, "
+                         "for both runs; default: in the agents' process.")
     args = ap.parse_args()
+    own = args.garden_process
     t = time.perf_counter()
-    floor = asyncio.run(transport_floor(args.flows, args.concurrency, not args.no_fsync))
+    floor = asyncio.run(transport_floor(args.flows, args.concurrency, not args.no_fsync, own))
     t_floor = time.perf_counter() - t
     t = time.perf_counter()
     fsync = not args.no_fsync
-    rate, lat, alone = asyncio.run(paid_flows(args.flows, args.concurrency, fsync, args.sequential))
+    rate, lat, alone = asyncio.run(paid_flows(args.flows, args.concurrency, fsync, args.sequential, own))
     print(f"(floor run {t_floor:.1f} s, worker run {time.perf_counter() - t:.1f} s)")
     p50, p99 = _pct(lat)
     import os
 
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores (other work shares the machine)")
     print(f"paid flows (ORDER→INVOICE→PAY→FULFILL): {args.flows}, concurrency {args.concurrency}, "
-          f"garden fsync {'off' if args.no_fsync else 'on'}")
+          f"garden fsync {'off' if args.no_fsync else 'on'}, garden "
+          f"{'in its own process' if own else 'in the agents process'}")
     print(f"floor: garden transport alone        {floor:8.1f} flow-equivalents/s (4 signed mails each)")
     print(f"worker: complete paid flows          {rate:8.1f} flows/s   ratio to floor {rate / floor:.3f}"
           f"   target >= 100: {'met' if rate >= 100 else 'NOT met'}")

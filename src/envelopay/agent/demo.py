@@ -119,6 +119,9 @@ class DemoWorld:
         self.echo = echo
         self.result = DemoResult()
         self.garden_fsync = False
+        # A garden already running elsewhere (its own process, say) serving
+        # workdir/garden on this loopback port; None starts one in this process.
+        self.garden_port: int | None = None
         self.buyer_usdc = 50_000_000  # 50 USDC on each chain
         self.clock: Callable[[], datetime] = lambda: datetime.now(UTC)
 
@@ -174,10 +177,14 @@ class DemoWorld:
         self.mallory_key = dkim.DkimKey.generate_ed25519()
 
         # The demo skips fsync (throwaway files); the benchmark keeps it on.
-        self.garden = GardenServer(self.workdir / "garden", [BUYER, WORKER, MALLORY], fsync=self.garden_fsync)
-        await self.garden.start()
-        endpoint = self.garden.endpoint
-        port = endpoint[1] if isinstance(endpoint, tuple) else None
+        port = self.garden_port
+        if port is None:
+            self.garden = GardenServer(
+                self.workdir / "garden", [BUYER, WORKER, MALLORY], fsync=self.garden_fsync
+            )
+            await self.garden.start()
+            endpoint = self.garden.endpoint
+            port = endpoint[1] if isinstance(endpoint, tuple) else None
 
         def cfg(who: str, extra: dict[str, Any]) -> WorkerConfig:
             return config_from_dict(
@@ -372,7 +379,8 @@ class DemoWorld:
         raw, mid = compose_message(pay, sender=BUYER, recipient=WORKER, domain=DOMAIN, now=self.clock())
         key = self.mallory_key if forged else self.buyer_key
         signed = dkim.sign(raw, selector="buyer", domain=DOMAIN, key=key)
-        await deliver(signed, MALLORY if forged else BUYER, [WORKER], self.garden.endpoint)
+        endpoint = self.garden.endpoint if self.garden_port is None else ("127.0.0.1", self.garden_port)
+        await deliver(signed, MALLORY if forged else BUYER, [WORKER], endpoint)
         return await self.worker.wait_outcome(mid, STEP_TIMEOUT)
 
     async def run(self) -> DemoResult:
