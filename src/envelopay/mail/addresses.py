@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from envelopay.errors import UsageError
 
@@ -59,7 +60,16 @@ class Address:
 
 def parse_address(value: str, *, allow_display_name: bool = False) -> Address | AddressProblem:
     """Return the single address in `value`, or the reason it is refused."""
-    if not isinstance(value, str) or value == "":
+    if not isinstance(value, str):
+        return AddressProblem("empty", "no address given")
+    return _parse_address(value, allow_display_name)
+
+
+# Every mail passes the same few addresses through here several times (LMTP envelope on
+# both ends, From for DKIM alignment); the answers are immutable values, so keep recent ones.
+@lru_cache(maxsize=4096)
+def _parse_address(value: str, allow_display_name: bool) -> Address | AddressProblem:
+    if value == "":
         return AddressProblem("empty", "no address given")
     if _CONTROL_RE.search(value):
         return AddressProblem("control_char", "address contains a control character (CR, LF, NUL, ...)")
