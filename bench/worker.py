@@ -1,29 +1,37 @@
 """Paid flows through the whole worker: ORDER→INVOICE→PAY→FULFILL.
 
-Real components, one process: the walled garden (LMTP → Maildir, inotify pickup,
-fsync on), DKIM signing and verification on every mail, a SQLite ledger per agent, and
-the Solana rail on LiteSVM (the buyer pays USDC on-chain before each PAY).
+Real components: the walled garden (LMTP → Maildir, inotify pickup, fsync on), DKIM
+signing and verification on every mail, a SQLite ledger per agent, and the Solana rail
+on LiteSVM (the buyer pays USDC on-chain before each PAY; the worker verifies it).
+
+Process layout (default, as deployed: a worker is not its customers' process):
+  buyer  — this process: the load generator, the buyer's engine, ledger and DKIM key;
+           it pays through the Solana rail's JSON-RPC backend;
+  worker — its own process: the worker's engine, ledger, DKIM key and Solana rail
+           (JSON-RPC backend: it verifies each proof on the node), and the garden
+           (LMTP server + Maildirs), as an MTA on the worker's host;
+  chain  — its own process: LiteSVM served as a Solana JSON-RPC node
+           (envelopay_solana.devnode), the one chain both sides use.
+`--garden-process` moves the garden to a fourth process (`envelopay garden serve`).
+`--one-process` runs the older layout: everything in one process, chain in-process.
 
 Figures:
   flows/s          complete paid flows per second, CONCURRENCY flows in flight
   PAY→FULFILL      from the PAY accepted by the garden to the FULFILL taken in by the
                    buyer, p50 and p99
+  CPU per flow     per process, over the timed flows (from /proc)
 Floor (same run): the transport alone — four DKIM-signed messages per flow delivered
 through the same garden and picked up, no engine, no ledger, no chain. The ratio
 flows/s ÷ floor says how much of the garden's capacity the full worker keeps.
 Targets (issue 6): >= 100 flows/s, PAY→FULFILL p99 <= 100 ms.
 
-    .venv/bin/python bench/worker.py [--flows 500] [--concurrency 8] [--garden-process]
-
-The garden runs in the agents' process by default (everything in one process);
-`--garden-process` runs it as its own process (`envelopay garden serve`), the way an
-MTA runs beside its agents, for the floor and the worker run alike.
+    .venv/bin/python bench/worker.py [--flows 500] [--concurrency 8] [--garden-process] [--one-process]
 
 A bench setting, printed with the figures: after set-up the heap is frozen
-(`gc.freeze()`), as a long-running worker process would do, so that a full cyclic
-collection does not rescan the libraries loaded at start (a 30–95 ms pause here);
-`--no-gc-freeze` leaves it out. Durability settings are the defaults (garden fsync on,
-SQLite WAL with synchronous=NORMAL).
+(`gc.freeze()`) in every process, as a long-running worker process would do, so that a
+full cyclic collection does not rescan the libraries loaded at start (a 30–95 ms pause
+here); `--no-gc-freeze` leaves it out. Durability settings are the defaults (garden
+fsync on, SQLite WAL with synchronous=NORMAL).
 """
 
 from __future__ import annotations
@@ -32,6 +40,8 @@ import argparse
 import asyncio
 import contextlib
 import gc
+import json
+import os
 import signal
 import statistics
 import sys
@@ -40,21 +50,27 @@ import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
-from envelopay.agent.demo import BUYER, MALLORY, WORKER, DemoWorld
-from envelopay.protocol.messages import Fulfill, Invoice, Order, Pay
+from envelopay.agent.demo import BUYER, DOMAIN, MALLORY, PRICE, WORKER, BuyerApp, DemoWorld
+from envelopay.agent.engine import Notice
+from envelopay.protocol.messages import Fulfill, Invoice, Message, Order, Pay
 
 GC_FREEZE = True  # --no-gc-freeze turns it off
 
 
 @contextlib.asynccontextmanager
-async def garden_process(root: Path, addresses: list[str], fsync: bool) -> AsyncIterator[int]:
+async def garden_process(
+    root: Path, addresses: list[str], fsync: bool, pids: dict[str, int] | None = None
+) -> AsyncIterator[int]:
     """`envelopay garden serve` in its own process (as an MTA runs); yields its port."""
     cmd = [sys.executable, "-m", "envelopay.cli", "garden", "serve", "--root", str(root), "--port", "0",
            "--fsync" if fsync else "--no-fsync"]
     for a in addresses:
         cmd += ["-a", a]
     proc = await asyncio.create_subprocess_exec(*cmd, stdout=asyncio.subprocess.PIPE)
+    if pids is not None:
+        pids["garden"] = proc.pid
     try:
         assert proc.stdout is not None
         line = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
@@ -135,6 +151,266 @@ async def _paid_flows(
         if GC_FREEZE:
             gc.unfreeze()
 
+# -- the split layout: buyer here, worker and chain in their own processes -------------
+
+
+def _freeze() -> None:
+    if GC_FREEZE:
+        # The set-up heap (web3, py-evm, solders, pydantic schemas…) moves to the
+        # permanent generation, so a full collection no longer rescans it: measured here,
+        # a full collection paused the loop 30–95 ms before, 5–8 ms after.
+        gc.collect()
+        gc.freeze()
+
+
+async def _until_terminated() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    loop.add_signal_handler(signal.SIGINT, stop.set)
+    await stop.wait()
+
+
+def _cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (and its threads), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class RoleProcess:
+    """One role of this script (`--role chain|worker`) as a child process: started with
+    a set-up file, ready when it prints `ready <value>`; SIGTERM ends it, and its last
+    line (JSON) is kept in `final`."""
+
+    def __init__(self, role: str, setup: dict[str, Any], workdir: Path) -> None:
+        self.role = role
+        self.path = workdir / f"{role}-setup.json"
+        self.path.write_text(json.dumps(setup))
+        self.ready = ""
+        self.final: dict[str, Any] = {}
+        self.pid = 0
+
+    async def __aenter__(self) -> RoleProcess:
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--role", self.role, "--setup", str(self.path)]
+        if not GC_FREEZE:
+            cmd.append("--no-gc-freeze")
+        self.proc = await asyncio.create_subprocess_exec(*cmd, stdout=asyncio.subprocess.PIPE)
+        self.pid = self.proc.pid
+        assert self.proc.stdout is not None
+        line = (await asyncio.wait_for(self.proc.stdout.readline(), 120)).decode()
+        if not line.startswith("ready "):
+            self.proc.kill()
+            raise RuntimeError(f"{self.role} process said {line!r}")
+        self.ready = line.split(" ", 1)[1].strip()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.proc.returncode is None:
+            self.proc.send_signal(signal.SIGTERM)
+        out, _ = await asyncio.wait_for(self.proc.communicate(), 60)
+        lines = out.decode().strip().splitlines()
+        if lines:
+            self.final = json.loads(lines[-1])
+
+
+def _agent_config(who: str, workdir: Path, port: int, records: dict[str, str],
+                  extra: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "agent": {
+            "address": f"{who}@{DOMAIN}", "domain": DOMAIN, "ledger": str(workdir / f"{who}.db"),
+            "dkim_selector": who, "dkim_key": f"keys/{who}.pem", "dkim_policy": "required",
+            "worker_id": who,
+        },
+        "transport": {"kind": "garden", "garden_root": "garden", "lmtp_port": port},
+        "dkim_records": records,
+        **extra,
+    }
+
+
+def _rpc_rail(url: str, keypair_hex: str) -> Any:
+    from envelopay.rails.registry import make
+
+    return make("solana", {"backend": "rpc", "network": "local", "rpc_url": url,
+                           "keypair": bytes.fromhex(keypair_hex), "rpc_transport": "aiohttp",
+                           "poll_interval": 0.01})
+
+
+async def chain_role(setup: dict[str, Any]) -> None:
+    """The chain process: LiteSVM served as a Solana JSON-RPC node."""
+    from envelopay.testing.rpc_server import JsonRpcServer
+    from envelopay_solana.devnode import solana_rpc_handler
+    from envelopay_solana.local import LocalSolana
+
+    chain = LocalSolana()
+    for fund in setup["fund"]:
+        chain.airdrop(fund["wallet"], fund["sol"])
+        for symbol, amount in fund["tokens"].items():
+            chain.mint_tokens(fund["wallet"], symbol, amount)
+    async with JsonRpcServer(solana_rpc_handler(chain)) as node:
+        _freeze()
+        print("ready", node.url, flush=True)
+        await _until_terminated()
+        print(json.dumps({"requests": node.requests}), flush=True)
+
+
+async def worker_role(setup: dict[str, Any]) -> None:
+    """The worker process: engine + ledger + rail (verifying on the chain node over
+    JSON-RPC) + the garden unless it runs in a process of its own."""
+    from envelopay.agent.config import config_from_dict
+    from envelopay.agent.node import build_node
+    from envelopay.mail.garden import GardenServer
+
+    workdir = Path(setup["workdir"])
+    port = setup["garden_port"]
+    garden = None
+    if port is None:
+        garden = GardenServer(workdir / "garden", [BUYER, WORKER, MALLORY], fsync=setup["fsync"])
+        await garden.start()
+        endpoint = garden.endpoint
+        assert isinstance(endpoint, tuple)
+        port = endpoint[1]
+    wallet = setup["worker_wallet"]
+    cfg = config_from_dict(_agent_config("worker", workdir, port, setup["records"], {
+        "accept": [{"chain": "solana-local", "token": "USDC", "wallet": wallet}],
+        "tasks": [{"name": "word_count", "handler": "envelopay.agent.operations:word_count",
+                   "schema": "envelopay.agent.operations:WordCount", "price": str(PRICE)}],
+        "wallets": {"solana-local": wallet},
+    }), base_dir=workdir)
+    node = build_node(cfg, rails={"solana-local": _rpc_rail(setup["rpc_url"], setup["worker_keypair"])})
+    stop = asyncio.Event()
+    serving = asyncio.create_task(node.serve(stop))
+    _freeze()
+    print("ready", port, flush=True)
+    await _until_terminated()
+    stop.set()
+    await serving
+    states: dict[str, int] = {}
+    for flow in node.store.list_flows(WORKER, limit=1_000_000):
+        states[flow.state] = states.get(flow.state, 0) + 1
+    await node.close()
+    node.store.close()
+    if garden is not None:
+        await garden.stop()
+    print(json.dumps({"flow_states": states}), flush=True)
+
+
+class _Waiting(BuyerApp):
+    """The buyer's application: each INVOICE / FULFILL (or OOPS) it is told about
+    resolves the future of its flow."""
+
+    def __init__(self, wallets: dict[tuple[str, str], str]) -> None:
+        super().__init__(wallets)
+        self.futures: dict[tuple[str, str], asyncio.Future[Message]] = {}
+
+    def future(self, flow_id: str, kind: str) -> asyncio.Future[Message]:
+        fut = self.futures.get((flow_id, kind))
+        if fut is None:
+            fut = self.futures[(flow_id, kind)] = asyncio.get_running_loop().create_future()
+        return fut
+
+    async def notify(self, notice: Notice) -> None:
+        kinds = ("invoice", "fulfill") if notice.message.type == "oops" else (notice.message.type,)
+        for kind in kinds:
+            fut = self.future(notice.flow_id, kind)
+            if not fut.done():
+                fut.set_result(notice.message)
+
+
+async def split_flow(buyer: Any, app: _Waiting, rail: Any, n: int, latencies: list[float]) -> None:
+    task = {"name": "word_count", "text": f"flow {n} words", "rail": "solana-local/USDC"}
+    sent = await buyer.send(Order(id=f"ord_b{n}", task=task), WORKER)
+    flow = sent.flow_id
+    inv = await asyncio.wait_for(app.future(flow, "invoice"), 60)
+    assert isinstance(inv, Invoice), inv
+    proof = await rail.pay(chain="solana-local", token="USDC", amount=inv.amount, recipient=inv.wallet)
+    pay = Pay(id=f"pay_b{n}", amount=inv.amount, token="USDC", chain="solana-local", proof=proof,
+              invoice_ref=inv.id)
+    fulfilled = app.future(flow, "fulfill")
+    await buyer.send(pay, WORKER, flow_id=flow)
+    t0 = time.perf_counter()  # the PAY is in the worker's Maildir
+    got = await asyncio.wait_for(fulfilled, 60)
+    latencies.append(time.perf_counter() - t0)
+    assert isinstance(got, Fulfill) and got.result == {"words": 3, "characters": len(task["text"])}, got
+    del app.futures[(flow, "invoice")], app.futures[(flow, "fulfill")]
+
+
+async def split_paid_flows(
+    flows: int, concurrency: int, fsync: bool, sequential: int, garden_own: bool
+) -> dict[str, Any]:
+    from solders.keypair import Keypair
+
+    from envelopay import dkim
+    from envelopay.agent.config import config_from_dict
+    from envelopay.agent.node import build_node
+
+    with tempfile.TemporaryDirectory(prefix="bench-worker-") as tmp:
+        workdir = Path(tmp)
+        keys = workdir / "keys"
+        keys.mkdir()
+        records: dict[str, str] = {}
+        for who in ("buyer", "worker"):
+            key = dkim.DkimKey.generate_ed25519()
+            (keys / f"{who}.pem").write_bytes(key.private_pem())
+            records[f"{who}._domainkey.{DOMAIN}"] = key.dns_txt_record()
+        buyer_kp, worker_kp = Keypair(), Keypair()
+        usdc = PRICE * (flows + sequential + 50)
+        pids: dict[str, int] = {"buyer": os.getpid()}
+        async with contextlib.AsyncExitStack() as stack:
+            chain = await stack.enter_async_context(RoleProcess("chain", {"fund": [
+                {"wallet": str(buyer_kp.pubkey()), "sol": 20 * 10**9, "tokens": {"USDC": usdc}},
+                {"wallet": str(worker_kp.pubkey()), "sol": 2 * 10**9, "tokens": {}},
+            ]}, workdir))
+            pids["chain"] = chain.pid
+            port = None
+            if garden_own:
+                port = await stack.enter_async_context(
+                    garden_process(workdir / "garden", [BUYER, WORKER, MALLORY], fsync, pids))
+            worker = await stack.enter_async_context(RoleProcess("worker", {
+                "workdir": tmp, "garden_port": port, "fsync": fsync, "records": records,
+                "rpc_url": chain.ready, "worker_wallet": str(worker_kp.pubkey()),
+                "worker_keypair": bytes(worker_kp).hex()}, workdir))
+            pids["worker" + ("" if garden_own else "+garden")] = worker.pid
+            rail = _rpc_rail(chain.ready, bytes(buyer_kp).hex())
+            app = _Waiting({("solana-local", "USDC"): str(buyer_kp.pubkey())})
+            buyer_cfg = config_from_dict(_agent_config("buyer", workdir, int(worker.ready), records, {}),
+                                         base_dir=workdir)
+            buyer = build_node(buyer_cfg, app=app, rails={"solana-local": rail})
+            stop = asyncio.Event()
+            serving = asyncio.create_task(buyer.serve(stop))
+            _freeze()
+            try:
+                latencies: list[float] = []
+                sem = asyncio.Semaphore(concurrency)
+
+                async def run(n: int) -> None:
+                    async with sem:
+                        await split_flow(buyer, app, rail, n, latencies)
+
+                await asyncio.gather(*(run(n) for n in range(min(20, flows))))  # warm-up
+                latencies.clear()
+                cpu0 = {name: _cpu_seconds(pid) for name, pid in pids.items()}
+                start = time.perf_counter()
+                await asyncio.gather(*(run(n) for n in range(1000, 1000 + flows)))
+                elapsed = time.perf_counter() - start
+                cpu = {name: (_cpu_seconds(pid) - cpu0[name]) / flows * 1000 for name, pid in pids.items()}
+                alone: list[float] = []
+                for n in range(5000, 5000 + sequential):
+                    await split_flow(buyer, app, rail, n, alone)
+            finally:
+                stop.set()
+                await serving
+                await buyer.close()
+                buyer.store.close()
+                if GC_FREEZE:
+                    gc.unfreeze()
+        fulfilled = worker.final.get("flow_states", {}).get("fulfilled", 0)
+        expected = min(20, flows) + flows + sequential
+        if fulfilled != expected:
+            raise RuntimeError(f"the worker's ledger holds {fulfilled} fulfilled flows, expected {expected}: "
+                               f"{worker.final}")
+        return {"rate": flows / elapsed, "latencies": latencies, "alone": alone, "cpu_ms": cpu,
+                "worker_fulfilled": fulfilled, "chain_requests": chain.final.get("requests")}
+
 
 async def transport_floor(flows: int, concurrency: int, fsync: bool, own_process: bool = False) -> float:
     """Four signed messages per flow through the garden and its pickup, nothing else."""
@@ -190,29 +466,47 @@ def main() -> None:
     ap.add_argument("--no-fsync", action="store_true", help="Garden deliveries without fsync (both runs).")
     ap.add_argument("--garden-process", action="store_true",
                     help="Run the garden (LMTP → Maildir) as its own process, `envelopay garden serve`, "
-                         "for both runs; default: in the agents' process.")
+                         "for both runs; default: in the worker's process.")
+    ap.add_argument("--one-process", action="store_true",
+                    help="The older layout: buyer, worker, garden and chain (in-process LiteSVM) in one "
+                         "process.")
     ap.add_argument("--no-gc-freeze", action="store_true",
                     help="Leave the set-up heap to the cyclic collector (full collections rescan it).")
+    ap.add_argument("--role", choices=["chain", "worker"], help=argparse.SUPPRESS)
+    ap.add_argument("--setup", help=argparse.SUPPRESS)
     args = ap.parse_args()
     global GC_FREEZE
     GC_FREEZE = not args.no_gc_freeze
+    if args.role is not None:
+        setup = json.loads(Path(args.setup).read_text())
+        asyncio.run(chain_role(setup) if args.role == "chain" else worker_role(setup))
+        return
     own = args.garden_process
+    fsync = not args.no_fsync
     t = time.perf_counter()
-    floor = asyncio.run(transport_floor(args.flows, args.concurrency, not args.no_fsync, own))
+    floor = asyncio.run(transport_floor(args.flows, args.concurrency, fsync, own))
     t_floor = time.perf_counter() - t
     t = time.perf_counter()
-    fsync = not args.no_fsync
-    rate, lat, alone = asyncio.run(paid_flows(args.flows, args.concurrency, fsync, args.sequential, own))
+    cpu: dict[str, float] = {}
+    if args.one_process:
+        rate, lat, alone = asyncio.run(paid_flows(args.flows, args.concurrency, fsync, args.sequential, own))
+        layout = ("one process: buyer, worker, chain (LiteSVM in-process)"
+                  + (" + the garden in its own process" if own else " and the garden"))
+    else:
+        got = asyncio.run(split_paid_flows(args.flows, args.concurrency, fsync, args.sequential, own))
+        rate, lat, alone, cpu = got["rate"], got["latencies"], got["alone"], got["cpu_ms"]
+        layout = ("buyer (load generator) | worker" + ("" if own else " + garden") + " | chain (LiteSVM "
+                  "JSON-RPC node)" + (" | garden" if own else "") + f"; the worker's ledger: "
+                  f"{got['worker_fulfilled']} flows fulfilled, as expected")
     print(f"(floor run {t_floor:.1f} s, worker run {time.perf_counter() - t:.1f} s)")
     p50, p99 = _pct(lat)
-    import os
-
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores (other work shares the machine)")
+    print(f"processes: {layout}")
     print(f"paid flows (ORDER→INVOICE→PAY→FULFILL): {args.flows}, concurrency {args.concurrency}, "
-          f"garden fsync {'off' if args.no_fsync else 'on'}, garden "
-          f"{'in its own process' if own else 'in the agents process'}, "
+          f"garden fsync {'off' if args.no_fsync else 'on'}, "
           f"gc.freeze() after set-up {'on' if GC_FREEZE else 'off'}")
-    print(f"floor: garden transport alone        {floor:8.1f} flow-equivalents/s (4 signed mails each)")
+    print(f"floor: garden transport alone        {floor:8.1f} flow-equivalents/s (4 signed mails each"
+          f"{', garden in its own process' if own else ''})")
     print(f"worker: complete paid flows          {rate:8.1f} flows/s   ratio to floor {rate / floor:.3f}"
           f"   target >= 100: {'met' if rate >= 100 else 'NOT met'}")
     print(f"PAY→FULFILL latency                  p50 {p50:6.1f} ms   p99 {p99:6.1f} ms"
@@ -221,6 +515,9 @@ def main() -> None:
         a50, a99 = _pct(alone)
         print(f"PAY→FULFILL, one flow at a time      p50 {a50:6.1f} ms   p99 {a99:6.1f} ms"
               f"   ({len(alone)} flows)")
+    if cpu:
+        print("CPU per timed flow, by process:      " + ", ".join(f"{k} {v:.1f} ms" for k, v in cpu.items())
+              + f"; total {sum(cpu.values()):.1f} ms")
 
 
 def _pct(values: list[float]) -> tuple[float, float]:

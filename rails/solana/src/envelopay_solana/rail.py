@@ -98,6 +98,7 @@ class SolanaRail:
         self._clock = clock or (lambda: datetime.now(UTC))
         self._confirm_timeout = confirm_timeout
         self._poll = poll_interval
+        self._send_lock = asyncio.Lock()
 
     @property
     def chains(self) -> tuple[str, ...]:
@@ -214,31 +215,41 @@ class SolanaRail:
     async def _pay_rpc(self, asset: AssetInfo, amount: int, to: Pubkey) -> dict[str, Any]:
         assert self.rpc is not None and self.keypair is not None
         me = self.keypair.pubkey()
+        confirmed = {"commitment": "confirmed"}
         try:
-            sol = int((await self.rpc.call("getBalance", [str(me), {"commitment": "confirmed"}]))["value"])
+            # The read-only checks are independent: asked together they travel as one
+            # JSON-RPC batch (one round trip instead of three).
             if asset.native:
+                sol_doc, found = await asyncio.gather(
+                    self.rpc.call("getBalance", [str(me), confirmed]),
+                    self._account_exists_rpc(to) if amount < RENT_EXEMPT_MINIMUM else _true())
+                sol = int(sol_doc["value"])
                 if sol < amount + txb.SIGNATURE_FEE:
                     raise RailError("insufficient_funds", f"balance {sol} lamports, need {amount} + fee")
-                if amount < RENT_EXEMPT_MINIMUM:
-                    found = await self.rpc.call("getAccountInfo", [
-                        str(to), {"encoding": "base64", "commitment": "confirmed"}])
-                    _check_new_account_rent(amount, found.get("value") is not None)
+                _check_new_account_rent(amount, found)
             else:
-                have = await self._token_balance_rpc(txb.ata(me, asset))
+                sol_doc, have, exists = await asyncio.gather(
+                    self.rpc.call("getBalance", [str(me), confirmed]),
+                    self._token_balance_rpc(txb.ata(me, asset)),
+                    self._account_exists_rpc(txb.ata(to, asset)))
+                sol = int(sol_doc["value"])
                 if have < amount:
                     raise RailError("insufficient_funds", f"{asset.symbol} balance {have}, need {amount}")
-                info = await self.rpc.call("getAccountInfo", [
-                    str(txb.ata(to, asset)), {"encoding": "base64", "commitment": "confirmed"}])
-                rent = 0 if info.get("value") is not None else TOKEN_ACCOUNT_RENT
+                rent = 0 if exists else TOKEN_ACCOUNT_RENT
                 if sol < txb.SIGNATURE_FEE + rent:
                     raise RailError("insufficient_funds", "not enough SOL for fee and recipient's account")
-            latest = await self.rpc.call("getLatestBlockhash", [{"commitment": "confirmed"}])
-            blockhash = Hash.from_string(latest["value"]["blockhash"])
             ixs = txb.payment_instructions(me, to, asset, amount, create_ata=not asset.native)
-            signed = txb.sign(ixs, self.keypair, blockhash)
-            wire = base64.b64encode(bytes(signed)).decode()
-            sent = await self.rpc.call("sendTransaction", [wire, {"encoding": "base64",
-                                                                  "preflightCommitment": "confirmed"}])
+            # One payment at a time from this wallet between "latest blockhash" and "sent":
+            # two payments signed against one blockhash can be the same transaction (the
+            # network keeps one), and a dev node that turns its blockhash per transaction
+            # refuses the second.
+            async with self._send_lock:
+                latest = await self.rpc.call("getLatestBlockhash", [confirmed])
+                blockhash = Hash.from_string(latest["value"]["blockhash"])
+                signed = txb.sign(ixs, self.keypair, blockhash)
+                wire = base64.b64encode(bytes(signed)).decode()
+                sent = await self.rpc.call("sendTransaction", [wire, {"encoding": "base64",
+                                                                      "preflightCommitment": "confirmed"}])
         except RpcError as exc:
             text = f"{exc.message} {exc.data}".lower()
             reason = "insufficient_funds" if "insufficient" in text else "tx_failed"
@@ -250,6 +261,12 @@ class SolanaRail:
             raise TransportError("the node acknowledged a different signature")
         await self._await_confirmation(signature)
         return {"tx": signature}
+
+    async def _account_exists_rpc(self, account: Pubkey) -> bool:
+        assert self.rpc is not None
+        info = await self.rpc.call("getAccountInfo", [
+            str(account), {"encoding": "base64", "commitment": "confirmed"}])
+        return info.get("value") is not None
 
     async def _token_balance_rpc(self, account: Pubkey) -> int:
         assert self.rpc is not None
@@ -281,6 +298,10 @@ class SolanaRail:
     async def aclose(self) -> None:
         if self.rpc is not None:
             await self.rpc.aclose()
+
+
+async def _true() -> bool:
+    return True
 
 
 def _check_new_account_rent(amount: int, exists: bool) -> None:
