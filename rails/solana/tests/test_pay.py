@@ -84,3 +84,23 @@ async def test_pay_without_a_keypair_is_a_config_error() -> None:
     rail = make_rail({})
     with pytest.raises(ConfigError, match="keypair"):
         await rail.pay(chain="solana-local", token="SOL", amount=10**6, recipient=str(Pubkey.new_unique()))
+
+
+async def test_concurrent_payments_from_one_wallet_are_distinct_transactions(
+    setup: tuple[LocalSolana, SolanaRail, Keypair],
+) -> None:
+    # Over RPC each payment asks the node for a blockhash, then sends: eight at once
+    # from one wallet must not sign against one blockhash (identical transactions; the
+    # dev node turns its blockhash per transaction and would refuse all but one).
+    import asyncio
+
+    chain, rail, _ = setup
+    to = Keypair().pubkey()
+    asset = rail.asset("solana-local", "USDC")
+    assert asset is not None
+    proofs = await asyncio.gather(*(
+        rail.pay(chain="solana-local", token="USDC", amount=250_000, recipient=str(to)) for _ in range(8)))
+    assert len({p["tx"] for p in proofs}) == 8
+    assert chain.token_balance(ata(to, asset)) == 8 * 250_000
+    for proof in proofs:
+        assert (await rail.verify(proof, Expectation("solana-local", "USDC", 250_000, str(to)))).ok
