@@ -105,17 +105,18 @@ async def one_flow(world: DemoWorld, n: int, latencies: list[float]) -> None:
 
 
 async def paid_flows(
-    flows: int, concurrency: int, fsync: bool, sequential: int = 0, own_process: bool = False
+    root: Path, flows: int, concurrency: int, fsync: bool, sequential: int = 0, own_process: bool = False
 ) -> tuple[float, list[float], list[float]]:
-    with tempfile.TemporaryDirectory(prefix="bench-worker-") as tmp:
-        world = DemoWorld(Path(tmp), None)
-        world.garden_fsync = fsync
-        world.buyer_usdc = 250_000 * (flows + sequential + 50)
-        async with contextlib.AsyncExitStack() as stack:
-            if own_process:
-                world.garden_port = await stack.enter_async_context(
-                    garden_process(Path(tmp) / "garden", [BUYER, WORKER, MALLORY], fsync))
-            return await _paid_flows(world, flows, concurrency, sequential)
+    tmp = root / "worker"
+    tmp.mkdir()
+    world = DemoWorld(Path(tmp), None)
+    world.garden_fsync = fsync
+    world.buyer_usdc = 250_000 * (flows + sequential + 50)
+    async with contextlib.AsyncExitStack() as stack:
+        if own_process:
+            world.garden_port = await stack.enter_async_context(
+                garden_process(Path(tmp) / "garden", [BUYER, WORKER, MALLORY], fsync))
+        return await _paid_flows(world, flows, concurrency, sequential)
 
 
 async def _paid_flows(
@@ -171,10 +172,11 @@ async def _until_terminated() -> None:
     await stop.wait()
 
 
-def _cpu_seconds(pid: int) -> float:
-    """utime + stime of a process (and its threads), from /proc."""
+def _cpu_seconds(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of a process and its threads, from /proc."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 class RoleProcess:
@@ -335,7 +337,7 @@ async def split_flow(buyer: Any, app: _Waiting, rail: Any, n: int, latencies: li
 
 
 async def split_paid_flows(
-    flows: int, concurrency: int, fsync: bool, sequential: int, garden_own: bool
+    root: Path, flows: int, concurrency: int, fsync: bool, sequential: int, garden_own: bool
 ) -> dict[str, Any]:
     from solders.keypair import Keypair
 
@@ -343,76 +345,80 @@ async def split_paid_flows(
     from envelopay.agent.config import config_from_dict
     from envelopay.agent.node import build_node
 
-    with tempfile.TemporaryDirectory(prefix="bench-worker-") as tmp:
-        workdir = Path(tmp)
-        keys = workdir / "keys"
-        keys.mkdir()
-        records: dict[str, str] = {}
-        for who in ("buyer", "worker"):
-            key = dkim.DkimKey.generate_ed25519()
-            (keys / f"{who}.pem").write_bytes(key.private_pem())
-            records[f"{who}._domainkey.{DOMAIN}"] = key.dns_txt_record()
-        buyer_kp, worker_kp = Keypair(), Keypair()
-        usdc = PRICE * (flows + sequential + 50)
-        pids: dict[str, int] = {"buyer": os.getpid()}
-        async with contextlib.AsyncExitStack() as stack:
-            chain = await stack.enter_async_context(RoleProcess("chain", {"fund": [
-                {"wallet": str(buyer_kp.pubkey()), "sol": 20 * 10**9, "tokens": {"USDC": usdc}},
-                {"wallet": str(worker_kp.pubkey()), "sol": 2 * 10**9, "tokens": {}},
-            ]}, workdir))
-            pids["chain"] = chain.pid
-            port = None
-            if garden_own:
-                port = await stack.enter_async_context(
-                    garden_process(workdir / "garden", [BUYER, WORKER, MALLORY], fsync, pids))
-            worker = await stack.enter_async_context(RoleProcess("worker", {
-                "workdir": tmp, "garden_port": port, "fsync": fsync, "records": records,
-                "rpc_url": chain.ready, "worker_wallet": str(worker_kp.pubkey()),
-                "worker_keypair": bytes(worker_kp).hex()}, workdir))
-            pids["worker" + ("" if garden_own else "+garden")] = worker.pid
-            rail = _rpc_rail(chain.ready, bytes(buyer_kp).hex())
-            app = _Waiting({("solana-local", "USDC"): str(buyer_kp.pubkey())})
-            buyer_cfg = config_from_dict(_agent_config("buyer", workdir, int(worker.ready), records, {}),
-                                         base_dir=workdir)
-            buyer = build_node(buyer_cfg, app=app, rails={"solana-local": rail})
-            stop = asyncio.Event()
-            serving = asyncio.create_task(buyer.serve(stop))
-            _freeze()
-            try:
-                latencies: list[float] = []
-                sem = asyncio.Semaphore(concurrency)
+    workdir = root / "worker"
+    tmp = str(workdir)
+    keys = workdir / "keys"
+    keys.mkdir(parents=True)
+    records: dict[str, str] = {}
+    for who in ("buyer", "worker"):
+        key = dkim.DkimKey.generate_ed25519()
+        (keys / f"{who}.pem").write_bytes(key.private_pem())
+        records[f"{who}._domainkey.{DOMAIN}"] = key.dns_txt_record()
+    buyer_kp, worker_kp = Keypair(), Keypair()
+    usdc = PRICE * (flows + sequential + 50)
+    pids: dict[str, int] = {"buyer": os.getpid()}
+    async with contextlib.AsyncExitStack() as stack:
+        chain = await stack.enter_async_context(RoleProcess("chain", {"fund": [
+            {"wallet": str(buyer_kp.pubkey()), "sol": 20 * 10**9, "tokens": {"USDC": usdc}},
+            {"wallet": str(worker_kp.pubkey()), "sol": 2 * 10**9, "tokens": {}},
+        ]}, workdir))
+        pids["chain"] = chain.pid
+        port = None
+        if garden_own:
+            port = await stack.enter_async_context(
+                garden_process(workdir / "garden", [BUYER, WORKER, MALLORY], fsync, pids))
+        worker = await stack.enter_async_context(RoleProcess("worker", {
+            "workdir": tmp, "garden_port": port, "fsync": fsync, "records": records,
+            "rpc_url": chain.ready, "worker_wallet": str(worker_kp.pubkey()),
+            "worker_keypair": bytes(worker_kp).hex()}, workdir))
+        pids["worker" + ("" if garden_own else "+garden")] = worker.pid
+        rail = _rpc_rail(chain.ready, bytes(buyer_kp).hex())
+        app = _Waiting({("solana-local", "USDC"): str(buyer_kp.pubkey())})
+        buyer_cfg = config_from_dict(_agent_config("buyer", workdir, int(worker.ready), records, {}),
+                                     base_dir=workdir)
+        buyer = build_node(buyer_cfg, app=app, rails={"solana-local": rail})
+        stop = asyncio.Event()
+        serving = asyncio.create_task(buyer.serve(stop))
+        _freeze()
+        try:
+            latencies: list[float] = []
+            sem = asyncio.Semaphore(concurrency)
 
-                async def run(n: int) -> None:
-                    async with sem:
-                        await split_flow(buyer, app, rail, n, latencies)
+            async def run(n: int) -> None:
+                async with sem:
+                    await split_flow(buyer, app, rail, n, latencies)
 
-                await asyncio.gather(*(run(n) for n in range(min(20, flows))))  # warm-up
-                latencies.clear()
-                cpu0 = {name: _cpu_seconds(pid) for name, pid in pids.items()}
-                start = time.perf_counter()
-                await asyncio.gather(*(run(n) for n in range(1000, 1000 + flows)))
-                elapsed = time.perf_counter() - start
-                cpu = {name: (_cpu_seconds(pid) - cpu0[name]) / flows * 1000 for name, pid in pids.items()}
-                alone: list[float] = []
-                for n in range(5000, 5000 + sequential):
-                    await split_flow(buyer, app, rail, n, alone)
-            finally:
-                stop.set()
-                await serving
-                await buyer.close()
-                buyer.store.close()
-                if GC_FREEZE:
-                    gc.unfreeze()
-        fulfilled = worker.final.get("flow_states", {}).get("fulfilled", 0)
-        expected = min(20, flows) + flows + sequential
-        if fulfilled != expected:
-            raise RuntimeError(f"the worker's ledger holds {fulfilled} fulfilled flows, expected {expected}: "
-                               f"{worker.final}")
-        return {"rate": flows / elapsed, "latencies": latencies, "alone": alone, "cpu_ms": cpu,
-                "worker_fulfilled": fulfilled, "chain_requests": chain.final.get("requests")}
+            await asyncio.gather(*(run(n) for n in range(min(20, flows))))  # warm-up
+            latencies.clear()
+            cpu0 = {name: _cpu_seconds(pid) for name, pid in pids.items()}
+            start = time.perf_counter()
+            await asyncio.gather(*(run(n) for n in range(1000, 1000 + flows)))
+            elapsed = time.perf_counter() - start
+            cpu = {name: tuple((b - a) / flows * 1000 for a, b in zip(cpu0[name], _cpu_seconds(pid),
+                                                                    strict=True))
+                   for name, pid in pids.items()}
+            alone: list[float] = []
+            for n in range(5000, 5000 + sequential):
+                await split_flow(buyer, app, rail, n, alone)
+        finally:
+            stop.set()
+            await serving
+            await buyer.close()
+            buyer.store.close()
+            if GC_FREEZE:
+                gc.unfreeze()
+    fulfilled = worker.final.get("flow_states", {}).get("fulfilled", 0)
+    expected = min(20, flows) + flows + sequential
+    if fulfilled != expected:
+        raise RuntimeError(f"the worker's ledger holds {fulfilled} fulfilled flows, expected {expected}: "
+                           f"{worker.final}")
+    return {"rate": flows / elapsed, "latencies": latencies, "alone": alone, "cpu_ms": cpu,
+            "worker_fulfilled": fulfilled, "chain_requests": chain.final.get("requests")}
 
 
-async def transport_floor(flows: int, concurrency: int, fsync: bool, own_process: bool = False) -> float:
+async def transport_floor(
+    root: Path, flows: int, concurrency: int, fsync: bool, own_process: bool = False
+) -> float:
     """Four signed messages per flow through the garden and its pickup, nothing else."""
     from envelopay import dkim
     from envelopay.agent.transport import GardenTransport
@@ -423,38 +429,38 @@ async def transport_floor(flows: int, concurrency: int, fsync: bool, own_process
 
     key = dkim.DkimKey.generate_ed25519()
     addresses = ["a@garden.local", "b@garden.local"]
-    with tempfile.TemporaryDirectory(prefix="bench-floor-") as tmp:
-        async with contextlib.AsyncExitStack() as stack:
-            endpoint: tuple[str, int] | Path
-            if own_process:
-                endpoint = ("127.0.0.1", await stack.enter_async_context(
-                    garden_process(Path(tmp), addresses, fsync)))
-            else:
-                endpoint = (await stack.enter_async_context(
-                    GardenServer(Path(tmp), addresses, fsync=fsync))).endpoint
-            transports = [GardenTransport(endpoint) for _ in range(concurrency)]
-            total = flows * 4
-            raw, _ = compose_message(Which(id="w1"), sender="a@garden.local", recipient="b@garden.local",
-                                     domain="garden.local", now=datetime.now(UTC))
-            got = 0
-            async with Pickup([mailbox_path(Path(tmp), "b@garden.local")]) as pickup:
-                start = time.perf_counter()
+    tmp = root / "floor"
+    async with contextlib.AsyncExitStack() as stack:
+        endpoint: tuple[str, int] | Path
+        if own_process:
+            endpoint = ("127.0.0.1", await stack.enter_async_context(
+                garden_process(Path(tmp), addresses, fsync)))
+        else:
+            endpoint = (await stack.enter_async_context(
+                GardenServer(Path(tmp), addresses, fsync=fsync))).endpoint
+        transports = [GardenTransport(endpoint) for _ in range(concurrency)]
+        total = flows * 4
+        raw, _ = compose_message(Which(id="w1"), sender="a@garden.local", recipient="b@garden.local",
+                                 domain="garden.local", now=datetime.now(UTC))
+        got = 0
+        async with Pickup([mailbox_path(Path(tmp), "b@garden.local")]) as pickup:
+            start = time.perf_counter()
 
-                async def sender(t: GardenTransport, count: int) -> None:
-                    for _ in range(count):
-                        await t.send(dkim.sign(raw, selector="s", domain="garden.local", key=key),
-                                     "a@garden.local", "b@garden.local")
+            async def sender(t: GardenTransport, count: int) -> None:
+                for _ in range(count):
+                    await t.send(dkim.sign(raw, selector="s", domain="garden.local", key=key),
+                                 "a@garden.local", "b@garden.local")
 
-                per = total // concurrency
-                senders = asyncio.gather(*(sender(t, per) for t in transports))
-                while got < per * concurrency:
-                    d = await pickup.next(timeout=60)
-                    pickup.done(d)
-                    got += 1
-                await senders
-                elapsed = time.perf_counter() - start
-            for t in transports:
-                await t.close()
+            per = total // concurrency
+            senders = asyncio.gather(*(sender(t, per) for t in transports))
+            while got < per * concurrency:
+                d = await pickup.next(timeout=60)
+                pickup.done(d)
+                got += 1
+            await senders
+            elapsed = time.perf_counter() - start
+        for t in transports:
+            await t.close()
     return (got / 4) / elapsed
 
 
@@ -481,19 +487,29 @@ def main() -> None:
         setup = json.loads(Path(args.setup).read_text())
         asyncio.run(chain_role(setup) if args.role == "chain" else worker_role(setup))
         return
+    # One directory for the whole run, removed at the end: removing the floor's
+    # thousands of mail files before the worker runs would make the worker pay for it
+    # (ext4 skips inodes freed in the last ~30 s when it allocates new ones; on this
+    # machine that was a quarter of the worker process's CPU).
+    with tempfile.TemporaryDirectory(prefix="bench-worker-") as tmp:
+        _main(args, Path(tmp))
+
+
+def _main(args: argparse.Namespace, root: Path) -> None:
     own = args.garden_process
     fsync = not args.no_fsync
     t = time.perf_counter()
-    floor = asyncio.run(transport_floor(args.flows, args.concurrency, fsync, own))
+    floor = asyncio.run(transport_floor(root, args.flows, args.concurrency, fsync, own))
     t_floor = time.perf_counter() - t
     t = time.perf_counter()
-    cpu: dict[str, float] = {}
+    cpu: dict[str, tuple[float, ...]] = {}
     if args.one_process:
-        rate, lat, alone = asyncio.run(paid_flows(args.flows, args.concurrency, fsync, args.sequential, own))
+        rate, lat, alone = asyncio.run(paid_flows(root, args.flows, args.concurrency, fsync, args.sequential,
+                                                  own))
         layout = ("one process: buyer, worker, chain (LiteSVM in-process)"
                   + (" + the garden in its own process" if own else " and the garden"))
     else:
-        got = asyncio.run(split_paid_flows(args.flows, args.concurrency, fsync, args.sequential, own))
+        got = asyncio.run(split_paid_flows(root, args.flows, args.concurrency, fsync, args.sequential, own))
         rate, lat, alone, cpu = got["rate"], got["latencies"], got["alone"], got["cpu_ms"]
         layout = ("buyer (load generator) | worker" + ("" if own else " + garden") + " | chain (LiteSVM "
                   "JSON-RPC node)" + (" | garden" if own else "") + f"; the worker's ledger: "
@@ -516,8 +532,9 @@ def main() -> None:
         print(f"PAY→FULFILL, one flow at a time      p50 {a50:6.1f} ms   p99 {a99:6.1f} ms"
               f"   ({len(alone)} flows)")
     if cpu:
-        print("CPU per timed flow, by process:      " + ", ".join(f"{k} {v:.1f} ms" for k, v in cpu.items())
-              + f"; total {sum(cpu.values()):.1f} ms")
+        print("CPU per timed flow, by process:      "
+              + ", ".join(f"{k} {sum(v):.1f} ms ({v[1]:.1f} system)" for k, v in cpu.items())
+              + f"; total {sum(sum(v) for v in cpu.values()):.1f} ms")
 
 
 def _pct(values: list[float]) -> tuple[float, float]:

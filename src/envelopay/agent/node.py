@@ -9,6 +9,7 @@ the client role: record the message in its flow, then drain. `serve()` pumps a M
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ __all__ = ["AgentNode", "build_node", "open_store"]
 
 Clock = Callable[[], datetime]
 RECENT = 10_000
+_log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -47,6 +49,7 @@ class AgentNode:
     closers: list[Any] = field(default_factory=list)  # things with aclose() (an enforcer client)
     _waiters: dict[str, asyncio.Future[Outcome]] = field(default_factory=dict)
     _seen: dict[str, Outcome] = field(default_factory=dict)
+    _draining: set[asyncio.Task[Any]] = field(default_factory=set)
 
     @property
     def address(self) -> str:
@@ -63,13 +66,22 @@ class AgentNode:
 
         return await dkim.verify(raw, dns=self.dns)
 
-    async def receive(self, raw: bytes) -> Outcome:
+    async def receive(self, raw: bytes, *, drain_behind: bool = False) -> Outcome:
+        """Handle one inbound message. Its replies are committed to the outbox with the
+        step; they are sent before this returns, or, with `drain_behind` (the Maildir
+        pump), by a drain running beside the next messages: the reply's delivery (an
+        SMTP/LMTP round trip, the receiving MTA's fsync) then no longer holds up the
+        handling of the next message. Either way a reply not yet sent is a pending
+        outbox row, sent by the next drain, after a restart too."""
         result = await self.verify_dkim(raw)
         outcome = await self.engine.handle(raw, dkim=result)
         self.outcomes.append(outcome)
         self.received += 1
         if outcome.outbox:  # only a step that wrote replies has anything to send now
-            await self.drainer.drain()
+            if drain_behind:
+                self._drain_behind()
+            else:
+                await self.drainer.drain()
         if outcome.message_id is not None and outcome.status not in ("busy", "deferred"):
             self._seen[outcome.message_id] = outcome
             if len(self._seen) > RECENT:
@@ -78,6 +90,23 @@ class AgentNode:
             if fut is not None and not fut.done():
                 fut.set_result(outcome)
         return outcome
+
+    def _drain_behind(self) -> None:
+        # A drain already running picks the new rows up (drain() tells it to look again).
+        task = asyncio.get_running_loop().create_task(self._drain_logged())
+        self._draining.add(task)
+        task.add_done_callback(self._draining.discard)
+
+    async def _drain_logged(self) -> None:
+        try:
+            await self.drainer.drain()
+        except Exception:  # the rows stay pending: the next drain tries them again
+            _log.exception("%s: outbox drain failed", self.address)
+
+    async def settle(self) -> None:
+        """Wait for the drains started behind the pump."""
+        while self._draining:
+            await asyncio.gather(*list(self._draining), return_exceptions=True)
 
     def outcomes_since(self, cursor: int) -> list[Outcome]:
         """Outcomes recorded after `cursor` (a past value of `received`), oldest first."""
@@ -112,12 +141,15 @@ class AgentNode:
             for delay in self.retry_delays:
                 if delay:
                     await asyncio.sleep(delay)
-                outcome = await self.receive(raw)
+                outcome = await self.receive(raw, drain_behind=True)
                 if outcome.status not in ("busy", "deferred"):
                     return True
             return False
 
-        await pump([self.maildir], consume, stop=stop)
+        try:
+            await pump([self.maildir], consume, stop=stop)
+        finally:
+            await self.settle()
 
     async def serve_imap(self, config: Any, stop: asyncio.Event) -> None:
         """Handle every message of an IMAP mailbox (IDLE); a message is flagged processed
@@ -222,7 +254,10 @@ def build_node(
         worker_id=cfg.agent.worker_id,
         **engine_kw,
     )
-    drainer = OutboxDrainer(store, hook, clock=clock)
+    # A pool of garden connections lets the drain deliver replies of several flows at
+    # once (each delivery waits for the garden's fsync); other hooks get one at a time.
+    parallel = transport.size if isinstance(transport, GardenPool) and isinstance(hook, DirectHook) else 1
+    drainer = OutboxDrainer(store, hook, clock=clock, parallel=parallel)
     if maildir is None and cfg.transport.kind == "garden":
         from envelopay.mail.maildir import mailbox_path
 
@@ -301,15 +336,47 @@ def imap_config(cfg: WorkerConfig) -> Any:
     return ImapConfig(t.imap_host, t.imap_port, t.imap_user, password, mailbox=t.imap_mailbox, tls=t.imap_tls)
 
 
-def garden_transport(cfg: WorkerConfig) -> GardenTransport:
+def garden_transport(cfg: WorkerConfig, connections: int = 4) -> GardenPool:
     t = cfg.transport
     if t.kind != "garden":
         raise ConfigError("transport.kind: this needs the garden (kind = 'garden')")
+    endpoint: tuple[str, int] | Path
     if t.garden_socket:
-        return GardenTransport(cfg.path(t.garden_socket))
-    if t.lmtp_port is None:
+        endpoint = cfg.path(t.garden_socket)
+    elif t.lmtp_port is None:
         raise ConfigError("transport: set garden_socket or lmtp_port to reach the garden")
-    return GardenTransport((t.lmtp_host, t.lmtp_port))
+    else:
+        endpoint = (t.lmtp_host, t.lmtp_port)
+    return GardenPool([GardenTransport(endpoint) for _ in range(connections)])
+
+
+class GardenPool:
+    """Several LMTP connections to the garden; a send takes a free one (each connection
+    carries one transaction at a time). Connections open on first use."""
+
+    def __init__(self, transports: list[GardenTransport]) -> None:
+        if not transports:
+            raise ValueError("a garden pool needs at least one connection")
+        self.size = len(transports)
+        self._all = transports
+        self._free: asyncio.Queue[GardenTransport] = asyncio.Queue()
+        for t in transports:
+            self._free.put_nowait(t)
+
+    @property
+    def endpoint(self) -> tuple[str, int] | Path:
+        return self._all[0].endpoint
+
+    async def send(self, raw: bytes, sender: str, recipient: str) -> None:
+        conn = await self._free.get()
+        try:
+            await conn.send(raw, sender, recipient)
+        finally:
+            self._free.put_nowait(conn)
+
+    async def close(self) -> None:
+        for t in self._all:
+            await t.close()
 
 
 def _rail_options(cfg: WorkerConfig, opts: Mapping[str, Any]) -> dict[str, Any]:

@@ -116,13 +116,20 @@ class OutboxDrainer:
         max_attempts: int = 8,
         backoff: Callable[[int], timedelta] = lambda n: timedelta(seconds=min(300, 2**n)),
         on_sent: Callable[[Outbound, bytes], Awaitable[None]] | None = None,
+        parallel: int = 1,
     ) -> None:
+        if parallel < 1:
+            raise ValueError("parallel must be at least 1")
         self.store = store
         self.hook = hook
         self.clock = clock
         self.max_attempts = max_attempts
         self.backoff = backoff
         self.on_sent = on_sent
+        # Rows of different flows in flight at once (the hook must take concurrent calls,
+        # e.g. a pool of connections); the rows of one flow always go one after another,
+        # in outbox order.
+        self.parallel = parallel
         # One drain at a time per process: two overlapping drains would both read the
         # same pending rows and send them twice. A drain asked for while one runs just
         # makes the running one look again.
@@ -131,8 +138,23 @@ class OutboxDrainer:
 
     async def drain_once(self, limit: int = 100) -> DrainReport:
         report = DrainReport()
-        for row in self.store.outbox_pending(self.clock(), limit):
-            await self._one(row, report)
+        rows = self.store.outbox_pending(self.clock(), limit)
+        if self.parallel == 1 or len(rows) < 2:
+            for row in rows:
+                await self._one(row, report)
+            return report
+        lanes: dict[str | None, list[OutboxRow]] = {}
+        for row in rows:
+            # Rows without a flow each get a lane of their own.
+            lanes.setdefault(row.flow_id or f"\0{row.outbound.message_id}", []).append(row)
+        gate = asyncio.Semaphore(self.parallel)
+
+        async def lane(queue: list[OutboxRow]) -> None:
+            async with gate:
+                for row in queue:
+                    await self._one(row, report)
+
+        await asyncio.gather(*(lane(q) for q in lanes.values()))
         return report
 
     async def drain(self, limit: int = 100) -> DrainReport:
