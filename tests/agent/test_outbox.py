@@ -176,3 +176,68 @@ def test_node_keeps_recent_outcomes_only() -> None:
     ]
     assert len(n.outcomes_since(cursor)) == node_mod.RECENT  # older ones are gone, not repeated
     assert n.outcomes_since(n.received) == []
+
+
+async def test_parallel_drain_keeps_each_flows_rows_in_order(tmp_path: Path) -> None:
+    # Three flows with three rows each, drained with up to two sends in flight: rows of
+    # different flows overlap, the rows of one flow go strictly one after another.
+    from envelopay.ledger.store import Commit
+
+    clock = Clock()
+    store = SqliteStore(str(tmp_path / "a.db"))
+    store.migrate()
+    rows: list[tuple[Outbound, str | None]] = []
+    for f in range(3):
+        for i in range(3):
+            ob = Outbound(sender="a@garden.local", recipient="b@garden.local", message=Which(id=f"w{f}{i}"),
+                          message_id=f"<m{f}{i}@garden.local>", date=clock.now)
+            rows.append((ob, f"flow{f}"))
+    commit = Commit(local="a@garden.local", now=clock.now, outcome={}, outbox=tuple(rows))
+    assert store.commit_step(commit) == "ok"
+    order: list[str] = []
+    in_flight: list[str] = []
+    most = 0
+
+    async def hook(out: Outbound, raw: bytes) -> SendResult:
+        nonlocal most
+        flow = out.message_id[2]
+        assert all(m[2] != flow for m in in_flight), "two rows of one flow in flight"
+        in_flight.append(out.message_id)
+        most = max(most, len(in_flight))
+        await asyncio.sleep(0.01)
+        in_flight.remove(out.message_id)
+        order.append(out.message_id)
+        return SendResult("sent")
+
+    rep = await OutboxDrainer(store, hook, clock=clock, parallel=2).drain()
+    assert sorted(rep.sent) == sorted(ob.message_id for ob, _ in rows)
+    assert most == 2
+    for f in range(3):
+        assert [m for m in order if m[2] == str(f)] == [f"<m{f}{i}@garden.local>" for i in range(3)]
+    assert store.outbox_pending(clock.now) == []
+    store.close()
+
+
+async def test_garden_pool_delivers_over_several_connections(tmp_path: Path) -> None:
+    from envelopay.agent.node import GardenPool
+
+    clock = Clock()
+    store, mids = await _queue(tmp_path, 24, clock)
+    async with GardenServer(tmp_path / "garden", ["b@garden.local"]) as garden:
+        pool = GardenPool([GardenTransport(garden.endpoint) for _ in range(4)])
+        rep = await OutboxDrainer(store, DirectHook(pool), clock=clock, parallel=pool.size).drain()
+        opened = sum(t._client is not None for t in pool._all)
+        await pool.close()
+        delivered = list((garden.maildir("b@garden.local") / "new").iterdir())
+    assert sorted(rep.sent) == sorted(mids)
+    assert len(delivered) == 24
+    assert opened == 4  # each connection carried a share
+    assert store.outbox_pending(clock.now) == []
+    store.close()
+
+
+def test_parallel_must_be_positive(tmp_path: Path) -> None:
+    store = SqliteStore(str(tmp_path / "a.db"))
+    with pytest.raises(ValueError):
+        OutboxDrainer(store, DirectHook(GardenTransport(tmp_path / "sock")), parallel=0)
+    store.close()
