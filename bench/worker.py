@@ -12,13 +12,16 @@ Process layout (default, as deployed: a worker is not its customers' process):
            (LMTP server + Maildirs), as an MTA on the worker's host;
   chain  — its own process: LiteSVM served as a Solana JSON-RPC node
            (envelopay_solana.devnode), the one chain both sides use.
+At the end the worker process reports its ledger's flow states: the run fails unless
+every flow (warm-up, timed, one at a time) is there as fulfilled.
 `--garden-process` moves the garden to a fourth process (`envelopay garden serve`).
 `--one-process` runs the older layout: everything in one process, chain in-process.
 
 Figures:
   flows/s          complete paid flows per second, CONCURRENCY flows in flight
-  PAY→FULFILL      from the PAY accepted by the garden to the FULFILL taken in by the
-                   buyer, p50 and p99
+  PAY→FULFILL      from the buyer's send() of the PAY returning (committed to its outbox
+                   and delivered, or handed to its drain already running) to the FULFILL
+                   taken in by the buyer, p50 and p99
   CPU per flow     per process, over the timed flows (from /proc)
 Floor (same run): the transport alone — four DKIM-signed messages per flow delivered
 through the same garden and picked up, no engine, no ledger, no chain. The ratio
