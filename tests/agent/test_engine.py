@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import AsyncIterator, Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -505,3 +506,61 @@ async def test_first_contact_then_prepaid_order(world: World) -> None:
     [at_buyer] = await world.deliver()
     assert (at_buyer.flow_id, at_buyer.state) == (sent.flow_id, "fulfilled")
     assert [e.type for e in world.store.flow_log(sent.flow_id)] == ["which", "methods", "order", "fulfill"]
+
+
+# ------------------------------------------------------- proofs bound in time
+
+
+async def _invoice_at(world: World, when: datetime) -> tuple[Outcome, Invoice, str]:
+    world.clock.now = when
+    o = await world.worker.handle(k.raw(k.order("ord_t"), message_id="<ot@client.test>"))
+    inv = world.reply(o)
+    assert isinstance(inv, Invoice)
+    row = world.store.outbox_get(o.outbox[0])
+    assert row is not None
+    return o, inv, row.outbound.message_id
+
+
+async def test_a_transfer_older_than_the_invoice_does_not_pay_it(world: World) -> None:
+    # A transfer made an hour before the INVOICE (never claimed by mail) is refused as
+    # stale, and the INVOICE stays open for a real payment.
+    issued = k.T0 + timedelta(hours=1)
+    o, inv, inv_mid = await _invoice_at(world, issued)
+    world.pay_tx("old", time=k.T0)
+    p = await world.worker.handle(
+        k.raw(
+            k.pay("pay_old", "old", invoice_ref=inv.id), message_id="<pold@client.test>", in_reply_to=inv_mid
+        )
+    )
+    assert (p.status, p.oops, p.state) == ("refused", OopsCode.STALE_PROOF, "invoiced")
+    assert p.verdict is not None and p.verdict["reason"] == "stale"
+    # Within the allowed clock drift (10 minutes before issue) the transfer counts.
+    world.pay_tx("fresh", time=issued - timedelta(minutes=9))
+    q = await world.worker.handle(
+        k.raw(
+            k.pay("pay_new", "fresh", invoice_ref=inv.id),
+            message_id="<pnew@client.test>",
+            in_reply_to=inv_mid,
+        )
+    )
+    assert (q.status, q.state, q.flow_id) == ("processed", "fulfilled", o.flow_id)
+
+
+async def test_invoice_skew_none_turns_the_binding_off(world: World) -> None:
+    world.worker = world.engine(k.WORKER, world.app, world.rail, "w2", invoice_skew=None)
+    _, inv, inv_mid = await _invoice_at(world, k.T0 + timedelta(days=1))
+    world.pay_tx("old2", time=k.T0)
+    p = await world.worker.handle(
+        k.raw(
+            k.pay("pay_o2", "old2", invoice_ref=inv.id), message_id="<po2@client.test>", in_reply_to=inv_mid
+        )
+    )
+    assert (p.status, p.state) == ("processed", "fulfilled")
+
+
+async def test_proof_window_bounds_every_proof(world: World) -> None:
+    world.worker = world.engine(k.WORKER, world.app, world.rail, "w3", proof_window=timedelta(minutes=5))
+    world.clock.now = k.T0 + timedelta(minutes=30)
+    world.pay_tx("unsolicited", time=k.T0)
+    p = await world.worker.handle(k.raw(k.pay("pay_u", "unsolicited"), message_id="<pu@client.test>"))
+    assert (p.status, p.oops) == ("refused", OopsCode.STALE_PROOF)

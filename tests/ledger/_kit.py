@@ -49,6 +49,7 @@ class Tx:
     amount: int
     status: str = "ok"  # ok | failed | pending | unavailable
     payer: str = "W-someone"
+    time: datetime = T0  # the block time the chain reports
 
 
 class DictRail:
@@ -95,7 +96,9 @@ class DictRail:
             return Verdict.rejected(Reason.RECIPIENT_MISMATCH)
         if tx.amount != expectation.amount:
             return Verdict.rejected(Reason.AMOUNT_MISMATCH)
-        return Verdict.accepted(observed_amount=tx.amount, payer=tx.payer, tx_time=T0, proof_key=key)
+        if expectation.not_before is not None and tx.time < expectation.not_before:
+            return Verdict.rejected(Reason.STALE, f"block time {tx.time.isoformat()}")
+        return Verdict.accepted(observed_amount=tx.amount, payer=tx.payer, tx_time=tx.time, proof_key=key)
 
     async def pay(self, *, chain: str, token: str, amount: int, recipient: str) -> dict[str, Any]:
         tx = f"paid-{self.wallet}-{next(self._n)}"

@@ -76,6 +76,11 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 DkimPolicy = Literal["required", "prefer", "off"]
+
+# A PAY against an INVOICE must carry a transfer made after the INVOICE (see
+# Engine._not_before); this much drift between our clock and the chain's is allowed.
+INVOICE_SKEW = timedelta(minutes=10)
+INVOICE_ISSUED_AT = "invoice_issued_at"  # flow fact, ISO 8601, written when we send an INVOICE
 OutcomeStatus = Literal[
     "processed",  # a transition happened (perhaps with a reply)
     "refused",  # answered with an OOPS (or silently, for an OOPS), nothing changed
@@ -292,6 +297,7 @@ class Engine:
         lease: timedelta = timedelta(seconds=120),
         parser: Callable[[bytes], Parsed] = _default_parser,
         proof_window: timedelta | None = None,
+        invoice_skew: timedelta | None = INVOICE_SKEW,
     ) -> None:
         self.store = store
         self.address = address.lower()
@@ -307,6 +313,7 @@ class Engine:
         self.lease = lease
         self.parser = parser
         self.proof_window = proof_window
+        self.invoice_skew = invoice_skew
 
     # ------------------------------------------------------------------ ids
     def new_id(self, prefix: str) -> str:
@@ -688,7 +695,7 @@ class Engine:
             token=check.token,
             amount=check.amount,
             recipient=recipient,
-            not_before=(now - self.proof_window) if self.proof_window else None,
+            not_before=self._not_before(message, work.fs.data, now),
         )
         try:
             verdict = await rail.verify(check.proof, expectation)
@@ -707,6 +714,21 @@ class Engine:
             work.proof_fate = "spend"  # a rejected proof stays spent
         code = verdict.oops or OopsCode.RAIL_UNAVAILABLE
         return code, verdict.detail or code.value
+
+    def _not_before(self, message: Message, data: Mapping[str, Any], now: datetime) -> datetime | None:
+        """The earliest transaction time a proof may carry.
+
+        A PAY that settles an INVOICE must be a transfer made after the INVOICE was
+        issued (less `invoice_skew` for clock drift between us and the chain): an older
+        transfer to the same wallet for the same amount, never claimed by mail, must not
+        pay a new INVOICE. `proof_window` optionally bounds every proof's age."""
+        bounds: list[datetime] = []
+        if self.proof_window is not None:
+            bounds.append(now - self.proof_window)
+        issued = data.get(INVOICE_ISSUED_AT)
+        if isinstance(message, Pay) and self.invoice_skew is not None and isinstance(issued, str):
+            bounds.append(datetime.fromisoformat(issued) - self.invoice_skew)
+        return max(bounds) if bounds else None
 
     async def _ask(self, fn: Callable[[], Awaitable[Any]]) -> Any:
         try:
@@ -797,7 +819,7 @@ class Engine:
             work.replies.append(self._reply(parsed, work.peer, oops, now))
             work.oops, work.detail = OopsCode.TASK_FAILED, f"illegal reply {decision.type}"
             return
-        data = dict(out_step.data)
+        data = _stamp_invoice(decision, out_step.data, now)
         work.fs = FlowState(work.fs.kind, work.fs.side, out_step.state, data)
         work.replies.append(self._reply(parsed, work.peer, decision, now))
 
@@ -819,11 +841,12 @@ class Engine:
             assert work.oops is not None
             replies = [self._reply(parsed, sender, self._oops(work.oops, work.detail, parsed.id), now)]
             existing = work.version > 0
+            unchanged = work.start if work.start is not None else work.fs  # nothing was written
             outcome = Outcome(
                 "refused",
                 message_id,
                 flow_id=work.flow_id if existing else None,
-                state=work.fs.state if existing else None,
+                state=unchanged.state if existing else None,
                 oops=work.oops,
                 detail=work.detail,
                 outbox=tuple(r.message_id for r in replies),
@@ -980,7 +1003,7 @@ class Engine:
                 side=fs.side.value,
                 state=step.state,
                 version=version,
-                data=step.data,
+                data=_stamp_invoice(message, step.data, now),
                 created_at=now,
                 updated_at=now,
             )
@@ -1021,6 +1044,14 @@ class Engine:
             if found is not None and found.peer == to:
                 return found
         return None
+
+
+def _stamp_invoice(message: Message, data: Mapping[str, Any], now: datetime) -> dict[str, Any]:
+    """Flow facts after sending `message`; an INVOICE records when it was issued."""
+    out = dict(data)
+    if isinstance(message, Invoice):
+        out[INVOICE_ISSUED_AT] = now.isoformat()
+    return out
 
 
 def _reply_headers(parsed: Parsed) -> tuple[str | None, tuple[str, ...]]:
