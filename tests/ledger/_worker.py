@@ -13,6 +13,7 @@ import asyncio
 import base64
 import json
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -35,8 +36,11 @@ def open_store(backend: str, target: str) -> Store:
 
 def make_rail(n: int) -> k.DictRail:
     """The same deterministic transactions in every process: tx-0 .. tx-(n-1) each pay
-    the worker PRICE units."""
-    return k.DictRail({f"tx-{i}": k.Tx(k.WORKER_WALLET, k.TOKEN, k.PRICE) for i in range(n)})
+    the worker PRICE units. Their block time is this process's start: the PAYs of phase 2
+    are handled by processes started after phase 1 issued the INVOICEs, so each transfer
+    is younger than the INVOICE it settles, as the engine requires."""
+    made = datetime.now(UTC)
+    return k.DictRail({f"tx-{i}": k.Tx(k.WORKER_WALLET, k.TOKEN, k.PRICE, time=made) for i in range(n)})
 
 
 async def main(backend: str, target: str, worker_id: str, msgfile: str, indices: str, ntx: int) -> None:

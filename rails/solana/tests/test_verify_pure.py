@@ -222,3 +222,17 @@ def test_proof_key_is_canonical_or_value_error(text: str) -> None:
         return
     assert canonical_signature({"tx": key}) == key
     assert len(key) in (87, 88)
+
+
+def test_absurd_block_time_is_no_block_time() -> None:
+    # Found by the mangled-document property: datetime.fromtimestamp raises OSError /
+    # OverflowError on such values; the check must answer a verdict instead.
+    doc, exp, sig = case("success_usdc")
+    for stamp in (67_768_036_191_676_800, 10**30, -(10**20)):
+        mangled = copy.deepcopy(doc)
+        mangled["blockTime"] = stamp
+        assert check(mangled, exp, sig).ok  # no window asked: the time is not needed
+        windowed = Expectation(exp.chain, exp.token, exp.amount, exp.recipient,
+                               not_before=datetime(2020, 1, 1, tzinfo=UTC))
+        verdict = check(mangled, windowed, sig)
+        assert (verdict.status, verdict.reason) == ("rejected", Reason.STALE)

@@ -255,7 +255,10 @@ def _check(
         raise MalformedAnswer(f"block {block_number} missing")
     if quantity(block["number"], "block.number") != block_number:
         raise MalformedAnswer("block answer is for another height")
-    tx_time = datetime.fromtimestamp(quantity(block["timestamp"], "block.timestamp"), UTC)
+    try:
+        tx_time = datetime.fromtimestamp(quantity(block["timestamp"], "block.timestamp"), UTC)
+    except (OverflowError, OSError, ValueError) as exc:
+        raise MalformedAnswer(f"block timestamp out of range: {exc}") from exc
     if expectation.not_before is not None and tx_time < _utc(expectation.not_before):
         return Verdict.rejected(Reason.STALE, f"mined at {tx_time.isoformat()}, before the window opens")
     if expectation.not_after is not None and tx_time > _utc(expectation.not_after):

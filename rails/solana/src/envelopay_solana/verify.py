@@ -141,7 +141,10 @@ def extract_transfers(tx: Mapping[str, Any]) -> list[Transfer]:
 def _block_time(tx: Mapping[str, Any]) -> datetime | None:
     value = tx.get("blockTime")
     if isinstance(value, int) and not isinstance(value, bool):
-        return datetime.fromtimestamp(value, tz=UTC)
+        try:
+            return datetime.fromtimestamp(value, tz=UTC)
+        except (OverflowError, OSError, ValueError):
+            return None  # an absurd block time is no block time (the window check refuses it)
     return None
 
 
