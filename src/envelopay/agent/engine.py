@@ -841,12 +841,12 @@ class Engine:
             assert work.oops is not None
             replies = [self._reply(parsed, sender, self._oops(work.oops, work.detail, parsed.id), now)]
             existing = work.version > 0
-            unchanged = work.start if work.start is not None else work.fs  # nothing was written
+            as_read = work.start if work.start is not None else work.fs  # nothing was written
             outcome = Outcome(
                 "refused",
                 message_id,
                 flow_id=work.flow_id if existing else None,
-                state=unchanged.state if existing else None,
+                state=as_read.state if existing else None,
                 oops=work.oops,
                 detail=work.detail,
                 outbox=tuple(r.message_id for r in replies),
