@@ -19,8 +19,10 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from email import policy as email_policy
 from email.message import EmailMessage, Message
-from email.utils import format_datetime, parseaddr
+from email.utils import format_datetime
 from typing import Any, Literal
+
+from envelopay.mail.addresses import Address, parse_address
 
 __all__ = [
     "CALL_HEADER",
@@ -60,10 +62,12 @@ def _one(msg: Message, name: str) -> str | None:
 
 
 def _addr(value: str | None) -> str | None:
+    # Replies are matched to calls by sender: only an unambiguous single mailbox counts
+    # (the stdlib's parseaddr on this Python accepts lists and odd forms).
     if value is None:
         return None
-    _, addr = parseaddr(value)
-    return addr.lower() or None
+    parsed = parse_address(value, allow_display_name=True)
+    return parsed.addr.lower() if isinstance(parsed, Address) else None
 
 
 def read_tool_mail(raw: bytes) -> ToolMail:

@@ -9,14 +9,12 @@ temporary file and atomic replacement").
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 from envelopay.errors import UsageError
 from envelopay.mail.addresses import require_address
+from envelopay.mail.atomic import atomic_write_json
 
 __all__ = ["Contact", "ContactBook", "atomic_write_json"]
 
@@ -28,22 +26,6 @@ class Contact:
     address: str
     name: str = ""
     note: str = ""
-
-
-def atomic_write_json(path: Path, data: Any) -> None:
-    """Write `data` as JSON to `path` through a temp file and os.replace."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, ensure_ascii=False, indent=1, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def _text(field: str, value: str) -> str:

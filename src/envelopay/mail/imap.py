@@ -29,16 +29,15 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import re
 import ssl
-import tempfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from envelopay.errors import ConfigError, TransportError
+from envelopay.mail.atomic import atomic_write_json
 
 __all__ = ["Consumer", "ImapConfig", "ImapMessage", "ImapSource", "ImapStats", "Processed", "SyncState"]
 
@@ -146,10 +145,7 @@ class SyncState:
             "last_uid": self.last_uid,
             "unflagged_done": sorted(self.unflagged_done),
         }
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".imap-state-")
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f)
-        os.replace(tmp, self.path)
+        atomic_write_json(self.path, data)
 
     def observe_uidvalidity(self, uidvalidity: int) -> bool:
         """Record the mailbox's UIDVALIDITY; True when it changed (UIDs we hold are void)."""

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from email import policy
 from email.message import EmailMessage, Message
-from email.utils import format_datetime, getaddresses, make_msgid, parsedate_to_datetime
+from email.utils import format_datetime, getaddresses, parsedate_to_datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -50,6 +50,7 @@ from envelopay.errors import UsageError
 from envelopay.mail.addresses import AddressProblem, parse_address
 from envelopay.mail.contacts import ContactBook
 from envelopay.mail.maildir import deliver_file, ensure_maildir
+from envelopay.protocol.compose import new_message_id
 
 if TYPE_CHECKING:  # imap imports aioimaplib lazily; the mailbox works without it
     from envelopay.mail.imap import ImapMessage, Processed
@@ -644,7 +645,7 @@ class Mailbox:
             msg["Cc"] = ", ".join(ccs)
         msg["Subject"] = subject
         msg["Date"] = format_datetime(self._now())
-        message_id = make_msgid(domain=sender.rpartition("@")[2])
+        message_id = new_message_id(sender.rpartition("@")[2])
         msg["Message-ID"] = message_id
         if in_reply_to is not None:
             msg["In-Reply-To"] = in_reply_to
