@@ -7,9 +7,10 @@ and the JSON for people's mail clients) and the same JSON as a top-level
 application/json part (base64: 7-bit safe and stable under DKIM). The text part has
 that shape for the simplest receiver: one that runs `json.loads` on the whole text
 body, or on the first line starting with `{` (the spec's own AgentMail example
-sends the JSON as the whole text body; SPEC.md "Composing"). Every header value is checked for CR/LF before any
-byte is produced. Output is a pure function of the input (the MIME boundary is derived
-from the content), so a resend of the same outbox row is byte-identical.
+sends the JSON as the whole text body; SPEC.md "Composing"). Every header value is
+checked for CR/LF before any byte is produced. Output is a pure function of the input
+(the MIME boundary is derived from the content), so a resend of the same outbox row is
+byte-identical.
 """
 
 from __future__ import annotations

@@ -21,11 +21,10 @@ An OOPS that fails any stage is invalid and answers nothing (never OOPS an OOPS)
 from __future__ import annotations
 
 import binascii
-import html
-import json
 import re
 from dataclasses import dataclass, field
 from email.utils import getaddresses
+from functools import partial
 from typing import Any, Literal
 
 from pydantic import ValidationError
@@ -40,6 +39,7 @@ from envelopay.protocol.messages import (
     model_for,
 )
 from envelopay.protocol.parsed import Parsed, Problem
+from envelopay.protocol.payload import PayloadError, TextLeaf, extract
 
 __all__ = ["SINGLETON_HEADERS", "ParseOptions", "parse"]
 
@@ -77,16 +77,9 @@ _VERSION = re.compile(r"([0-9]{1,9})\.([0-9]{1,9})(?:\.[0-9]{1,9})?(?:[-+][0-9A-
 _LINE_SPLIT = re.compile(r"\r\n|\n|\r")
 _HEADER_END = re.compile(rb"\r?\n\r?\n")
 _PARAM = re.compile(r';\s*([!#$%&\'*+\-.^_`|~0-9A-Za-z]+)\s*=\s*("(?:[^"\\]|\\.)*"|[^;\s]*)')
-_TAG = re.compile(r"<[^<>]*>")
-# Linear-time patterns only: `[^<>]*` stops at the next `<`, so "<<<<..." costs O(n).
-_HIDDEN_OPEN = re.compile(r"<(script|style|head|blockquote)\b", re.IGNORECASE)
-_BREAK_TAG = re.compile(r"<\s*(br|/p|/div|/tr|/li|/h[1-6])\b[^<>]*>", re.IGNORECASE)
-_SIG = ("-- ", "--")
-_ATTEMPT = re.compile(r'\{\s*"')
 
 _MAX_DEPTH = 8
 _MAX_PARTS = 256
-_MAX_JSON_ATTEMPTS = 256
 _MAX_ADDRESS_HEADER = 4096
 _MAX_ENCODED_SUBJECT = 4096  # longer subjects with encoded-words are not decoded
 
@@ -273,142 +266,18 @@ def _decode_part(part: _Part) -> str:
         return data.decode("utf-8", "replace")
 
 
-def _strip_quotes_and_signature(text: str) -> str:
-    kept: list[str] = []
-    for line in _LINE_SPLIT.split(text):
-        if line in _SIG:
-            break  # everything after a `-- ` signature line is signature
-        if line.lstrip().startswith(">"):
-            continue  # quoted text from an earlier message
-        kept.append(line)
-    return "\n".join(kept)
-
-
-def _drop_hidden(text: str) -> str:
-    """Remove script/style/head/blockquote elements (nesting counted; an unclosed one
-    hides the rest), in one forward pass."""
-    lower = text.lower()
-    out: list[str] = []
-    pos = 0
-    while True:
-        m = _HIDDEN_OPEN.search(text, pos)
-        if m is None:
-            out.append(text[pos:])
-            break
-        out.append(text[pos : m.start()])
-        name = m.group(1).lower()
-        opener = re.compile(rf"<{name}\b", re.IGNORECASE)
-        depth, scan, close = 1, m.end(), -1
-        while depth:
-            if close < scan:  # find each closing tag once: the scan only moves forward
-                close = lower.find("</" + name, scan)
-                if close < 0:
-                    return " ".join(out)
-            nested = opener.search(text, scan, close)
-            if nested is not None:
-                depth, scan = depth + 1, nested.end()
-            else:
-                depth, scan = depth - 1, close + 2
-        end = text.find(">", scan)
-        if end < 0:
-            break
-        pos = end + 1
-    return " ".join(out)
-
-
-def _html_to_text(text: str) -> str:
-    text = _drop_hidden(text)
-    text = _BREAK_TAG.sub("\n", text)
-    text = _TAG.sub("", text)
-    # After the tags go, the same text rules apply: `>` quotes and `-- ` signatures.
-    return _strip_quotes_and_signature(html.unescape(text))
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    # Parsers disagree on which of two equal keys wins ({"amount": "1", "amount": "1000"}):
-    # an ambiguity a signer and a verifier could read differently, so it is refused.
-    obj = dict(pairs)
-    if len(obj) != len(pairs):
-        raise ValueError("duplicate key in a JSON object")
-    return obj
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-_DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys, parse_constant=_no_constant)
-
-
-def _find_object(text: str) -> tuple[dict[str, Any] | None, bool]:
-    """The payload object in prose: (object, attempted).
-
-    The payload is the first JSON object (raw_decode at each `{`) that has `v` or
-    `type`; objects without either, and braces that start no JSON, are prose. A `{`
-    followed by a JSON string that fails to decode is an attempted payload (`attempted`).
-    Two payload-shaped objects are ambiguous: raises _Stop(invalid_json)."""
-    found: dict[str, Any] | None = None
-    attempted = False
-    start = text.find("{")
-    attempts = 0
-    # Failed attempts can each scan far (nested unterminated arrays): bound the total work.
-    budget = 4 * len(text) + 65536
-    while start >= 0 and attempts < _MAX_JSON_ATTEMPTS:
-        attempts += 1
-        try:
-            obj, end = _DECODER.raw_decode(text, start)
-        except Exception as exc:  # JSONDecodeError, RecursionError, int-too-long ValueError
-            attempted = attempted or _ATTEMPT.match(text, start) is not None
-            reached = exc.pos if isinstance(exc, json.JSONDecodeError) else len(text)
-            budget -= max(reached - start, 1)
-            if budget < 0:
-                detail = "too much text that starts JSON and does not parse"
-                raise _Stop(Problem(OopsCode.INVALID_JSON, detail)) from exc
-            start = text.find("{", start + 1)
-            continue
-        if isinstance(obj, dict) and ("v" in obj or "type" in obj):
-            if found is not None:
-                raise _Stop(
-                    Problem(OopsCode.INVALID_JSON, "the body holds more than one Envelopay JSON object")
-                )
-            found = obj
-        start = text.find("{", end)  # an object's inner braces belong to it
-    return found, attempted or found is not None
-
-
 def _extract_body(headers: dict[str, list[str]], body: bytes) -> dict[str, Any] | None:
-    """Payload placement: JSON part, else text/plain, else HTML. Raises _Stop."""
-    payload = _Payload()
-    _collect(headers, body, payload, 0)
-    if payload.json_parts:
-        if len(payload.json_parts) > 1:
-            raise _Stop(Problem(OopsCode.INVALID_JSON, "more than one application/json part"))
-        try:
-            text = _decode_part(payload.json_parts[0])
-            obj = _DECODER.decode(text.removeprefix("\ufeff"))  # a byte-order mark is not content
-        except Exception as exc:  # ValueError, RecursionError
-            detail = f"the application/json part is not JSON: {exc}"
-            raise _Stop(Problem(OopsCode.INVALID_JSON, detail)) from exc
-        if not isinstance(obj, dict):
-            raise _Stop(Problem(OopsCode.INVALID_JSON, "the application/json part is not a JSON object"))
-        return obj
-    # HTML is read only when there is no text/plain part (multipart/alternative gives both).
-    parts, to_text = (
-        (payload.plain, _strip_quotes_and_signature) if payload.plain else (payload.html, _html_to_text)
-    )
-    attempted = False
-    for part in parts:
-        try:
-            text = to_text(_decode_part(part))
-        except ValueError as exc:
-            raise _Stop(Problem(OopsCode.INVALID_JSON, f"undecodable body part: {exc}")) from exc
-        obj, tried = _find_object(text)
-        attempted = attempted or tried
-        if obj is not None:
-            return obj
-    if attempted:
-        raise _Stop(Problem(OopsCode.INVALID_JSON, "the body starts a JSON object that does not parse"))
-    return None
+    """Payload placement: the MIME walk here, the rest in `payload`. Raises _Stop."""
+    found = _Payload()
+    _collect(headers, body, found, 0)
+    try:
+        return extract(
+            [partial(_decode_part, p) for p in found.json_parts],
+            [TextLeaf(partial(_decode_part, p), _content_type(p.headers)[1]) for p in found.plain],
+            [partial(_decode_part, p) for p in found.html],
+        )
+    except PayloadError as err:
+        raise _Stop(err.problem) from err
 
 
 # ---------------------------------------------------------------- validation
