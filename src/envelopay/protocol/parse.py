@@ -30,16 +30,18 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from envelopay.protocol.codes import OopsCode
-from envelopay.protocol.grammar import SUPPORTED_TYPES_TEXT, classify_subject, decode_subject
+from envelopay.protocol.grammar import SUPPORTED_TYPES_TEXT, classify_subject, decode_subject, is_reply
+from envelopay.protocol.lenient import LENIENT_PREFIX, fill, type_line
 from envelopay.protocol.messages import (
     SUPPORTED_VERSIONS,
     Message,
     MessageType,
+    Methods,
     Which,
     model_for,
 )
 from envelopay.protocol.parsed import Parsed, Problem
-from envelopay.protocol.payload import PayloadError, TextLeaf, extract
+from envelopay.protocol.payload import PayloadError, TextLeaf, extract, leading_text
 
 __all__ = ["SINGLETON_HEADERS", "ParseOptions", "parse"]
 
@@ -91,10 +93,12 @@ class ParseOptions:
     re_prefix -- "v0.1" (default): a Re:/Fwd: subject is not protocol; "v0.2": strip
                  one or more `Re:` (never `Fwd:`)
     max_bytes -- larger messages are refused (invalid_field) without reading the body
+    profile   -- "strict" (default) or "lenient", the interop profile (`protocol.lenient`)
     """
 
     re_prefix: Literal["v0.1", "v0.2"] = "v0.1"
     max_bytes: int = 10 * 1024 * 1024
+    profile: Literal["strict", "lenient"] = "strict"
 
 
 _DEFAULT_OPTIONS = ParseOptions()
@@ -266,16 +270,20 @@ def _decode_part(part: _Part) -> str:
         return data.decode("utf-8", "replace")
 
 
-def _extract_body(headers: dict[str, list[str]], body: bytes) -> dict[str, Any] | None:
-    """Payload placement: the MIME walk here, the rest in `payload`. Raises _Stop."""
+def _parts(headers: dict[str, list[str]], body: bytes) -> tuple[list[Any], list[TextLeaf], list[Any]]:
     found = _Payload()
     _collect(headers, body, found, 0)
+    return (
+        [partial(_decode_part, p) for p in found.json_parts],
+        [TextLeaf(partial(_decode_part, p), _content_type(p.headers)[1]) for p in found.plain],
+        [partial(_decode_part, p) for p in found.html],
+    )
+
+
+def _extract_body(headers: dict[str, list[str]], body: bytes) -> dict[str, Any] | None:
+    """Payload placement: the MIME walk here, the rest in `payload`. Raises _Stop."""
     try:
-        return extract(
-            [partial(_decode_part, p) for p in found.json_parts],
-            [TextLeaf(partial(_decode_part, p), _content_type(p.headers)[1]) for p in found.plain],
-            [partial(_decode_part, p) for p in found.html],
-        )
+        return extract(*_parts(headers, body))
     except PayloadError as err:
         raise _Stop(err.problem) from err
 
@@ -311,7 +319,7 @@ def _field_problems(kind: MessageType, err: ValidationError) -> list[Problem]:
 
 
 def _validate(
-    kind: MessageType, body: dict[str, Any], warnings: list[str]
+    kind: MessageType, body: dict[str, Any], warnings: list[str], lenient: bool = False
 ) -> tuple[Message | None, list[Problem]]:
     """Envelope, version and field checks for a body already bound to `kind`."""
     for key in ("v", "type"):
@@ -350,7 +358,7 @@ def _validate(
     other_type = btype.strip().lower() != kind.value
     model = model_for(kind)
     try:
-        message = model.model_validate(data, context={"wire": True})
+        message = model.model_validate(data, context={"wire": True, "lenient": lenient})
     except ValidationError as err:
         problems = _field_problems(kind, err)
         if other_type:
@@ -366,6 +374,8 @@ def _validate(
         return None, problems
     if btype != kind.value:
         warnings.append(f"body type {btype!r} disagrees with the subject; the subject ({kind.keyword}) rules")
+    if isinstance(message, Methods) and any(r.price is None for r in message.rails):
+        warnings.append(f"{LENIENT_PREFIX} METHODS rail without price: price on request")  # L3
     return message, []  # type: ignore[return-value]
 
 
@@ -450,6 +460,13 @@ def _parse(raw: bytes, opts: ParseOptions) -> Parsed:
         problems.append(Problem(OopsCode.INVALID_FIELD, "From must name exactly one address", "from"))
     subject = decoded["subject"]
     form = classify_subject(subject, re_prefix=opts.re_prefix)
+    lenient = opts.profile == "lenient"
+    if lenient and is_reply(subject) and len(raw) <= opts.max_bytes:
+        _, plain, html_parts = _parts(headers, body)
+        line = type_line(leading_text(plain, html_parts))
+        if line is not None:  # L1 (protocol.lenient)
+            form = line
+            warnings.append(f"{LENIENT_PREFIX} Re: subject read as {line.keyword} from the body's first line")
     xtype = decoded["x-envelopay-type"]
     common: dict[str, Any] = {
         "subject": subject,
@@ -527,7 +544,8 @@ def _parse(raw: bytes, opts: ParseOptions) -> Parsed:
         return done(Problem(OopsCode.MISSING_FIELD, f"{kind.keyword} needs a JSON body"))
 
     # Stages 4-7.
-    message, field_problems = _validate(kind, body_obj, warnings)
+    checked = fill(kind, body_obj, decoded["message-id"], warnings) if lenient else body_obj
+    message, field_problems = _validate(kind, checked, warnings, lenient)
     if message is None:
         return done(None, body_obj, field_problems)
     return Parsed(

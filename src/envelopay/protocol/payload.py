@@ -24,7 +24,16 @@ from envelopay.protocol.flowed import is_flowed, unflow
 from envelopay.protocol.parsed import Problem
 from envelopay.protocol.quoting import own_text
 
-__all__ = ["DECODER", "PayloadError", "TextLeaf", "extract", "find_object", "html_to_text", "leaf_text"]
+__all__ = [
+    "DECODER",
+    "PayloadError",
+    "TextLeaf",
+    "extract",
+    "find_object",
+    "html_to_text",
+    "leading_text",
+    "leaf_text",
+]
 
 _TAG = re.compile(r"<[^<>]*>")
 # Linear-time patterns only: `[^<>]*` stops at the next `<`, so "<<<<..." costs O(n).
@@ -196,6 +205,19 @@ def find_object(text: str) -> tuple[dict[str, Any] | None, bool]:
             found = obj
         start = text.find("{", end)  # an object's inner braces belong to it
     return found, attempted or found is not None
+
+
+def leading_text(plain: Sequence[TextLeaf], html_parts: Sequence[Callable[[], str]]) -> str:
+    """The text a reader sees first: the first text/plain part (else the first HTML
+    part as text); "" when there is none or it cannot be decoded."""
+    try:
+        if plain:
+            return leaf_text(plain[0])
+        if html_parts:
+            return html_to_text(html_parts[0]())
+    except ValueError:
+        pass
+    return ""
 
 
 def extract(

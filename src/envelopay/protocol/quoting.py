@@ -36,7 +36,7 @@ _LOOKAHEAD = 6  # lines a header block or a list footer may take after its first
 # T2: "wrote" in the languages the clients ship (en, de, fr, es, it, pt, nl, sv/da/no,
 # pl, fi, ru, tr); the line ends with the verb and a colon.
 _WROTE = re.compile(
-    r"(?:wrote|writes|schrieb|schreibt|a\s+écrit|écrit|escribió|escribio|ha\s+scritto|scrisse"
+    r"(?:wrote|writes|schrieb|schreibt|geschrieben|geschreven|a\s+écrit|écrit|escribió|escribio|ha\s+scritto|scrisse"
     r"|escreveu|schreef|skrev|napisał(?:\(a\)|a)?|kirjoitti|написал(?:\(а\)|а)?|yazdı)"
     r"[ \t\u00a0]*:[ \t\u00a0]*$",
     re.IGNORECASE,
