@@ -367,7 +367,8 @@ async def test_their_pay_is_verified_by_our_worker(ours: Ours) -> None:
 
 async def test_their_offer_gets_our_accept_and_they_read_it(ours: Ours) -> None:
     ours.rail.txs["give_t4"] = k.Tx(k.WORKER_WALLET, k.TOKEN, 7)
-    give = {"amount": "7", "token": k.TOKEN, "chain": k.CHAIN, "to": k.WORKER_WALLET, "proof": {"tx": "give_t4"}}
+    give = {"amount": "7", "token": k.TOKEN, "chain": k.CHAIN, "to": k.WORKER_WALLET}
+    give["proof"] = {"tx": "give_t4"}
     offer = {
         "v": "0.1.0", "type": "offer", "id": "ofr_t4", "wallet": "W-them", "give": give,
         "want": {"amount": "3", "token": k.TOKEN, "chain": k.CHAIN},
