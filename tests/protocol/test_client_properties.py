@@ -168,8 +168,11 @@ def quote_heads(draw: st.DrawFn) -> tuple[list[str], bool]:
     names = draw(_HEADER_SETS)
     star = draw(st.sampled_from(["", "*"]))
     colon = draw(st.sampled_from([":", " :", "\u00a0:"]))
-    order = draw(st.permutations(list(names)))
-    block = [f"{star}{n}{colon}{star} {name} {addr} {date}" for n in order[: draw(st.integers(2, 4))]]
+    # Every client's header block names the sender (or the subject) and one more field.
+    first = draw(st.sampled_from([names[0], names[3]]))
+    others = draw(st.lists(st.sampled_from([n for n in names if n != first]), min_size=1, max_size=3, unique=True))
+    order = draw(st.permutations([first, *others]))
+    block = [f"{star}{n}{colon}{star} {name} {addr} {date}" for n in order]
     if form == "dashes":
         return [title], False
     if form == "block":

@@ -58,7 +58,7 @@ def test_layout_read_by_the_strict_stdlib_parser() -> None:
     # The text part is the compact JSON alone, on one line (issue 12: the simplest receiver).
     assert plain.get_content().rstrip("\r\n") == json.dumps(wire, separators=(",", ":"))
     assert json.loads(plain.get_content()) == wire
-    assert "Dinner" in page.get_content() and "&quot;amount&quot;: &quot;30000000&quot;" in page.get_content()
+    assert "Dinner" in page.get_content() and '"amount": "30000000"' in page.get_content()
 
 
 def test_text_part_serves_receivers_that_read_the_whole_body_or_the_first_brace_line() -> None:

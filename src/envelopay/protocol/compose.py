@@ -172,13 +172,14 @@ def _html_part(message: Message, subject: str) -> str:
     lines = [
         "<!DOCTYPE html>",
         '<html><head><meta charset="utf-8"></head><body>',
-        f"<p><b>{html.escape(subject)}</b></p>",
+        f"<p><b>{html.escape(subject, quote=False)}</b></p>",
         f"<p>This is an Envelopay {kind.keyword} message. Its JSON is below and attached as"
         " application/json.</p>",
     ]
     if isinstance(note, str) and note.strip():
-        lines.append(f"<p>{html.escape(note)}</p>".replace("\n", "<br>"))
-    lines += [f"<pre>{html.escape(message_json(message, indent=2))}</pre>", "</body></html>"]
+        lines.append(f"<p>{html.escape(note, quote=False)}</p>".replace("\n", "<br>"))
+    # Element content needs only & < > escaped: quotes stay, so the JSON reads as written.
+    lines += [f"<pre>{html.escape(message_json(message, indent=2), quote=False)}</pre>", "</body></html>"]
     return _qp("\n".join(lines).replace("\r", ""))
 
 
