@@ -173,8 +173,9 @@ def _html_part(message: Message, subject: str) -> str:
         "<!DOCTYPE html>",
         '<html><head><meta charset="utf-8"></head><body>',
         f"<p><b>{html.escape(subject, quote=False)}</b></p>",
-        f"<p>This is an Envelopay {kind.keyword} message. Its JSON is below and attached as"
-        " application/json.</p>",
+        # Worded without the letters of that MIME subtype: a receiver may then skip this
+        # container when looking for the data part (parse's fast path).
+        f"<p>This is an Envelopay {kind.keyword} message. Its data is below, and attached for programs.</p>",
     ]
     if isinstance(note, str) and note.strip():
         lines.append(f"<p>{html.escape(note, quote=False)}</p>".replace("\n", "<br>"))

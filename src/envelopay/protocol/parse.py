@@ -113,8 +113,32 @@ class _Part:
 @dataclass(slots=True)
 class _Payload:
     json_parts: list[_Part] = field(default_factory=list)
-    plain: list[_Part] = field(default_factory=list)
-    html: list[_Part] = field(default_factory=list)
+    # Everything else in document order: a leaf part, or the raw bytes (and depth) of a
+    # part that cannot be or hold a JSON part, read only if no JSON part wins.
+    others: list[_Part | tuple[bytes, int]] = field(default_factory=list)
+
+    def text_parts(self) -> tuple[list[_Part], list[_Part]]:
+        """(text/plain, text/html) body parts, in order; attachments and others dropped."""
+        plain: list[_Part] = []
+        html_parts: list[_Part] = []
+        for leaf in self.others:
+            part = leaf if isinstance(leaf, _Part) else _Part(*_leaf_split(leaf[0]))
+            mtype, _ = _content_type(part.headers)
+            if mtype.startswith("multipart/") and not isinstance(leaf, _Part):
+                inner = _Payload()  # a deferred container: walk it now, for its text
+                _collect(part.headers, part.body, inner, leaf[1])
+                more_plain, more_html = inner.text_parts()
+                plain += more_plain
+                html_parts += more_html
+                continue
+            disposition = (_one(part.headers, "content-disposition") or "").split(";")[0].strip().lower()
+            if disposition == "attachment" or mtype.startswith("message/"):
+                continue  # an attached text file is not the body; a forward is not a request
+            if mtype == "text/plain":
+                plain.append(part)
+            elif mtype == "text/html":
+                html_parts.append(part)
+        return plain, html_parts
 
 
 class _Stop(Exception):
@@ -197,8 +221,11 @@ def _split_multipart(body: bytes, boundary: str) -> list[bytes]:
     pos = body.find(delim)
     while pos >= 0:
         at_line_start = pos == 0 or body[pos - 1] in (10, 13)
-        cr, lf = body.find(b"\r", pos), body.find(b"\n", pos)
-        end = min(x for x in (cr, lf, len(body)) if x >= 0)
+        lf = body.find(b"\n", pos)
+        if lf < 0:
+            lf = len(body)
+        cr = body.find(b"\r", pos, lf)
+        end = cr if cr >= 0 else lf
         after = end + 2 if body[end : end + 2] == b"\r\n" else end + 1
         rest = body[pos + len(delim) : end].rstrip(b" \t")
         if at_line_start and rest in (b"", b"--"):
@@ -231,8 +258,17 @@ def _collect(headers: dict[str, list[str]], body: bytes, out: _Payload, depth: i
         if not boundary or depth >= _MAX_DEPTH:
             return
         for chunk in _split_multipart(body, boundary):
-            sub_headers, sub_body = _split_headers(chunk)
-            _collect(sub_headers, _strip_last_newline(sub_body), out, depth + 1)
+            # A JSON part's Content-Type names "json" literally (type and subtype are
+            # tokens), and a container's names "multipart": a part whose header block
+            # names neither, or a container with no "json" anywhere in it, holds no JSON
+            # part, so its headers are read only if no JSON part wins (the fast path).
+            head = _head_block(chunk).lower()
+            container = b"multipart" in head
+            if (container and b"json" not in chunk.lower()) or (not container and b"json" not in head):
+                out.others.append((chunk, depth + 1))
+                continue
+            sub_headers, sub_body = _leaf_split(chunk)
+            _collect(sub_headers, sub_body, out, depth + 1)
         return
     if mtype.startswith("message/"):
         return  # never descend into an attached message: a forward is not a request
@@ -240,13 +276,19 @@ def _collect(headers: dict[str, list[str]], body: bytes, out: _Payload, depth: i
     if mtype == "application/json" or (mtype.startswith("application/") and mtype.endswith("+json")):
         out.json_parts.append(part)
         return
-    disposition = (_one(headers, "content-disposition") or "").split(";")[0].strip().lower()
-    if disposition == "attachment":
-        return  # an attached text file is not the message body
-    if mtype == "text/plain":
-        out.plain.append(part)
-    elif mtype == "text/html":
-        out.html.append(part)
+    out.others.append(part)
+
+
+def _head_block(chunk: bytes) -> bytes:
+    if chunk.startswith((b"\r\n", b"\n")):
+        return b""
+    m = _HEADER_END.search(chunk)
+    return chunk if m is None else chunk[: m.start()]
+
+
+def _leaf_split(chunk: bytes) -> tuple[dict[str, list[str]], bytes]:
+    sub_headers, sub_body = _split_headers(chunk)
+    return sub_headers, _strip_last_newline(sub_body)
 
 
 def _decode_part(part: _Part) -> str:
@@ -279,12 +321,14 @@ def _parts(
     text parts are not even listed when a JSON part wins, unless `text` asks for them."""
     found = _Payload()
     _collect(headers, body, found, 0)
+    json_parts = [partial(_decode_part, p) for p in found.json_parts]
     if found.json_parts and not text:
-        return [partial(_decode_part, p) for p in found.json_parts], [], []
+        return json_parts, [], []
+    plain, html_parts = found.text_parts()
     return (
-        [partial(_decode_part, p) for p in found.json_parts],
-        [TextLeaf(partial(_decode_part, p), _content_type(p.headers)[1]) for p in found.plain],
-        [partial(_decode_part, p) for p in found.html],
+        json_parts,
+        [TextLeaf(partial(_decode_part, p), _content_type(p.headers)[1]) for p in plain],
+        [partial(_decode_part, p) for p in html_parts],
     )
 
 
