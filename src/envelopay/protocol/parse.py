@@ -20,7 +20,6 @@ An OOPS that fails any stage is invalid and answers nothing (never OOPS an OOPS)
 
 from __future__ import annotations
 
-import binascii
 import re
 from dataclasses import dataclass, field
 from email.utils import getaddresses
@@ -39,6 +38,13 @@ from envelopay.protocol.messages import (
     Methods,
     Which,
     model_for,
+)
+from envelopay.protocol.mime import (
+    decode_text,
+    decode_transfer,
+    head_block,
+    split_multipart,
+    strip_last_newline,
 )
 from envelopay.protocol.parsed import Parsed, Problem
 from envelopay.protocol.payload import PayloadError, TextLeaf, extract, leading_text
@@ -211,58 +217,18 @@ def _content_type(headers: dict[str, list[str]]) -> tuple[str, dict[str, str]]:
 # ---------------------------------------------------------------- MIME
 
 
-def _split_multipart(body: bytes, boundary: str) -> list[bytes]:
-    """The body parts between delimiter lines (RFC 2046 section 5.1.1): a line that is
-    `--boundary` (a part starts) or `--boundary--` (the end), trailing blanks allowed.
-    Found with bytes.find, so the cost is in C however many lines the parts have."""
-    delim = b"--" + boundary.encode("utf-8", "replace")
-    parts: list[bytes] = []
-    start: int | None = None  # where the current part's content begins
-    pos = body.find(delim)
-    while pos >= 0:
-        at_line_start = pos == 0 or body[pos - 1] in (10, 13)
-        lf = body.find(b"\n", pos)
-        if lf < 0:
-            lf = len(body)
-        cr = body.find(b"\r", pos, lf)
-        end = cr if cr >= 0 else lf
-        after = end + 2 if body[end : end + 2] == b"\r\n" else end + 1
-        rest = body[pos + len(delim) : end].rstrip(b" \t")
-        if at_line_start and rest in (b"", b"--"):
-            if start is not None:
-                parts.append(body[start:pos])
-            if rest == b"--":
-                return parts
-            if len(parts) >= _MAX_PARTS:
-                return parts
-            start = min(after, len(body))
-        pos = body.find(delim, max(after, pos + 1))
-    if start is not None:  # missing close delimiter: keep what we have (lenient)
-        parts.append(body[start:])
-    return parts
-
-
-def _strip_last_newline(data: bytes) -> bytes:
-    # The CRLF before a boundary delimiter belongs to the delimiter (RFC 2046 5.1.1).
-    if data.endswith(b"\r\n"):
-        return data[:-2]
-    if data.endswith(b"\n"):
-        return data[:-1]
-    return data
-
-
 def _collect(headers: dict[str, list[str]], body: bytes, out: _Payload, depth: int) -> None:
     mtype, params = _content_type(headers)
     if mtype.startswith("multipart/"):
         boundary = params.get("boundary")
         if not boundary or depth >= _MAX_DEPTH:
             return
-        for chunk in _split_multipart(body, boundary):
+        for chunk in split_multipart(body, boundary, max_parts=_MAX_PARTS):
             # A JSON part's Content-Type names "json" literally (type and subtype are
             # tokens), and a container's names "multipart": a part whose header block
             # names neither, or a container with no "json" anywhere in it, holds no JSON
             # part, so its headers are read only if no JSON part wins (the fast path).
-            head = _head_block(chunk).lower()
+            head = head_block(chunk).lower()
             container = b"multipart" in head
             if (container and b"json" not in chunk.lower()) or (not container and b"json" not in head):
                 out.others.append((chunk, depth + 1))
@@ -279,39 +245,15 @@ def _collect(headers: dict[str, list[str]], body: bytes, out: _Payload, depth: i
     out.others.append(part)
 
 
-def _head_block(chunk: bytes) -> bytes:
-    if chunk.startswith((b"\r\n", b"\n")):
-        return b""
-    m = _HEADER_END.search(chunk)
-    return chunk if m is None else chunk[: m.start()]
-
-
 def _leaf_split(chunk: bytes) -> tuple[dict[str, list[str]], bytes]:
     sub_headers, sub_body = _split_headers(chunk)
-    return sub_headers, _strip_last_newline(sub_body)
+    return sub_headers, strip_last_newline(sub_body)
 
 
 def _decode_part(part: _Part) -> str:
     """Transfer-decode and charset-decode a leaf part. Raises ValueError when undecodable."""
     cte = (_one(part.headers, "content-transfer-encoding") or "7bit").lower()
-    data = part.body
-    if cte == "base64":
-        compact = re.sub(rb"[^A-Za-z0-9+/=]", b"", data).rstrip(b"=")
-        compact += b"=" * (-len(compact) % 4)
-        try:
-            data = binascii.a2b_base64(compact)
-        except binascii.Error as exc:
-            raise ValueError(f"bad base64: {exc}") from exc
-    elif cte == "quoted-printable":
-        data = binascii.a2b_qp(data)
-    _, params = _content_type(part.headers)
-    charset = params.get("charset", "utf-8").strip().lower() or "utf-8"
-    if charset in ("us-ascii", "ascii"):
-        charset = "utf-8"  # a superset; mislabelled 8-bit mail is common
-    try:
-        return data.decode(charset, "replace")
-    except Exception:  # unknown charset, or a non-text codec ("hex", "rot13", ...): read as UTF-8
-        return data.decode("utf-8", "replace")
+    return decode_text(decode_transfer(part.body, cte), _content_type(part.headers)[1].get("charset", ""))
 
 
 def _parts(
