@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from envelopay.mail.contacts import ContactBook
-from envelopay.mail.mailbox import attachments as attach
+from envelopay.mail.mailbox.attachments import extract, remove_extracted
 from envelopay.mail.mailbox.guard import SendGuard
 from envelopay.mail.mailbox.index import MailIndex
 from envelopay.mail.mailbox.inputs import Folder, MailboxError, check_folder, check_id, single_address
@@ -140,12 +140,12 @@ class Mailbox:
         # Received attachments are extracted for the agent; our own copies are only listed.
         target = self._files.attachments_dir(mid)
         if folder == "inbox":
-            atts = attach.extract(target, self.agent_dir, info.attachment_parts)
+            atts = extract(target, self.agent_dir, info.attachment_parts)
         else:
             atts = list(info.attachment_meta)
         if not self._index.add(mid, folder, name, info, atts, ts=self._now().timestamp()):
             # Another process (a concurrent refresh) indexed this file first: keep its record.
-            attach.remove_extracted(target, ignore_errors=True)
+            remove_extracted(target, ignore_errors=True)
             existing = self._index.by_name(name)
             assert existing is not None
             return existing
@@ -224,7 +224,7 @@ class Mailbox:
         for r in recs:
             self._path_of(r).unlink()
             self._index.remove(r.id)
-            attach.remove_extracted(self._files.attachments_dir(r.id))
+            remove_extracted(self._files.attachments_dir(r.id))
         return len(recs)
 
     # ------------------------------------------------------------------ threads
