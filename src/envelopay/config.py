@@ -29,8 +29,8 @@ Example (what `envelopay init` writes)::
 
     [[tasks]]
     name = "word_count"
-    handler = "envelopay.agent.operations:word_count"
-    schema = "envelopay.agent.operations:WordCount"
+    handler = "envelopay.worker.operations:word_count"
+    schema = "envelopay.worker.operations:WordCount"
     price = "250000"                  # smallest units, on every accepted rail
     prices = { "base-local/USDC" = "300000" }   # optional per-rail override
 """

@@ -35,7 +35,7 @@ def register(app: typer.Typer) -> None:
         force: _Force = False,
     ) -> None:
         """Write a configuration with local defaults and generate DKIM and wallet keys."""
-        from envelopay.agent.init import init_agent
+        from envelopay.node.init import init_agent
 
         try:
             res = init_agent(directory, address=address, force=force)
@@ -65,7 +65,7 @@ def _register_demo(app: typer.Typer) -> None:
         from rich.console import Console
         from rich.table import Table
 
-        from envelopay.agent.demo import Row, run_demo
+        from envelopay.client.demo import Row, run_demo
 
         # Wide enough for the table when the output is a file or a pipe.
         console = Console(width=None if sys.stdout.isatty() else 120)
@@ -110,7 +110,7 @@ _Garden = Annotated[bool, typer.Option("--garden", help="Also run the walled gar
 
 
 def _load(config: Path) -> Any:
-    from envelopay.agent.config import load_config
+    from envelopay.config import load_config
 
     try:
         return load_config(config)
@@ -127,7 +127,7 @@ def _register_worker(app: typer.Typer) -> None:
         """Answer WHICH, ORDER, PAY and OFFER at the configured address until interrupted."""
         import asyncio
 
-        from envelopay.agent.serve import serve_worker
+        from envelopay.node.serve import serve_worker
 
         cfg = _load(config)
         try:
@@ -154,8 +154,8 @@ def _client(config: Path, wait: bool, timeout: float, act: Any) -> None:
     """Run one client action: build the node, act (validate → pay → send), follow."""
     import asyncio
 
-    from envelopay.agent.client import ClientApp, follow
-    from envelopay.agent.node import build_node
+    from envelopay.client.buyer import ClientApp, follow
+    from envelopay.node.wiring import build_node
     from envelopay.protocol.compose import message_json
 
     cfg = _load(config)
@@ -206,7 +206,7 @@ def _new_id(prefix: str, given: str | None) -> str:
 def _register_client(app: typer.Typer) -> None:
     # Imports stay inside the commands: `envelopay --help` must not load the engine.
     def _addr(address: str) -> str:
-        from envelopay.agent.client import check_address
+        from envelopay.client.buyer import check_address
 
         try:
             return check_address(address)
@@ -214,7 +214,7 @@ def _register_client(app: typer.Typer) -> None:
             _fail(str(exc))
 
     def _msg(kind: str, **fields: Any) -> Any:
-        from envelopay.agent.client import build
+        from envelopay.client.buyer import build
         from envelopay.protocol.messages import MessageType, model_for
 
         try:
@@ -223,7 +223,7 @@ def _register_client(app: typer.Typer) -> None:
             _fail(str(exc))
 
     def _json(value: str | None, field: str) -> Any:
-        from envelopay.agent.client import parse_json_option
+        from envelopay.client.buyer import parse_json_option
 
         try:
             return parse_json_option(value, field)
@@ -231,7 +231,7 @@ def _register_client(app: typer.Typer) -> None:
             _fail(str(exc))
 
     async def pay_first(node: Any, **kw: Any) -> Any:
-        from envelopay.agent.client import pay_first as pay
+        from envelopay.client.buyer import pay_first as pay
 
         return await pay(node, **kw)
 
@@ -370,7 +370,7 @@ def _register_client(app: typer.Typer) -> None:
         from rich.console import Console
         from rich.table import Table
 
-        from envelopay.agent.node import open_store
+        from envelopay.node.wiring import open_store
 
         cfg = _load(config)
         store = open_store(cfg.agent.ledger, Path(cfg.base_dir))
@@ -392,7 +392,7 @@ def _register_client(app: typer.Typer) -> None:
         from rich.console import Console
         from rich.table import Table
 
-        from envelopay.agent.node import open_store
+        from envelopay.node.wiring import open_store
 
         cfg = _load(config)
         store = open_store(cfg.agent.ledger, Path(cfg.base_dir))
@@ -447,11 +447,11 @@ def _register_call(app: typer.Typer) -> None:
         import asyncio
         import json
 
-        from envelopay.agent.calls import CallClient, LedgerCalls
-        from envelopay.agent.client import check_address, parse_json_option
-        from envelopay.agent.node import garden_transport, open_store
-        from envelopay.agent.runtime import serve_call_replies
+        from envelopay.client.buyer import check_address, parse_json_option
+        from envelopay.endpoints.calls import CallClient, LedgerCalls
         from envelopay.mail.maildir import mailbox_path
+        from envelopay.node.runtime import serve_call_replies
+        from envelopay.node.wiring import garden_transport, open_store
 
         try:
             to = check_address(address)

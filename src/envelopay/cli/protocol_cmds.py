@@ -206,7 +206,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run the conformance corpus against this engine; ends with `N passed, N failed`."""
         if target is not None:
-            from envelopay.agent.live_conformance import run_live
+            from envelopay.client.live_conformance import run_live
 
             raise typer.Exit(run_live(target, config))
         from envelopay.testing.conformance import load_manifest, run_manifest

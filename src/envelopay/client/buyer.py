@@ -16,10 +16,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from envelopay.agent.engine import BaseApplication, Notice, Outcome, Sent
-from envelopay.agent.node import AgentNode
+from envelopay.engine import BaseApplication, Notice, Outcome, Sent
 from envelopay.errors import RailError, UsageError
 from envelopay.mail.addresses import require_address
+from envelopay.node.wiring import AgentNode
 from envelopay.protocol.messages import Message
 
 __all__ = ["Answer", "ClientApp", "build", "check_address", "follow", "parse_json_option", "pay_first"]

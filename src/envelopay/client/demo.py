@@ -28,9 +28,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from envelopay.agent.config import WorkerConfig, config_from_dict
-from envelopay.agent.engine import BaseApplication, Notice, Outcome
-from envelopay.agent.node import build_node
+from envelopay.config import WorkerConfig, config_from_dict
+from envelopay.engine import BaseApplication, Notice, Outcome
+from envelopay.node.wiring import build_node
 from envelopay.protocol.messages import (
     Fulfill,
     Give,
@@ -208,10 +208,10 @@ class DemoWorld:
                 {"chain": "base-local", "token": "USDC", "wallet": worker_base},
             ],
             "tasks": [
-                {"name": "word_count", "handler": "envelopay.agent.operations:word_count",
-                 "schema": "envelopay.agent.operations:WordCount", "price": str(PRICE)},
-                {"name": "digest", "handler": "envelopay.agent.operations:digest",
-                 "schema": "envelopay.agent.operations:Digest", "price": "0"},
+                {"name": "word_count", "handler": "envelopay.worker.operations:word_count",
+                 "schema": "envelopay.worker.operations:WordCount", "price": str(PRICE)},
+                {"name": "digest", "handler": "envelopay.worker.operations:digest",
+                 "schema": "envelopay.worker.operations:Digest", "price": "0"},
             ],
             "exchange": [{
                 "give": "solana-local/SOL", "want": "base-local/USDC",

@@ -223,12 +223,12 @@ def _expects_reply(expect: Mapping[str, Any], single_from: bool) -> bool:
 
 def run_live(target: str, config: str, *, timeout: float = 120.0, echo: Callable[[str], Any] = print) -> int:
     """`envelopay conformance --target` (exit code: 0 all passed, 1 some failed, 2 bad input)."""
-    from envelopay.agent.config import load_config
-    from envelopay.agent.node import garden_transport
-    from envelopay.agent.outbox import dkim_signer
+    from envelopay.config import load_config
+    from envelopay.engine.outbox import dkim_signer
     from envelopay.errors import ConfigError, TransportError, UsageError
     from envelopay.mail.addresses import require_address
     from envelopay.mail.maildir import mailbox_path
+    from envelopay.node.wiring import garden_transport
     from envelopay.testing.conformance import load_manifest
 
     try:

@@ -27,7 +27,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from envelopay.agent.toolmail import build_tool_mail, read_tool_mail
+from envelopay.endpoints.toolmail import build_tool_mail, read_tool_mail
 from envelopay.errors import TransportError, UsageError
 
 __all__ = ["CallBook", "CallClient", "CallRecord", "CallResult", "CallStore", "LedgerCalls", "Sender"]

@@ -16,7 +16,7 @@ Same request → same reply: a responder holds no state, so a redelivered reques
 an identical answer (its Message-ID is derived from the request's).
 
 Reference responder: ``kv@`` — a read of a fixed key-value table
-(envelopay.agent.operations:kv_get)::
+(envelopay.endpoints.reference:kv_get)::
 
     request  {"key": "spec.version"}
     reply    {"status": "ok", "result": {"key": "spec.version", "value": "0.1.0"}}
@@ -34,11 +34,11 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from envelopay.agent.config import ResponderConfig, resolve_ref
-from envelopay.agent.toolmail import build_tool_mail, read_tool_mail
+from envelopay.config import ResponderConfig, resolve_ref
+from envelopay.endpoints.toolmail import build_tool_mail, read_tool_mail
 from envelopay.errors import ConfigError
 
-__all__ = ["Responder", "ResponderError", "reference_responder"]
+__all__ = ["Responder", "ResponderError"]
 
 
 class ResponderError(Exception):
@@ -125,10 +125,3 @@ class Responder:
             call_id=req.call_id,
             in_reply_to=req.message_id,
         )
-
-
-def reference_responder(domain: str = "garden.local") -> Responder:
-    """kv@DOMAIN: a deterministic read of the fixed table in envelopay.agent.operations."""
-    from envelopay.agent.operations import KvGet, kv_get
-
-    return Responder(f"kv@{domain}", KvGet, kv_get, "key-value lookup")

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, Protocol
 
-from envelopay.agent.transport import Transport
+from envelopay.engine.transport import Transport
 from envelopay.errors import TransportError
 from envelopay.ledger.store import OutboxRow, Store
 from envelopay.protocol.compose import compose

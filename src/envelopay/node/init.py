@@ -7,10 +7,10 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from envelopay.agent.config import load_config
-from envelopay.agent.keys import Entropy, GeneratedKeys, evm_address, generate_keys, solana_pubkey
+from envelopay.config import load_config
 from envelopay.errors import ConfigError, UsageError
 from envelopay.mail.addresses import require_address
+from envelopay.node.keys import Entropy, GeneratedKeys, evm_address, generate_keys, solana_pubkey
 
 __all__ = ["InitResult", "init_agent", "render_config"]
 
@@ -67,15 +67,15 @@ wallet = "{base_wallet}"
 [[tasks]]
 name = "word_count"
 description = "Count the words and characters of a text"
-handler = "envelopay.agent.operations:word_count"
-schema = "envelopay.agent.operations:WordCount"
+handler = "envelopay.worker.operations:word_count"
+schema = "envelopay.worker.operations:WordCount"
 price = "250000"
 
 [[tasks]]
 name = "digest"
 description = "SHA-256 of a text (free)"
-handler = "envelopay.agent.operations:digest"
-schema = "envelopay.agent.operations:Digest"
+handler = "envelopay.worker.operations:digest"
+schema = "envelopay.worker.operations:Digest"
 price = "0"
 
 # DKIM public keys of the garden (selector._domainkey.domain = TXT record); add your
@@ -87,8 +87,8 @@ price = "0"
 [[responders]]
 address = "kv@{domain}"
 description = "key-value lookup"
-handler = "envelopay.agent.operations:kv_get"
-schema = "envelopay.agent.operations:KvGet"
+handler = "envelopay.endpoints.reference:kv_get"
+schema = "envelopay.endpoints.reference:KvGet"
 '''
 
 

@@ -15,9 +15,9 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
-from envelopay.agent.calls import CallClient
-from envelopay.agent.responders import Responder
-from envelopay.agent.transport import Transport
+from envelopay.endpoints.calls import CallClient
+from envelopay.endpoints.responders import Responder
+from envelopay.engine.transport import Transport
 from envelopay.errors import TransportError
 
 __all__ = ["pump", "serve_call_replies", "serve_responders"]
@@ -78,7 +78,7 @@ async def serve_responders(
 
 
 def _reply_to(reply: bytes) -> str | None:
-    from envelopay.agent.toolmail import read_tool_mail
+    from envelopay.endpoints.toolmail import read_tool_mail
 
     return read_tool_mail(reply).recipient
 

@@ -8,11 +8,12 @@ import signal
 from collections.abc import Callable
 from typing import Any
 
-from envelopay.agent.config import WorkerConfig
-from envelopay.agent.node import build_node
-from envelopay.agent.responders import Responder
-from envelopay.agent.runtime import serve_responders
-from envelopay.agent.transport import GardenTransport, Transport
+from envelopay.config import WorkerConfig
+from envelopay.endpoints.responders import Responder
+from envelopay.engine.transport import Transport
+from envelopay.node.runtime import serve_responders
+from envelopay.node.transports import GardenTransport
+from envelopay.node.wiring import build_node
 
 __all__ = ["serve_worker"]
 
@@ -45,13 +46,13 @@ async def serve_worker(
         echo(f"garden listening at {garden.endpoint} for {', '.join(sorted(addresses))}")
     node = build_node(cfg, transport=transport)
     if cfg.transport.kind == "smtp":
-        from envelopay.agent.node import imap_config
+        from envelopay.node.wiring import imap_config
 
         tasks = [asyncio.create_task(node.serve_imap(imap_config(cfg), stop))]
     else:
         tasks = [asyncio.create_task(node.serve(stop))]
     if responders and cfg.transport.kind == "garden":
-        from envelopay.agent.node import garden_transport
+        from envelopay.node.wiring import garden_transport
 
         mapping = {mailbox_path(root, r.address): r for r in responders}
         # Responders answer inside the garden, even when the worker sends through the enforcer.

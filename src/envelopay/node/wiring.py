@@ -17,13 +17,21 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from envelopay.agent.config import WorkerConfig
-from envelopay.agent.engine import Application, Engine, Outcome, Sent
-from envelopay.agent.outbox import DirectHook, DrainReport, EnforcerHook, OutboxDrainer, SendHook, dkim_signer
-from envelopay.agent.transport import GardenTransport, Transport
+from envelopay.config import WorkerConfig
 from envelopay.dkim import DkimResult, DnsLookup
+from envelopay.engine import Application, Engine, Outcome, Sent
+from envelopay.engine.outbox import (
+    DirectHook,
+    DrainReport,
+    EnforcerHook,
+    OutboxDrainer,
+    SendHook,
+    dkim_signer,
+)
+from envelopay.engine.transport import Transport
 from envelopay.errors import ConfigError
 from envelopay.ledger.store import Store
+from envelopay.node.transports import GardenTransport
 from envelopay.protocol.messages import Message
 from envelopay.rails.interface import Rail
 
@@ -130,7 +138,7 @@ class AgentNode:
 
     async def serve(self, stop: asyncio.Event) -> None:
         """Handle every message landing in this agent's Maildir until `stop` is set."""
-        from envelopay.agent.runtime import pump
+        from envelopay.node.runtime import pump
 
         if self.maildir is None:
             raise ConfigError(f"{self.address}: no Maildir to serve")
@@ -220,8 +228,8 @@ def build_node(
 
         rails = load_rails({name: _rail_options(cfg, opts) for name, opts in cfg.rails.items()})
     if app is None:
-        from envelopay.agent.counterpay import CounterPayments
-        from envelopay.agent.worker import WorkerApp, WorkerApplication
+        from envelopay.worker.app import WorkerApp, WorkerApplication
+        from envelopay.worker.counterpay import CounterPayments
 
         kw: dict[str, Any] = {"rails": rails, "clock": clock, "counterpayments": CounterPayments(
             counterpay_path(cfg))}
@@ -314,8 +322,8 @@ def _secret(env: str | None, what: str) -> str | None:
 
 
 def smtp_transport(cfg: WorkerConfig) -> Transport:
-    from envelopay.agent.transport import SmtpTransport
     from envelopay.mail.smtp import SmtpConfig
+    from envelopay.node.transports import SmtpTransport
 
     t = cfg.transport
     if not t.smtp_host:

@@ -1,6 +1,6 @@
 """The paid worker's decisions: what the engine asks, what the worker answers.
 
-The engine (envelopay.agent.engine) runs the inbound path — DKIM, parse, claim,
+The engine (envelopay.engine) runs the inbound path — DKIM, parse, claim,
 replay reservation, flow step, proof verification, ledger commit — and asks this
 `Application` only for business decisions, each answered with data:
 
@@ -29,10 +29,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from envelopay.agent.config import AcceptedRail, WorkerConfig
-from envelopay.agent.counterpay import CounterPayments
-from envelopay.agent.engine import Context, Notice, Refuse
-from envelopay.agent.tasks import TaskBook, TaskError, TaskRequest
+from envelopay.config import AcceptedRail, WorkerConfig
+from envelopay.engine import Context, Notice, Refuse
 from envelopay.errors import RailError
 from envelopay.protocol.codes import OopsCode
 from envelopay.protocol.messages import (
@@ -47,6 +45,8 @@ from envelopay.protocol.messages import (
     Which,
 )
 from envelopay.rails.interface import Rail
+from envelopay.worker.counterpay import CounterPayments
+from envelopay.worker.tasks import TaskBook, TaskError, TaskRequest
 
 __all__ = ["FreeResult", "Refusal", "WorkerApp", "WorkerApplication"]
 
@@ -224,7 +224,7 @@ class WorkerApp:
         """After the give proof verified: pay the counter-asset, ACCEPT with its proof.
 
         With a `CounterPayments` book, a redo for the same (peer, offer id) returns the
-        recorded ACCEPT instead of paying again (see envelopay.agent.counterpay)."""
+        recorded ACCEPT instead of paying again (see envelopay.worker.counterpay)."""
         refused = self.check_offer(offer)
         if refused is not None:
             return refused

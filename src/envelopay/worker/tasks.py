@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from envelopay.agent.config import TaskConfig, WorkerConfig, resolve_ref
+from envelopay.config import TaskConfig, WorkerConfig, resolve_ref
 from envelopay.errors import ConfigError
 from envelopay.protocol.codes import OopsCode
 
