@@ -6,4 +6,5 @@
     serve.py       serve_worker: the `envelopay agent serve` loop
     init.py        init_agent: a fresh agent directory (config, keys)
     keys.py        key generation and the key files
+    agent_mailbox.py  which mailbox the front ends open (--dir, --address, the config)
 """
