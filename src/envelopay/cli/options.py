@@ -2,7 +2,8 @@
 
 An `OptionSet` is a group of typer options plus the value they build. Decorating a
 command with it splices the options into the signature typer reads (after the
-command's own options) and hands the command one value object as its first argument:
+command's own options, or before them with `first`) and hands the command one value
+object as its first argument:
 
     @mail.command("read")
     @MAILBOX_AS
@@ -36,11 +37,13 @@ class OptionSet(Generic[B]):
 
     params: tuple[inspect.Parameter, ...]
     build: Callable[..., B]
+    first: bool = False  # the set's options before the command's own (else after them)
 
     def __call__(self, command: Callable[Concatenate[B, P], None]) -> Callable[P, None]:
         hints = typing.get_type_hints(command, include_extras=True)
         own = list(inspect.signature(command).parameters.values())[1:]
-        own = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in own]
+        # Typer passes every parameter by keyword; keyword-only lets defaults come in any order.
+        own = [p.replace(annotation=hints.get(p.name, p.annotation), kind=p.KEYWORD_ONLY) for p in own]
         names = [p.name for p in self.params]
 
         @functools.wraps(command)
@@ -48,7 +51,7 @@ class OptionSet(Generic[B]):
             shared = {name: kwargs.pop(name) for name in names}
             command(self.build(**shared), *args, **kwargs)
 
-        params = [*own, *self.params]
+        params = [*self.params, *own] if self.first else [*own, *self.params]
         run.__signature__ = inspect.Signature(params, return_annotation=None)  # type: ignore[attr-defined]
         run.__annotations__ = {p.name: p.annotation for p in params} | {"return": None}
         return run
@@ -102,3 +105,61 @@ _DIR, _CONFIG, _JSON = option("directory", DirOpt), option("config", MailConfigO
 MAILBOX_AS = OptionSet((_DIR, _CONFIG, option("address", AddressOpt), _JSON), _mailbox)
 # --dir --config --json (commands that never send as this agent)
 MAILBOX = OptionSet((_DIR, _CONFIG, _JSON), _mailbox)
+
+
+# -- the send enforcer's operator commands -----------------------------------------------------
+
+DEFAULT_ENFORCER_URL = "http://127.0.0.1:8725"
+DEFAULT_TOKEN_FILE = "enforcer-operator.token"
+
+EnforcerUrlOpt = Annotated[
+    str, typer.Option("--enforcer", envvar="ENVELOPAY_ENFORCER", help="Enforcer URL or Unix socket path.")
+]
+TokenFileOpt = Annotated[
+    Path,
+    typer.Option("--operator-token-file", envvar="ENVELOPAY_OPERATOR_TOKEN_FILE",
+                 help="File holding the operator credential."),
+]
+
+
+@dataclass(frozen=True)
+class OperatorOptions:
+    """Which enforcer an operator command talks to, and where its credential is."""
+
+    url: str
+    token_file: Path
+
+
+# --enforcer --operator-token-file
+OPERATOR = OptionSet(
+    (option("url", EnforcerUrlOpt, DEFAULT_ENFORCER_URL),
+     option("token_file", TokenFileOpt, Path(DEFAULT_TOKEN_FILE))),
+    OperatorOptions,
+)
+
+
+# -- one payment on a rail (`verify`, `pay-onchain`) -----------------------------------------
+
+
+@dataclass(frozen=True)
+class PaymentOptions:
+    """The payment a rails command verifies or makes: chain, asset, amount (as typed), recipient."""
+
+    chain: str
+    token: str
+    amount: str
+    to: str
+
+
+def payment_options(chain_help: str, token_help: str) -> OptionSet[PaymentOptions]:
+    """--chain --token --amount --to, first on the command line."""
+
+    def required(name: str, help: str) -> inspect.Parameter:
+        return option(name, Annotated[str, typer.Option(f"--{name}", help=help)], inspect.Parameter.empty)
+
+    return OptionSet(
+        (required("chain", chain_help), required("token", token_help),
+         required("amount", "Amount in the asset's smallest unit."), required("to", "The recipient wallet.")),
+        PaymentOptions,
+        first=True,
+    )

@@ -12,11 +12,13 @@ payment failed; 2 usage or configuration error.
 from __future__ import annotations
 
 import asyncio
-import json
 from datetime import datetime
 from typing import Annotated, Any
 
 import typer
+
+from envelopay.cli.options import JsonObjectOpt, PaymentOptions, payment_options
+from envelopay.cli.output import emit, fail
 
 _Rpc = Annotated[str | None, typer.Option("--rpc", envvar="ENVELOPAY_RPC_URL", help="JSON-RPC URL.")]
 
@@ -24,15 +26,10 @@ _Rpc = Annotated[str | None, typer.Option("--rpc", envvar="ENVELOPAY_RPC_URL", h
 _LISTING_OPTIONS = {"backend": "rpc", "rpc_url": "http://127.0.0.1:9/"}
 
 
-def _fail(message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(2)
-
-
 def _amount(value: str) -> int:
     text = value.strip()
     if not (text.isascii() and text.isdigit()) or int(text) <= 0:
-        raise _fail(f"--amount must be a positive integer in the asset's smallest unit, not {value!r}")
+        fail(f"--amount must be a positive integer in the asset's smallest unit, not {value!r}")
     return int(text)
 
 
@@ -41,10 +38,10 @@ def _when(name: str, value: str | None) -> datetime | None:
         return None
     try:
         parsed = datetime.fromisoformat(value)
-    except ValueError as exc:
-        raise _fail(f"--{name}: not an ISO 8601 time ({value!r})") from exc
+    except ValueError:
+        fail(f"--{name}: not an ISO 8601 time ({value!r})")
     if parsed.tzinfo is None:
-        raise _fail(f"--{name}: give a time zone (e.g. 2026-11-30T12:00:00Z)")
+        fail(f"--{name}: give a time zone (e.g. 2026-11-30T12:00:00Z)")
     return parsed
 
 
@@ -59,7 +56,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command("rails")
     def rails_cmd(
-        as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+        as_json: JsonObjectOpt = False,
     ) -> None:
         """List the installed rails, the chains they serve and their assets."""
         from envelopay.errors import EnvelopayError
@@ -84,7 +81,7 @@ def register(app: typer.Typer) -> None:
                 asyncio.run(_close(rail))
             listing.append(entry)
         if as_json:
-            typer.echo(json.dumps({"rails": listing}, indent=2))
+            emit({"rails": listing}, indent=2)
             return
         if not listing:
             typer.echo("no rails installed (pip install envelopay-solana envelopay-base)")
@@ -99,11 +96,12 @@ def register(app: typer.Typer) -> None:
                 typer.echo(f"  {a['chain']:<15} {a['symbol']:<6} {a['decimals']:>2} decimals  {where}")
 
     @app.command("verify")
+    @payment_options(
+        chain_help="Settlement chain, e.g. solana, base-sepolia.",
+        token_help="Asset symbol (USDC, SOL, ETH) or address.",
+    )
     def verify_cmd(
-        chain: Annotated[str, typer.Option("--chain", help="Settlement chain, e.g. solana, base-sepolia.")],
-        token: Annotated[str, typer.Option("--token", help="Asset symbol (USDC, SOL, ETH) or address.")],
-        amount: Annotated[str, typer.Option("--amount", help="Amount in the asset's smallest unit.")],
-        to: Annotated[str, typer.Option("--to", help="The recipient wallet.")],
+        pay: PaymentOptions,
         tx: Annotated[str, typer.Option("--tx", help="Transaction id (the proof's tx).")],
         rpc: _Rpc = None,
         at_least: Annotated[bool, typer.Option("--at-least", help="Accept over-payment.")] = False,
@@ -121,20 +119,20 @@ def register(app: typer.Typer) -> None:
         from envelopay.rails.registry import rail_for_chain
 
         if commitment not in ("processed", "confirmed", "finalized"):
-            raise _fail("--commitment must be processed, confirmed or finalized")
+            fail("--commitment must be processed, confirmed or finalized")
         if rpc is None:
-            raise _fail("--rpc URL (or ENVELOPAY_RPC_URL) is required: the CLI verifies over JSON-RPC")
+            fail("--rpc URL (or ENVELOPAY_RPC_URL) is required: the CLI verifies over JSON-RPC")
         expectation = Expectation(
-            chain=chain.strip().lower(), token=token, amount=_amount(amount), recipient=to,
+            chain=pay.chain.strip().lower(), token=pay.token, amount=_amount(pay.amount), recipient=pay.to,
             amount_policy="at_least" if at_least else "exact", payer=payer,
             not_before=_when("not-before", not_before), not_after=_when("not-after", not_after),
             commitment=commitment,  # type: ignore[arg-type]  # checked above
             confirmations=confirmations,
         )
         try:
-            rail = rail_for_chain(chain, {"backend": "rpc", "rpc_url": rpc})
+            rail = rail_for_chain(pay.chain, {"backend": "rpc", "rpc_url": rpc})
         except ConfigError as exc:
-            raise _fail(str(exc)) from exc
+            fail(str(exc))
 
         async def run() -> Any:
             try:
@@ -143,15 +141,13 @@ def register(app: typer.Typer) -> None:
                 await _close(rail)
 
         verdict = asyncio.run(run())
-        typer.echo(json.dumps({"chain": expectation.chain, "tx": tx, **verdict.to_json()}, indent=2))
+        emit({"chain": expectation.chain, "tx": tx, **verdict.to_json()}, indent=2)
         raise typer.Exit(0 if verdict.ok else 1)
 
     @app.command("pay-onchain")
+    @payment_options("Settlement chain, e.g. solana-devnet, base.", "Asset symbol or address.")
     def pay_cmd(
-        chain: Annotated[str, typer.Option("--chain", help="Settlement chain, e.g. solana-devnet, base.")],
-        token: Annotated[str, typer.Option("--token", help="Asset symbol or address.")],
-        amount: Annotated[str, typer.Option("--amount", help="Amount in the asset's smallest unit.")],
-        to: Annotated[str, typer.Option("--to", help="The recipient wallet.")],
+        pay: PaymentOptions,
         keypair: Annotated[str, typer.Option("--keypair", help="The paying key file (rail format).")],
         rpc: _Rpc = None,
         no_wait: Annotated[bool, typer.Option("--no-wait", help="Do not wait for confirmation.")] = False,
@@ -160,34 +156,34 @@ def register(app: typer.Typer) -> None:
         from envelopay.errors import ConfigError, RailError, TransportError, UsageError
         from envelopay.rails.registry import rail_for_chain
 
-        value = _amount(amount)
+        value = _amount(pay.amount)
         if rpc is None:
-            raise _fail("--rpc URL (or ENVELOPAY_RPC_URL) is required: the CLI pays over JSON-RPC")
+            fail("--rpc URL (or ENVELOPAY_RPC_URL) is required: the CLI pays over JSON-RPC")
         options: dict[str, Any] = {"backend": "rpc", "rpc_url": rpc, "keypair": keypair}
         if no_wait:
             options["confirm_timeout"] = 0
         try:
-            rail = rail_for_chain(chain, options)
+            rail = rail_for_chain(pay.chain, options)
         except ConfigError as exc:
-            raise _fail(str(exc)) from exc
-        normalized = chain.strip().lower()
+            fail(str(exc))
+        normalized = pay.chain.strip().lower()
 
         async def run() -> dict[str, Any]:
             try:
-                return await rail.pay(chain=normalized, token=token, amount=value, recipient=to)
+                return await rail.pay(chain=normalized, token=pay.token, amount=value, recipient=pay.to)
             finally:
                 await _close(rail)
 
         try:
             proof = asyncio.run(run())
         except (ConfigError, UsageError) as exc:
-            raise _fail(str(exc)) from exc
+            fail(str(exc))
         except RailError as exc:
-            typer.echo(json.dumps({"chain": normalized, "error": exc.reason, "detail": exc.detail}, indent=2))
+            emit({"chain": normalized, "error": exc.reason, "detail": exc.detail}, indent=2)
             raise typer.Exit(1) from exc
         except TransportError as exc:
             down = {"chain": normalized, "error": "rpc_unavailable", "detail": str(exc)}
-            typer.echo(json.dumps(down, indent=2))
+            emit(down, indent=2)
             raise typer.Exit(1) from exc
         answer: dict[str, Any] = {"chain": normalized, "proof": proof, "proof_key": rail.proof_key(proof)}
-        typer.echo(json.dumps(answer, indent=2))
+        emit(answer, indent=2)
