@@ -4,6 +4,7 @@ are sans-IO, and no module of src/envelopay takes part in an import cycle."""
 from __future__ import annotations
 
 import ast
+import itertools
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "envelopay"
@@ -284,3 +285,17 @@ def test_cycle_finder_sees_a_cycle(tmp_path: Path) -> None:
     graph = import_graph(tmp_path)
     assert find_cycles(graph) == [["pkg.a", "pkg.b", "pkg.c"]]
     assert graph["pkg.d"] == set() and graph["pkg.e"] == set() and graph["pkg.f"] == {"pkg.a"}
+
+
+def test_design_md_draws_every_room_in_rank_order() -> None:
+    design = (SRC.parents[1] / "docs" / "DESIGN.md").read_text()
+    block = design.split("## Layers", 1)[1].split("```", 2)[1]
+    first_row: dict[str, int] = {}
+    for i, line in enumerate(block.strip().splitlines()):
+        for word in line.split():
+            if word in RANKS and line.index(word) < 30:  # the left column names the rooms
+                first_row.setdefault(word, i)
+    assert set(first_row) == set(RANKS) - {"agent"}
+    drawn = sorted(first_row, key=first_row.__getitem__)
+    for upper, lower in itertools.pairwise(drawn):
+        assert RANKS[upper] >= RANKS[lower], f"DESIGN.md draws {upper} above {lower}"
