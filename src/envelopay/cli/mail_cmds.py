@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from envelopay.cli.options import MAILBOX, MAILBOX_AS, MailboxOptions
-from envelopay.cli.output import emit, emit_or_say, fail, table
+from envelopay.cli.output import FAILED, emit, emit_or_say, fail, table
 
 if TYPE_CHECKING:
     from envelopay.mail.contacts import Contact, ContactBook
@@ -276,7 +276,7 @@ def fetch(
         try:
             stored = fetch_imap(box, cfg, idle=idle, started=started)
         except TransportError as exc:
-            fail(str(exc), 1)
+            fail(str(exc), FAILED)
     emit_or_say(where.as_json, {"stored": stored}, f"{stored} message(s) stored")
 
 
@@ -351,10 +351,6 @@ def _register_garden(app: typer.Typer) -> None:
     )
     app.add_typer(garden, name="garden")
 
-    def fail(message: str) -> typer.Exit:
-        typer.echo(f"error: {message}", err=True)
-        return typer.Exit(2)
-
     @garden.command("serve")
     def serve(
         root: Annotated[Path, typer.Option("--root", help="Directory holding one Maildir per address.")],
@@ -378,7 +374,7 @@ def _register_garden(app: typer.Typer) -> None:
         try:
             server = GardenServer(root, address, host=host, port=port, unix_path=socket, fsync=fsync)
         except (ConfigError, UsageError) as exc:
-            raise fail(str(exc)) from exc
+            fail(str(exc))
 
         async def run() -> None:
             stop = asyncio.Event()
@@ -397,7 +393,7 @@ def _register_garden(app: typer.Typer) -> None:
         try:
             asyncio.run(run())
         except OSError as exc:
-            raise fail(f"cannot listen: {exc.strerror or exc}") from exc
+            fail(f"cannot listen: {exc.strerror or exc}")
 
     @garden.command("deliver")
     def deliver_cmd(
@@ -418,18 +414,17 @@ def _register_garden(app: typer.Typer) -> None:
         try:
             raw = sys.stdin.buffer.read() if file == "-" else Path(file).read_bytes()
         except OSError as exc:
-            raise fail(f"cannot read {file}: {exc.strerror or exc}") from exc
+            fail(f"cannot read {file}: {exc.strerror or exc}")
         host, sep, port = endpoint.rpartition(":")
         is_tcp = bool(sep) and port.isdigit() and "/" not in endpoint
         target: Endpoint = (host, int(port)) if is_tcp else Path(endpoint)
         try:
             result = asyncio.run(deliver(raw, sender, to, target))
         except UsageError as exc:
-            raise fail(str(exc)) from exc
+            fail(str(exc))
         except TransportError as exc:
-            typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(1) from exc
+            fail(str(exc), FAILED)
         for rcpt, reply in result.replies.items():
             typer.echo(f"{rcpt}: {reply.code} {reply.text}")
         if result.refused:
-            raise typer.Exit(1)
+            raise typer.Exit(FAILED)

@@ -9,12 +9,9 @@ from typing import Annotated, Any
 
 import typer
 
+from envelopay.cli.output import fail
+
 _TYPES = ("which", "methods", "pay", "order", "fulfill", "invoice", "offer", "accept", "oops")
-
-
-def _fail(message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(2)
 
 
 def _json_or_text(value: str) -> Any:
@@ -29,7 +26,7 @@ def _json_option(name: str, value: str) -> Any:
     try:
         return json.loads(value)
     except ValueError as exc:
-        raise _fail(f"--{name}: not JSON ({exc})") from exc
+        fail(f"--{name}: not JSON ({exc})")
 
 
 def register(app: typer.Typer) -> None:
@@ -49,7 +46,7 @@ def register(app: typer.Typer) -> None:
         try:
             raw = sys.stdin.buffer.read() if file == "-" else Path(file).read_bytes()
         except OSError as exc:
-            raise _fail(f"cannot read {file}: {exc.strerror or exc}") from exc
+            fail(f"cannot read {file}: {exc.strerror or exc}")
         parsed = parse(raw, options=ParseOptions(re_prefix="v0.2" if re_v02 else "v0.1"))
         if as_json:
             typer.echo(json.dumps(parsed.to_json(), ensure_ascii=False))
@@ -129,18 +126,18 @@ def register(app: typer.Typer) -> None:
 
         kind_name = type_.lower()
         if kind_name not in _TYPES:
-            raise _fail(f"TYPE: {type_!r} is not one of {', '.join(t.upper() for t in _TYPES)}")
+            fail(f"TYPE: {type_!r} is not one of {', '.join(t.upper() for t in _TYPES)}")
         kind = MessageType(kind_name)
         data: dict[str, Any] = {}
         if json_file is not None:
             try:
                 loaded = json.loads(json_file.read_text(encoding="utf-8"))
             except OSError as exc:
-                raise _fail(f"--json-file: cannot read {json_file}: {exc.strerror or exc}") from exc
+                fail(f"--json-file: cannot read {json_file}: {exc.strerror or exc}")
             except ValueError as exc:
-                raise _fail(f"--json-file: not JSON ({exc})") from exc
+                fail(f"--json-file: not JSON ({exc})")
             if not isinstance(loaded, dict):
-                raise _fail("--json-file: must hold a JSON object")
+                fail("--json-file: must hold a JSON object")
             data.update(loaded)
         plain = {
             "v": v, "id": id_, "note": note, "amount": amount, "token": token, "chain": chain,
@@ -167,7 +164,7 @@ def register(app: typer.Typer) -> None:
             for e in exc.errors(include_url=False):
                 where = ".".join(str(x) for x in e["loc"] if not (isinstance(x, str) and "[" in x))
                 lines.append(f"{where or 'body'}: {e['msg']}")
-            raise _fail(f"invalid {kind.keyword} fields:\n  " + "\n  ".join(lines)) from exc
+            fail(f"invalid {kind.keyword} fields:\n  " + "\n  ".join(lines))
         msg_domain = domain or (sender.rsplit("@", 1)[-1] if "@" in sender else "")
         try:
             raw, _ = compose_message(
@@ -182,7 +179,7 @@ def register(app: typer.Typer) -> None:
                 note=subject_note,
             )
         except UsageError as exc:
-            raise _fail(str(exc)) from exc
+            fail(str(exc))
         if out is None:
             sys.stdout.buffer.write(raw)
             sys.stdout.buffer.flush()
@@ -190,7 +187,7 @@ def register(app: typer.Typer) -> None:
         try:
             out.write_bytes(raw)
         except OSError as exc:
-            raise _fail(f"--out: cannot write {out}: {exc.strerror or exc}") from exc
+            fail(f"--out: cannot write {out}: {exc.strerror or exc}")
         typer.echo(f"wrote {out}", err=True)
 
     @app.command("conformance")
@@ -214,7 +211,7 @@ def register(app: typer.Typer) -> None:
         try:
             vectors = load_manifest(root)
         except (OSError, ValueError) as exc:
-            raise _fail(f"cannot load the manifest: {exc}") from exc
+            fail(f"cannot load the manifest: {exc}")
         report = run_manifest(vectors)
         for res in report.results:
             if not res.ok:
