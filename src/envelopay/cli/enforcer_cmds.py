@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import os
-import secrets
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
@@ -30,19 +29,6 @@ _USER = "SMTP user; the password comes from $ENVELOPAY_SMTP_PASSWORD"
 _GARDEN = "Deliver into the walled garden: its LMTP socket path or port."
 
 
-def _operator_token(path: Path) -> str:
-    token = os.environ.get("ENVELOPAY_OPERATOR_TOKEN")
-    if token:
-        return token
-    try:
-        token = path.read_text().strip()
-    except OSError as exc:
-        fail(f"cannot read the operator token file {path}: {exc.strerror}")
-    if not token:
-        fail(f"operator token file {path} is empty")
-    return token
-
-
 def _run(coro_fn: Callable[[], Awaitable[T]]) -> T:
     async def main() -> T:
         return await coro_fn()
@@ -55,28 +41,16 @@ def _run(coro_fn: Callable[[], Awaitable[T]]) -> T:
 def _ask(where: OperatorOptions, call: Callable[[OperatorClient], Awaitable[T]]) -> T:
     """One request to the running enforcer, with the operator credential."""
     from envelopay.enforcer.client import OperatorClient
+    from envelopay.enforcer.launch import operator_token
 
-    op_token = _operator_token(where.token_file)
+    with answers():
+        op_token = operator_token(where.token_file)
 
     async def go() -> T:
         async with OperatorClient(where.url, op_token) as op:
             return await call(op)
 
     return _run(go)
-
-
-def _load_or_create_token(path: Path) -> str:
-    token = os.environ.get("ENVELOPAY_OPERATOR_TOKEN")
-    if token:
-        return token
-    if path.exists():
-        return _operator_token(path)
-    token = "epo_" + secrets.token_urlsafe(32)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(token + "\n")
-    typer.echo(f"operator token written to {path} (mode 600)", err=True)
-    return token
 
 
 def register(app: typer.Typer) -> None:
@@ -105,65 +79,19 @@ def register(app: typer.Typer) -> None:
         dkim_domain: Annotated[str | None, typer.Option("--dkim-domain")] = None,
     ) -> None:
         """Run the enforcer: the only holder of the SMTP credential and the DKIM key."""
-        from envelopay.enforcer.core import Enforcer, hash_token
-        from envelopay.enforcer.delivery import Deliverer, GardenDeliverer, SmtpDeliverer, dkim_signer
-        from envelopay.enforcer.server import start_server
-        from envelopay.enforcer.store import open_store
+        from envelopay.enforcer.launch import prepare, serve
 
-        deliverer: Deliverer
         try:
-            if (garden is None) == (smtp_host is None):
-                raise ConfigError("give exactly one of --smtp-host or --garden")
-            if garden is not None:
-                deliverer = GardenDeliverer(int(garden) if garden.isdigit() else garden)
-            else:
-                from envelopay.mail.smtp import Security, SmtpConfig
-
-                password = os.environ.get("ENVELOPAY_SMTP_PASSWORD") if smtp_user else None
-                if smtp_user and password is None:
-                    raise ConfigError("--smtp-user needs $ENVELOPAY_SMTP_PASSWORD")
-                assert smtp_host is not None
-                if smtp_security not in ("starttls", "tls", "none"):
-                    raise ConfigError("--smtp-security must be starttls, tls or none")
-                deliverer = SmtpDeliverer(SmtpConfig(
-                    smtp_host, smtp_port, security=cast(Security, smtp_security),
-                    username=smtp_user, password=password,
-                ))
-            signer = None
-            if dkim_key is not None:
-                from envelopay.dkim import DkimKey
-
-                if not dkim_domain:
-                    raise ConfigError("--dkim-key needs --dkim-domain")
-                signer = dkim_signer(DkimKey.from_pem(dkim_key.read_bytes()), selector=dkim_selector,
-                                     domain=dkim_domain)
-            store = open_store(db)
-            operator = _load_or_create_token(token_file)
+            launch = prepare(
+                db=db, token_file=token_file, garden=garden, smtp_host=smtp_host, smtp_port=smtp_port,
+                smtp_security=smtp_security, smtp_user=smtp_user, dkim_key=dkim_key,
+                dkim_selector=dkim_selector, dkim_domain=dkim_domain,
+                token_created=lambda p: typer.echo(f"operator token written to {p} (mode 600)", err=True),
+            )
         except (ConfigError, UsageError, OSError) as exc:
             fail(str(exc))
-
-        async def main() -> None:
-            import signal
-
-            await store.open()
-            enforcer = Enforcer(store, deliverer, operator_token_hash=hash_token(operator), signer=signer)
-            runner, where = await start_server(
-                enforcer, host=host, port=port, path=str(socket) if socket else None
-            )
-            typer.echo(f"enforcer listening on {where}", err=True)
-            stop = asyncio.Event()
-            loop = asyncio.get_running_loop()
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.add_signal_handler(sig, stop.set)
-            try:
-                await stop.wait()
-            finally:
-                await runner.cleanup()
-                if isinstance(deliverer, SmtpDeliverer):
-                    await deliverer.aclose()
-                await store.close()
-
-        _run(main)
+        _run(lambda: serve(launch, host=host, port=port, socket=socket,
+                           listening=lambda where: typer.echo(f"enforcer listening on {where}", err=True)))
 
     _register_agents(agent_app)
     _register_approvals(approvals_app)
