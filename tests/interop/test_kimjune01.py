@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ledger"))
 import _kimjune01 as them
 import _kit as k
 
-from envelopay.agent.engine import Engine, Outcome
+from envelopay.engine import Engine, Outcome
 from envelopay.ledger.sqlite import SqliteStore
 from envelopay.protocol.codes import OopsCode
 from envelopay.protocol.compose import compose, message_json
