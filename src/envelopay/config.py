@@ -13,6 +13,7 @@ Example (what `envelopay init` writes)::
     dkim_selector = "ep1"
     dkim_key = "keys/dkim.pem"
     dkim_policy = "prefer"            # required | prefer | off
+    profile = "strict"                # strict | lenient (interop profile, SPEC.md)
 
     [transport]
     kind = "garden"                   # garden | smtp
@@ -78,6 +79,9 @@ class AgentSection(_Section):
     dkim_policy: Literal["required", "prefer", "off"] = "prefer"
     dkim_dns: Literal["table", "resolver"] = "table"  # table: [dkim_records] below (garden)
     worker_id: str | None = None  # stable across restarts of one worker process
+    # The parse profile of this mailbox: "lenient" reads peers that bend the spec (SPEC.md
+    # "Interop profile `lenient`"); each reading applied is listed in the Outcome.
+    profile: Literal["strict", "lenient"] = "strict"
 
     @field_validator("address")
     @classmethod

@@ -14,6 +14,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ from envelopay.errors import ConfigError
 from envelopay.ledger.store import Store
 from envelopay.node.transports import GardenTransport
 from envelopay.protocol.messages import Message
+from envelopay.protocol.parse import ParseOptions, parse
 from envelopay.rails.interface import Rail
 
 __all__ = ["AgentNode", "build_node", "open_store"]
@@ -251,6 +253,8 @@ def build_node(
     engine_kw: dict[str, Any] = {}
     if id_factory is not None:
         engine_kw["id_factory"] = id_factory
+    if cfg.agent.profile != "strict":
+        engine_kw["parser"] = partial(parse, options=ParseOptions(profile=cfg.agent.profile))
     engine = Engine(
         store,
         address=cfg.agent.address,
