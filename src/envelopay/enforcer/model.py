@@ -26,6 +26,7 @@ class Disposition:
     approval_id: str | None = None
     id: str | None = None  # the send's id for status(); equals approval_id when queued
     state: str | None = None  # queue state on status(): pending|approved|rejected|sent|failed
+    code: str | None = None  # a stable refusal code where one is defined (SPEC.md, enforcer)
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None and v != ""}
@@ -52,6 +53,7 @@ class Disposition:
             approval_id=opt("approval_id"),
             id=opt("id"),
             state=opt("state"),
+            code=opt("code"),
         )
 
 

@@ -18,6 +18,7 @@ from aiohttp import web
 
 from envelopay.enforcer.core import Enforcer
 from envelopay.enforcer.model import Decision, Disposition
+from envelopay.enforcer.requests import decode_send_body
 from envelopay.errors import StoreError, UsageError
 
 __all__ = ["build_app", "start_server"]
@@ -42,14 +43,13 @@ def _json(data: Any, status: int = 200) -> web.Response:
 async def _send(request: web.Request) -> web.Response:
     enforcer = request.app[ENFORCER]
     try:
-        body = await request.json()
+        data = await request.read()
     except web.HTTPRequestEntityTooLarge:
-        return _json(Disposition(status="blocked", reason="body too large: request over 1 MiB").to_json())
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        body = None
-    if not isinstance(body, dict):
-        refusal = Disposition(status="blocked", reason="invalid request: a JSON object is required")
+        refusal = Disposition(status="blocked", reason="body too large: request over 1 MiB", code="too_large")
         return _json(refusal.to_json())
+    body = decode_send_body(data)  # deep nesting, huge numbers, lone surrogates: refused here
+    if isinstance(body, Disposition):
+        return _json(body.to_json())
     return _json((await enforcer.send(_bearer(request), body)).to_json())
 
 
