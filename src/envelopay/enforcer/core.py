@@ -37,6 +37,7 @@ from envelopay.enforcer.model import (
 from envelopay.enforcer.policy import allowlisted, check_request, check_sender, fingerprint, valid_address
 from envelopay.enforcer.store import EnforcerStore
 from envelopay.errors import StoreError, TransportError, UsageError
+from envelopay.protocol.headers import HeaderRefusal, read_headers
 
 __all__ = ["Enforcer", "hash_token"]
 
@@ -197,12 +198,17 @@ class Enforcer:
         what compose accepts: the policy step calls it before any claim or cap, and
         execute calls it again (a queued row composes at its own time)."""
         try:
-            return compose_request(
+            raw = compose_request(
                 req, message_id=message_id, date=datetime.fromtimestamp(now, UTC), agent_name=agent.name
             )
         # Agent input at a trust boundary: any of these is a refusal, never a 500.
         except (UsageError, ValueError, TypeError, RecursionError, OverflowError) as exc:
             return f"cannot compose: {exc}"[:300]
+        # What leaves must be what every reader (parser, DKIM, garden) accepts.
+        read = read_headers(raw)
+        if isinstance(read, HeaderRefusal):
+            return f"cannot compose: header block refused ({read.reason})"
+        return raw
 
     async def _take_caps(self, agent: Agent, now: float) -> str:
         """"" when both slots were taken; otherwise the reason to flag. Each take is one
