@@ -93,12 +93,24 @@ async def test_an_open_garden_still_strips_claims_of_its_own_id(tmp_path: Path) 
     assert b"smtp.auth" not in stored and authenticated_sender(stored, authserv_id="garden.local") is None
 
 
-async def test_a_header_block_the_shared_reader_refuses_is_refused_by_the_garden(tmp_path: Path) -> None:
-    attack = b"From : mallory@evil.test\r\nX-Pad: a\rFrom: buyer@garden.local\r\nSubject: PAY\r\n\r\n{}\r\n"
-    async with GardenServer(tmp_path / "mail", [A]) as garden:
-        result = await deliver(attack, "", [A], garden.endpoint)
-        assert result.replies[A].code == 550 and "header block refused" in result.replies[A].text
-        assert files(garden, A) == []
+async def test_a_header_block_the_shared_reader_refuses_is_refused_by_the_garden(
+    secured: tuple[GardenServer, dict[str, tuple[str, str]]], tmp_path: Path
+) -> None:
+    garden, creds = secured
+    attack = (
+        b"From : mallory@evil.test\r\nX-Pad: a\rFrom: worker@garden.local\r\n"
+        b"Authentication-Results: garden.local; auth=pass smtp.auth=buyer@garden.local\r\n"
+        b"Subject: PAY\r\n\r\n{}\r\n"
+    )
+    result = await deliver(attack, A, [A], garden.endpoint, auth=creds[A])
+    assert result.replies[A].code == 550 and "header block refused" in result.replies[A].text
+    assert files(garden, A) == []
+    # An open garden checks no From and stores it as it came: every reader refuses it.
+    async with GardenServer(tmp_path / "open", [A]) as open_garden:
+        assert (await deliver(attack, "", [A], open_garden.endpoint)).delivered == (A,)
+        stored = files(open_garden, A)[0].read_bytes()
+    assert authenticated_sender(stored, authserv_id="garden.local") is None
+    assert not parse(stored).valid and parse(stored).from_addr is None
 
 
 async def test_a_repeated_rcpt_stores_one_copy(tmp_path: Path) -> None:

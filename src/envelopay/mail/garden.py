@@ -139,8 +139,12 @@ class _GardenHandler:
         """The bytes to store, or the refusal every recipient gets."""
         read = read_headers(content)
         if isinstance(read, HeaderRefusal):
-            # Refused by the reader the parser and DKIM share: refused here too.
-            return f"550 5.6.0 header block refused ({read.reason})"
+            if self._server.accounts:
+                # No From can be checked in a block the shared reader refuses.
+                return f"550 5.6.0 header block refused ({read.reason})"
+            # An open garden checks no From: the block is stored as it came, and every
+            # reader downstream (parser, DKIM, authenticated_sender) refuses it the same way.
+            return content
         account = self._account(session)
         if self._server.accounts:
             frm = from_address(read)
