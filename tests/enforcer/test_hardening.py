@@ -272,3 +272,12 @@ async def test_a_harmless_encoded_word_subject_passes_through_as_written(
     d = await enforcer.send(token, req(subject="=?utf-8?q?caf=C3=A9?="))
     assert d.status == "sent"
     assert b"\r\nSubject: =?utf-8?q?caf=C3=A9?=\r\n" in sink.messages[0][2]
+
+
+async def test_operator_routes_refuse_poison_json_with_400_not_500(service: str) -> None:
+    from .conftest import OPERATOR
+
+    async with httpx.AsyncClient(base_url=service, headers={"Authorization": f"Bearer {OPERATOR}"}) as client:
+        for text in ('{"name": ' + "[" * 5000 + "]" * 5000 + "}", '{"hourly": ' + "9" * 5000 + "}"):
+            r = await client.post("/v1/agents", content=text.encode())
+            assert r.status_code == 400 and r.json()["code"] in ("too_deep", "number_too_long"), r.text

@@ -10,7 +10,6 @@ the approval queue with approve / reject / kill buttons.
 from __future__ import annotations
 
 import html
-import json
 import secrets
 from typing import Any
 
@@ -92,12 +91,9 @@ async def _agents(request: web.Request) -> web.Response:
 
 
 async def _create_agent(request: web.Request) -> web.Response:
-    try:
-        body = await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        body = None
-    if not isinstance(body, dict):
-        return _json({"error": "a JSON object is required"}, status=400)
+    body = decode_send_body(await request.read())  # the same limits as agent requests
+    if isinstance(body, Disposition):
+        return _json({"error": body.reason, "code": body.code}, status=400)
     allow = body.get("allow", [])
     try:
         if not isinstance(allow, list) or not all(isinstance(a, str) for a in allow):
