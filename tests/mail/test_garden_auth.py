@@ -164,3 +164,19 @@ async def test_a_refused_peer_logs_one_line_and_no_traceback(
     assert len(ours) == 1 and "refused a connection" in ours[0].getMessage()
     assert not [r for r in caplog.records if r.exc_info or "Traceback" in r.getMessage()]
     assert not [r for r in caplog.records if "AssertionError" in r.getMessage()]
+
+
+def test_the_account_command_prints_the_secret_once_and_keeps_its_hash(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from envelopay.cli.app import app
+
+    path = tmp_path / "accounts.json"
+    res = CliRunner().invoke(app, ["garden", "account", A, "-a", A, "--accounts", str(path)])
+    assert res.exit_code == 0, res.output
+    secret = res.output.strip()
+    [account] = load_accounts(path)
+    assert account.user == A and account.check(secret) and secret not in path.read_text()
+    assert path.stat().st_mode & 0o777 == 0o600
+    bad = CliRunner().invoke(app, ["garden", "account", A, "-a", "not an address", "--accounts", str(path)])
+    assert bad.exit_code != 0 and load_accounts(path) == [account]

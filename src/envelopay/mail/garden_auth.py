@@ -36,6 +36,7 @@ from envelopay.protocol.headers import HeaderBlock, HeaderRefusal, addresses, re
 
 __all__ = [
     "GardenAccount",
+    "add_account",
     "authenticated_sender",
     "load_accounts",
     "new_account",
@@ -107,6 +108,17 @@ def save_accounts(path: Path, accounts: Iterable[GardenAccount]) -> None:
         {"user": a.user, "secret_sha256": a.secret_sha256, "addresses": sorted(a.addresses)} for a in accounts
     ]
     Path(path).write_text(json.dumps(doc, indent=2) + "\n")
+
+
+def add_account(path: Path, user: str, addresses: Iterable[str]) -> str:
+    """Add (or replace) `user` in the accounts file at `path` (created if absent, mode
+    0600); return the new secret."""
+    path = Path(path)
+    kept = [a for a in load_accounts(path) if a.user != user] if path.exists() else []
+    account, secret = new_account(user, addresses)
+    save_accounts(path, [*kept, account])
+    path.chmod(0o600)
+    return secret
 
 
 def _claims(value: bytes, authserv_id: str) -> bool:
