@@ -281,3 +281,34 @@ async def test_operator_routes_refuse_poison_json_with_400_not_500(service: str)
         for text in ('{"name": ' + "[" * 5000 + "]" * 5000 + "}", '{"hourly": ' + "9" * 5000 + "}"):
             r = await client.post("/v1/agents", content=text.encode())
             assert r.status_code == 400 and r.json()["code"] in ("too_deep", "number_too_long"), r.text
+
+
+async def test_the_enforcer_authenticates_to_a_garden_with_accounts_and_sends_only_as_its_agents(
+    tmp_path: Any, clock: Clock
+) -> None:
+    from envelopay.enforcer.delivery import GardenDeliverer
+    from envelopay.enforcer.launch import _deliverer
+    from envelopay.mail.garden import GardenServer
+    from envelopay.mail.garden_auth import authenticated_sender, new_account
+
+    account, secret = new_account("enforcer", ["a1@garden.local"])  # a2 is not its agent
+    sock = tmp_path / "lmtp.sock"
+    garden = GardenServer(tmp_path / "garden", ["worker@garden.local"], unix_path=sock, fsync=False,
+                          accounts=[account])
+    deliverer = _deliverer(str(sock), None, 587, "starttls", None, {"ENVELOPAY_GARDEN_SECRET": secret})
+    assert isinstance(deliverer, GardenDeliverer) and deliverer.auth == ("enforcer", secret)
+    store = SqliteStore(tmp_path / "enf.db")
+    await store.open()
+    try:
+        async with garden:
+            enforcer = Enforcer(store, deliverer, clock=clock)
+            _, t1 = await enforcer.create_agent("a1", "a1@garden.local", allow=("garden.local",))
+            _, t2 = await enforcer.create_agent("a2", "a2@garden.local", allow=("garden.local",))
+            body = {"to": "worker@garden.local", "subject": "hello", "text": "hi"}
+            assert (await enforcer.send(t1, {**body, "from": "a1@garden.local"})).status == "sent"
+            refused = await enforcer.send(t2, {**body, "from": "a2@garden.local"})
+            assert refused.status == "failed" and "553" in refused.reason
+        [stored] = list((tmp_path / "garden" / "worker@garden.local" / "new").iterdir())
+        assert authenticated_sender(stored.read_bytes(), authserv_id="garden.local") == "enforcer"
+    finally:
+        await store.close()
