@@ -98,6 +98,11 @@ class TransportConfig(_Section):
     garden_addresses: list[str] = Field(default_factory=list)  # for an embedded garden
     lmtp_host: str = "127.0.0.1"
     lmtp_port: int | None = None
+    # Garden authentication (mail.garden_auth): the env var holding this agent's garden
+    # secret (its user is agent.address; never the secret itself in the file), and, for an
+    # embedded garden, the accounts file that makes it authenticate every sender.
+    garden_secret_env: str | None = None
+    garden_accounts: str | None = None
     smtp_host: str | None = None
     smtp_port: int = 587
     smtp_security: Literal["starttls", "tls", "none"] = "starttls"

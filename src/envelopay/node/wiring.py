@@ -359,7 +359,19 @@ def garden_transport(cfg: WorkerConfig, connections: int = 4) -> GardenPool:
         raise ConfigError("transport: set garden_socket or lmtp_port to reach the garden")
     else:
         endpoint = (t.lmtp_host, t.lmtp_port)
-    return GardenPool([GardenTransport(endpoint) for _ in range(connections)])
+    auth = garden_credential(cfg)
+    return GardenPool([GardenTransport(endpoint, auth=auth) for _ in range(connections)])
+
+
+def garden_credential(cfg: WorkerConfig) -> tuple[str, str] | None:
+    """(agent address, secret) when `transport.garden_secret_env` names the env var
+    holding this agent's garden secret; None for an open garden."""
+    name = cfg.transport.garden_secret_env
+    if not name:
+        return None
+    secret = _secret(name, "transport.garden_secret_env")
+    assert secret is not None  # _secret raises when the variable is unset or empty
+    return cfg.agent.address, secret
 
 
 class GardenPool:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from email.utils import getaddresses
 from functools import partial
 from typing import Any, Literal
 
@@ -30,6 +29,8 @@ from pydantic import ValidationError
 
 from envelopay.protocol.codes import OopsCode
 from envelopay.protocol.grammar import SUPPORTED_TYPES_TEXT, classify_subject, decode_subject, is_reply
+from envelopay.protocol.headers import SINGLETON_HEADERS, Field, HeaderRefusal, read_headers
+from envelopay.protocol.headers import addresses as _addresses
 from envelopay.protocol.lenient import LENIENT_PREFIX, fill, type_line
 from envelopay.protocol.messages import (
     SUPPORTED_VERSIONS,
@@ -51,27 +52,7 @@ from envelopay.protocol.payload import PayloadError, TextLeaf, extract, leading_
 
 __all__ = ["SINGLETON_HEADERS", "ParseOptions", "parse"]
 
-# RFC 5322 section 3.6: at most one of each. Two Subject or two From headers are how
-# signed mail gets spoofed (a DKIM signature covers only one of them).
-SINGLETON_HEADERS: frozenset[str] = frozenset(
-    {
-        "date",
-        "from",
-        "sender",
-        "reply-to",
-        "to",
-        "cc",
-        "bcc",
-        "message-id",
-        "in-reply-to",
-        "references",
-        "subject",
-        "mime-version",
-        "content-type",
-        "content-transfer-encoding",
-        "x-envelopay-type",
-    }
-)
+# SINGLETON_HEADERS (protocol.headers) is re-exported: the one list every reader refuses twice.
 # Headers whose decoded value we read; CR/LF in any of them is refused.
 _USED_HEADERS = ("subject", "from", "to", "message-id", "in-reply-to", "references", "x-envelopay-type")
 
@@ -88,7 +69,6 @@ _PARAM = re.compile(r';\s*([!#$%&\'*+\-.^_`|~0-9A-Za-z]+)\s*=\s*("(?:[^"\\]|\\.)
 
 _MAX_DEPTH = 8
 _MAX_PARTS = 256
-_MAX_ADDRESS_HEADER = 4096
 _MAX_ENCODED_SUBJECT = 4096  # longer subjects with encoded-words are not decoded
 
 
@@ -373,27 +353,6 @@ def _validate(
     return message, []  # type: ignore[return-value]
 
 
-_ADDR = r'[^\s<>,;:"()@\[\]\\]+@[^\s<>,;:"()@\[\]\\]+'
-# Fast paths for the two common shapes ("a@b" and "Name <a@b>" with a plain name);
-# anything else (quotes, comments, groups, lists) goes through getaddresses.
-_BARE_ADDR = re.compile(rf"\s*({_ADDR})\s*")
-_NAMED_ADDR = re.compile(rf'[^<>,;:"()@\[\]\\]*<({_ADDR})>\s*')
-
-
-def _addresses(value: str | None) -> list[str]:
-    if value is None:
-        return []
-    m = _BARE_ADDR.fullmatch(value) or _NAMED_ADDR.fullmatch(value)
-    if m is not None:
-        return [m.group(1)]
-    if len(value) > _MAX_ADDRESS_HEADER:
-        return []  # the stdlib address parser is slow (and recursive) on long hostile values
-    try:
-        return [addr for _, addr in getaddresses([value]) if "@" in addr]
-    except Exception:  # RecursionError on deeply nested comments, and the like: no address
-        return []
-
-
 def _split_ids(value: str | None) -> tuple[str, ...]:
     if not value:
         return ()
@@ -420,18 +379,31 @@ def parse(raw: bytes, *, options: ParseOptions | None = None) -> Parsed:
         )
 
 
+def _field_dict(fields: tuple[Field, ...]) -> dict[str, list[str]]:
+    headers: dict[str, list[str]] = {}
+    for f in fields:
+        headers.setdefault(f.name, []).append(f.value)
+    return headers
+
+
 def _parse(raw: bytes, opts: ParseOptions) -> Parsed:
     if not isinstance(raw, bytes):
         raw = bytes(raw) if isinstance(raw, bytearray | memoryview) else str(raw).encode("utf-8", "replace")
-    headers, body = _split_headers(raw)
     problems: list[Problem] = []
     warnings: list[str] = []
 
-    # Stage 1: headers.
-    for name in SINGLETON_HEADERS:
-        values = headers.get(name)
-        if values is not None and len(values) > 1:
-            problems.append(Problem(OopsCode.INVALID_FIELD, f"duplicate {name} header", name))
+    # Stage 1: headers, read by the one reader every component shares (protocol.headers).
+    # A refused block is invalid_field; its fields read before the refusal serve only to
+    # address that answer.
+    read = read_headers(raw)
+    if isinstance(read, HeaderRefusal):
+        headers, body = _field_dict(read.partial), b""
+        problems.append(
+            Problem(OopsCode.INVALID_FIELD, f"header refused ({read.reason}): {read.detail}", read.field)
+        )
+        warnings.append(f"header_refused:{read.reason}")
+    else:
+        headers, body = _field_dict(read.fields), read.body
     decoded: dict[str, str | None] = {}
     for name in _USED_HEADERS:
         value = _one(headers, name)
@@ -449,7 +421,7 @@ def _parse(raw: bytes, opts: ParseOptions) -> Parsed:
             value = re.sub(r"[\r\n\x00]+", " ", value)
         decoded[name] = value
 
-    from_list = _addresses(decoded["from"])
+    from_list = _addresses(decoded["from"]) if len(headers.get("from", ())) <= 1 else []
     if decoded["from"] is not None and len(from_list) != 1:
         problems.append(Problem(OopsCode.INVALID_FIELD, "From must name exactly one address", "from"))
     subject = decoded["subject"]
@@ -475,7 +447,10 @@ def _parse(raw: bytes, opts: ParseOptions) -> Parsed:
 
     # Stage 2: subject.
     if not form.protocol:
-        return Parsed(protocol=False, type=None, valid=False, oops=None, warnings=tuple(warnings), **common)
+        return Parsed(
+            protocol=False, type=None, valid=False, oops=None, problems=tuple(problems),
+            warnings=tuple(warnings), **common,
+        )
     kind = form.type
     is_oops = kind is MessageType.OOPS
 
