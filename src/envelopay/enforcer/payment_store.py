@@ -95,7 +95,8 @@ _COLS = (
     " p.taken, p.tx_id, p.tx_blob, p.created_at, p.decided_at, p.decided_by, a.name"
 )
 _FROM = " FROM enf_payments p LEFT JOIN enf_agents a ON a.id = p.agent_id"
-_ACTIVE = " AND agent_id IN (SELECT id FROM enf_agents WHERE status = 'ACTIVE')"
+_ACTIVE_SUB = "SELECT id FROM enf_agents WHERE status = 'ACTIVE'"
+_ACTIVE = f" AND agent_id IN ({_ACTIVE_SUB})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,14 +262,25 @@ class PaymentStore:
     """Typed operations over an open EnforcerStore."""
 
     def __init__(self, store: EnforcerStore) -> None:
+        from envelopay.enforcer.store import PostgresStore
+
         self.store = store
+        self._sql = dict(_SQL)
+        if isinstance(store, PostgresStore):
+            # Under READ COMMITTED the subquery reads a snapshot: without a share lock on
+            # the agent row, a kill committing while the transition runs would not stop
+            # it. FOR SHARE makes a concurrent kill wait for this statement (or this
+            # statement wait for the kill, then see KILLED). SQLite runs one writer at a
+            # time, so its statements are already ordered.
+            for name in ("approve", "claim", "signed", "broadcast"):
+                self._sql[name] = self._sql[name].replace(_ACTIVE_SUB, _ACTIVE_SUB + " FOR SHARE")
 
     async def open(self) -> None:
         for stmt in _SCHEMA:
             await self.store.execute_sql(stmt, ())
 
     async def _x(self, name: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-        return await self.store.execute_sql(_SQL[name], params)
+        return await self.store.execute_sql(self._sql[name], params)
 
     # -- wallets and policies -------------------------------------------------------------
 
