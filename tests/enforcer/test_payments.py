@@ -58,8 +58,10 @@ async def test_every_refusal_moves_nothing(enforcer: Enforcer, store: EnforcerSt
     assert await outcome(pay_req(to, chain="solana-mars")) == ("blocked", "unknown_asset")
     assert await outcome(pay_req("not-a-wallet")) == ("blocked", "invalid_request")
     # The mail allowlist and S2: a payee off either list is held, never paid.
-    assert await outcome(pay_req(to, to="eve@stranger.test", key="s1")) == ("pending_approval",
-                                                                             "recipient_not_allowed")
+    assert await outcome(pay_req(to, to="eve@stranger.test", key="s1")) == (
+        "pending_approval",
+        "recipient_not_allowed",
+    )
     # S3: over the per-payment maximum.
     assert await outcome(pay_req(to, 6 * USDC, key="big")) == ("pending_approval", "over_payment_max")
     # S5: hourly (8) then daily (12): 5 + 3 fit the hour; the next is held on the hour.
@@ -101,8 +103,9 @@ async def test_payee_wallet_allowlist_zero_cap_and_missing_limit_hold(enforcer: 
     assert await kit.payments.store.spent(agent.id, f"{CHAIN}/USDC", "d", day) == 0
     assert await enforcer.store.counter(agent.id, "d", day) == 0
     tok3, _ = await kit.agent("nolimit")
-    await kit.payments.set_policy("nolimit", __import__("envelopay.enforcer.spend").enforcer.spend.SpendPolicy(
-        payees=("partner.test",)))
+    await kit.payments.set_policy(
+        "nolimit", __import__("envelopay.enforcer.spend").enforcer.spend.SpendPolicy(payees=("partner.test",))
+    )
     d = await kit.payments.submit("pay", tok3, pay_req(payee_wallet(), key="n"))
     assert (d.status, d.code) == ("pending_approval", "no_spend_limit")
     assert kit.payment_txs(address) == []
@@ -131,7 +134,9 @@ async def test_insufficient_funds_fails_and_hands_the_caps_back(enforcer: Enforc
     assert (again.status, again.id) == ("failed", d.id)
 
 
-async def test_approval_pays_once_reject_blocks_and_kill_beats_approval(enforcer: Enforcer, sink: Sink) -> None:
+async def test_approval_pays_once_reject_blocks_and_kill_beats_approval(
+    enforcer: Enforcer, sink: Sink
+) -> None:
     kit = await make_kit(enforcer)
     token, address = await kit.agent(payees=())
     to = payee_wallet()
@@ -140,7 +145,9 @@ async def test_approval_pays_once_reject_blocks_and_kill_beats_approval(enforcer
     rows = {r.id: r.to_json() for r in await kit.payments.store.queue()}
     row = rows[held.approval_id]
     assert row["amount"] == str(USDC) and row["amount_human"] == "1" and row["asset"] == f"{CHAIN}/USDC"
-    assert row["payee"] == "seller@partner.test" and row["wallet"] == to and row["code"] == "payee_not_allowed"
+    assert (
+        row["payee"] == "seller@partner.test" and row["wallet"] == to and row["code"] == "payee_not_allowed"
+    )
     first = await approve(kit.payments, held.approval_id)
     assert first.ok and first.disposition and first.disposition.status == "paid_and_sent"
     second = await approve(kit.payments, held.approval_id)
@@ -178,8 +185,9 @@ async def test_64_concurrent_payments_against_a_20_usdc_daily_cap(enforcer: Enfo
     limit = SpendLimit(per_payment=5 * USDC, hourly=100 * USDC, daily=20 * USDC)
     token, address = await kit.agent(usdc=100 * USDC, limit=limit)
     to = payee_wallet()
-    results = await asyncio.gather(*(
-        kit.payments.submit("pay", token, pay_req(to, USDC, key=f"c{n}")) for n in range(64)))
+    results = await asyncio.gather(
+        *(kit.payments.submit("pay", token, pay_req(to, USDC, key=f"c{n}")) for n in range(64))
+    )
     statuses = [d.status for d in results]
     assert statuses.count("paid_and_sent") == 20 and statuses.count("pending_approval") == 44
     assert {d.code for d in results if d.status == "pending_approval"} == {"daily_cap_reached"}
@@ -223,7 +231,12 @@ async def test_a_kill_racing_an_approval_never_pays_after_the_kill(enforcer: Enf
         held = await kit.payments.submit("pay", token, pay_req(payee_wallet(), key="x"))
         assert held.approval_id
 
-        async def kill_after(statements: int, who: str = name) -> None:
+        at_kill: list[str] = []
+        held_id = held.approval_id
+
+        async def kill_after(
+            statements: int, who: str = name, held_id: str = held_id, at_kill: list[str] = at_kill
+        ) -> None:
             start = count[0]
             while count[0] < start + statements:  # let the approval run that many statements
                 await asyncio.sleep(0)
@@ -234,8 +247,6 @@ async def test_a_kill_racing_an_approval_never_pays_after_the_kill(enforcer: Enf
             assert seen is not None
             at_kill.append(seen.state)
 
-        at_kill: list[str] = []
-        held_id = held.approval_id
         await asyncio.gather(approve(kit.payments, held_id), kill_after(n % 16))
         i = await kit.payments.store.get(held_id)
         assert i is not None
