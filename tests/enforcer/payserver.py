@@ -47,7 +47,7 @@ async def main(db: str, sock: str, smtp_port: int, rpc_url: str) -> None:
         enforcer, pstore, Vault(b"test-vault-secret-0123456789abcdef"), {"solana-local": SolanaPayer(rail)}
     )
     await recover(payments)
-    runner, _ = await start_server(enforcer, path=sock, payments=payments)
+    _runner, _ = await start_server(enforcer, path=sock, payments=payments)
     print("ready", flush=True)
     await asyncio.Event().wait()
 

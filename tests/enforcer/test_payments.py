@@ -233,12 +233,14 @@ async def test_a_kill_racing_an_approval_never_pays_after_the_kill(enforcer: Enf
 
         at_kill: list[str] = []
         held_id = held.approval_id
+        done: list[bool] = []
 
         async def kill_after(
-            statements: int, who: str = name, held_id: str = held_id, at_kill: list[str] = at_kill
+            statements: int, who: str = name, held_id: str = held_id, at_kill: list[str] = at_kill,
+            done: list[bool] = done,
         ) -> None:
             start = count[0]
-            while count[0] < start + statements:  # let the approval run that many statements
+            while count[0] < start + statements and not done:  # let the approval run that far
                 await asyncio.sleep(0)
             await enforcer.kill_agent(who)
             # The first read after the kill committed: a claim committed before the kill
@@ -247,7 +249,11 @@ async def test_a_kill_racing_an_approval_never_pays_after_the_kill(enforcer: Enf
             assert seen is not None
             at_kill.append(seen.state)
 
-        await asyncio.gather(approve(kit.payments, held_id), kill_after(n % 16))
+        async def approving(held_id: str = held_id, done: list[bool] = done) -> None:
+            await approve(kit.payments, held_id)
+            done.append(True)
+
+        await asyncio.gather(approving(), kill_after(n % 16))
         i = await kit.payments.store.get(held_id)
         assert i is not None
         txs = kit.payment_txs(address)
@@ -256,4 +262,4 @@ async def test_a_kill_racing_an_approval_never_pays_after_the_kill(enforcer: Enf
             paid += 1
         else:
             assert i.state in ("FAILED", "PENDING") and f"claim:{i.id}" not in log
-    assert 0 < paid < 50  # both orders happened: the race was real
+    assert 5 < paid < 45  # both orders happened, often: the race was real

@@ -206,7 +206,7 @@ class Payments:
         self.crash("after_intent")
         from envelopay.enforcer.payments_exec import run
 
-        return await run(self, intent.id, live=True)
+        return await run(self, intent.id, live=True, agent=agent)
 
     async def _bind(
         self, agent: Agent, req: PaymentRequest

@@ -16,8 +16,10 @@ between delivery and its record sends it again with the same Message-ID.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from envelopay.enforcer.custody import VaultError
-from envelopay.enforcer.model import SendRequest
+from envelopay.enforcer.model import Agent, SendRequest
 from envelopay.enforcer.payment_model import PaymentDecision, PaymentDisposition
 from envelopay.enforcer.payment_store import Intent
 from envelopay.enforcer.payments import Payments
@@ -28,7 +30,7 @@ from envelopay.rails.custodial import CustodialPayer, SignedPayment
 __all__ = ["approve", "execute", "recover", "reject", "run"]
 
 
-async def run(p: Payments, intent_id: str, *, live: bool) -> PaymentDisposition:
+async def run(p: Payments, intent_id: str, *, live: bool, agent: Agent | None = None) -> PaymentDisposition:
     """Drive one intent as far as it goes now. `live` is the first execution of a call
     (crash hooks fire only there); otherwise this is recovery."""
     try:
@@ -44,7 +46,7 @@ async def run(p: Payments, intent_id: str, *, live: bool) -> PaymentDisposition:
             if i.state == "PAID":
                 if live:
                     p.crash("after_record")
-                i = await _deliver(p, i)
+                i = await _deliver(p, i, live, agent)
             return p.disposition(i)
         finally:
             p._active.discard(intent_id)
@@ -83,7 +85,7 @@ async def _advance(p: Payments, i: Intent, live: bool) -> Intent:
                 if i.state == "SIGNED":  # the agent was killed: kill beats the broadcast
                     return await _fail(p, i, "killed", "agent killed before the payment was broadcast")
                 continue
-            i = await _broadcast(p, payer, await _reread(p, i), live)
+            i = await _broadcast(p, payer, replace(i, state="BROADCAST"), live)
             if i.state == "BROADCAST":
                 return i
         elif i.state == "BROADCAST":
@@ -94,8 +96,7 @@ async def _advance(p: Payments, i: Intent, live: bool) -> Intent:
                 await p.store.note(i.id, "BROADCAST", f"chain unreachable: {exc}", p.clock())
                 return await _reread(p, i)
             if seen == "confirmed":
-                await p.store.mark_paid(i.id, p.clock())
-                i = await _reread(p, i)
+                i = await _paid(p, i)
             elif seen == "failed":
                 return await _fail(p, i, "tx_failed", "the transaction failed on chain")
             elif seen == "pending":
@@ -109,9 +110,8 @@ async def _advance(p: Payments, i: Intent, live: bool) -> Intent:
 
 
 async def _sign(p: Payments, payer: CustodialPayer, i: Intent, live: bool) -> Intent:
-    agent = await p.enforcer.store.agent_by_id(i.agent_id)
-    if agent is None or agent.killed:
-        return await _fail(p, i, "killed", "agent killed before signing")
+    # The kill check is the recording of the signature itself (SIGNED requires ACTIVE):
+    # bytes signed for an agent killed meanwhile are dropped unsent.
     sealed = await p.store.sealed(i.wallet_id, i.agent_id)
     if p.vault is None or sealed is None:
         return await _fail(p, i, "custody", "the wallet's key is not available to this enforcer")
@@ -136,7 +136,7 @@ async def _sign(p: Payments, payer: CustodialPayer, i: Intent, live: bool) -> In
         return i
     if live:
         p.crash("after_sign")
-    return await _reread(p, i)
+    return replace(i, state="SIGNED", tx_id=signed.tx_id, tx_blob=signed.blob)
 
 
 async def _broadcast(p: Payments, payer: CustodialPayer | None, i: Intent, live: bool) -> Intent:
@@ -149,16 +149,14 @@ async def _broadcast(p: Payments, payer: CustodialPayer | None, i: Intent, live:
     if live:
         p.crash("after_broadcast")
     if outcome == "sent" and detail != "not yet confirmed":
-        await p.store.mark_paid(i.id, p.clock())
-        return await _reread(p, i)
+        return await _paid(p, i)
     try:
         seen = await payer.lookup(i.tx_id)
     except TransportError as exc:
         await p.store.note(i.id, "BROADCAST", f"chain unreachable: {exc}", p.clock())
         return await _reread(p, i)
     if seen == "confirmed":
-        await p.store.mark_paid(i.id, p.clock())
-        return await _reread(p, i)
+        return await _paid(p, i)
     if seen == "pending" or outcome == "sent":
         await p.store.note(i.id, "BROADCAST", "broadcast; not yet confirmed", p.clock())
         return await _reread(p, i)
@@ -166,9 +164,16 @@ async def _broadcast(p: Payments, payer: CustodialPayer | None, i: Intent, live:
     return await _fail(p, i, code, detail or code)
 
 
-async def _deliver(p: Payments, i: Intent) -> Intent:
+async def _paid(p: Payments, i: Intent) -> Intent:
+    if await p.store.mark_paid(i.id, p.clock()):
+        return replace(i, state="PAID")
+    return await _reread(p, i)
+
+
+async def _deliver(p: Payments, i: Intent, live: bool, agent: Agent | None) -> Intent:
     """The email leg, after the money moved: at least once, with the intent's Message-ID."""
-    agent = await p.enforcer.store.agent_by_id(i.agent_id)
+    if agent is None or agent.id != i.agent_id:
+        agent = await p.enforcer.store.agent_by_id(i.agent_id)
     payer = p.payers.get(i.chain)
     if agent is None or payer is None or i.tx_id is None:
         return i
@@ -184,7 +189,8 @@ async def _deliver(p: Payments, i: Intent) -> Intent:
         await p.store.note(i.id, "PAID", "paid; the email could not be composed", p.clock())
         return await _reread(p, i)
     req = checked  # a SendRequest
-    prior = await p.enforcer.store.send_by_message_id(agent.id, i.message_id)
+    # Recovery first asks whether the email already left (crash between its record and ours).
+    prior = None if live else await p.enforcer.store.send_by_message_id(agent.id, i.message_id)
     if prior is None or prior.state != "SENT":
         now = p.clock()
         problem = await p.enforcer._transmit(agent, req, i.message_id, now)
@@ -201,7 +207,8 @@ async def _deliver(p: Payments, i: Intent) -> Intent:
             message_id=i.message_id,
             now=p.clock(),
         )
-    await p.store.mark_sent(i.id, "", p.clock())
+    if await p.store.mark_sent(i.id, "", p.clock()):
+        return replace(i, state="SENT", reason="")
     return await _reread(p, i)
 
 
