@@ -206,7 +206,8 @@ class Payments:
         self.crash("after_intent")
         from envelopay.enforcer.payments_exec import run
 
-        return await run(self, intent.id, live=True, agent=agent)
+        # The intent as just inserted: nothing else can have moved it (its key is new).
+        return await run(self, intent.id, live=True, agent=agent, intent=intent)
 
     async def _bind(
         self, agent: Agent, req: PaymentRequest

@@ -30,11 +30,13 @@ from envelopay.rails.custodial import CustodialPayer, SignedPayment
 __all__ = ["approve", "execute", "recover", "reject", "run"]
 
 
-async def run(p: Payments, intent_id: str, *, live: bool, agent: Agent | None = None) -> PaymentDisposition:
+async def run(
+    p: Payments, intent_id: str, *, live: bool, agent: Agent | None = None, intent: Intent | None = None
+) -> PaymentDisposition:
     """Drive one intent as far as it goes now. `live` is the first execution of a call
     (crash hooks fire only there); otherwise this is recovery."""
     try:
-        i = await p.store.get(intent_id)
+        i = intent if intent is not None and intent.id == intent_id else await p.store.get(intent_id)
         if i is None:
             return PaymentDisposition(status="unknown", id=intent_id)
         if i.id in p._active:  # another task of this process is executing it
