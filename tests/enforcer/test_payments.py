@@ -263,3 +263,34 @@ async def test_a_kill_racing_an_approval_never_pays_after_the_kill(enforcer: Enf
         else:
             assert i.state in ("FAILED", "PENDING") and f"claim:{i.id}" not in log
     assert 5 < paid < 45  # both orders happened, often: the race was real
+
+
+async def test_a_counter_leg_pays_once_and_sends_no_email(enforcer: Enforcer, sink: Sink) -> None:
+    """The worker's counter-leg (POST /v1/counter through EnforcedPayer): the spend checks
+    apply, the payment is made once per key, the email is the caller's."""
+    from envelopay.enforcer.enforced_payer import EnforcedPayer
+    from envelopay.enforcer.server import start_server
+    from envelopay.errors import RailError
+
+    kit = await make_kit(enforcer)
+    token, address = await kit.agent(allow=())  # no mail allowlist: a counter-leg sends no mail
+    runner, url = await start_server(enforcer, payments=kit.payments)
+    try:
+        payer = EnforcedPayer(url, token)
+        to = payee_wallet()
+        proof = await payer.pay_leg(chain=CHAIN, token="USDC", amount=USDC, recipient=to,
+                                    payee="seller@partner.test", key="offer:seller:o1")
+        again = await payer.pay_leg(chain=CHAIN, token="USDC", amount=USDC, recipient=to,
+                                    payee="seller@partner.test", key="offer:seller:o1")
+        assert proof == again and kit.payment_txs(address) == [proof["tx"]]
+        assert sink.messages == [] and kit.usdc_of(to) == USDC
+        try:
+            await payer.pay_leg(chain=CHAIN, token="USDC", amount=USDC, recipient=to,
+                                payee="eve@stranger.test", key="offer:eve:o2")
+        except RailError as exc:
+            assert exc.reason == "pending_approval"
+        else:
+            raise AssertionError("a stranger's counter-leg was paid")
+        assert len(kit.payment_txs(address)) == 1
+    finally:
+        await runner.cleanup()

@@ -2,6 +2,7 @@
 
 Agent API (Bearer agent token), answers always payment dispositions (HTTP 200):
   POST /v1/pay  /v1/pay_invoice  /v1/offer  /v1/accept      GET /v1/payments/{id}
+  POST /v1/counter (a payment leg whose email the caller sends: the worker's counter-legs)
   GET /v1/balances (the token's own wallets: addresses and balances, nothing else)
 Operator API (Bearer operator token; under /v1/agents, guarded by server's middleware):
   GET|PUT /v1/agents/{name}/policy (the spend policy)   GET|POST /v1/agents/{name}/wallets
@@ -150,7 +151,7 @@ async def decide_payment(
 
 def add_payment_routes(app: web.Application, payments: Payments) -> None:
     app[PAYMENTS] = payments
-    for kind in ("pay", "pay_invoice", "offer", "accept"):
+    for kind in ("pay", "pay_invoice", "offer", "accept", "counter"):
         app.router.add_post(f"/v1/{kind}", _submit(kind))
     app.router.add_get("/v1/payments/{id}", _status)
     app.router.add_get("/v1/balances", _balances)

@@ -152,15 +152,16 @@ class Payments:
         # only after the payment, and the shape is the same).
         msg_id = req.msg_id or f"pay-{self.new_id()[:16]}"
         req = replace(req, msg_id=msg_id)
-        mail = self._mail(agent, req, wallet, placeholder=True)
-        checked = check_request(mail)
-        if isinstance(checked, Disposition):
-            return _blocked("invalid_message", checked.reason)
-        refused = check_sender(checked, agent)
-        if refused is not None:
-            return _blocked("sender_pin", refused.reason)
+        mail = None if req.kind == "counter" else self._mail(agent, req, wallet, placeholder=True)
+        if mail is not None:
+            checked = check_request(mail)
+            if isinstance(checked, Disposition):
+                return _blocked("invalid_message", checked.reason)
+            refused = check_sender(checked, agent)
+            if refused is not None:
+                return _blocked("sender_pin", refused.reason)
         hold: Refusal | None = None
-        if not allowlisted(req.to, agent.policy.allow):
+        if mail is not None and not allowlisted(req.to, agent.policy.allow):
             hold = Refusal(
                 "pending_approval", "recipient_not_allowed", f"{req.to} is not on the mail allowlist"
             )
@@ -306,15 +307,18 @@ class Payments:
         taken: list[list[Any]] = []
         p = agent.policy
         held: Refusal | None = None
-        if p.hourly_cap <= 0 or p.daily_cap <= 0:
+        mail = req.kind != "counter"  # a counter-leg's email takes its slots on the send path
+        if mail and (p.hourly_cap <= 0 or p.daily_cap <= 0):
             return Refusal("pending_approval", "mail_cap_zero", "the agent's mail cap is zero"), []
-        if not await self.enforcer.store.take_slot(agent.id, "h", hour, p.hourly_cap):
+        if mail and not await self.enforcer.store.take_slot(agent.id, "h", hour, p.hourly_cap):
             return Refusal("pending_approval", "mail_hourly_cap", "hourly mail cap reached"), []
-        taken.append(["mail", "h", hour])
-        if not await self.enforcer.store.take_slot(agent.id, "d", day, p.daily_cap):
+        if mail:
+            taken.append(["mail", "h", hour])
+        if mail and not await self.enforcer.store.take_slot(agent.id, "d", day, p.daily_cap):
             held = Refusal("pending_approval", "mail_daily_cap", "daily mail cap reached")
         else:
-            taken.append(["mail", "d", day])
+            if mail:
+                taken.append(["mail", "d", day])
             key = asset_key(req.chain, req.token)
             limit = policy.limits[key]  # check_limits held a missing entry already
             for win, slot, cap, code in (
@@ -363,7 +367,7 @@ class Payments:
             id=i.id,
             approval_id=i.id if i.state in ("PENDING", "APPROVED") or i.decided_at is not None else None,
             tx_id=i.tx_id if i.state in ("BROADCAST", "PAID", "SENT") else None,
-            message_id=i.message_id if i.state == "SENT" else None,
+            message_id=i.message_id if i.state == "SENT" and i.request.get("mail") is not None else None,
             state=i.state.lower(),
             amount=str(i.amount),
             token=i.token,

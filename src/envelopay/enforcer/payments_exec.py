@@ -179,6 +179,10 @@ async def _deliver(p: Payments, i: Intent, live: bool, agent: Agent | None) -> I
     payer = p.payers.get(i.chain)
     if agent is None or payer is None or i.tx_id is None:
         return i
+    if i.request.get("mail") is None:  # a counter-leg: the caller sends its own email
+        if await p.store.mark_sent(i.id, "payment only: the caller sends the email", p.clock()):
+            return replace(i, state="SENT", reason="payment only: the caller sends the email")
+        return await _reread(p, i)
     mail = dict(i.request["mail"])
     body = dict(mail["body"])
     proof = dict(payer.proof(i.tx_id))

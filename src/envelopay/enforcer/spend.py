@@ -37,8 +37,10 @@ __all__ = [
     "parse_spend",
 ]
 
-PaymentKind = Literal["pay", "pay_invoice", "offer", "accept"]
-KINDS: tuple[PaymentKind, ...] = ("pay", "pay_invoice", "offer", "accept")
+# "counter": a payment leg whose email the caller sends itself through the send path (the
+# worker's OFFER counter-leg: its engine composes the ACCEPT). Same spend checks; no mail leg.
+PaymentKind = Literal["pay", "pay_invoice", "offer", "accept", "counter"]
+KINDS: tuple[PaymentKind, ...] = ("pay", "pay_invoice", "offer", "accept", "counter")
 MAX_AMOUNT = 2**63 - 1  # both ledgers keep counters as signed 64-bit integers
 
 _IDENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
@@ -312,6 +314,8 @@ def check_payment_request(kind: str, raw: Mapping[str, Any]) -> PaymentRequest |
         msg_id=str(msg_id),
         note=note,
     )
+    if kind == "counter":
+        return base
     if kind == "pay":
         ref = raw.get("invoice_ref", "")
         if ref != "" and not (_ident(ref) or (_short(ref, 500) and _is_msgid(ref))):
