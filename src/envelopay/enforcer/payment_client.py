@@ -69,3 +69,9 @@ class SpendOperatorClient(OperatorClient):
             body["import_file"] = import_file
         data = await self._ok("POST", f"/v1/agents/{quote(name, safe='')}/wallets", body, accept=(201,))
         return dict(data["wallet"])
+
+    async def balances(self, name: str) -> dict[str, Any]:
+        data = await self._ok("GET", f"/v1/agents/{quote(name, safe='')}/balances", accept=(200, 404))
+        if "wallets" not in data:
+            raise UsageError(f"no agent {name!r}")
+        return dict(data)

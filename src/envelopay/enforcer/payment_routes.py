@@ -6,6 +6,7 @@ Agent API (Bearer agent token), answers always payment dispositions (HTTP 200):
   GET /v1/balances (the token's own wallets: addresses and balances, nothing else)
 Operator API (Bearer operator token; under /v1/agents, guarded by server's middleware):
   GET|PUT /v1/agents/{name}/policy (the spend policy)   GET|POST /v1/agents/{name}/wallets
+  GET /v1/agents/{name}/balances
 Held payments share /v1/approvals and the console with held sends (server.py).
 No route ever returns key material: wallets are shown as id, chain, address and label.
 """
@@ -85,6 +86,14 @@ async def _wallets(request: web.Request) -> web.Response:
     return web.json_response({"wallets": [w.to_json() for w in wallets]})
 
 
+async def _agent_balances(request: web.Request) -> web.Response:
+    payments = request.app[PAYMENTS]
+    agent = await payments.enforcer.store.agent_by_name(request.match_info["name"])
+    if agent is None:
+        return web.json_response({"error": "no such agent"}, status=404)
+    return web.json_response(await payments.balances_of(agent))
+
+
 async def _add_wallet(request: web.Request) -> web.Response:
     """{"chain", "label"?, "import_file"?}: a new key, or one imported from a file on the
     enforcer's host (the key never travels in a request or a response)."""
@@ -159,3 +168,4 @@ def add_payment_routes(app: web.Application, payments: Payments) -> None:
     app.router.add_put("/v1/agents/{name}/policy", _put_policy)
     app.router.add_get("/v1/agents/{name}/wallets", _wallets)
     app.router.add_post("/v1/agents/{name}/wallets", _add_wallet)
+    app.router.add_get("/v1/agents/{name}/balances", _agent_balances)

@@ -156,6 +156,7 @@ class Intent:
             "payee": self.payee,
             "wallet": self.wallet,
             "invoice": self.invoice_ref,
+            "subject": f"pay {self.human_amount()} {self.token} on {self.chain}", "type": self.kind,
             "tx_id": self.tx_id,
             "message_id": self.message_id,
             "created_at": self.created_at,

@@ -398,6 +398,9 @@ class Payments:
         agent = await self.enforcer._agent_for(token)
         if agent is None:
             return {"status": "blocked", "code": "unknown_agent", "wallets": []}
+        return await self.balances_of(agent)
+
+    async def balances_of(self, agent: Agent) -> dict[str, Any]:
         out = []
         for w in await self.store.wallets(agent.id):
             entry: dict[str, Any] = w.to_json()
