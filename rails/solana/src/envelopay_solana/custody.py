@@ -180,8 +180,8 @@ class SolanaPayer:
             return "missing"
         if status.get("err") is not None:
             return "failed"
-        reached = COMMITMENT_RANK.get(str(status.get("confirmationStatus")), 0)
-        return "confirmed" if reached >= COMMITMENT_RANK["confirmed"] else "pending"
+        rank = COMMITMENT_RANK.get(str(status.get("confirmationStatus")), 0)
+        return "confirmed" if rank >= COMMITMENT_RANK["confirmed"] else "pending"
 
     async def balances(self, address: str) -> dict[str, int]:
         if not _is_pubkey(address):
