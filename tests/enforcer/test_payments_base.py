@@ -3,6 +3,8 @@ a Base key, pay-then-send, a retried call, a refusal, a broadcast recovered from
 
 from __future__ import annotations
 
+import contextlib
+
 from envelopay.enforcer.core import Enforcer
 from envelopay.enforcer.custody import Vault
 from envelopay.enforcer.payment_store import PaymentStore
@@ -43,10 +45,8 @@ async def test_base_wallet_pays_then_sends_and_recovers(enforcer: Enforcer, sink
     to, _ = chain.new_wallet()
     req = {"to": "seller@partner.test", "chain": CHAIN, "token": "USDC", "amount": "2000000", "wallet": to,
            "idempotency_key": "b-1"}
-    try:
+    with contextlib.suppress(SystemExit):
         await payments.submit("pay", token, req)
-    except SystemExit:
-        pass
     assert chain.token_balance(to) == 0  # signed and recorded, never broadcast
     assert await recover(payments) == 1  # restart: the recorded bytes, not a new signature
     d = await payments.submit("pay", token, req)

@@ -14,9 +14,9 @@ from typing import Any
 from envelopay.errors import RailError, UsageError
 from envelopay.rails.custodial import Broadcast, ChainState, SignedPayment
 from envelopay.rails.interface import AssetInfo
+from envelopay_base.assets import is_address, norm_address
 from envelopay_base.backend import ChainUnavailable
 from envelopay_base.rail import _BALANCE_OF, BaseRail, _word
-from envelopay_base.assets import is_address, norm_address
 from envelopay_base.verify import quantity
 
 __all__ = ["BasePayer", "make_payer"]
