@@ -125,3 +125,32 @@ async def test_a_signed_payment_whose_blockhash_expired_ends_expired(enforcer: E
     d = await kit.payments.submit("pay", tok, pay_req(to, key="exp"))
     assert (d.status, d.code) == ("failed", "expired")
     assert kit.payment_txs(address) == [] and kit.usdc_of(to) == 0 and sink.messages == []
+
+
+async def test_a_store_fault_and_a_refused_broadcast_are_values(enforcer: Enforcer, sink: Sink) -> None:
+    kit = await make_kit(enforcer)
+    tok, address = await kit.agent()
+    real = kit.payer
+
+    class RefusingNode:
+        """Fault injection: the node refuses the broadcast (as a preflight failure would)."""
+
+        chain = real.chain
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(real, name)
+
+        async def broadcast(self, payment: object) -> tuple[str, str]:
+            return "failed", "refused by the node"
+
+    kit.payments.payers[CHAIN] = RefusingNode()  # type: ignore[assignment]
+    d = await kit.payments.submit("pay", tok, pay_req(payee_wallet(), key="tf"))
+    assert (d.status, d.code) == ("failed", "tx_failed") and kit.payment_txs(address) == []
+    agent = await enforcer.store.agent_by_name("buyer")
+    assert agent is not None
+    day = __import__("time").strftime("%Y-%m-%d", __import__("time").gmtime(enforcer.clock()))
+    assert await kit.payments.store.spent(agent.id, f"{CHAIN}/USDC", "d", day) == 0  # handed back
+    await enforcer.store.close()
+    d = await kit.payments.submit("pay", tok, pay_req(payee_wallet(), key="se"))
+    assert (d.status, d.code) == ("failed", "store_error")
+    assert sink.messages == []

@@ -36,7 +36,7 @@ from envelopay.enforcer.invoices import (
 from envelopay.enforcer.model import Agent, Disposition
 from envelopay.enforcer.payment_model import PaymentDisposition
 from envelopay.enforcer.payment_store import Intent, PaymentStore
-from envelopay.enforcer.policy import allowlisted, check_request, check_sender
+from envelopay.enforcer.policy import allowlisted, check_request
 from envelopay.enforcer.spend import (
     PaymentRequest,
     Refusal,
@@ -154,12 +154,11 @@ class Payments:
         req = replace(req, msg_id=msg_id)
         mail = None if req.kind == "counter" else self._mail(agent, req, wallet, placeholder=True)
         if mail is not None:
+            # From is the agent's own address by construction (the sender pin holds); the
+            # send path's content checks still run on the message the call would send.
             checked = check_request(mail)
             if isinstance(checked, Disposition):
-                return _blocked("invalid_message", checked.reason)
-            refused = check_sender(checked, agent)
-            if refused is not None:
-                return _blocked("sender_pin", refused.reason)
+                return _blocked("invalid_request", checked.reason)
         hold: Refusal | None = None
         if mail is not None and not allowlisted(req.to, agent.policy.allow):
             hold = Refusal(
