@@ -35,6 +35,9 @@ from envelopay.enforcer.delivery import SmtpDeliverer
 from envelopay.enforcer.store import EnforcerStore, PostgresStore, SqliteStore
 from envelopay.mail.smtp import SmtpConfig
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from enforcer_payments import bench_payments  # the spend enforcer's figures (issue 14)
+
 PG_BASE = os.environ.get("ENVELOPAY_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 
 _SINK = r"""
@@ -125,6 +128,8 @@ async def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--no-postgres", action="store_true")
+    ap.add_argument("--no-payments", action="store_true", help="skip the spend enforcer figures")
+    ap.add_argument("--payments-n", type=int, default=200)
     args = ap.parse_args()
 
     sink = subprocess.Popen([sys.executable, "-c", _SINK], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -133,6 +138,7 @@ async def main() -> None:
     port = int(sink.stdout.readline())
     out: list[str] = []
     sqlite_min = 0.0
+    pay_min, pay_added = 0.0, float("inf")
     try:
         with tempfile.TemporaryDirectory() as tmp:
             sq = SqliteStore(Path(tmp) / "bench.db")
@@ -142,6 +148,10 @@ async def main() -> None:
                     "sqlite", sq, port, args.n, args.concurrency, args.rounds
                 )
                 out += lines
+                if not args.no_payments:
+                    lines, pay_min, pay_added = await bench_payments(
+                        "sqlite", sq, port, args.payments_n, args.rounds, best)
+                    out += lines
             finally:
                 await sq.close()
         if not args.no_postgres:
@@ -154,6 +164,8 @@ async def main() -> None:
             try:
                 await pg.open()
                 out += (await bench_store("postgres", pg, port, args.n, args.concurrency, args.rounds))[0]
+                if not args.no_payments:
+                    out += (await bench_payments("postgres", pg, port, args.payments_n, args.rounds, best))[0]
             finally:
                 await pg.close()
                 with psycopg.connect(PG_BASE, autocommit=True) as conn:
@@ -168,6 +180,11 @@ async def main() -> None:
         print(line)
     verdict = "met" if sqlite_min >= 1000 else "NOT met"
     print(f"target >= 1,000 decisions/s on SQLite (every kind above): {verdict} (lowest {sqlite_min:,.0f}/s)")
+    if not args.no_payments:
+        print(f"payments target <= 2 ms added per allowed payment on SQLite: "
+              f"{'met' if pay_added <= 2 else 'NOT met'} ({pay_added:.2f} ms); "
+              f"refusals >= 1,000/s on SQLite: "
+              f"{'met' if pay_min >= 1000 else 'NOT met'} (lowest {pay_min:,.0f}/s)")
 
 
 if __name__ == "__main__":

@@ -117,6 +117,9 @@ class TransportConfig(_Section):
     # The send enforcer as the send hook (it then holds the credential and the DKIM key):
     enforcer: str | None = None  # http(s):// URL or a Unix socket path
     enforcer_token_env: str = "ENVELOPAY_AGENT_TOKEN"  # the env var holding this agent's token
+    # "enforcer": the OFFER counter-legs are paid by the spend enforcer from this agent's
+    # wallet it holds (same URL and token as the mail), not by the local rails' keys.
+    payments: Literal["rails", "enforcer"] = "rails"
 
 
 class AcceptedRail(_Section):

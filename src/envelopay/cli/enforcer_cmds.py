@@ -17,6 +17,18 @@ import typer
 
 from envelopay.cli.options import DEFAULT_TOKEN_FILE, OPERATOR, OperatorOptions, TokenFileOpt
 from envelopay.cli.output import FAILED, answers, fail
+from envelopay.cli.spend_cmds import (
+    PayeeOpt,
+    PayeeWalletOpt,
+    SpendOpt,
+    WalletOpt,
+    apply_create_options,
+    describe_policy,
+    policy_from_options,
+    register_spend,
+    wallet_specs,
+)
+from envelopay.cli.spend_cmds import ask as ask_spend
 from envelopay.errors import ConfigError, UsageError
 
 if TYPE_CHECKING:
@@ -77,9 +89,18 @@ def register(app: typer.Typer) -> None:
         dkim_key: Annotated[Path | None, typer.Option("--dkim-key", help="PEM private key.")] = None,
         dkim_selector: Annotated[str, typer.Option("--dkim-selector")] = "envelopay",
         dkim_domain: Annotated[str | None, typer.Option("--dkim-domain")] = None,
+        vault_key_file: Annotated[Path | None, typer.Option(
+            "--vault-key-file", help="Seals the agents' wallet keys (or $ENVELOPAY_ENFORCER_VAULT_SECRET).")]
+        = None,
+        pay_rail: Annotated[list[str] | None, typer.Option(
+            "--pay-rail", help="CHAIN[=RPC_URL]: pay on this chain from the agents' wallets.")] = None,
+        inbox_root: Annotated[Path | None, typer.Option(
+            "--inbox-root", help="ROOT/<agent>/ Maildirs, read for pay_invoice.")] = None,
     ) -> None:
-        """Run the enforcer: the only holder of the SMTP credential and the DKIM key."""
+        """Run the enforcer: the only holder of the SMTP credential, the DKIM key and the
+        agents' wallet keys."""
         from envelopay.enforcer.launch import prepare, serve
+        from envelopay.enforcer.spend_launch import prepare_spend
 
         try:
             launch = prepare(
@@ -88,12 +109,15 @@ def register(app: typer.Typer) -> None:
                 dkim_selector=dkim_selector, dkim_domain=dkim_domain,
                 token_created=lambda p: typer.echo(f"operator token written to {p} (mode 600)", err=True),
             )
+            spend = prepare_spend(vault_key_file=vault_key_file, pay_rails=pay_rail or [],
+                                  inbox_root=inbox_root)
         except (ConfigError, UsageError, OSError) as exc:
             fail(str(exc))
-        _run(lambda: serve(launch, host=host, port=port, socket=socket,
+        _run(lambda: serve(launch, host=host, port=port, socket=socket, spend=spend,
                            listening=lambda where: typer.echo(f"enforcer listening on {where}", err=True)))
 
     _register_agents(agent_app)
+    register_spend(agent_app)
     _register_approvals(approvals_app)
 
     @app.command("mcp")
@@ -121,11 +145,29 @@ def _register_agents(agent_app: typer.Typer) -> None:
         = None,
         hourly: Annotated[int, typer.Option("--hourly", help="Sends per hour before approval.")] = 20,
         daily: Annotated[int, typer.Option("--daily", help="Sends per day before approval.")] = 100,
+        wallet: WalletOpt = None,
+        spend: SpendOpt = None,
+        payee: PayeeOpt = None,
+        payee_wallet: PayeeWalletOpt = None,
+        require_invoice: Annotated[bool, typer.Option(
+            "--require-invoice", help="Pay only bound INVOICEs (pay_invoice).")] = False,
     ) -> None:
-        """Create an agent and print its token (shown once; only its hash is stored)."""
+        """Create an agent and print its token (shown once; only its hash is stored). With
+        --wallet and --spend, its wallets (held by the enforcer) and spend policy too."""
+        wallets = wallet_specs(wallet or [])
+        spends = bool(spend or payee or payee_wallet or require_invoice)
+        policy = policy_from_options({}, spend or [], payee or [], payee_wallet or [], require_invoice) \
+            if spends else None
         agent, token = _ask(where, lambda op: op.create_agent(
             name, address, allow=tuple(allow or ()), hourly=hourly, daily=daily))
         typer.echo(f"created agent {agent['name']} <{agent['address']}>: {agent['summary']}")
+        if wallets or policy is not None:
+            made = ask_spend(where, lambda op: apply_create_options(op, name, wallets, policy))
+            for w in made:
+                typer.echo(f"wallet {w['chain']} {w['address']} ({w['label']})")
+            if policy is not None:
+                for line in describe_policy(policy):
+                    typer.echo(line)
         typer.echo("Save this token now; it is shown only once. MCP client configuration:")
         typer.echo(f"ENVELOPAY_ENFORCER={where.url}")
         typer.echo(f"ENVELOPAY_AGENT_ADDRESS={agent['address']}")

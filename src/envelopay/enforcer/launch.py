@@ -20,6 +20,7 @@ from envelopay.errors import ConfigError
 
 if TYPE_CHECKING:
     from envelopay.enforcer.delivery import Deliverer, Signer
+    from envelopay.enforcer.spend_launch import SpendLaunch
     from envelopay.enforcer.store import PostgresStore, SqliteStore
 
 __all__ = ["Launch", "operator_token", "prepare", "serve"]
@@ -131,6 +132,7 @@ async def serve(
     port: int,
     socket: Path | None,
     listening: Callable[[str], None] = lambda _: None,
+    spend: SpendLaunch | None = None,
 ) -> None:
     """Serve the enforcer until SIGINT or SIGTERM, then close the server, the SMTP link
     and the store."""
@@ -145,7 +147,14 @@ async def serve(
     enforcer = Enforcer(
         store, deliverer, operator_token_hash=hash_token(launch.operator), signer=launch.signer
     )
-    runner, where = await start_server(enforcer, host=host, port=port, path=str(socket) if socket else None)
+    payments = None
+    if spend is not None:  # the spend enforcer (spend_launch): recovers before serving
+        from envelopay.enforcer.spend_launch import start_payments
+
+        payments = await start_payments(spend, enforcer)
+    runner, where = await start_server(
+        enforcer, host=host, port=port, path=str(socket) if socket else None, payments=payments
+    )
     listening(where)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

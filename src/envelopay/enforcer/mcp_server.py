@@ -173,6 +173,9 @@ def build_server(config: McpConfig) -> Any:
             raise ToolError(f"inbox unreadable: {exc}") from exc
 
     _ = (check_send_status, check_inbox)
+    from envelopay.enforcer.mcp_payments import register_payment_tools
+
+    register_payment_tools(server, config.enforcer, config.token)  # the agent holds no wallet key
     return server
 
 

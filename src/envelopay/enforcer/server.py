@@ -74,7 +74,7 @@ async def _operator_guard(request: web.Request, handler: Any) -> web.StreamRespo
     return response
 
 
-def _decision(decision: Decision) -> web.Response:
+def _decision(decision: Decision) -> web.Response:  # or a PaymentDecision (same fields)
     # A decision that was taken is 200 (even if its delivery then failed); a conflict is 409.
     if decision.ok or decision.disposition is not None:
         status = 200
@@ -119,12 +119,21 @@ async def _kill(request: web.Request) -> web.Response:
 
 async def _approvals(request: web.Request) -> web.Response:
     rows = await request.app[ENFORCER].list_approvals()
-    return _json({"approvals": [r.to_json() for r in rows]})
+    from envelopay.enforcer.payment_routes import PAYMENTS
+
+    payments = request.app.get(PAYMENTS)
+    held = [] if payments is None else [i.to_json() for i in await payments.store.queue()]
+    return _json({"approvals": [r.to_json() for r in rows] + held})
 
 
 async def _decide(request: web.Request) -> web.Response:
     enforcer = request.app[ENFORCER]
     send_id, action = request.match_info["id"], request.match_info["action"]
+    from envelopay.enforcer.payment_routes import decide_payment
+
+    paid = await decide_payment(request.app, send_id, action, "operator-api")
+    if paid is not None:  # a held payment: same queue, same answers
+        return _decision(paid)  # type: ignore[arg-type]  # same shape: ok, state, disposition
     if action == "approve":
         decision = await enforcer.approve(send_id, "operator-api")
     elif action == "reject":
@@ -211,6 +220,7 @@ async def _console(request: web.Request) -> web.Response:
             f"<tr id='row-{r.id}'><td>{html.escape(send)}</td><td>{html.escape(r.reason)}</td>"
             f"<td class='{r.state}'>{r.state}</td><td>{actions}</td></tr>"
         )
+    parts.extend(await _payment_rows(request, csrf))
     parts.append(
         "</table><form method='post' action='/console/logout'>"
         f"<input type='hidden' name='csrf' value='{csrf}'><button id='logout' type='submit'>Sign out</button>"
@@ -252,6 +262,10 @@ async def _console_action(request: web.Request) -> web.StreamResponse:
     if action == "kill":
         agent = await enforcer.kill_agent(target)
         msg = f"killed {target}" if agent else f"no agent {target}"
+    elif action in ("approve", "reject") and (
+        paid := await _decide_payment(request.app, target, action, "console")
+    ) is not None:
+        msg = f"{action} {target}: {paid.state}" + (f" ({paid.detail})" if paid.detail else "")
     elif action in ("approve", "reject"):
         decision = await (enforcer.approve(target, "console") if action == "approve"
                           else enforcer.reject(target, "console"))
@@ -263,10 +277,42 @@ async def _console_action(request: web.Request) -> web.StreamResponse:
     raise web.HTTPSeeOther(f"/console?msg={quote(msg)}")
 
 
-def build_app(enforcer: Enforcer) -> web.Application:
+async def _payment_rows(request: web.Request, csrf: str) -> list[str]:
+    """Held payments in the approval queue: amount in human and smallest units, asset,
+    payee address and wallet, the invoice it pays, and why it is held."""
+    from envelopay.enforcer.payment_routes import PAYMENTS
+
+    payments = request.app.get(PAYMENTS)
+    if payments is None:
+        return []
+    out = []
+    for i in await payments.store.queue():
+        what = (f"{i.agent_name} pays {i.human_amount()} {i.token} ({i.amount} smallest units) on {i.chain}"
+                f" → {i.payee}, wallet {i.wallet}" + (f", invoice {i.invoice_ref}" if i.invoice_ref else ""))
+        actions = (
+            _button("approve", i.id, csrf, "Approve") + " " + _button("reject", i.id, csrf, "Reject")
+            if i.state == "PENDING" else ""
+        )
+        out.append(f"<tr id='row-{i.id}' class='payment'><td>{html.escape(what)}</td>"
+                   f"<td>{html.escape(i.reason)}</td><td class='{i.state}'>{i.state}</td>"
+                   f"<td>{actions}</td></tr>")
+    return out
+
+
+async def _decide_payment(app: web.Application, target: str, action: str, by: str) -> Any:
+    from envelopay.enforcer.payment_routes import decide_payment
+
+    return await decide_payment(app, target, action, by)
+
+
+def build_app(enforcer: Enforcer, payments: Any = None) -> web.Application:
     app = web.Application(middlewares=[_operator_guard], client_max_size=1024 * 1024)
     app[ENFORCER] = enforcer
     app[SESSIONS] = {}
+    if payments is not None:  # the spend enforcer (payments.Payments)
+        from envelopay.enforcer.payment_routes import add_payment_routes
+
+        add_payment_routes(app, payments)
     app.router.add_post("/v1/send", _send)
     app.router.add_get("/v1/sends/{id}", _status)
     app.router.add_get("/v1/agents", _agents)
@@ -282,10 +328,11 @@ def build_app(enforcer: Enforcer) -> web.Application:
 
 
 async def start_server(
-    enforcer: Enforcer, *, host: str = "127.0.0.1", port: int = 0, path: str | None = None
+    enforcer: Enforcer, *, host: str = "127.0.0.1", port: int = 0, path: str | None = None,
+    payments: Any = None,
 ) -> tuple[web.AppRunner, str]:
     """Start serving; return the runner (call `cleanup()`) and the URL or socket path."""
-    runner = web.AppRunner(build_app(enforcer), access_log=None)
+    runner = web.AppRunner(build_app(enforcer, payments), access_log=None)
     await runner.setup()
     if path is not None:
         site: web.BaseSite = web.UnixSite(runner, path)

@@ -235,6 +235,8 @@ def build_node(
 
         kw: dict[str, Any] = {"rails": rails, "clock": clock, "counterpayments": CounterPayments(
             counterpay_path(cfg))}
+        if cfg.transport.payments == "enforcer":
+            kw["counter_payer"] = enforced_payer(cfg)
         app = WorkerApplication(WorkerApp(cfg, **kw))
         closers.append(_Closing(kw["counterpayments"].close))
     if hook is None and cfg.transport.enforcer:
@@ -297,6 +299,26 @@ class _Closing:
 
     async def aclose(self) -> None:
         self.close()
+
+
+def _enforcer_where(cfg: WorkerConfig) -> tuple[str, str]:
+    import os
+
+    token = os.environ.get(cfg.transport.enforcer_token_env)
+    if not cfg.transport.enforcer:
+        raise ConfigError("transport.payments = \"enforcer\" needs transport.enforcer")
+    if not token:
+        raise ConfigError(f"transport.enforcer is set but ${cfg.transport.enforcer_token_env} holds no token")
+    where = cfg.transport.enforcer
+    return (where if where.startswith(("http://", "https://")) else str(cfg.path(where))), token
+
+
+def enforced_payer(cfg: WorkerConfig) -> Any:
+    """The OFFER counter-legs paid by the spend enforcer (same URL and token as the mail)."""
+    from envelopay.enforcer.enforced_payer import EnforcedPayer
+
+    where, token = _enforcer_where(cfg)
+    return EnforcedPayer(where, token)
 
 
 def enforcer_hook(cfg: WorkerConfig) -> EnforcerHook:

@@ -31,7 +31,7 @@ from typing import Any
 
 from envelopay.config import AcceptedRail, WorkerConfig
 from envelopay.engine import Context, Notice, Refuse
-from envelopay.errors import RailError
+from envelopay.errors import RailError, TransportError
 from envelopay.protocol.codes import OopsCode
 from envelopay.protocol.messages import (
     Accept,
@@ -45,7 +45,7 @@ from envelopay.protocol.messages import (
     Which,
 )
 from envelopay.rails.interface import Rail
-from envelopay.worker.counterpay import CounterPayments
+from envelopay.worker.counterpay import CounterPayer, CounterPayments
 from envelopay.worker.tasks import TaskBook, TaskError, TaskRequest
 
 __all__ = ["FreeResult", "Refusal", "WorkerApp", "WorkerApplication"]
@@ -91,6 +91,7 @@ class WorkerApp:
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         new_id: Callable[[str], str] = lambda prefix: f"{prefix}_{secrets.token_hex(6)}",
         counterpayments: CounterPayments | None = None,
+        counter_payer: CounterPayer | None = None,
     ) -> None:
         self.config = config
         self.tasks = tasks if tasks is not None else TaskBook.from_config(config)
@@ -98,6 +99,9 @@ class WorkerApp:
         self.clock = clock
         self.new_id = new_id
         self.counterpayments = counterpayments
+        # Through the spend enforcer (it holds the key, keys the payment by the OFFER, and
+        # pays at most once): no local book is needed then.
+        self.counter_payer = counter_payer
 
     # -- pricing -------------------------------------------------------------------
     def _rail(self, hint: str | None) -> AcceptedRail | Refusal:
@@ -215,7 +219,7 @@ class WorkerApp:
             if int(pair.max_want) and offer.want.amount > int(pair.max_want):
                 return Refusal(OopsCode.AMOUNT_MISMATCH, "the amount asked is above this worker's cap",
                                "want.amount")
-            if offer.want.chain not in self.rails:
+            if self.counter_payer is None and offer.want.chain not in self.rails:
                 return Refusal(OopsCode.RAIL_UNAVAILABLE, f"no rail to pay on {offer.want.chain}")
             return None
         return Refusal(OopsCode.UNSUPPORTED_RAIL, f"this worker does not trade {give} for {want}", "want")
@@ -228,6 +232,8 @@ class WorkerApp:
         refused = self.check_offer(offer)
         if refused is not None:
             return refused
+        if self.counter_payer is not None:
+            return await self._accept_through_enforcer(offer, peer)
         book = self.counterpayments
         if book is not None:
             state, recorded = book.begin(peer, offer.id)
@@ -259,6 +265,26 @@ class WorkerApp:
         if book is not None:
             book.paid(peer, offer.id, accept.model_dump(mode="json"))
         return accept
+
+
+    async def _accept_through_enforcer(self, offer: Offer, peer: str) -> Accept | Refusal:
+        assert self.counter_payer is not None
+        w = offer.want
+        try:
+            proof = await self.counter_payer.pay_leg(
+                chain=w.chain, token=w.token, amount=w.amount, recipient=offer.wallet,
+                payee=peer, key=f"offer:{peer.lower()}:{offer.id}")
+        except RailError as exc:
+            poor = exc.reason == "insufficient_funds"
+            code = OopsCode.INSUFFICIENT_FUNDS if poor else OopsCode.RAIL_UNAVAILABLE
+            return Refusal(code, f"counter-payment not made: {exc.reason}")
+        except TransportError as exc:
+            return Refusal(OopsCode.RAIL_UNAVAILABLE, f"the enforcer is unreachable: {exc}"[:200])
+        return Accept(
+            # The same OFFER always gets the same ACCEPT id: a redo answers alike.
+            id=f"acc_{offer.id}"[:64], offer_ref=offer.id, amount=w.amount, token=w.token, chain=w.chain,
+            proof=proof, note=f"{w.amount} {w.token} sent on {w.chain}",
+        )
 
 
 # -- the engine's Application, backed by WorkerApp ---------------------------------------

@@ -19,9 +19,19 @@ import json
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
-__all__ = ["CounterPayments"]
+__all__ = ["CounterPayer", "CounterPayments"]
+
+
+class CounterPayer(Protocol):
+    """Who pays a counter-leg when the worker holds no key: the spend enforcer
+    (envelopay.enforcer.enforced_payer.EnforcedPayer). A redo with the same key pays once;
+    a refusal is a RailError, an unreachable payer a TransportError."""
+
+    async def pay_leg(
+        self, *, chain: str, token: str, amount: int, recipient: str, payee: str, key: str
+    ) -> dict[str, Any]: ...
 
 Begin = Literal["new", "paid", "in_doubt"]
 

@@ -1,0 +1,144 @@
+"""Invoice binding (spend check S4): `pay_invoice` pays only an INVOICE that reached this
+agent's inbox with an aligned DKIM pass from the payee's domain, for an ORDER this agent
+sent through the enforcer, and only once. The wallet, amount, token and chain come from
+that INVOICE, never from the agent's call.
+
+The enforcer reads the agent's Maildir itself and verifies DKIM itself: the agent can
+write into its own Maildir, so a file there proves nothing until its signature does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from envelopay import dkim
+from envelopay.enforcer.model import Agent
+from envelopay.enforcer.spend import Refusal
+
+__all__ = ["BoundInvoice", "InvoiceSource", "MaildirInvoices", "bind_invoice"]
+
+# Reason codes, all `blocked` (SPEC.md "Spend enforcer").
+NOT_FOUND = "invoice_not_found"
+NOT_AN_INVOICE = "invoice_not_an_invoice"
+NOT_ADDRESSED = "invoice_not_addressed_to_agent"
+NO_DKIM = "invoice_dkim_missing"
+DKIM_FAILED = "invoice_dkim_failed"
+MISALIGNED = "invoice_dkim_misaligned"
+NO_ORDER = "invoice_order_unknown"
+ALREADY_PAID = "invoice_already_paid"
+MISMATCH = "invoice_mismatch"
+REQUIRED = "invoice_required"
+
+
+class InvoiceSource(Protocol):
+    def candidates(self, agent: Agent, ref: str) -> list[bytes]:
+        """Raw inbound messages that may be the INVOICE named `ref` (a Message-ID or an
+        INVOICE id). Reading only; never changes the inbox."""
+        ...
+
+
+class MaildirInvoices:
+    """Each agent's Maildir at `root/<agent name>` (new/ and cur/)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    def candidates(self, agent: Agent, ref: str) -> list[bytes]:
+        from envelopay.protocol.parse import parse
+
+        out: list[bytes] = []
+        for sub in ("new", "cur"):
+            folder = self.root / agent.name / sub
+            if not folder.is_dir():
+                continue
+            for f in sorted(folder.iterdir()):
+                try:
+                    raw = f.read_bytes()
+                except OSError:
+                    continue  # moved between new/ and cur/ meanwhile
+                if len(raw) > 1_000_000:
+                    continue
+                parsed = parse(raw)
+                if parsed.message_id == ref or parsed.id == ref:
+                    out.append(raw)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class BoundInvoice:
+    """The terms of a bound INVOICE: what pay_invoice pays, and to whom."""
+
+    key: str  # "invoice:<payee>:<INVOICE id>": one payment per INVOICE
+    invoice_id: str
+    message_id: str
+    payee: str  # the INVOICE's From address
+    chain: str
+    token: str
+    amount: int
+    wallet: str
+    order_ref: str
+
+
+def _blocked(code: str, detail: str = "") -> Refusal:
+    return Refusal("blocked", code, detail)
+
+
+SentOrders = Callable[[str], Awaitable[list[str]]]  # order id → recipients of this agent's ORDERs
+
+
+async def bind_invoice(
+    agent: Agent, ref: str, raws: list[bytes], *, dns: dkim.DnsLookup, sent_orders: SentOrders
+) -> BoundInvoice | Refusal:
+    """The first candidate that binds, or the refusal of the best-ranked one."""
+    from envelopay.protocol.messages import Invoice
+    from envelopay.protocol.parse import parse
+
+    if not raws:
+        return _blocked(NOT_FOUND, f"no message {ref} in the agent's inbox")
+    refusals: list[Refusal] = []
+    for raw in raws:
+        parsed = parse(raw)
+        if not parsed.valid or not isinstance(parsed.message, Invoice) or not parsed.from_addr:
+            refusals.append(_blocked(NOT_AN_INVOICE, f"{ref} is not a valid INVOICE"))
+            continue
+        if agent.address.lower() not in {a.lower() for a in parsed.to_addrs}:
+            refusals.append(_blocked(NOT_ADDRESSED, "the INVOICE is not addressed to this agent"))
+            continue
+        verdict = await dkim.verify(raw, dns=dns)
+        payee_domain = parsed.from_addr.rsplit("@", 1)[1].lower()
+        if verdict.status == "none":
+            refusals.append(_blocked(NO_DKIM, "the INVOICE carries no DKIM signature"))
+            continue
+        if verdict.status != "pass":
+            refusals.append(_blocked(DKIM_FAILED, f"DKIM {verdict.status}: {verdict.detail}"[:200]))
+            continue
+        if not verdict.aligned or not dkim.aligned(verdict.domain, payee_domain):
+            refusals.append(_blocked(MISALIGNED, f"signed by {verdict.domain}, not {payee_domain}"))
+            continue
+        inv = parsed.message
+        order_ref = inv.order_ref or ""
+        recipients = await sent_orders(order_ref) if order_ref else []
+        if parsed.from_addr.lower() not in {r.lower() for r in recipients}:
+            refusals.append(
+                _blocked(
+                    NO_ORDER, f"this agent sent no ORDER {order_ref or '(none named)'} to {parsed.from_addr}"
+                )
+            )
+            continue
+        return BoundInvoice(
+            key=f"invoice:{parsed.from_addr.lower()}:{inv.id}",
+            invoice_id=inv.id,
+            message_id=parsed.message_id or ref,
+            payee=parsed.from_addr,
+            chain=inv.chain.lower(),
+            token=inv.token,
+            amount=int(inv.amount),
+            wallet=inv.wallet,
+            order_ref=order_ref,
+        )
+    rank = [NO_ORDER, MISALIGNED, DKIM_FAILED, NO_DKIM, NOT_ADDRESSED, NOT_AN_INVOICE]
+    refusals.sort(key=lambda r: rank.index(r.code) if r.code in rank else len(rank))
+    return refusals[0]

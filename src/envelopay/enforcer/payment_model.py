@@ -1,0 +1,82 @@
+"""The answer to a pay-then-send call: a disposition, never an exception.
+
+paid_and_sent     the payment is on chain and the PAY (OFFER, ACCEPT) email was delivered
+pending_approval  held for a human; nothing moved; poll check_payment_status
+blocked           refused; nothing moved, nothing consumed
+failed            no money moved (the rail refused, the transaction expired, a kill won)
+unknown           in flight, or paid with the email not yet delivered (it is retried);
+                  never a reason to pay again: a retry with the same key returns this intent
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+__all__ = ["PAYMENT_STATUSES", "PaymentDecision", "PaymentDisposition", "PaymentStatus"]
+
+PaymentStatus = Literal["paid_and_sent", "pending_approval", "blocked", "failed", "unknown"]
+PAYMENT_STATUSES: tuple[PaymentStatus, ...] = (
+    "paid_and_sent",
+    "pending_approval",
+    "blocked",
+    "failed",
+    "unknown",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PaymentDisposition:
+    status: PaymentStatus
+    code: str = ""  # stable reason code
+    reason: str = ""
+    id: str | None = None  # the intent's id
+    approval_id: str | None = None
+    tx_id: str | None = None
+    message_id: str | None = None  # the PAY's Message-ID (once sent)
+    state: str | None = None  # the intent's state, lowercase
+    amount: str | None = None
+    token: str | None = None
+    chain: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None and v != ""}
+
+    @classmethod
+    def from_json(cls, data: Any) -> PaymentDisposition:
+        if not isinstance(data, dict) or data.get("status") not in PAYMENT_STATUSES:
+            raise ValueError(f"not a payment disposition: {data!r}")
+
+        def opt(key: str) -> str | None:
+            value = data.get(key)
+            return value if isinstance(value, str) else None
+
+        return cls(
+            status=data["status"],
+            code=str(data.get("code", "")),
+            reason=str(data.get("reason", "")),
+            id=opt("id"),
+            approval_id=opt("approval_id"),
+            tx_id=opt("tx_id"),
+            message_id=opt("message_id"),
+            state=opt("state"),
+            amount=opt("amount"),
+            token=opt("token"),
+            chain=opt("chain"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PaymentDecision:
+    """An operator's decision on a held payment: ok, or a conflict naming the state seen."""
+
+    ok: bool
+    state: str
+    detail: str = ""
+    disposition: PaymentDisposition | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"ok": self.ok, "state": self.state, "detail": self.detail}
+        if self.disposition is not None:
+            out["disposition"] = self.disposition.to_json()
+        return out

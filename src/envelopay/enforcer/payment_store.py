@@ -1,0 +1,419 @@
+"""The spend enforcer's tables, beside the send enforcer's, on the same store (SQLite or
+PostgreSQL, through `EnforcerStore.execute_sql`): sealed wallets, spend policies, spend
+counters and payment intents.
+
+Every state change of an intent is one conditional UPDATE with its precondition in the
+WHERE clause; a spend cap is one conditional increment of the amount. Nothing here reads
+then writes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from envelopay.enforcer.custody import WalletRecord
+from envelopay.enforcer.spend import SpendPolicy, policy_json
+from envelopay.enforcer.store import EnforcerStore
+
+__all__ = ["INTENT_STATES", "Intent", "IntentState", "PaymentStore"]
+
+IntentState = Literal[
+    "PENDING", "APPROVED", "REJECTED", "RESERVED", "SIGNED", "BROADCAST", "PAID", "SENT", "FAILED"
+]
+INTENT_STATES: tuple[IntentState, ...] = (
+    "PENDING",
+    "APPROVED",
+    "REJECTED",
+    "RESERVED",
+    "SIGNED",
+    "BROADCAST",
+    "PAID",
+    "SENT",
+    "FAILED",
+)
+IN_FLIGHT: tuple[IntentState, ...] = ("RESERVED", "SIGNED", "BROADCAST", "PAID")
+
+_SCHEMA = [
+    """CREATE TABLE IF NOT EXISTS enf_wallets (
+        id TEXT PRIMARY KEY,
+        agent_id TEXT NOT NULL,
+        chain TEXT NOT NULL,
+        address TEXT NOT NULL,
+        label TEXT NOT NULL,
+        sealed TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL,
+        UNIQUE (agent_id, chain, label))""",
+    """CREATE TABLE IF NOT EXISTS enf_spend_policies (
+        agent_id TEXT PRIMARY KEY,
+        policy TEXT NOT NULL,
+        updated_at DOUBLE PRECISION NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS enf_spend_counters (
+        agent_id TEXT NOT NULL,
+        asset TEXT NOT NULL,
+        win TEXT NOT NULL,
+        slot TEXT NOT NULL,
+        spent BIGINT NOT NULL,
+        PRIMARY KEY (agent_id, asset, win, slot))""",
+    f"""CREATE TABLE IF NOT EXISTS enf_payments (
+        id TEXT PRIMARY KEY,
+        agent_id TEXT NOT NULL,
+        idem_key TEXT NOT NULL,
+        invoice_key TEXT,
+        kind TEXT NOT NULL,
+        state TEXT NOT NULL CHECK (state IN ({", ".join(f"'{s}'" for s in INTENT_STATES)})),
+        code TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        request TEXT NOT NULL,
+        chain TEXT NOT NULL,
+        token TEXT NOT NULL,
+        amount BIGINT NOT NULL,
+        decimals INTEGER NOT NULL,
+        payee TEXT NOT NULL,
+        wallet TEXT NOT NULL,
+        wallet_id TEXT NOT NULL,
+        invoice_ref TEXT,
+        message_id TEXT NOT NULL,
+        taken TEXT NOT NULL,
+        tx_id TEXT,
+        tx_blob TEXT,
+        created_at DOUBLE PRECISION NOT NULL,
+        decided_at DOUBLE PRECISION,
+        decided_by TEXT,
+        updated_at DOUBLE PRECISION NOT NULL,
+        UNIQUE (agent_id, idem_key),
+        UNIQUE (agent_id, invoice_key))""",
+    "CREATE INDEX IF NOT EXISTS enf_payments_state ON enf_payments (state, created_at)",
+    "CREATE UNIQUE INDEX IF NOT EXISTS enf_payments_tx ON enf_payments (tx_id)",
+]
+
+_COLS = (
+    "p.id, p.agent_id, p.idem_key, p.invoice_key, p.kind, p.state, p.code, p.reason, p.request, p.chain,"
+    " p.token, p.amount, p.decimals, p.payee, p.wallet, p.wallet_id, p.invoice_ref, p.message_id,"
+    " p.taken, p.tx_id, p.tx_blob, p.created_at, p.decided_at, p.decided_by, a.name"
+)
+_FROM = " FROM enf_payments p LEFT JOIN enf_agents a ON a.id = p.agent_id"
+_ACTIVE_SUB = "SELECT id FROM enf_agents WHERE status = 'ACTIVE'"
+_ACTIVE = f" AND agent_id IN ({_ACTIVE_SUB})"
+
+
+@dataclass(frozen=True, slots=True)
+class Intent:
+    """One payment intent (see SPEC.md "Spend enforcer" for its state machine)."""
+
+    id: str
+    agent_id: str
+    idem_key: str
+    invoice_key: str | None
+    kind: str
+    state: IntentState
+    code: str
+    reason: str
+    request: dict[str, Any]  # {"payment": PaymentRequest JSON, "mail": SendRequest JSON}
+    chain: str
+    token: str
+    amount: int
+    decimals: int
+    payee: str
+    wallet: str
+    wallet_id: str
+    invoice_ref: str | None
+    message_id: str
+    taken: list[list[Any]]  # the cap increments to hand back if no money moves
+    tx_id: str | None
+    tx_blob: bytes | None
+    created_at: float
+    decided_at: float | None
+    decided_by: str | None
+    agent_name: str
+
+    def human_amount(self) -> str:
+        text = str(self.amount).rjust(self.decimals + 1, "0")
+        if not self.decimals:
+            return text
+        whole, frac = text[: -self.decimals], text[-self.decimals :].rstrip("0")
+        return f"{whole}.{frac}" if frac else whole
+
+    def to_json(self) -> dict[str, Any]:
+        """The queue row: no tx bytes, no key material."""
+        return {
+            "id": self.id,
+            "kind": "payment",
+            "operation": self.kind,
+            "agent_id": self.agent_id,
+            "agent": self.agent_name,
+            "state": self.state,
+            "code": self.code,
+            "reason": self.reason,
+            "amount": str(self.amount),
+            "amount_human": self.human_amount(),
+            "chain": self.chain,
+            "token": self.token,
+            "asset": f"{self.chain}/{self.token}",
+            "to": self.payee,
+            "payee": self.payee,
+            "wallet": self.wallet,
+            "invoice": self.invoice_ref,
+            "subject": f"pay {self.human_amount()} {self.token} on {self.chain}", "type": self.kind,
+            "tx_id": self.tx_id,
+            "message_id": self.message_id,
+            "created_at": self.created_at,
+            "decided_at": self.decided_at,
+            "decided_by": self.decided_by,
+        }
+
+
+def _intent(row: Sequence[Any]) -> Intent:
+    return Intent(
+        id=row[0],
+        agent_id=row[1],
+        idem_key=row[2],
+        invoice_key=row[3],
+        kind=row[4],
+        state=row[5],
+        code=row[6],
+        reason=row[7],
+        request=json.loads(row[8]),
+        chain=row[9],
+        token=row[10],
+        amount=int(row[11]),
+        decimals=int(row[12]),
+        payee=row[13],
+        wallet=row[14],
+        wallet_id=row[15],
+        invoice_ref=row[16],
+        message_id=row[17],
+        taken=json.loads(row[18]),
+        tx_id=row[19],
+        tx_blob=bytes.fromhex(row[20]) if row[20] else None,
+        created_at=float(row[21]),
+        decided_at=None if row[22] is None else float(row[22]),
+        decided_by=row[23],
+        agent_name=row[24] or "",
+    )
+
+
+_SQL = {
+    "insert_wallet": "INSERT INTO enf_wallets (id, agent_id, chain, address, label, sealed, created_at)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING id",
+    "wallets": "SELECT id, agent_id, chain, address, label, created_at FROM enf_wallets WHERE agent_id = ?"
+    " ORDER BY chain, label",
+    "wallet_for": "SELECT id, agent_id, chain, address, label, created_at FROM enf_wallets"
+    " WHERE agent_id = ? AND chain = ?"
+    " ORDER BY CASE label WHEN 'default' THEN 0 ELSE 1 END, created_at LIMIT 1",
+    "sealed": "SELECT sealed FROM enf_wallets WHERE id = ? AND agent_id = ?",
+    "put_policy": "INSERT INTO enf_spend_policies (agent_id, policy, updated_at) VALUES (?, ?, ?)"
+    " ON CONFLICT (agent_id) DO UPDATE SET policy = excluded.policy, updated_at = excluded.updated_at",
+    "policy": "SELECT policy FROM enf_spend_policies WHERE agent_id = ?",
+    # One conditional increment of the amount: the row is created only if the amount fits,
+    # and raised only if the sum still fits. Never read-then-write.
+    "take_spend": "INSERT INTO enf_spend_counters (agent_id, asset, win, slot, spent)"
+    " SELECT ?, ?, ?, ?, CAST(? AS BIGINT) WHERE CAST(? AS BIGINT) <= CAST(? AS BIGINT)"
+    " ON CONFLICT (agent_id, asset, win, slot)"
+    " DO UPDATE SET spent = enf_spend_counters.spent + excluded.spent"
+    " WHERE enf_spend_counters.spent + excluded.spent <= CAST(? AS BIGINT) RETURNING spent",
+    "give_spend": "UPDATE enf_spend_counters SET spent = spent - CAST(? AS BIGINT)"
+    " WHERE agent_id = ? AND asset = ? AND win = ? AND slot = ? AND spent >= CAST(? AS BIGINT)",
+    "spent": "SELECT spent FROM enf_spend_counters WHERE agent_id = ? AND asset = ? AND win = ? AND slot = ?",
+    "insert_intent": "INSERT INTO enf_payments (id, agent_id, idem_key, invoice_key, kind, state, code,"
+    " reason,"
+    " request, chain, token, amount, decimals, payee, wallet, wallet_id, invoice_ref, message_id, taken,"
+    " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " ON CONFLICT DO NOTHING RETURNING id",
+    "by_id": f"SELECT {_COLS}{_FROM} WHERE p.id = ?",
+    "by_key": f"SELECT {_COLS}{_FROM} WHERE p.agent_id = ? AND p.idem_key = ?",
+    "by_invoice": f"SELECT {_COLS}{_FROM} WHERE p.agent_id = ? AND p.invoice_key = ?",
+    "in_flight": f"SELECT {_COLS}{_FROM}"
+    " WHERE p.state IN ('APPROVED', 'RESERVED', 'SIGNED', 'BROADCAST', 'PAID')"
+    " ORDER BY p.created_at",
+    "queue": f"SELECT {_COLS}{_FROM} WHERE (p.decided_at IS NOT NULL OR p.state = 'PENDING')"
+    " ORDER BY CASE p.state WHEN 'PENDING' THEN 0 WHEN 'APPROVED' THEN 1 WHEN 'FAILED' THEN 2"
+    " WHEN 'REJECTED' THEN 3 ELSE 4 END, p.created_at DESC LIMIT ?",
+    "approve": "UPDATE enf_payments SET state = 'APPROVED', decided_by = ?, decided_at = ?, updated_at = ?"
+    f" WHERE id = ? AND state = 'PENDING'{_ACTIVE} RETURNING id",
+    "reject": "UPDATE enf_payments SET state = 'REJECTED', decided_by = ?, decided_at = ?, updated_at = ?,"
+    " reason = ? WHERE id = ? AND state = 'PENDING' RETURNING id",
+    # The transitions toward money moving require the agent to be ACTIVE in the same
+    # statement: a kill committed before them wins; one committed after comes too late.
+    "claim": f"UPDATE enf_payments SET state = 'RESERVED', updated_at = ? WHERE id = ? AND state = 'APPROVED'"
+    f"{_ACTIVE} RETURNING id",
+    "signed": "UPDATE enf_payments SET state = 'SIGNED', tx_id = ?, tx_blob = ?, updated_at = ?"
+    f" WHERE id = ? AND state = 'RESERVED'{_ACTIVE} RETURNING id",
+    "broadcast": "UPDATE enf_payments SET state = 'BROADCAST', updated_at = ?"
+    " WHERE id = ? AND state = 'SIGNED'"
+    f"{_ACTIVE} RETURNING id",
+    "paid": "UPDATE enf_payments SET state = 'PAID', updated_at = ? WHERE id = ? AND state = 'BROADCAST'"
+    " RETURNING id",
+    "sent": "UPDATE enf_payments SET state = 'SENT', reason = ?, updated_at = ?"
+    " WHERE id = ? AND state = 'PAID'"
+    " RETURNING id",
+    "note": "UPDATE enf_payments SET reason = ?, updated_at = ? WHERE id = ? AND state = ?",
+    # FAILED only from states where no money has moved or can still move.
+    "fail": "UPDATE enf_payments SET state = 'FAILED', code = ?, reason = ?, invoice_key = NULL,"
+    " updated_at = ?"
+    " WHERE id = ? AND state = ? RETURNING id",
+    "sent_orders": "SELECT request, message_id FROM enf_sends WHERE agent_id = ? AND state = 'SENT'"
+    " AND request LIKE ? AND request LIKE ?",
+}
+
+
+class PaymentStore:
+    """Typed operations over an open EnforcerStore."""
+
+    def __init__(self, store: EnforcerStore) -> None:
+        from envelopay.enforcer.store import PostgresStore
+
+        self.store = store
+        self._sql = dict(_SQL)
+        if isinstance(store, PostgresStore):
+            # Under READ COMMITTED the subquery reads a snapshot: without a share lock on
+            # the agent row, a kill committing while the transition runs would not stop
+            # it. FOR SHARE makes a concurrent kill wait for this statement (or this
+            # statement wait for the kill, then see KILLED). SQLite runs one writer at a
+            # time, so its statements are already ordered.
+            for name in ("approve", "claim", "signed", "broadcast"):
+                self._sql[name] = self._sql[name].replace(_ACTIVE_SUB, _ACTIVE_SUB + " FOR SHARE")
+
+    async def open(self) -> None:
+        for stmt in _SCHEMA:
+            await self.store.execute_sql(stmt, ())
+
+    async def _x(self, name: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        return await self.store.execute_sql(self._sql[name], params)
+
+    # -- wallets and policies -------------------------------------------------------------
+
+    async def add_wallet(self, record: WalletRecord, sealed: bytes) -> bool:
+        return bool(
+            await self._x(
+                "insert_wallet",
+                (
+                    record.id,
+                    record.agent_id,
+                    record.chain,
+                    record.address,
+                    record.label,
+                    sealed.hex(),
+                    record.created_at,
+                ),
+            )
+        )
+
+    async def wallets(self, agent_id: str) -> list[WalletRecord]:
+        return [
+            WalletRecord(r[0], r[1], r[2], r[3], r[4], float(r[5]))
+            for r in await self._x("wallets", (agent_id,))
+        ]
+
+    async def wallet_for(self, agent_id: str, chain: str) -> WalletRecord | None:
+        rows = await self._x("wallet_for", (agent_id, chain))
+        if not rows:
+            return None
+        r = rows[0]
+        return WalletRecord(r[0], r[1], r[2], r[3], r[4], float(r[5]))
+
+    async def sealed(self, wallet_id: str, agent_id: str) -> bytes | None:
+        rows = await self._x("sealed", (wallet_id, agent_id))
+        return bytes.fromhex(rows[0][0]) if rows else None
+
+    async def put_policy(self, agent_id: str, policy: SpendPolicy, now: float) -> None:
+        await self._x("put_policy", (agent_id, policy_json(policy), now))
+
+    async def policy(self, agent_id: str) -> SpendPolicy:
+        rows = await self._x("policy", (agent_id,))
+        return SpendPolicy.from_json(json.loads(rows[0][0])) if rows else SpendPolicy()
+
+    # -- spend counters -----------------------------------------------------------------
+
+    async def take_spend(self, agent_id: str, asset: str, win: str, slot: str, amount: int, cap: int) -> bool:
+        return bool(await self._x("take_spend", (agent_id, asset, win, slot, amount, amount, cap, cap)))
+
+    async def give_spend(self, agent_id: str, asset: str, win: str, slot: str, amount: int) -> None:
+        await self._x("give_spend", (amount, agent_id, asset, win, slot, amount))
+
+    async def spent(self, agent_id: str, asset: str, win: str, slot: str) -> int:
+        rows = await self._x("spent", (agent_id, asset, win, slot))
+        return int(rows[0][0]) if rows else 0
+
+    # -- intents ------------------------------------------------------------------------
+
+    async def insert_intent(self, i: Intent, now: float) -> bool:
+        rows = await self._x(
+            "insert_intent",
+            (
+                i.id,
+                i.agent_id,
+                i.idem_key,
+                i.invoice_key,
+                i.kind,
+                i.state,
+                i.code,
+                i.reason,
+                json.dumps(i.request),
+                i.chain,
+                i.token,
+                i.amount,
+                i.decimals,
+                i.payee,
+                i.wallet,
+                i.wallet_id,
+                i.invoice_ref,
+                i.message_id,
+                json.dumps(i.taken),
+                now,
+                now,
+            ),
+        )
+        return bool(rows)
+
+    async def get(self, intent_id: str) -> Intent | None:
+        rows = await self._x("by_id", (intent_id,))
+        return _intent(rows[0]) if rows else None
+
+    async def by_key(self, agent_id: str, key: str) -> Intent | None:
+        rows = await self._x("by_key", (agent_id, key))
+        return _intent(rows[0]) if rows else None
+
+    async def by_invoice(self, agent_id: str, invoice_key: str) -> Intent | None:
+        rows = await self._x("by_invoice", (agent_id, invoice_key))
+        return _intent(rows[0]) if rows else None
+
+    async def in_flight(self) -> list[Intent]:
+        return [_intent(r) for r in await self._x("in_flight", ())]
+
+    async def queue(self, limit: int = 200) -> list[Intent]:
+        return [_intent(r) for r in await self._x("queue", (limit,))]
+
+    async def approve(self, intent_id: str, by: str, now: float) -> bool:
+        return bool(await self._x("approve", (by, now, now, intent_id)))
+
+    async def reject(self, intent_id: str, by: str, reason: str, now: float) -> bool:
+        return bool(await self._x("reject", (by, now, now, reason, intent_id)))
+
+    async def claim(self, intent_id: str, now: float) -> bool:
+        return bool(await self._x("claim", (now, intent_id)))
+
+    async def mark_signed(self, intent_id: str, tx_id: str, blob: bytes, now: float) -> bool:
+        return bool(await self._x("signed", (tx_id, blob.hex(), now, intent_id)))
+
+    async def mark_broadcast(self, intent_id: str, now: float) -> bool:
+        return bool(await self._x("broadcast", (now, intent_id)))
+
+    async def mark_paid(self, intent_id: str, now: float) -> bool:
+        return bool(await self._x("paid", (now, intent_id)))
+
+    async def mark_sent(self, intent_id: str, reason: str, now: float) -> bool:
+        return bool(await self._x("sent", (reason, now, intent_id)))
+
+    async def note(self, intent_id: str, state: IntentState, reason: str, now: float) -> None:
+        await self._x("note", (reason, now, intent_id, state))
+
+    async def fail(self, intent_id: str, from_state: IntentState, code: str, reason: str, now: float) -> bool:
+        return bool(await self._x("fail", (code, reason, now, intent_id, from_state)))
+
+    async def sent_orders(self, agent_id: str, order_id: str) -> list[tuple[dict[str, Any], str | None]]:
+        """The agent's delivered ORDERs whose body id is `order_id` (request JSON, Message-ID)."""
+        rows = await self._x("sent_orders", (agent_id, '%"type": "order"%', f"%{json.dumps(order_id)}%"))
+        return [(json.loads(r[0]), r[1]) for r in rows]

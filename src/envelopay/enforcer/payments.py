@@ -1,0 +1,475 @@
+"""The spend enforcer: one enforced operation, pay then send.
+
+The enforcer decides the email and the payment together before anything moves: the send
+checks (shape, identity, kill, sender pin, mail allowlist, mail caps) and the spend checks
+(spend.py, in order) all pass, or nothing is signed and nothing is sent.
+
+At most once, with recovery: an intent keyed by (agent, idempotency key) is recorded
+before signing; the signed transaction's id (and bytes) before broadcasting; after a crash
+the chain is asked about that id before anything else, and only those same bytes are ever
+broadcast again. No second payment is signed for an intent. The PAY email after the
+payment is at least once (payments_exec.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from envelopay import dkim
+from envelopay.enforcer.core import Enforcer
+from envelopay.enforcer.custody import Vault, WalletRecord
+from envelopay.enforcer.invoices import (
+    ALREADY_PAID,
+    MISMATCH,
+    NOT_FOUND,
+    REQUIRED,
+    InvoiceSource,
+    bind_invoice,
+)
+from envelopay.enforcer.model import Agent, Disposition
+from envelopay.enforcer.payment_model import PaymentDisposition
+from envelopay.enforcer.payment_store import Intent, PaymentStore
+from envelopay.enforcer.policy import allowlisted, check_request
+from envelopay.enforcer.spend import (
+    PaymentRequest,
+    Refusal,
+    SpendPolicy,
+    asset_key,
+    check_limits,
+    check_payee,
+    check_payment_request,
+)
+from envelopay.errors import StoreError, UsageError
+from envelopay.rails.custodial import CustodialPayer
+
+__all__ = ["CRASH_ENV", "Payments", "crash_hook_from_env"]
+
+CRASH_ENV = "ENVELOPAY_ENFORCER_CRASH_AT"
+CRASH_POINTS = ("after_intent", "after_sign", "after_broadcast", "after_record")
+
+
+def crash_hook_from_env(env: Mapping[str, str] = os.environ) -> Callable[[str], None]:
+    """Fault injection for the crash tests: SIGKILL this process the first time the live
+    path reaches the named point (after_intent, after_sign, after_broadcast, after_record)."""
+    point = env.get(CRASH_ENV, "")
+
+    def hook(name: str) -> None:
+        if point and name == point:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return hook
+
+
+def _blocked(code: str, detail: str = "") -> PaymentDisposition:
+    return PaymentDisposition(status="blocked", code=code, reason=f"{code}: {detail}" if detail else code)
+
+
+class Payments:
+    """Pay-then-send over an `Enforcer` (identities, mail policy, delivery) and a
+    `PaymentStore` on the same store."""
+
+    def __init__(
+        self,
+        enforcer: Enforcer,
+        store: PaymentStore,
+        vault: Vault | None,
+        payers: Mapping[str, CustodialPayer],
+        *,
+        invoices: InvoiceSource | None = None,
+        dns: dkim.DnsLookup | None = None,
+        crash_hook: Callable[[str], None] | None = None,
+        new_id: Callable[[], str] = lambda: uuid.uuid4().hex,
+    ) -> None:
+        self.enforcer = enforcer
+        self.store = store
+        self.vault = vault
+        self.payers = dict(payers)
+        self.invoices = invoices
+        self.dns = dns
+        self.crash = crash_hook or crash_hook_from_env()
+        self.new_id = new_id
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._active: set[str] = set()
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        return self.enforcer.clock
+
+    # -- the agent's operations -----------------------------------------------------------
+
+    async def submit(self, kind: str, token: str | None, raw: Mapping[str, Any]) -> PaymentDisposition:
+        """pay | pay_invoice | offer | accept. Never raises for a verdict."""
+        checked = check_payment_request(kind, raw)
+        if isinstance(checked, Refusal):
+            return _blocked(checked.code, checked.detail)
+        try:
+            agent = await self.enforcer._agent_for(token)
+            if agent is None:
+                return _blocked("unknown_agent")
+            if agent.killed:
+                return _blocked("killed")
+            return await self._decide(agent, checked)
+        except StoreError as exc:
+            return PaymentDisposition(status="failed", code="store_error", reason=f"store error: {exc}")
+
+    async def _decide(self, agent: Agent, req: PaymentRequest) -> PaymentDisposition:
+        policy = await self.store.policy(agent.id)
+        invoice_key: str | None = None
+        if req.kind == "pay_invoice" or (req.kind == "pay" and req.invoice):
+            bound = await self._bind(agent, req)
+            if isinstance(bound, PaymentDisposition):
+                return bound
+            req, invoice_key = bound
+        elif req.kind == "pay" and policy.require_invoice:
+            return _blocked(REQUIRED, "this agent may only pay invoices (pay_invoice)")
+        key = req.key or (invoice_key or "") or (f"id:{req.msg_id}" if req.msg_id else "")
+        if not key:
+            return _blocked("invalid_request", "idempotency_key (or id) is required")
+        prior = await self.store.by_key(agent.id, key)
+        if prior is not None:  # a retried call returns the first outcome
+            return await self.resume(prior)
+        if invoice_key is not None and await self.store.by_invoice(agent.id, invoice_key) is not None:
+            return _blocked(ALREADY_PAID, "this INVOICE already has a payment")
+        # S1: the asset is known to the rail's registry.
+        payer = self.payers.get(req.chain)
+        asset = payer.asset(req.token) if payer is not None else None
+        if payer is None or asset is None:
+            return _blocked("unknown_asset", f"{req.token} on {req.chain} is not a known asset")
+        if not payer.valid_address(req.wallet):
+            return _blocked("invalid_request", f"wallet is not a {req.chain} address")
+        req = replace(req, token=asset.symbol)
+        wallet = await self.store.wallet_for(agent.id, req.chain)
+        if wallet is None:
+            return _blocked("no_wallet", f"the agent holds no wallet on {req.chain}")
+        # The send checks on the PAY email (with a placeholder proof: the real one exists
+        # only after the payment, and the shape is the same).
+        msg_id = req.msg_id or f"pay-{self.new_id()[:16]}"
+        req = replace(req, msg_id=msg_id)
+        mail = None if req.kind == "counter" else self._mail(agent, req, wallet, placeholder=True)
+        if mail is not None:
+            # From is the agent's own address by construction (the sender pin holds); the
+            # send path's content checks still run on the message the call would send.
+            checked = check_request(mail)
+            if isinstance(checked, Disposition):
+                return _blocked("invalid_request", checked.reason)
+        hold: Refusal | None = None
+        if mail is not None and not allowlisted(req.to, agent.policy.allow):
+            hold = Refusal(
+                "pending_approval", "recipient_not_allowed", f"{req.to} is not on the mail allowlist"
+            )
+        hold = hold or check_payee(req, policy) or check_limits(req, policy)  # S2, S3
+        taken: list[list[Any]] = []
+        if hold is None:
+            hold, taken = await self._take_caps(agent, req, policy)  # mail caps, then S5
+        intent = Intent(
+            id=self.new_id(),
+            agent_id=agent.id,
+            idem_key=key,
+            invoice_key=invoice_key,
+            kind=req.kind,
+            state="PENDING" if hold else "RESERVED",
+            code=hold.code if hold else "",
+            reason=hold.reason if hold else "",
+            request={"payment": req.to_json(), "mail": mail},
+            chain=req.chain,
+            token=asset.symbol,
+            amount=req.amount,
+            decimals=asset.decimals,
+            payee=req.to,
+            wallet=req.wallet,
+            wallet_id=wallet.id,
+            invoice_ref=req.invoice or None,
+            message_id=f"<{self.new_id()}@{agent.address.rsplit('@', 1)[1].lower()}>",
+            taken=taken,
+            tx_id=None,
+            tx_blob=None,
+            created_at=self.clock(),
+            decided_at=None,
+            decided_by=None,
+            agent_name=agent.name,
+        )
+        if not await self.store.insert_intent(intent, self.clock()):
+            await self._give_back(agent.id, taken)  # a concurrent call with this key won
+            winner = await self.store.by_key(agent.id, key)
+            if winner is None:
+                return _blocked(ALREADY_PAID, "this INVOICE already has a payment")
+            return await self.resume(winner)
+        if hold is not None:
+            return self.disposition(intent)
+        self.crash("after_intent")
+        from envelopay.enforcer.payments_exec import run
+
+        # The intent as just inserted: nothing else can have moved it (its key is new).
+        return await run(self, intent.id, live=True, agent=agent, intent=intent)
+
+    async def _bind(
+        self, agent: Agent, req: PaymentRequest
+    ) -> tuple[PaymentRequest, str] | PaymentDisposition:
+        if self.invoices is None or self.dns is None:
+            return _blocked(NOT_FOUND, "the enforcer reads no inbox for this agent")
+        raws = self.invoices.candidates(agent, req.invoice)
+
+        async def sent_orders(order_id: str) -> list[str]:
+            rows = await self.store.sent_orders(agent.id, order_id)
+            out = []
+            for request, _mid in rows:
+                body = request.get("body") or {}
+                if request.get("type") == "order" and body.get("id") == order_id:
+                    out.append(str(request.get("to", "")))
+            return out
+
+        bound = await bind_invoice(agent, req.invoice, raws, dns=self.dns, sent_orders=sent_orders)
+        if isinstance(bound, Refusal):
+            return _blocked(bound.code, bound.detail)
+        if req.kind == "pay":
+            given = (req.to.lower(), req.chain, req.token.upper(), req.amount, req.wallet)
+            terms = (bound.payee.lower(), bound.chain, bound.token.upper(), bound.amount, bound.wallet)
+            if given != terms:
+                return _blocked(
+                    MISMATCH, "the call's payee, asset, amount or wallet differ from the INVOICE's"
+                )
+        return replace(
+            req,
+            to=bound.payee,
+            chain=bound.chain,
+            token=bound.token,
+            amount=bound.amount,
+            wallet=bound.wallet,
+            invoice=bound.invoice_id,
+        ), bound.key
+
+    def _mail(
+        self, agent: Agent, req: PaymentRequest, wallet: WalletRecord, *, placeholder: bool
+    ) -> dict[str, Any]:
+        """The send request of the email leg (PAY, OFFER or ACCEPT)."""
+        proof: dict[str, Any] = {"tx": "pending"}
+        body: dict[str, Any]
+        if req.kind in ("pay", "pay_invoice"):
+            body = {
+                "type": "pay",
+                "id": req.msg_id,
+                "amount": str(req.amount),
+                "token": req.token,
+                "chain": req.chain,
+                "proof": proof,
+            }
+            if req.invoice:
+                body["invoice_ref"] = req.invoice
+            kind = "pay"
+        elif req.kind == "accept":
+            body = {
+                "type": "accept",
+                "id": req.msg_id,
+                "offer_ref": req.offer_ref,
+                "amount": str(req.amount),
+                "token": req.token,
+                "chain": req.chain,
+                "proof": proof,
+            }
+            kind = "accept"
+        else:
+            want = dict(req.want or {})
+            body = {
+                "type": "offer",
+                "id": req.msg_id,
+                "give": {
+                    "amount": str(req.amount),
+                    "token": req.token,
+                    "chain": req.chain,
+                    "to": req.wallet,
+                    "proof": proof,
+                },
+                "want": want,
+                "wallet": req.receive_wallet or wallet.address,
+            }
+            kind = "offer"
+        if req.note:
+            body["note"] = req.note
+        body["v"] = "0.1.0"
+        return {"to": req.to, "from": agent.address, "type": kind, "body": body}
+
+    async def _take_caps(
+        self, agent: Agent, req: PaymentRequest, policy: SpendPolicy
+    ) -> tuple[Refusal | None, list[list[Any]]]:
+        """The mail caps (one slot each), then S5: the hourly, then the daily spend cap,
+        each one conditional increment. Any refusal hands back what was taken."""
+        now = self.clock()
+        hour = time.strftime("%Y-%m-%dT%H", time.gmtime(now))
+        day = hour[:10]
+        taken: list[list[Any]] = []
+        p = agent.policy
+        held: Refusal | None = None
+        mail = req.kind != "counter"  # a counter-leg's email takes its slots on the send path
+        if mail and (p.hourly_cap <= 0 or p.daily_cap <= 0):
+            return Refusal("pending_approval", "mail_cap_zero", "the agent's mail cap is zero"), []
+        if mail and not await self.enforcer.store.take_slot(agent.id, "h", hour, p.hourly_cap):
+            return Refusal("pending_approval", "mail_hourly_cap", "hourly mail cap reached"), []
+        if mail:
+            taken.append(["mail", "h", hour])
+        if mail and not await self.enforcer.store.take_slot(agent.id, "d", day, p.daily_cap):
+            held = Refusal("pending_approval", "mail_daily_cap", "daily mail cap reached")
+        else:
+            if mail:
+                taken.append(["mail", "d", day])
+            key = asset_key(req.chain, req.token)
+            limit = policy.limits[key]  # check_limits held a missing entry already
+            for win, slot, cap, code in (
+                ("h", hour, limit.hourly, "hourly_cap"),
+                ("d", day, limit.daily, "daily_cap"),
+            ):
+                if cap is None:
+                    continue
+                if cap <= 0:  # zero holds every payment, before any counter is touched
+                    held = Refusal(
+                        "pending_approval", f"{code}_zero", f"the {key} {code.replace('_', ' ')} is zero"
+                    )
+                    break
+                if not await self.store.take_spend(agent.id, key, win, slot, req.amount, cap):
+                    held = Refusal(
+                        "pending_approval", f"{code}_reached", f"{key} {code.replace('_', ' ')} reached"
+                    )
+                    break
+                taken.append(["spend", key, win, slot, req.amount])
+        if held is not None:
+            await self._give_back(agent.id, taken)
+            return held, []
+        return None, taken
+
+    async def _give_back(self, agent_id: str, taken: list[list[Any]]) -> None:
+        for entry in taken:
+            if entry[0] == "mail":
+                await self.enforcer.store.give_back(agent_id, entry[1], entry[2])
+            else:
+                await self.store.give_spend(agent_id, entry[1], entry[2], entry[3], int(entry[4]))
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def disposition(self, i: Intent) -> PaymentDisposition:
+        status = {
+            "PENDING": "pending_approval",
+            "APPROVED": "pending_approval",
+            "REJECTED": "blocked",
+            "SENT": "paid_and_sent",
+            "FAILED": "failed",
+        }.get(i.state, "unknown")
+        return PaymentDisposition(
+            status=status,  # type: ignore[arg-type]  # the mapping's values are statuses
+            code=i.code,
+            reason=i.reason,
+            id=i.id,
+            approval_id=i.id if i.state in ("PENDING", "APPROVED") or i.decided_at is not None else None,
+            tx_id=i.tx_id if i.state in ("BROADCAST", "PAID", "SENT") else None,
+            message_id=i.message_id if i.state == "SENT" and i.request.get("mail") is not None else None,
+            state=i.state.lower(),
+            amount=str(i.amount),
+            token=i.token,
+            chain=i.chain,
+        )
+
+    async def resume(self, i: Intent) -> PaymentDisposition:
+        """The intent's outcome; an in-flight intent no executor here holds is finished
+        first (recovery), so a retried call heals what a crash left."""
+        if i.state in ("RESERVED", "SIGNED", "BROADCAST", "PAID") and i.id not in self._active:
+            from envelopay.enforcer.payments_exec import run
+
+            return await run(self, i.id, live=False)
+        return self.disposition(i)
+
+    async def status(self, token: str | None, intent_id: str) -> PaymentDisposition:
+        try:
+            agent = await self.enforcer._agent_for(token)
+            i = await self.store.get(intent_id) if agent is not None and not agent.killed else None
+            if agent is None or i is None or i.agent_id != agent.id:
+                return PaymentDisposition(status="unknown", id=intent_id)
+            return await self.resume(i)
+        except StoreError as exc:
+            return PaymentDisposition(status="failed", code="store_error", reason=f"store error: {exc}")
+
+    async def balances(self, token: str | None) -> dict[str, Any]:
+        """The token's own wallets' addresses and balances: nothing else."""
+        agent = await self.enforcer._agent_for(token)
+        if agent is None:
+            return {"status": "blocked", "code": "unknown_agent", "wallets": []}
+        return await self.balances_of(agent)
+
+    async def balances_of(self, agent: Agent) -> dict[str, Any]:
+        out = []
+        for w in await self.store.wallets(agent.id):
+            entry: dict[str, Any] = w.to_json()
+            payer = self.payers.get(w.chain)
+            if payer is not None:
+                try:
+                    raw = await payer.balances(w.address)
+                except Exception as exc:  # a rail fault is reported, not raised: balances are advisory
+                    entry["error"] = f"balance lookup failed: {type(exc).__name__}"
+                else:
+                    entry["balances"] = {
+                        sym: {"amount": str(v), "human": _human(v, _decimals(payer, sym))}
+                        for sym, v in raw.items()
+                    }
+            out.append(entry)
+        return {"agent": agent.name, "wallets": out}
+
+    # -- operators ----------------------------------------------------------------------------
+
+    async def create_wallet(
+        self, agent_name: str, chain: str, *, label: str = "default", secret: bytes | None = None
+    ) -> WalletRecord:
+        if self.vault is None:
+            raise UsageError("the enforcer has no vault key: start it with a vault secret or key file")
+        agent = await self.enforcer.store.agent_by_name(agent_name)
+        if agent is None:
+            raise UsageError(f"no agent {agent_name!r}")
+        payer = self.payers.get(chain)
+        if payer is None:
+            raise UsageError(f"no rail pays on {chain!r} here (configured: {sorted(self.payers) or 'none'})")
+        key = secret if secret is not None else payer.new_secret()
+        try:
+            address = payer.address_of(key)
+        except ValueError:
+            raise UsageError(f"the imported key is not a valid {chain} key") from None
+        record = WalletRecord(self.new_id(), agent.id, chain, address, label, self.clock())
+        sealed = self.vault.seal(key, agent_id=agent.id, wallet_id=record.id)
+        if not await self.store.add_wallet(record, sealed):
+            raise UsageError(f"agent {agent_name!r} already has a {chain} wallet labelled {label!r}")
+        return record
+
+    async def wallets(self, agent_name: str) -> list[WalletRecord]:
+        agent = await self.enforcer.store.agent_by_name(agent_name)
+        return [] if agent is None else await self.store.wallets(agent.id)
+
+    async def get_policy(self, agent_name: str) -> SpendPolicy | None:
+        agent = await self.enforcer.store.agent_by_name(agent_name)
+        return None if agent is None else await self.store.policy(agent.id)
+
+    async def set_policy(self, agent_name: str, policy: SpendPolicy) -> bool:
+        agent = await self.enforcer.store.agent_by_name(agent_name)
+        if agent is None:
+            return False
+        await self.store.put_policy(agent.id, policy, self.clock())
+        return True
+
+    def lock_for(self, wallet_id: str) -> asyncio.Lock:
+        # One payment at a time per wallet between "latest blockhash" and "broadcast": two
+        # payments signed against one blockhash could be one transaction.
+        return self._locks.setdefault(wallet_id, asyncio.Lock())
+
+
+def _decimals(payer: CustodialPayer, symbol: str) -> int:
+    asset = payer.asset(symbol)
+    return asset.decimals if asset is not None else 0
+
+
+def _human(amount: int, decimals: int) -> str:
+    text = str(amount).rjust(decimals + 1, "0")
+    if not decimals:
+        return text
+    frac = text[-decimals:].rstrip("0")
+    return f"{text[:-decimals]}.{frac}" if frac else text[:-decimals]

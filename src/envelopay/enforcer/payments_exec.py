@@ -1,0 +1,275 @@
+"""Executing payment intents: sign, record, broadcast, record, email; approvals; recovery.
+
+State machine (SPEC.md "Spend enforcer"):
+
+  PENDING --approve--> APPROVED --claim--> RESERVED      PENDING --reject--> REJECTED
+  (allowed call) ----------------------->  RESERVED --sign, record tx id--> SIGNED
+  SIGNED --record "broadcast"--> BROADCAST --chain confirms--> PAID --email--> SENT
+  RESERVED | SIGNED | APPROVED --(killed)--> FAILED;  BROADCAST --(tx expired or failed)--> FAILED
+
+claim, SIGNED and BROADCAST each require the agent to be ACTIVE in the same statement, and
+BROADCAST is committed before the bytes leave: a kill committed first always wins.
+Recovery of a BROADCAST intent asks the chain first and only ever re-sends the recorded
+bytes; nothing signs a second payment for an intent. The email is at least once: a crash
+between delivery and its record sends it again with the same Message-ID.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from envelopay.enforcer.custody import VaultError
+from envelopay.enforcer.model import Agent, SendRequest
+from envelopay.enforcer.payment_model import PaymentDecision, PaymentDisposition
+from envelopay.enforcer.payment_store import Intent
+from envelopay.enforcer.payments import Payments
+from envelopay.enforcer.policy import fingerprint
+from envelopay.errors import RailError, StoreError, TransportError, UsageError
+from envelopay.rails.custodial import CustodialPayer, SignedPayment
+
+__all__ = ["approve", "execute", "recover", "reject", "run"]
+
+
+async def run(
+    p: Payments, intent_id: str, *, live: bool, agent: Agent | None = None, intent: Intent | None = None
+) -> PaymentDisposition:
+    """Drive one intent as far as it goes now. `live` is the first execution of a call
+    (crash hooks fire only there); otherwise this is recovery."""
+    try:
+        i = intent if intent is not None and intent.id == intent_id else await p.store.get(intent_id)
+        if i is None:
+            return PaymentDisposition(status="unknown", id=intent_id)
+        if i.id in p._active:  # another task of this process is executing it
+            return p.disposition(i)
+        p._active.add(i.id)
+        try:
+            async with p.lock_for(i.wallet_id):
+                i = await _advance(p, i, live)
+            if i.state == "PAID":
+                if live:
+                    p.crash("after_record")
+                i = await _deliver(p, i, live, agent)
+            return p.disposition(i)
+        finally:
+            p._active.discard(intent_id)
+    except StoreError as exc:
+        return PaymentDisposition(
+            status="unknown", code="store_error", reason=f"store error: {exc}", id=intent_id
+        )
+
+
+async def _reread(p: Payments, i: Intent) -> Intent:
+    fresh = await p.store.get(i.id)
+    assert fresh is not None  # intents are never deleted
+    return fresh
+
+
+async def _fail(p: Payments, i: Intent, code: str, reason: str) -> Intent:
+    """No money moved: FAILED, and the caps this intent took are handed back."""
+    if await p.store.fail(i.id, i.state, code, reason, p.clock()):
+        await p._give_back(i.agent_id, i.taken)
+    return await _reread(p, i)
+
+
+async def _advance(p: Payments, i: Intent, live: bool) -> Intent:
+    payer = p.payers.get(i.chain)
+    while True:
+        if i.state == "RESERVED":
+            if payer is None:
+                return await _fail(p, i, "unknown_asset", f"no rail pays on {i.chain} here")
+            i = await _sign(p, payer, i, live)
+            if i.state == "RESERVED":
+                return i  # nothing signed (cannot happen: _sign ends RESERVED only by failing)
+        elif i.state == "SIGNED":
+            # Never broadcast yet: BROADCAST is recorded before the bytes leave.
+            if not await p.store.mark_broadcast(i.id, p.clock()):
+                i = await _reread(p, i)
+                if i.state == "SIGNED":  # the agent was killed: kill beats the broadcast
+                    return await _fail(p, i, "killed", "agent killed before the payment was broadcast")
+                continue
+            i = await _broadcast(p, payer, replace(i, state="BROADCAST"), live)
+            if i.state == "BROADCAST":
+                return i
+        elif i.state == "BROADCAST":
+            assert payer is not None and i.tx_id is not None
+            try:
+                seen = await payer.lookup(i.tx_id)  # after a crash: the chain first
+            except TransportError as exc:
+                await p.store.note(i.id, "BROADCAST", f"chain unreachable: {exc}", p.clock())
+                return await _reread(p, i)
+            if seen == "confirmed":
+                i = await _paid(p, i)
+            elif seen == "failed":
+                return await _fail(p, i, "tx_failed", "the transaction failed on chain")
+            elif seen == "pending":
+                return i
+            else:  # missing: the same bytes once more (same signature: at most one payment)
+                i = await _broadcast(p, payer, i, live=False)
+                if i.state == "BROADCAST":
+                    return i
+        else:
+            return i
+
+
+async def _sign(p: Payments, payer: CustodialPayer, i: Intent, live: bool) -> Intent:
+    # The kill check is the recording of the signature itself (SIGNED requires ACTIVE):
+    # bytes signed for an agent killed meanwhile are dropped unsent.
+    sealed = await p.store.sealed(i.wallet_id, i.agent_id)
+    if p.vault is None or sealed is None:
+        return await _fail(p, i, "custody", "the wallet's key is not available to this enforcer")
+    try:
+        secret = p.vault.open_secret(sealed, agent_id=i.agent_id, wallet_id=i.wallet_id)
+    except VaultError as exc:
+        return await _fail(p, i, "custody", str(exc))
+    try:
+        signed = await payer.prepare(secret, token=i.token, amount=i.amount, recipient=i.wallet)
+    except RailError as exc:
+        return await _fail(p, i, exc.reason, str(exc)[:300])
+    except UsageError as exc:
+        return await _fail(p, i, "invalid_request", str(exc)[:300])
+    except TransportError as exc:
+        return await _fail(p, i, "rail_unavailable", f"nothing was signed: {exc}"[:300])
+    finally:
+        del secret
+    if not await p.store.mark_signed(i.id, signed.tx_id, signed.blob, p.clock()):
+        i = await _reread(p, i)
+        if i.state == "RESERVED":  # killed meanwhile: the signed bytes are dropped unsent
+            return await _fail(p, i, "killed", "agent killed before the payment was recorded")
+        return i
+    if live:
+        p.crash("after_sign")
+    return replace(i, state="SIGNED", tx_id=signed.tx_id, tx_blob=signed.blob)
+
+
+async def _broadcast(p: Payments, payer: CustodialPayer | None, i: Intent, live: bool) -> Intent:
+    assert payer is not None and i.tx_id is not None and i.tx_blob is not None
+    try:
+        outcome, detail = await payer.broadcast(SignedPayment(i.tx_id, i.tx_blob))
+    except TransportError as exc:
+        await p.store.note(i.id, "BROADCAST", f"broadcast not confirmed: {exc}", p.clock())
+        return await _reread(p, i)
+    if live:
+        p.crash("after_broadcast")
+    if outcome == "sent" and detail != "not yet confirmed":
+        return await _paid(p, i)
+    try:
+        seen = await payer.lookup(i.tx_id)
+    except TransportError as exc:
+        await p.store.note(i.id, "BROADCAST", f"chain unreachable: {exc}", p.clock())
+        return await _reread(p, i)
+    if seen == "confirmed":
+        return await _paid(p, i)
+    if seen == "pending" or outcome == "sent":
+        await p.store.note(i.id, "BROADCAST", "broadcast; not yet confirmed", p.clock())
+        return await _reread(p, i)
+    code = "expired" if outcome == "expired" else "tx_failed"
+    return await _fail(p, i, code, detail or code)
+
+
+async def _paid(p: Payments, i: Intent) -> Intent:
+    if await p.store.mark_paid(i.id, p.clock()):
+        return replace(i, state="PAID")
+    return await _reread(p, i)
+
+
+async def _deliver(p: Payments, i: Intent, live: bool, agent: Agent | None) -> Intent:
+    """The email leg, after the money moved: at least once, with the intent's Message-ID."""
+    if agent is None or agent.id != i.agent_id:
+        agent = await p.enforcer.store.agent_by_id(i.agent_id)
+    payer = p.payers.get(i.chain)
+    if agent is None or payer is None or i.tx_id is None:
+        return i
+    if i.request.get("mail") is None:  # a counter-leg: the caller sends its own email
+        if await p.store.mark_sent(i.id, "payment only: the caller sends the email", p.clock()):
+            return replace(i, state="SENT", reason="payment only: the caller sends the email")
+        return await _reread(p, i)
+    mail = dict(i.request["mail"])
+    body = dict(mail["body"])
+    proof = dict(payer.proof(i.tx_id))
+    if body.get("type") == "offer":
+        body["give"] = {**body["give"], "proof": proof}
+    else:
+        body["proof"] = proof
+    # The mail leg was validated with a placeholder proof when the intent was made; only the
+    # proof object differs now, so it is not validated again (compose still builds the model).
+    req = SendRequest(to=mail["to"], sender=mail["from"], msg_type=mail["type"], body=body,
+                      message_id=i.message_id)
+    # Recovery first asks whether the email already left (crash between its record and ours).
+    prior = None if live else await p.enforcer.store.send_by_message_id(agent.id, i.message_id)
+    if prior is None or prior.state != "SENT":
+        now = p.clock()
+        problem = await p.enforcer._transmit(agent, req, i.message_id, now)
+        if problem:
+            await p.store.note(i.id, "PAID", f"paid; the email is not delivered yet: {problem}"[:500], now)
+            return await _reread(p, i)
+        await p.enforcer.store.insert_send(
+            id=p.new_id(),
+            agent_id=agent.id,
+            state="SENT",
+            reason=f"pay-then-send {i.id}",
+            request=req,
+            fingerprint=fingerprint(req),
+            message_id=i.message_id,
+            now=p.clock(),
+        )
+    if await p.store.mark_sent(i.id, "", p.clock()):
+        return replace(i, state="SENT", reason="")
+    return await _reread(p, i)
+
+
+# -- approvals and recovery -------------------------------------------------------------
+
+
+async def approve(p: Payments, intent_id: str, by: str = "operator") -> PaymentDecision:
+    """PENDING → APPROVED (one conditional UPDATE that also requires an ACTIVE agent),
+    then execute. A second approve finds the row no longer PENDING: it pays once."""
+    i = await p.store.get(intent_id)
+    if i is None:
+        return PaymentDecision(ok=False, state="MISSING", detail="no such approval")
+    agent = await p.enforcer.store.agent_by_id(i.agent_id)
+    if agent is None or agent.killed:
+        return PaymentDecision(ok=False, state=i.state, detail="agent is killed: approval refused")
+    if not await p.store.approve(intent_id, by, p.clock()):
+        seen = await _reread(p, i)
+        detail = "agent is killed: approval refused" if seen.state == "PENDING" else "not pending"
+        return PaymentDecision(ok=False, state=seen.state, detail=detail)
+    return await execute(p, intent_id)
+
+
+async def execute(p: Payments, intent_id: str) -> PaymentDecision:
+    i = await p.store.get(intent_id)
+    if i is None:
+        return PaymentDecision(ok=False, state="MISSING", detail="no such approval")
+    if not await p.store.claim(intent_id, p.clock()):
+        i = await _reread(p, i)
+        if i.state == "APPROVED":  # the agent was killed after the approval: kill wins
+            i = await _fail(p, i, "killed", "agent killed before execution")
+            return PaymentDecision(ok=False, state=i.state, detail=i.reason, disposition=p.disposition(i))
+        return PaymentDecision(ok=False, state=i.state, detail="not approved")
+    d = await run(p, intent_id, live=True)
+    return PaymentDecision(
+        ok=d.status == "paid_and_sent", state=(d.state or "").upper(), detail=d.reason, disposition=d
+    )
+
+
+async def reject(
+    p: Payments, intent_id: str, by: str = "operator", reason: str = "rejected by operator"
+) -> PaymentDecision:
+    if not await p.store.reject(intent_id, by, reason, p.clock()):
+        i = await p.store.get(intent_id)
+        return PaymentDecision(ok=False, state=i.state if i else "MISSING", detail="not pending")
+    i = await p.store.get(intent_id)
+    assert i is not None
+    return PaymentDecision(ok=True, state="REJECTED", disposition=p.disposition(i))
+
+
+async def recover(p: Payments) -> int:
+    """At start, before serving: finish every intent a crash left in flight."""
+    count = 0
+    for i in await p.store.in_flight():
+        if i.state == "APPROVED":
+            await execute(p, i.id)
+        else:
+            await run(p, i.id, live=False)
+        count += 1
+    return count

@@ -1,0 +1,74 @@
+"""The custodial payer contract: how the spend enforcer pays from a wallet it holds.
+
+`Rail.pay()` signs and broadcasts in one step from the rail's own configured key. The
+enforcer needs the two apart, and the key passed in per payment, so that it can keep its
+"at most once, with recovery" promise: the signed transaction's id is recorded *before*
+it is broadcast, and after a crash the chain is asked about that id before anything else
+(the same signed bytes may be broadcast again; a second payment is never signed).
+
+A rail distribution offers this as `<package>.custody.make_payer(rail) -> CustodialPayer`.
+No chain library is imported here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from envelopay.rails.interface import AssetInfo
+
+__all__ = ["Broadcast", "ChainState", "CustodialPayer", "SignedPayment"]
+
+# What a broadcast did: "sent" (the network has it, or already had it), "expired" (it
+# can never land: its validity window has passed), "failed" (refused or failed on chain).
+Broadcast = Literal["sent", "expired", "failed"]
+# What the chain says of a transaction id.
+ChainState = Literal["confirmed", "failed", "pending", "missing"]
+
+
+@dataclass(frozen=True, slots=True)
+class SignedPayment:
+    """A signed, not yet broadcast payment. `blob` is the wire transaction: public once
+    broadcast, and no key material."""
+
+    tx_id: str
+    blob: bytes
+
+
+@runtime_checkable
+class CustodialPayer(Protocol):
+    chain: str
+
+    def asset(self, token: str) -> AssetInfo | None: ...
+
+    def assets(self) -> tuple[AssetInfo, ...]: ...
+
+    def new_secret(self) -> bytes:
+        """Fresh key material for a new wallet."""
+        ...
+
+    def address_of(self, secret: bytes) -> str:
+        """The wallet address of key material; ValueError (never echoing it) if invalid."""
+        ...
+
+    def valid_address(self, address: str) -> bool: ...
+
+    async def prepare(self, secret: bytes, *, token: str, amount: int, recipient: str) -> SignedPayment:
+        """Pre-check (funds) and sign; nothing leaves. RailError when it cannot be paid."""
+        ...
+
+    async def broadcast(self, payment: SignedPayment) -> tuple[Broadcast, str]:
+        """Hand the signed bytes to the network and wait for confirmation where it can;
+        (outcome, detail). Broadcasting the same bytes twice pays at most once."""
+        ...
+
+    async def lookup(self, tx_id: str) -> ChainState: ...
+
+    async def balances(self, address: str) -> dict[str, int]:
+        """Smallest-unit balances of the chain's known assets, by symbol."""
+        ...
+
+    def proof(self, tx_id: str) -> Mapping[str, Any]:
+        """The PAY proof object for a transaction id."""
+        ...

@@ -1,0 +1,104 @@
+"""Shared set-up for the spend enforcer tests: a LiteSVM chain, the Solana custodial
+payer over it, a vault, and agents with funded wallets and spend policies."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from solders.keypair import Keypair
+
+from envelopay.enforcer.core import Enforcer
+from envelopay.enforcer.custody import Vault
+from envelopay.enforcer.payment_store import PaymentStore
+from envelopay.enforcer.payments import Payments
+from envelopay.enforcer.spend import SpendLimit, SpendPolicy
+from envelopay_solana.custody import SolanaPayer
+from envelopay_solana.local import LocalSolana
+from envelopay_solana.rail import make_rail
+
+CHAIN = "solana-local"
+USDC = 1_000_000  # one USDC in smallest units
+VAULT_SECRET = b"test-vault-secret-0123456789abcdef"
+
+
+@dataclass
+class Kit:
+    chain: LocalSolana
+    payer: SolanaPayer
+    payments: Payments
+    enforcer: Enforcer
+
+    async def agent(
+        self,
+        name: str = "buyer",
+        *,
+        usdc: int = 100 * USDC,
+        limit: SpendLimit | None = None,
+        payees: tuple[str, ...] = ("partner.test",),
+        wallets: tuple[str, ...] = (),
+        require_invoice: bool = False,
+        allow: tuple[str, ...] = ("partner.test",),
+        hourly: int = 1000,
+        daily: int = 1000,
+    ) -> tuple[str, str]:
+        """(token, wallet address) of a new agent with a funded wallet and a policy."""
+        _, token = await self.enforcer.create_agent(
+            name, f"{name}@agents.test", allow=allow, hourly=hourly, daily=daily
+        )
+        wallet = await self.payments.create_wallet(name, CHAIN)
+        self.chain.airdrop(wallet.address, 10**9)
+        if usdc:
+            self.chain.mint_tokens(wallet.address, "USDC", usdc)
+        limits = {
+            f"{CHAIN}/USDC": limit or SpendLimit(per_payment=10 * USDC, hourly=50 * USDC, daily=50 * USDC)
+        }
+        policy = SpendPolicy(limits=limits, payees=payees, wallets=wallets, require_invoice=require_invoice)
+        assert await self.payments.set_policy(name, policy)
+        return token, wallet.address
+
+    def usdc_of(self, address: str) -> int:
+        from solders.pubkey import Pubkey
+
+        from envelopay_solana import tx as txb
+
+        asset = self.payer.asset("USDC")
+        assert asset is not None
+        return self.chain.token_balance(txb.ata(Pubkey.from_string(address), asset)) or 0
+
+    def payment_txs(self, payer_address: str) -> list[str]:
+        """Every successful transaction on the chain signed by `payer_address`."""
+        out = []
+        for sig, record in self.chain._records.items():
+            keys = record.doc["transaction"]["message"]["accountKeys"]
+            signer = keys[0]["pubkey"] if isinstance(keys[0], dict) else keys[0]
+            if signer == payer_address and record.doc["meta"]["err"] is None:
+                out.append(sig)
+        return out
+
+
+def payee_wallet() -> str:
+    return str(Keypair().pubkey())
+
+
+def pay_req(wallet: str, amount: int = USDC, key: str = "k1", **changes: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "to": "seller@partner.test",
+        "chain": CHAIN,
+        "token": "USDC",
+        "amount": str(amount),
+        "wallet": wallet,
+        "idempotency_key": key,
+    }
+    return {**base, **changes}
+
+
+async def make_kit(enforcer: Enforcer, *, chain: LocalSolana | None = None, **kw: Any) -> Kit:
+    chain = chain or LocalSolana()
+    payer = SolanaPayer(make_rail({"local_chain": chain}))
+    store = PaymentStore(enforcer.store)
+    await store.open()
+    payments = Payments(
+        enforcer, store, Vault(VAULT_SECRET), {CHAIN: payer}, crash_hook=lambda _p: None, **kw
+    )
+    return Kit(chain, payer, payments, enforcer)

@@ -1,0 +1,56 @@
+"""An enforcer process with the spend enforcer, for the crash tests (run as a script):
+
+    python payserver.py DB_PATH SOCKET SMTP_PORT RPC_URL
+
+It recovers every in-flight intent, then serves on the Unix socket and prints "ready".
+ENVELOPAY_ENFORCER_CRASH_AT (payments.CRASH_ENV) names the point where it SIGKILLs itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+
+async def main(db: str, sock: str, smtp_port: int, rpc_url: str) -> None:
+    from envelopay.enforcer.core import Enforcer, hash_token
+    from envelopay.enforcer.custody import Vault
+    from envelopay.enforcer.delivery import SmtpDeliverer
+    from envelopay.enforcer.payment_store import PaymentStore
+    from envelopay.enforcer.payments import Payments
+    from envelopay.enforcer.payments_exec import recover
+    from envelopay.enforcer.server import start_server
+    from envelopay.enforcer.store import SqliteStore
+    from envelopay.mail.smtp import SmtpConfig
+    from envelopay_solana.custody import SolanaPayer
+    from envelopay_solana.rail import make_rail
+
+    store = SqliteStore(db)
+    await store.open()
+    enforcer = Enforcer(
+        store,
+        SmtpDeliverer(SmtpConfig("127.0.0.1", smtp_port, security="none", max_attempts=1)),
+        operator_token_hash=hash_token("op"),
+    )
+    pstore = PaymentStore(store)
+    await pstore.open()
+    rail = make_rail(
+        {
+            "backend": "rpc",
+            "rpc_url": rpc_url,
+            "network": "local",
+            "confirm_timeout": 10,
+            "poll_interval": 0.01,
+        }
+    )
+    payments = Payments(
+        enforcer, pstore, Vault(b"test-vault-secret-0123456789abcdef"), {"solana-local": SolanaPayer(rail)}
+    )
+    await recover(payments)
+    _runner, _ = await start_server(enforcer, path=sock, payments=payments)
+    print("ready", flush=True)
+    await asyncio.Event().wait()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]))

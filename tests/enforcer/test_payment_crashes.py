@@ -1,0 +1,109 @@
+"""The enforcer SIGKILLed at each point of a payment (between intent and sign, sign and
+broadcast, broadcast and record, record and email), restarted each time, paying over a
+Solana JSON-RPC dev node both processes see: one transaction per intent on the chain,
+every intent ends paid and sent, and a retried call returns the first outcome."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import sys
+from pathlib import Path
+
+from envelopay.enforcer.core import Enforcer
+from envelopay.enforcer.payment_client import PaymentClient
+from envelopay.enforcer.payments import CRASH_ENV, CRASH_POINTS
+from envelopay.enforcer.store import SqliteStore
+from envelopay.errors import TransportError
+from envelopay.protocol.parse import parse
+from envelopay.testing.rpc_server import JsonRpcServer
+from envelopay_solana.devnode import solana_rpc_handler
+
+from .conftest import Sink
+from .paykit import USDC, make_kit, pay_req, payee_wallet
+
+SERVER = Path(__file__).with_name("payserver.py")
+
+
+async def _start(db: Path, sock: Path, sink: Sink, rpc: str, crash: str | None) -> asyncio.subprocess.Process:
+    env = {k: v for k, v in os.environ.items() if k != CRASH_ENV}
+    if crash:
+        env[CRASH_ENV] = crash
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(SERVER),
+        str(db),
+        str(sock),
+        str(sink.port),
+        rpc,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    line = await asyncio.wait_for(proc.stdout.readline(), 60)
+    assert line.strip() == b"ready", line
+    return proc
+
+
+async def test_sigkill_at_every_point_of_50_payments(tmp_path: Path, sink: Sink) -> None:
+    db, sock = tmp_path / "enf.db", tmp_path / "enf.sock"
+    store = SqliteStore(db)
+    await store.open()
+    from envelopay.enforcer.delivery import SmtpDeliverer
+    from envelopay.mail.smtp import SmtpConfig
+
+    local = Enforcer(
+        store, SmtpDeliverer(SmtpConfig("127.0.0.1", sink.port, security="none", max_attempts=1))
+    )
+    kit = await make_kit(local)
+    token, address = await kit.agent(usdc=100 * USDC)
+    to = payee_wallet()
+    rng = random.Random(14)
+    points: list[str | None] = [*CRASH_POINTS, None]
+    plan = [points[n % len(points)] for n in range(50)]
+    rng.shuffle(plan)
+    crashes = 0
+    async with JsonRpcServer(solana_rpc_handler(kit.chain)) as node:
+        proc = await _start(db, sock, sink, node.url, plan[0])
+        try:
+            for n, crash in enumerate(plan):
+                req = pay_req(to, USDC, key=f"crash{n}")
+                try:
+                    async with PaymentClient(str(sock), token, timeout=30) as client:
+                        first = await client.submit("pay", req)
+                except TransportError:
+                    first = None
+                if crash is None:
+                    assert first is not None and first.status == "paid_and_sent"
+                else:
+                    assert first is None, (crash, first)  # the process died at the point
+                    assert await asyncio.wait_for(proc.wait(), 30) == -9
+                    crashes += 1
+                nxt = plan[n + 1] if n + 1 < len(plan) else None
+                if crash is not None or nxt is not None:
+                    if proc.returncode is None:
+                        proc.kill()
+                        await proc.wait()
+                    proc = await _start(db, sock, sink, node.url, nxt)
+                # Recovery ran at start; the retried call answers with the one outcome.
+                async with PaymentClient(str(sock), token, timeout=30) as client:
+                    again = await client.submit("pay", req)
+                assert again.status == "paid_and_sent", (crash, again)
+                if first is not None:
+                    assert (again.id, again.tx_id) == (first.id, first.tx_id)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+    assert crashes == 40
+    intents = [i for i in await kit.payments.store.queue(1000)]
+    assert intents == []  # no payment was ever held
+    txs = kit.payment_txs(address)
+    rows = await store.execute_sql("SELECT state, tx_id, message_id FROM enf_payments", ())
+    assert len(rows) == 50 and {r[0] for r in rows} == {"SENT"}
+    assert len(txs) == 50 and set(txs) == {r[1] for r in rows}  # one transaction per intent
+    assert kit.usdc_of(to) == 50 * USDC
+    delivered = [parse(raw).message_id for _f, _t, raw in sink.messages]
+    assert {r[2] for r in rows} <= set(delivered)  # every PAY went out
+    await store.close()
