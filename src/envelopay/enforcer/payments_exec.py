@@ -198,7 +198,9 @@ async def _deliver(p: Payments, i: Intent, live: bool, agent: Agent | None) -> I
     prior = None if live else await p.enforcer.store.send_by_message_id(agent.id, i.message_id)
     if prior is None or prior.state != "SENT":
         now = p.clock()
-        problem = await p.enforcer._transmit(agent, req, i.message_id, now)
+        # The one check of what compose accepts, then sign, re-check kill, deliver.
+        composed = p.enforcer._compose(agent, req, i.message_id, now)
+        problem = composed if isinstance(composed, str) else await p.enforcer._transmit(agent, req, composed)
         if problem:
             await p.store.note(i.id, "PAID", f"paid; the email is not delivered yet: {problem}"[:500], now)
             return await _reread(p, i)
