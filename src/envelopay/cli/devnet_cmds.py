@@ -38,9 +38,10 @@ def register(app: typer.Typer) -> None:
         finalized_after: Annotated[int, typer.Option(help="Slots until a transaction is finalized.")] = 32,
         block_time: Annotated[float, typer.Option(help="Seconds per Base block.")] = 2.0,
         base_node: Annotated[str, typer.Option(help="auto (anvil if found) | anvil | eth-tester.")] = "auto",
+        detach: Annotated[bool, typer.Option(help="Run in the background (log: <home>/devnet.log).")] = False,
     ) -> None:
-        """Start the devnet in the foreground; Ctrl-C (or `envelopay devnet down`) stops it."""
-        from envelopay.devnet.run import DevnetOptions, run_devnet
+        """Start the devnet (in the foreground: Ctrl-C stops it; `envelopay devnet down` stops either)."""
+        from envelopay.devnet.run import DevnetOptions, describe, run_devnet, start_detached
         from envelopay.devnet.state import devnet_home
         from envelopay.errors import EnvelopayError
 
@@ -51,8 +52,22 @@ def register(app: typer.Typer) -> None:
                         "0 <= --confirmed-after <= --finalized-after")
         options = DevnetOptions(solana_port, base_port, slot_time, confirmed_after, finalized_after,
                                 block_time, base_node)
+        where = devnet_home(home)
+        if detach:
+            argv = ["devnet", "up", "--home", str(where), "--solana-port", str(solana_port), "--base-port",
+                    str(base_port), "--slot-time", str(slot_time), "--confirmed-after", str(confirmed_after),
+                    "--finalized-after", str(finalized_after), "--block-time", str(block_time),
+                    "--base-node", base_node]
+            try:
+                state = start_detached(where, argv)
+            except EnvelopayError as exc:
+                raise _fail(str(exc)) from exc
+            for line in describe(state):
+                typer.echo(line)
+            typer.echo("devnet up in the background; `envelopay devnet down` stops it")
+            return
         try:
-            asyncio.run(run_devnet(devnet_home(home), options, echo=typer.echo))
+            asyncio.run(run_devnet(where, options, echo=typer.echo))
         except EnvelopayError as exc:
             raise _fail(str(exc)) from exc
         except OSError as exc:  # a port in use, a directory we cannot write

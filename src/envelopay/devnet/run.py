@@ -17,7 +17,7 @@ from envelopay.devnet.chains import start_chains
 from envelopay.devnet.state import DevnetState, pid_alive, read_state, state_path, write_state
 from envelopay.errors import ConfigError
 
-__all__ = ["DevnetOptions", "describe", "probe", "run_devnet", "stop_devnet"]
+__all__ = ["DevnetOptions", "describe", "probe", "run_devnet", "start_detached", "stop_devnet"]
 
 REFRESH = 0.2  # seconds between looks at the agents registry
 
@@ -103,6 +103,36 @@ async def run_devnet(
             await chains.stop()
         await garden.stop()
         echo("devnet stopped")
+
+
+def start_detached(home: Path, argv: list[str], *, timeout: float = 60.0) -> DevnetState:
+    """Run `argv` (a `devnet up` without --detach) in its own session, output to
+    <home>/devnet.log, and return its state once it is up."""
+    import subprocess
+    import sys
+    import time
+
+    home.mkdir(parents=True, exist_ok=True)
+    running = _recorded_pid(home)
+    if running is not None and pid_alive(running):
+        raise ConfigError(f"a devnet already runs from {home} (pid {running}); `envelopay devnet down` first")
+    log = (home / "devnet.log").open("ab")
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "envelopay.cli", *argv], stdin=subprocess.DEVNULL,
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    finally:
+        log.close()
+    deadline = time.monotonic() + timeout
+    while True:
+        if _recorded_pid(home) == proc.pid:
+            return read_state(home)
+        if proc.poll() is not None:
+            tail = (home / "devnet.log").read_text(errors="replace")[-600:]
+            raise ConfigError(f"the devnet exited with {proc.returncode}:\n{tail}")
+        if time.monotonic() > deadline:
+            proc.terminate()
+            raise ConfigError(f"the devnet did not come up within {timeout}s (see {home / 'devnet.log'})")
+        time.sleep(0.05)
 
 
 def _recorded_pid(home: Path) -> int | None:
