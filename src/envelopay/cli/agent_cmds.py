@@ -33,13 +33,22 @@ def register(app: typer.Typer) -> None:
         address: _InitAddress = "agent@garden.local",
         directory: _InitDir = Path("."),
         force: _Force = False,
+        devnet: Annotated[bool, typer.Option("--devnet", help="Configure for the running devnet, register "
+                                             "with it and fund the wallets.")] = False,
+        fund: Annotated[bool, typer.Option(help="With --devnet: fund the new wallets.")] = True,
     ) -> None:
         """Write a configuration with local defaults and generate DKIM and wallet keys."""
-        from envelopay.node.init import init_agent
+        from envelopay.node.init import init_agent, init_devnet_agent
 
+        funded: list[str] = []
         with answers():
-            res = init_agent(directory, address=address, force=force)
+            if devnet:
+                res, funded = init_devnet_agent(directory, address=address, force=force, fund=fund)
+            else:
+                res = init_agent(directory, address=address, force=force)
         typer.echo(f"wrote {res.config}")
+        for line in funded:
+            typer.echo(line)
         typer.echo(f"solana-local wallet  {res.solana_wallet}")
         typer.echo(f"base-local wallet    {res.base_wallet}")
         typer.echo(f"DKIM DNS record      {res.dkim_txt}")
@@ -118,7 +127,7 @@ def _register_worker(app: typer.Typer) -> None:
     app.add_typer(worker, name="worker")
 
     @worker.command("serve")
-    def serve(config: _Config = Path("worker.toml"), garden: _Garden = False) -> None:
+    def serve(config: _Config = Path("envelopay.toml"), garden: _Garden = False) -> None:
         """Answer WHICH, ORDER, PAY and OFFER at the configured address until interrupted."""
         import asyncio
 

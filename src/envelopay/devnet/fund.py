@@ -110,10 +110,13 @@ async def fund(state: DevnetState, plan: FundPlan) -> list[Funded]:
                               [plan.solana_wallet, "USDC", plan.solana_usdc])
         done.append(Funded("solana-local", plan.solana_wallet, plan.lamports, plan.solana_usdc))
     if plan.base_wallet and (plan.wei or plan.base_usdc):
-        from envelopay_base.devchain import DevChain
+        from envelopay_base.devchain import DevChain, DevChainError
 
         async with DevChain(state.base.rpc_url) as dev:
-            await dev.fund(plan.base_wallet, eth=plan.wei, usdc=plan.base_usdc)
+            try:
+                await dev.fund(plan.base_wallet, eth=plan.wei, usdc=plan.base_usdc)
+            except DevChainError as exc:
+                raise UsageError(f"the devnet's Base node refused: {exc}") from exc
         done.append(Funded("base-local", plan.base_wallet, plan.wei, plan.base_usdc))
     return done
 
