@@ -31,8 +31,10 @@ def register(app: typer.Typer) -> None:
     @devnet.command("up")
     def up(
         home: _Home = None,
-        solana_port: Annotated[int, typer.Option(help="Solana JSON-RPC port (0: any free one).")] = 8899,
-        base_port: Annotated[int, typer.Option(help="Base JSON-RPC port (0: any free one).")] = 8545,
+        solana_port: Annotated[int, typer.Option(envvar="ENVELOPAY_DEVNET_SOLANA_PORT",
+                                                 help="Solana JSON-RPC port (0: any free one).")] = 8899,
+        base_port: Annotated[int, typer.Option(envvar="ENVELOPAY_DEVNET_BASE_PORT",
+                                               help="Base JSON-RPC port (0: any free one).")] = 8545,
         slot_time: Annotated[float, typer.Option(help="Seconds per Solana slot.")] = 0.4,
         confirmed_after: Annotated[int, typer.Option(help="Slots until a transaction is confirmed.")] = 2,
         finalized_after: Annotated[int, typer.Option(help="Slots until a transaction is finalized.")] = 32,
