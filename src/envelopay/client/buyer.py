@@ -132,7 +132,8 @@ async def follow(
     try:
         while loop.time() < deadline:
             for outcome in node.outcomes_since(cursor):
-                if outcome.flow_id == sent.flow_id:
+                # waiting: its proof is not final yet; the answer is the step after it.
+                if outcome.flow_id == sent.flow_id and outcome.status != "waiting":
                     msg = _inbound(node, outcome)
                     return Answer(msg, outcome)
             cursor = node.received
