@@ -3,7 +3,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTHON ?= python3
 
-.PHONY: install demo test lint services bench clean
+.PHONY: install demo test lint services bench clean devnet tools
 
 install: $(VENV)/.installed
 
@@ -15,6 +15,15 @@ $(VENV)/.installed: pyproject.toml rails/solana/pyproject.toml rails/base/pyproj
 
 demo: install
 	$(BIN)/envelopay demo
+
+# --- devnet (README "Two terminals"): anvil from npm when npm is here, else eth-tester ---
+tools:
+	@if command -v npm >/dev/null 2>&1 && [ ! -x tools/node_modules/.bin/anvil ]; then \
+	  cd tools && npm ci --no-audit --no-fund --silent; fi
+
+devnet: install tools
+	$(BIN)/envelopay devnet up --detach
+# --- end devnet ---
 
 services:
 	bash scripts/services.sh

@@ -481,11 +481,21 @@ def main() -> None:
                          "process.")
     ap.add_argument("--no-gc-freeze", action="store_true",
                     help="Leave the set-up heap to the cyclic collector (full collections rescan it).")
+    ap.add_argument("--devnet", action="store_true",
+                    help="Against `envelopay devnet` with real Solana timing (bench/devnet_worker.py): "
+                         "flows/s and PAY→FULFILL minus the chain's confirmation time; --flows default 40.")
     ap.add_argument("--role", choices=["chain", "worker"], help=argparse.SUPPRESS)
     ap.add_argument("--setup", help=argparse.SUPPRESS)
     args = ap.parse_args()
     global GC_FREEZE
     GC_FREEZE = not args.no_gc_freeze
+    if args.devnet:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from devnet_worker import run as run_devnet
+
+        flows = args.flows if "--flows" in sys.argv else 40
+        run_devnet(flows, args.concurrency)
+        return
     if args.role is not None:
         setup = json.loads(Path(args.setup).read_text())
         asyncio.run(chain_role(setup) if args.role == "chain" else worker_role(setup))

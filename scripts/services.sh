@@ -29,3 +29,14 @@ if ! psql -h 127.0.0.1 -U postgres -d test -Atc 'select 1' >/dev/null 2>&1; then
     || su postgres -c "createdb test"
 fi
 psql -h 127.0.0.1 -U postgres -d test -Atc 'select 1' >/dev/null
+
+# --- anvil (Foundry's EVM node) for the Base rail's node tests and `envelopay devnet` ---
+# From the npm registry, pinned by tools/package.json + package-lock.json, installed into
+# tools/node_modules (gitignored); envelopay_base.anvil.find_anvil() looks there first.
+tools_dir="$(cd "$(dirname "$0")/.." && pwd)/tools"
+if [ ! -x "$tools_dir/node_modules/.bin/anvil" ]; then
+  command -v npm >/dev/null 2>&1 || { echo "npm is needed to install anvil (apt-get install npm)" >&2; exit 1; }
+  (cd "$tools_dir" && npm ci --no-audit --no-fund --silent)
+fi
+"$tools_dir/node_modules/.bin/anvil" --version >/dev/null || { echo "anvil does not run" >&2; exit 1; }
+# --- end anvil ---

@@ -83,7 +83,7 @@ def test_checker_sees_a_violation(tmp_path: Path) -> None:
 # ------------------------------------------------------------------ rooms
 # The rooms of src/envelopay from the top of docs/DESIGN.md's layer diagram down. A
 # room imports only rooms of a lower rank (lazy imports inside functions included);
-# rooms of the same rank (worker, endpoints; dkim, testing; mail, ledger, config) do
+# rooms of the same rank (worker, endpoints; enforcer, devnet; dkim, testing; mail, ledger, config) do
 # not import each other. `agent` holds the deprecated re-export shims: it sits above
 # everything, and nothing else in src/ imports it.
 RANKS = {
@@ -95,6 +95,7 @@ RANKS = {
     "endpoints": 6,
     "engine": 5,
     "enforcer": 4,
+    "devnet": 4,
     "dkim": 3,
     "testing": 3,
     "mail": 2,

@@ -77,7 +77,10 @@ class AgentSection(_Section):
     dkim_selector: str = "ep1"
     dkim_key: str | None = None
     dkim_policy: Literal["required", "prefer", "off"] = "prefer"
-    dkim_dns: Literal["table", "resolver"] = "table"  # table: [dkim_records] below (garden)
+    # table: [dkim_records] below (garden); devnet: those, then every agent registered with
+    # the devnet at devnet_home (envelopay.devnet.registry)
+    dkim_dns: Literal["table", "resolver", "devnet"] = "table"
+    devnet_home: str | None = None
     worker_id: str | None = None  # stable across restarts of one worker process
     # The parse profile of this mailbox: "lenient" reads peers that bend the spec (SPEC.md
     # "Interop profile `lenient`"); each reading applied is listed in the Outcome.
@@ -214,6 +217,9 @@ class WorkerConfig(_Section):
     agent: AgentSection
     transport: TransportConfig = TransportConfig()
     rails: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    # How long a proof that is not final yet may wait (rails.finality.WaitPolicy.from_options:
+    # window, window_<chain>, first, factor, cap; seconds). wait = false in [agent]: refuse at once.
+    wait: dict[str, float] = Field(default_factory=dict)
     accept: list[AcceptedRail] = Field(default_factory=list)
     tasks: list[TaskConfig] = Field(default_factory=list)
     responders: list[ResponderConfig] = Field(default_factory=list)

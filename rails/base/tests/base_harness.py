@@ -1,5 +1,6 @@
-"""RailHarness implementations for the Base rail: eth-tester directly, and the RPC backend
-against a JSON-RPC dev node serving the same eth-tester chain over loopback HTTP."""
+"""RailHarness implementations for the Base rail: eth-tester directly, the RPC backend
+against a JSON-RPC dev node serving the same eth-tester chain over loopback HTTP, and
+`NodeHarness` over any dev node (anvil or eth-tester) driven only through JSON-RPC."""
 
 from __future__ import annotations
 
@@ -9,9 +10,13 @@ from typing import Any
 
 from eth_account import Account
 
-from envelopay.rails.interface import Rail
+from envelopay.rails.interface import AssetInfo, Expectation, Rail, Verdict
+from envelopay_base.assets import USDC_LOCAL
+from envelopay_base.devchain import DevChain
 from envelopay_base.local import LocalChain
 from envelopay_base.rail import BaseRail, erc20_transfer_data, make_rail
+
+from .nodes import RunningNode
 
 AMOUNTS = {"ETH": 10**15, "USDC": 2_500_000}
 
@@ -113,3 +118,111 @@ class BaseHarness:
     def unavailable_rail(self) -> Rail:
         return make_rail({"backend": "rpc", "rpc_url": closed_port_url(), "network": "local",
                           "chain_id": self.local.chain_id})
+
+
+class NextBlockRail:
+    """The rail under test, followed by one more block after each payment it makes.
+
+    A real chain keeps producing blocks; a dev node in automine mode only mines when a
+    transaction arrives, so a payment would sit at 1 confirmation forever. The kit
+    verifies at the default depth (2) right after paying; this gives it that block."""
+
+    def __init__(self, rail: BaseRail, dev: DevChain) -> None:
+        self.inner = rail
+        self._dev = dev
+        self.name = rail.name
+
+    @property
+    def chains(self) -> tuple[str, ...]:
+        return self.inner.chains
+
+    def assets(self) -> tuple[AssetInfo, ...]:
+        return self.inner.assets()
+
+    def proof_key(self, proof: dict[str, Any]) -> str:
+        return self.inner.proof_key(proof)
+
+    async def verify(self, proof: dict[str, Any], expectation: Expectation) -> Verdict:
+        return await self.inner.verify(proof, expectation)
+
+    async def pay(self, *, chain: str, token: str, amount: int, recipient: str) -> dict[str, Any]:
+        proof = await self.inner.pay(chain=chain, token=token, amount=amount, recipient=recipient)
+        await self._dev.mine(1)
+        return proof
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class NodeHarness:
+    """The conformance harness over a real JSON-RPC dev node (anvil or the eth-tester node),
+    driven only through JSON-RPC (`DevChain`); the node mines a block per transaction."""
+
+    native = "ETH"
+    tokens = ("USDC",)
+
+    def __init__(self, node: RunningNode, rail: BaseRail, payer: str) -> None:
+        self.node = node
+        self._rail = NextBlockRail(rail, node.dev)
+        self._payer = payer.lower()
+
+    @classmethod
+    async def start(cls, node: RunningNode) -> NodeHarness:
+        payer = Account.create()
+        await node.dev.fund(payer.address, eth=10**20, usdc=10**13)
+        rail = make_rail({"backend": "rpc", "rpc_url": node.url, "network": "local",
+                          "chain_id": node.chain_id, "keypair": bytes(payer.key), "poll_interval": 0.01})
+        return cls(node, rail, payer.address)
+
+    @property
+    def rail(self) -> Rail:
+        return self._rail
+
+    @property
+    def chain(self) -> str:
+        return "base-local"
+
+    @property
+    def payer(self) -> str:
+        return self._payer
+
+    def amount(self, token: str) -> int:
+        return AMOUNTS[token]
+
+    def new_wallet(self) -> str:
+        return str(Account.create().address)
+
+    async def failed_payment(self, token: str, amount: int, recipient: str) -> dict[str, Any]:
+        poor = Account.create()
+        await self.node.dev.fund(poor.address, eth=10**17)
+        tx: dict[str, Any] = {"type": 2, "chainId": self.node.chain_id, "nonce": 0, "maxFeePerGas": 10**10,
+                              "maxPriorityFeePerGas": 10**9, "to": USDC_LOCAL, "gas": 100_000}
+        if token == "ETH":
+            tx.update(value=amount, data=b"")
+        else:
+            tx.update(value=0, data=erc20_transfer_data(recipient, amount))
+        tx_hash = await self.node.dev.send_raw(bytes(poor.sign_transaction(tx).raw_transaction))
+        receipt = await self.node.dev.wait_receipt(tx_hash)
+        assert int(receipt["status"], 16) == 0, "the harness's failed payment must revert"
+        await self.node.dev.mine(1)
+        return {"tx": tx_hash}
+
+    async def unconfirmed_payment(self, token: str, amount: int, recipient: str) -> dict[str, Any]:
+        # The inner rail: only the transaction's own block, 1 of 2 confirmations.
+        return await self._rail.inner.pay(chain=self.chain, token=token, amount=amount, recipient=recipient)
+
+    async def make_final(self, proof: dict[str, Any]) -> None:
+        await self.node.dev.mine(1)
+
+    def unknown_proof(self) -> dict[str, Any]:
+        return {"tx": "0x" + os.urandom(32).hex()}
+
+    def malformed_proofs(self) -> list[dict[str, Any]]:
+        return BaseHarness.malformed_proofs(self)  # type: ignore[arg-type]
+
+    def proof_spellings(self, proof: dict[str, Any]) -> list[dict[str, Any]]:
+        return BaseHarness.proof_spellings(self, proof)  # type: ignore[arg-type]
+
+    def unavailable_rail(self) -> Rail:
+        return make_rail({"backend": "rpc", "rpc_url": closed_port_url(), "network": "local",
+                          "chain_id": self.node.chain_id})

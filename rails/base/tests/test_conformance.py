@@ -1,5 +1,6 @@
 """The Base rail passes the envelopay.testing.rails conformance kit on both backends:
-eth-tester directly, and JSON-RPC against a dev node serving the same eth-tester chain."""
+eth-tester directly, and JSON-RPC against a dev node serving the same eth-tester chain;
+and over JSON-RPC against a real node, anvil, next to the eth-tester node driven the same way."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from envelopay.testing.rpc_server import JsonRpcServer
 from envelopay_base.devnode import base_rpc_handler
 from envelopay_base.local import LocalChain
 
-from .base_harness import BaseHarness
+from .base_harness import BaseHarness, NodeHarness
+from .nodes import NODE_KINDS, base_node
 
 
 @pytest.fixture(scope="module")
@@ -27,6 +29,17 @@ async def rpc_harness() -> AsyncIterator[BaseHarness]:
         harness = BaseHarness.rpc_backend(chain, node.url)
         yield harness
         await harness._rail.aclose()
+
+
+@pytest.mark.parametrize("kind", NODE_KINDS)
+async def test_rpc_node(kind: str) -> None:
+    """Every check on one node of each kind (one anvil start, not fourteen)."""
+    async with base_node(kind) as node:  # type: ignore[arg-type]
+        harness = await NodeHarness.start(node)
+        try:
+            assert await check_rail(lambda: harness) == list(RAIL_CHECKS)
+        finally:
+            await harness.rail.aclose()  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("name", list(RAIL_CHECKS))

@@ -33,13 +33,22 @@ def register(app: typer.Typer) -> None:
         address: _InitAddress = "agent@garden.local",
         directory: _InitDir = Path("."),
         force: _Force = False,
+        devnet: Annotated[bool, typer.Option("--devnet", help="Configure for the running devnet, register "
+                                             "with it and fund the wallets.")] = False,
+        fund: Annotated[bool, typer.Option(help="With --devnet: fund the new wallets.")] = True,
     ) -> None:
         """Write a configuration with local defaults and generate DKIM and wallet keys."""
-        from envelopay.node.init import init_agent
+        from envelopay.node.init import init_agent, init_devnet_agent
 
+        funded: list[str] = []
         with answers():
-            res = init_agent(directory, address=address, force=force)
+            if devnet:
+                res, funded = init_devnet_agent(directory, address=address, force=force, fund=fund)
+            else:
+                res = init_agent(directory, address=address, force=force)
         typer.echo(f"wrote {res.config}")
+        for line in funded:
+            typer.echo(line)
         typer.echo(f"solana-local wallet  {res.solana_wallet}")
         typer.echo(f"base-local wallet    {res.base_wallet}")
         typer.echo(f"DKIM DNS record      {res.dkim_txt}")
@@ -118,7 +127,7 @@ def _register_worker(app: typer.Typer) -> None:
     app.add_typer(worker, name="worker")
 
     @worker.command("serve")
-    def serve(config: _Config = Path("worker.toml"), garden: _Garden = False) -> None:
+    def serve(config: _Config = Path("envelopay.toml"), garden: _Garden = False) -> None:
         """Answer WHICH, ORDER, PAY and OFFER at the configured address until interrupted."""
         import asyncio
 
@@ -144,7 +153,7 @@ _Token = Annotated[str, typer.Option("--token", help="Symbol or contract address
 _Chain = Annotated[str, typer.Option("--chain", help="e.g. solana-local, base-local.")]
 
 
-def _client(config: Path, wait: bool, timeout: float, act: Act) -> NoReturn:
+def _client(config: Path, wait: bool, timeout: float, act: Act, then: Any = None) -> NoReturn:
     """Run one client action (validate → pay → send), follow it with --wait, say what happened."""
     from envelopay.client.commands import ClientRun, run
     from envelopay.protocol.compose import message_json
@@ -153,7 +162,8 @@ def _client(config: Path, wait: bool, timeout: float, act: Act) -> NoReturn:
         s = done.sent
         typer.echo(f"sent {done.kind} {s.message_id} (flow {s.flow_id}, state {s.state})")
 
-    res = run(_load(config), act, wait=wait, timeout=timeout, on_sent=say_sent, progress=typer.echo)
+    res = run(_load(config), act, wait=wait, timeout=timeout, on_sent=say_sent, progress=typer.echo,
+              then=then)
     if res.queued is not None:
         typer.echo(f"queued {res.kind} {res.sent.message_id} (flow {res.sent.flow_id}): not delivered yet: "
                    f"{res.queued}", err=True)
@@ -174,14 +184,14 @@ def _client(config: Path, wait: bool, timeout: float, act: Act) -> NoReturn:
 
 
 def _ask_with_task(kind: str, prefix: str, address: str, task: str | None, note: str | None, id: str | None,
-                   flow: str | None, config: Path, wait: bool, timeout: float) -> None:
+                   flow: str | None, config: Path, wait: bool, timeout: float, then: Any = None) -> None:
     """WHICH or ORDER: a message carrying a task (JSON)."""
     from envelopay.client import commands as c
 
     with answers():
         to = c.check_address(address)
         msg = c.draft(kind, id=c.new_id(prefix, id), task=c.parse_json_option(task, "--task"), note=note)
-        _client(config, wait, timeout, c.send(msg, to, flow))
+        _client(config, wait, timeout, c.send(msg, to, flow), then)
 
 
 def _register_client(app: typer.Typer) -> None:
@@ -196,9 +206,23 @@ def _register_client(app: typer.Typer) -> None:
     @app.command("order")
     def order(address: str, task: Annotated[str, typer.Option("--task", help="Task (JSON): name + fields.")],
               config: _Config = Path("envelopay.toml"), note: _Note = None, id: _Id = None,
-              flow: _Flow = None, wait: _Wait = False, timeout: _Timeout = 60.0) -> None:
-        """Order work from ADDRESS (ORDER → INVOICE or FULFILL)."""
-        _ask_with_task("order", "ord", address, task, note, id, flow, config, wait, timeout)
+              flow: _Flow = None, wait: _Wait = False, timeout: _Timeout = 60.0,
+              pay: Annotated[bool, typer.Option("--pay", help="Pay the INVOICE that answers, then wait "
+                                                "for FULFILL (implies --wait).")] = False,
+              max_amount: Annotated[str | None, typer.Option("--max-amount", help="With --pay: the most "
+                                                             "to pay (smallest units).")] = None) -> None:
+        """Order work from ADDRESS (ORDER → INVOICE or FULFILL; with --pay → PAY → FULFILL)."""
+        from envelopay.client import commands as c
+        from envelopay.errors import UsageError
+
+        then = None
+        if pay:
+            with answers():
+                if max_amount is not None and not (max_amount.isascii() and max_amount.isdigit()):
+                    raise UsageError("--max-amount: digits, in the asset's smallest unit")
+                then = c.pay_the_invoice(c.check_address(address),
+                                         int(max_amount) if max_amount is not None else None)
+        _ask_with_task("order", "ord", address, task, note, id, flow, config, wait or pay, timeout, then)
 
     @app.command("pay")
     def pay(address: str,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,8 @@ from envelopay.errors import RailError, UsageError
 from envelopay.mail.addresses import require_address
 from envelopay.node.wiring import AgentNode
 from envelopay.protocol.messages import Message
+from envelopay.rails.finality import progress_text, wait_final
+from envelopay.rails.interface import Expectation
 
 __all__ = ["Answer", "ClientApp", "build", "check_address", "follow", "parse_json_option", "pay_first"]
 
@@ -74,18 +77,42 @@ def check_address(value: str) -> str:
     return require_address(value, field="ADDRESS").lower()
 
 
+FINAL_WAIT = 120.0  # seconds pay_first waits for its own transaction to be final
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
 async def pay_first(
-    node: AgentNode, *, chain: str, token: str, amount: int, recipient: str
+    node: AgentNode, *, chain: str, token: str, amount: int, recipient: str,
+    final_wait: float = FINAL_WAIT, progress: Callable[[str], Any] = _stderr,
 ) -> dict[str, Any]:
-    """Move the money before the mail is composed (spec: "Settlement model")."""
+    """Move the money before the mail is composed (spec: "Settlement model"), then wait
+    until our own transaction is final by the rule the counterparty applies by default
+    (Solana `confirmed`, EVM 2 confirmations), showing progress, so the proof we send
+    is one it can accept at once. `final_wait=0` sends as soon as the chain took it."""
     rail = node.rails.get(chain)
     if rail is None:
         known = ", ".join(sorted(node.rails)) or "none"
         raise UsageError(f"--chain: no rail configured for {chain!r} (configured: {known})")
     try:
-        return await rail.pay(chain=chain, token=token, amount=amount, recipient=recipient)
+        proof = await rail.pay(chain=chain, token=token, amount=amount, recipient=recipient)
     except RailError as exc:
         raise UsageError(f"payment on {chain} failed: {exc}; nothing was sent") from exc
+    if final_wait <= 0:
+        return proof
+    expectation = Expectation(chain=chain, token=token, amount=amount, recipient=recipient)
+    verdict = await wait_final(rail, proof, expectation, timeout=final_wait,
+                               progress=lambda line: progress(f"waiting for {chain}: {line}"))
+    if verdict.status == "rejected":
+        raise UsageError(f"our payment on {chain} is not one the payee can accept ({verdict.reason}: "
+                         f"{verdict.detail}); proof {proof}; nothing was sent")
+    if verdict.ok:
+        progress(f"{chain}: final ({progress_text(verdict, expectation)})")
+    else:  # still not final: send anyway, the payee waits for it too
+        progress(f"{chain}: not final after {final_wait:g}s ({verdict.detail}); sending the proof")
+    return proof
 
 
 async def follow(
@@ -105,7 +132,8 @@ async def follow(
     try:
         while loop.time() < deadline:
             for outcome in node.outcomes_since(cursor):
-                if outcome.flow_id == sent.flow_id:
+                # waiting: its proof is not final yet; the answer is the step after it.
+                if outcome.flow_id == sent.flow_id and outcome.status != "waiting":
                     msg = _inbound(node, outcome)
                     return Answer(msg, outcome)
             cursor = node.received

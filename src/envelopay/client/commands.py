@@ -145,6 +145,32 @@ def _their_wallet(node: AgentNode, peer: str, ref: str, kind: str) -> str:
     return str(body["wallet"])
 
 
+Then = Callable[["AgentNode", Answer], Awaitable["Sent | None"]]
+
+
+def pay_the_invoice(to: str, max_amount: int | None) -> Then:
+    """`order --pay`: the INVOICE that answers our ORDER is paid (on its rail, to its
+    wallet, waiting until our transaction is final) and the PAY sent in the same flow.
+    More than `max_amount` → UsageError, nothing paid. Any other answer: nothing to do."""
+
+    async def then(node: AgentNode, answer: Answer) -> Sent | None:
+        from envelopay.protocol.messages import Invoice
+
+        invoice = answer.message
+        if not isinstance(invoice, Invoice) or answer.outcome is None or answer.outcome.flow_id is None:
+            return None
+        if max_amount is not None and invoice.amount > max_amount:
+            raise UsageError(f"--max-amount: the INVOICE asks {invoice.amount}, more than {max_amount}; "
+                             "nothing was paid")
+        proof = await pay_first(node, chain=invoice.chain, token=invoice.token, amount=invoice.amount,
+                                recipient=invoice.wallet)
+        pay_msg = draft("pay", id=new_id("pay", None), amount=invoice.amount, token=invoice.token,
+                        chain=invoice.chain, proof=proof, invoice_ref=invoice.id)
+        return await node.send(pay_msg, to, flow_id=answer.outcome.flow_id)
+
+    return then
+
+
 @dataclass(frozen=True)
 class ClientRun:
     """What one client command did: the message sent, whether it still waits in the
@@ -164,8 +190,10 @@ def run(
     timeout: float,
     on_sent: Callable[[ClientRun], None] = lambda _: None,
     progress: Callable[[str], None] = lambda _: None,
+    then: Then | None = None,
 ) -> ClientRun:
-    """Build the node, act (validate → pay → send), and with `wait` follow the flow."""
+    """Build the node, act (validate → pay → send), and with `wait` follow the flow;
+    `then` may answer the answer (e.g. pay the INVOICE), which is followed in turn."""
     from envelopay.node.wiring import build_node
 
     wallets = {(a.chain, a.token): a.wallet for a in cfg.accept}
@@ -183,6 +211,14 @@ def run(
             if not wait:
                 return done
             answer = await follow(node, sent, timeout=timeout, progress=progress)
+            if then is not None and answer.message is not None:
+                progress(f"received {answer.message.type.upper()} (flow {sent.flow_id})")
+                follow_up = await then(node, answer)
+                if follow_up is not None:
+                    done = ClientRun(follow_up.outbound.message.type.upper(), follow_up)
+                    on_sent(done)
+                    answer = await follow(node, follow_up, timeout=timeout, progress=progress)
+                    return ClientRun(done.kind, follow_up, answer=answer)
             return ClientRun(done.kind, sent, answer=answer)
         finally:
             await node.close()

@@ -47,6 +47,7 @@ from envelopay.engine.records import (
 )
 from envelopay.engine.refusals import Refusals
 from envelopay.engine.verify import verify_proof
+from envelopay.engine.waiting import park
 from envelopay.flows import Action, Direction, FlowKind, FlowState, Side, Step
 from envelopay.ledger.store import (
     Begin,
@@ -70,6 +71,7 @@ from envelopay.protocol.messages import (
     is_proof_carrying,
 )
 from envelopay.protocol.parsed import Parsed
+from envelopay.rails.finality import WaitPolicy
 from envelopay.rails.interface import Rail
 
 __all__ = ["DkimPolicy", "Engine"]
@@ -112,6 +114,7 @@ class Engine(Refusals):
         parser: Callable[[bytes], Parsed] = _default_parser,
         proof_window: timedelta | None = None,
         invoice_skew: timedelta | None = INVOICE_SKEW,
+        wait: WaitPolicy | None = None,
     ) -> None:
         self.store = store
         self.address = address.lower()
@@ -128,12 +131,13 @@ class Engine(Refusals):
         self.parser = parser
         self.proof_window = proof_window
         self.invoice_skew = invoice_skew
+        self.wait = wait  # None: a pending/unavailable proof is refused at once
 
     # ------------------------------------------------------------------ inbound
     async def handle(self, raw: bytes, *, dkim: DkimResult | None = None) -> Outcome:
         parsed = self.parser(raw)
         fallback = f"<sha256.{hashlib.sha256(raw).hexdigest()[:40]}@unidentified>"
-        return await self.handle_parsed(parsed, dkim=dkim, fallback_message_id=fallback)
+        return await self.handle_parsed(parsed, dkim=dkim, fallback_message_id=fallback, raw=raw)
 
     async def handle_parsed(
         self,
@@ -141,13 +145,16 @@ class Engine(Refusals):
         *,
         dkim: DkimResult | None = None,
         fallback_message_id: str | None = None,
+        raw: bytes | None = None,
     ) -> Outcome:
-        outcome = await self._handle_parsed(parsed, dkim, fallback_message_id)
+        """`raw`, when given, lets a proof that is not final yet wait in the ledger."""
+        outcome = await self._handle_parsed(parsed, dkim, fallback_message_id, raw)
         applied = lenient_warnings(parsed.warnings)  # counted per mailbox (profile = "lenient")
         return replace(outcome, lenient=applied) if applied and not outcome.lenient else outcome
 
     async def _handle_parsed(
-        self, parsed: Parsed, dkim: DkimResult | None, fallback_message_id: str | None
+        self, parsed: Parsed, dkim: DkimResult | None, fallback_message_id: str | None,
+        raw: bytes | None,
     ) -> Outcome:
         message_id = parsed.message_id or fallback_message_id
         sender = parsed.from_addr.lower() if parsed.from_addr else None
@@ -225,7 +232,7 @@ class Engine(Refusals):
                     now,
                 )
             else:
-                result = await self._step(parsed, message, message_id, sender, begin, proof_key, now)
+                result = await self._step(parsed, message, message_id, sender, begin, proof_key, now, raw)
             if result is not None:
                 return result
         raise RuntimeError(f"flow kept changing under {message_id}; gave up after retries")
@@ -282,6 +289,7 @@ class Engine(Refusals):
         begin: Begin,
         proof_key: ProofKey | None,
         now: datetime,
+        raw: bytes | None = None,
     ) -> Outcome | None:
         record, conflict = self._resolve(message, sender, begin, parsed)
         work: Work | None = None
@@ -329,6 +337,10 @@ class Engine(Refusals):
             )
 
         await self._run_actions(parsed, message, step, work, proof_key, now)
+        parked = park(self.store, self.wait, local=self.address, worker=self.worker_id, message_id=message_id,
+                      raw=raw, step=step, work=work, existed=work.version > 0, now=now)
+        if parked is not None:
+            return parked
         return await self._commit_work(
             parsed, message, message_id, sender, work, step, proof_key, in_entry, now
         )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal
 
 from envelopay.protocol.codes import OopsCode
@@ -21,6 +22,7 @@ OutcomeStatus = Literal[
     "ignored",  # not protocol mail, or nothing to answer
     "busy",  # another worker holds this message's claim; leave it for later
     "deferred",  # DKIM key lookup failed temporarily; leave it for later
+    "waiting",  # the proof is not final yet: parked in the ledger, looked at again (engine/waiting.py)
 ]
 Repeat = Literal["message_id", "retransmission"]
 
@@ -41,6 +43,7 @@ class Outcome:
     # The `lenient` interop profile's readings applied to this message (its `lenient:`
     # warnings, SPEC.md "Interop profile `lenient`"); empty under strict.
     lenient: tuple[str, ...] = ()
+    retry_at: datetime | None = None  # waiting: when the message is looked at again (not recorded)
 
     def to_json(self) -> dict[str, Any]:
         return {

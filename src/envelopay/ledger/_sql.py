@@ -16,6 +16,7 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
+from envelopay.ledger.deferrals import DeferralsMixin
 from envelopay.ledger.store import (
     Begin,
     CallRecord,
@@ -66,7 +67,7 @@ _OUTBOX_COLS = (
 _CALL_COLS = "call_id, local, peer, message_id, deadline, status, request, result, created_at, resolved_at"
 
 
-class SqlStore(ABC):
+class SqlStore(DeferralsMixin, ABC):
     lock_clause = ""  # " FOR UPDATE" where the backend has row locks
 
     # -- backend hooks

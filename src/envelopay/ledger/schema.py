@@ -60,9 +60,19 @@ CREATE INDEX ep_calls_pending ON ep_calls (status, deadline);
 CREATE INDEX ep_outbox_pending ON ep_outbox (status, seq);
 """
 
+# v9: deferred proofs (ledger/deferrals.py): messages whose payment is not final yet.
+_V9 = """
+CREATE TABLE ep_deferrals (
+    local TEXT NOT NULL, message_id TEXT NOT NULL, raw TEXT NOT NULL, first_seen {T} NOT NULL,
+    next_at {T} NOT NULL, deadline {T} NOT NULL, attempts INTEGER NOT NULL, last_status TEXT,
+    last_detail TEXT, PRIMARY KEY (local, message_id));
+CREATE INDEX ep_deferrals_due ON ep_deferrals (local, next_at);
+"""
+
 MIGRATIONS: tuple[tuple[int, str, str], ...] = (
     (1, "inbound, replay, proofs, flows, log, outbox", _V1),
     (2, "calls; outbox drain index", _V2),
+    (9, "deferred proofs", _V9),
 )
 
 MIGRATIONS_TABLE = (

@@ -1,4 +1,11 @@
-"""`envelopay init`: write a configuration with local defaults and generate its keys."""
+"""`envelopay init`: write a configuration with local defaults and generate its keys.
+
+`init --devnet` writes a configuration for the running devnet instead (envelopay.devnet):
+its garden socket and root, its chains over JSON-RPC (`backend = "rpc"`), DKIM keys
+looked up in the devnet's table, and registers the agent there (its addresses, DKIM
+record and wallets) so agents initialised one after another reach each other with no
+editing. It then funds the new wallets from the devnet's faucet (`DEVNET_FUNDS`).
+"""
 
 from __future__ import annotations
 
@@ -6,13 +13,17 @@ import re
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from envelopay.config import load_config
+from envelopay.config import WorkerConfig, load_config
 from envelopay.errors import ConfigError, UsageError
 from envelopay.mail.addresses import require_address
 from envelopay.node.keys import Entropy, GeneratedKeys, evm_address, generate_keys, solana_pubkey
 
-__all__ = ["InitResult", "init_agent", "render_config"]
+if TYPE_CHECKING:
+    from envelopay.devnet.state import DevnetState
+
+__all__ = ["InitResult", "init_agent", "init_devnet_agent", "render_config"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,12 +34,55 @@ class InitResult:
     dkim_txt: Path
 
 
+# What `init --devnet` gives each new agent from the faucet (whole units).
+DEVNET_FUNDS = {"sol": "1", "eth": "1", "usdc": "100"}
+
+
+def selector_for(address: str) -> str:
+    """One selector per agent: several agents of one garden share the domain."""
+    return re.sub(r"[^a-z0-9-]", "-", address.split("@")[0].lower()).strip("-") or "ep1"
+
+
 def render_config(
-    *, address: str, domain: str, solana_wallet: str, base_wallet: str, dkim_txt: str = ""
+    *, address: str, domain: str, solana_wallet: str, base_wallet: str, dkim_txt: str = "",
+    devnet: DevnetState | None = None,
 ) -> str:
     """The TOML `init` writes (paths relative to the config file)."""
-    # One selector per agent: several agents of one garden share the domain.
-    selector = re.sub(r"[^a-z0-9-]", "-", address.split("@")[0].lower()).strip("-") or "ep1"
+    selector = selector_for(address)
+    text = _render(address=address, domain=domain, solana_wallet=solana_wallet, base_wallet=base_wallet,
+                   dkim_txt=dkim_txt, selector=selector)
+    return text if devnet is None else _for_devnet(text, devnet, selector, domain)
+
+
+def _for_devnet(text: str, state: DevnetState, selector: str, domain: str) -> str:
+    """The local defaults, pointed at the running devnet."""
+    swaps = [
+        ('dkim_policy = "prefer"\n',
+         f'dkim_policy = "prefer"\ndkim_dns = "devnet"\ndevnet_home = "{state.home}"\n'),
+        ('garden_root = "var/garden"\n',
+         f'garden_root = "{state.garden_root}"\ngarden_socket = "{state.garden_socket}"\n'),
+        ('[rails.solana]\nbackend = "local"\n',
+         f'[rails.solana]\nbackend = "rpc"\nnetwork = "local"\nrpc_url = "{state.solana.rpc_url}"\n'),
+        ('[rails.base]\nbackend = "local"\n',
+         f'[rails.base]\nbackend = "rpc"\nnetwork = "local"\nrpc_url = "{state.base.rpc_url}"\n'
+         'poll_interval = 0.1\n'),
+        # Several agents share the devnet's garden: each gets its own responder address.
+        (f'address = "kv@{domain}"', f'address = "kv-{selector}@{domain}"'),
+        ("# peers' records here. With dkim_dns = \"resolver\" real DNS is used instead.",
+         "# peers' records here; the devnet's table (dkim_dns = \"devnet\") has every registered agent's."),
+    ]
+    for old, new in swaps:
+        if old not in text:
+            raise ConfigError(f"init --devnet: the template lost {old.strip()!r}")
+        text = text.replace(old, new, 1)
+    return text + (
+        "\n# How long a proof that is not final yet may wait before the OOPS (seconds; see SPEC.md).\n"
+        "[wait]\nwindow_solana = 60\nwindow_base = 120\n"
+    )
+
+
+def _render(*, address: str, domain: str, solana_wallet: str, base_wallet: str, dkim_txt: str,
+            selector: str) -> str:
     return f'''# envelopay agent configuration (written by `envelopay init`).
 # Paths are relative to this file. Keys in keys/ are for the LOCAL chains and garden.
 
@@ -98,8 +152,10 @@ def init_agent(
     address: str,
     force: bool = False,
     entropy: Entropy = secrets.token_bytes,
+    devnet: DevnetState | None = None,
 ) -> InitResult:
-    """Create DIRECTORY/envelopay.toml and DIRECTORY/keys/. Refuses to overwrite keys."""
+    """Create DIRECTORY/envelopay.toml and DIRECTORY/keys/. Refuses to overwrite keys.
+    With `devnet`, the config points at it and the agent is registered with it."""
     addr = require_address(address, field="--address").lower()
     domain = addr.rsplit("@", 1)[1]
     config = directory / "envelopay.toml"
@@ -124,11 +180,46 @@ def init_agent(
             solana_wallet=generated.solana_wallet,
             base_wallet=generated.base_wallet,
             dkim_txt=generated.dkim_txt.read_text().strip(),
+            devnet=devnet,
         )
     )
     (directory / "var").mkdir(exist_ok=True)
     try:
-        load_config(config)  # what we wrote must load: fail here, not at first use
+        cfg = load_config(config)  # what we wrote must load: fail here, not at first use
     except ConfigError as exc:
         raise ConfigError(f"init wrote an invalid config: {exc}") from exc
+    if devnet is not None:
+        register_with_devnet(devnet, cfg, generated.dkim_txt.read_text().strip())
     return InitResult(config, generated.solana_wallet, generated.base_wallet, generated.dkim_txt)
+
+
+def register_with_devnet(state: DevnetState, cfg: WorkerConfig, dkim_txt: str) -> None:
+    from envelopay.devnet.registry import AgentEntry, register_agent
+
+    a = cfg.agent
+    addresses = (a.address, *(r.address.lower() for r in cfg.responders))
+    wallets = {acc.chain: acc.wallet for acc in cfg.accept}
+    register_agent(Path(state.home), AgentEntry(
+        a.address, addresses, {f"{a.dkim_selector}._domainkey.{a.domain}": dkim_txt}, wallets))
+
+
+def init_devnet_agent(directory: Path, *, address: str, force: bool = False, fund: bool = True,
+                      home: Path | None = None) -> tuple[InitResult, list[str]]:
+    """`init --devnet`: the config for the running devnet, registered, wallets funded.
+    Returns the result and one line per funded wallet."""
+    import asyncio
+
+    from envelopay.devnet.fund import fund as give
+    from envelopay.devnet.fund import plan_funding
+    from envelopay.devnet.state import devnet_home, read_state
+
+    where = devnet_home(home)
+    state = read_state(where)
+    result = init_agent(directory, address=address, force=force, devnet=state)
+    lines: list[str] = []
+    if fund:
+        plan = plan_funding(where, address, chain=None, **DEVNET_FUNDS)
+        for item in asyncio.run(give(state, plan)):
+            lines.append(f"funded {item.chain} {item.wallet}: {item.native} native units, "
+                         f"{item.usdc} USDC units")
+    return result, lines

@@ -32,9 +32,11 @@ from envelopay.engine.outbox import (
 from envelopay.engine.transport import Transport
 from envelopay.errors import ConfigError
 from envelopay.ledger.store import Store
+from envelopay.node.deferrals import earliest
 from envelopay.node.transports import GardenTransport
 from envelopay.protocol.messages import Message
 from envelopay.protocol.parse import ParseOptions, parse
+from envelopay.rails.finality import WaitPolicy
 from envelopay.rails.interface import Rail
 
 __all__ = ["AgentNode", "build_node", "open_store"]
@@ -60,6 +62,7 @@ class AgentNode:
     _waiters: dict[str, asyncio.Future[Outcome]] = field(default_factory=dict)
     _seen: dict[str, Outcome] = field(default_factory=dict)
     _draining: set[asyncio.Task[Any]] = field(default_factory=set)
+    next_deferral: datetime | None = None  # the earliest look again this node asked for
 
     @property
     def address(self) -> str:
@@ -92,7 +95,9 @@ class AgentNode:
                 self._drain_behind()
             else:
                 await self.drainer.drain()
-        if outcome.message_id is not None and outcome.status not in ("busy", "deferred"):
+        if outcome.status == "waiting":
+            self.next_deferral = earliest(self.next_deferral, outcome.retry_at)
+        if outcome.message_id is not None and outcome.status not in ("busy", "deferred", "waiting"):
             self._seen[outcome.message_id] = outcome
             if len(self._seen) > RECENT:
                 del self._seen[next(iter(self._seen))]  # the oldest
@@ -148,6 +153,7 @@ class AgentNode:
         async def consume(_: Path, raw: bytes) -> bool:
             # busy/deferred: try again shortly (another worker's lease, a DNS hiccup);
             # still not handled: leave it in new/ (handled again at the next start).
+            # waiting: in the ledger now; serve_deferrals hands it back.
             for delay in self.retry_delays:
                 if delay:
                     await asyncio.sleep(delay)
@@ -156,21 +162,30 @@ class AgentNode:
                     return True
             return False
 
+        from envelopay.node.deferrals import serve_deferrals
+
+        waiting = asyncio.create_task(serve_deferrals(self, stop))
         try:
             await pump([self.maildir], consume, stop=stop)
         finally:
+            await waiting
             await self.settle()
 
     async def serve_imap(self, config: Any, stop: asyncio.Event) -> None:
         """Handle every message of an IMAP mailbox (IDLE); a message is flagged processed
         only after its step committed (busy/deferred: left for the next pass)."""
         from envelopay.mail.imap import ImapMessage, ImapSource
+        from envelopay.node.deferrals import serve_deferrals
 
         async def consume(msg: ImapMessage) -> bool:
             outcome = await self.receive(msg.raw)
             return outcome.status not in ("busy", "deferred")
 
-        await ImapSource(config).run(consume, stop)
+        waiting = asyncio.create_task(serve_deferrals(self, stop))
+        try:
+            await ImapSource(config).run(consume, stop)
+        finally:
+            await waiting
 
     async def close(self) -> None:
         if self.transport is not None:
@@ -205,7 +220,26 @@ def dns_for(cfg: WorkerConfig) -> DnsLookup:
 
     if cfg.agent.dkim_dns == "resolver":
         return dkim.resolver_dns()
-    return dkim.table_dns(dict(cfg.dkim_records))
+    table = dkim.table_dns(dict(cfg.dkim_records))
+    if cfg.agent.dkim_dns != "devnet":
+        return table
+    from envelopay.devnet.registry import devnet_dns
+    from envelopay.devnet.state import devnet_home
+
+    home = devnet_home(cfg.path(cfg.agent.devnet_home) if cfg.agent.devnet_home else None)
+    registered = devnet_dns(home)
+
+    async def lookup(name: str) -> str | None:
+        return await table(name) or await registered(name)
+
+    return lookup
+
+
+def wait_policy(cfg: WorkerConfig) -> WaitPolicy:
+    try:
+        return WaitPolicy.from_options(cfg.wait)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"config field wait: {exc}") from exc
 
 
 def build_node(
@@ -266,6 +300,7 @@ def build_node(
         dkim_policy=cfg.agent.dkim_policy,
         clock=clock,
         worker_id=cfg.agent.worker_id,
+        wait=wait_policy(cfg),
         **engine_kw,
     )
     # A pool of garden connections lets the drain deliver replies of several flows at

@@ -31,10 +31,13 @@ class JsonRpcFault(Exception):
 class JsonRpcServer:
     """`async with JsonRpcServer(handler, delay=0.05) as srv: ... srv.url ...`"""
 
-    def __init__(self, handler: Handler, *, delay: float = 0.0, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self, handler: Handler, *, delay: float = 0.0, host: str = "127.0.0.1", port: int = 0
+    ) -> None:
         self._handler = handler
         self._delay = delay
         self._host = host
+        self._port = port  # 0: a free one
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -42,7 +45,7 @@ class JsonRpcServer:
         self.url = ""
 
     async def start(self) -> str:
-        self._server = await asyncio.start_server(self._serve, self._host, 0, backlog=1024)
+        self._server = await asyncio.start_server(self._serve, self._host, self._port, backlog=1024)
         port = self._server.sockets[0].getsockname()[1]
         self.url = f"http://{self._host}:{port}/"
         return self.url

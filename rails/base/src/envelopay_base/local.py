@@ -91,16 +91,19 @@ class LocalChain:
         account = Account.from_key(self._rng(32))
         return str(account.address), "0x" + bytes(account.key).hex()
 
-    def fund(self, address: str, *, eth: int = 0, usdc: int = 0) -> None:
-        """Faucet: send `eth` wei and mint `usdc` smallest units to `address`."""
+    def fund(self, address: str, *, eth: int = 0, usdc: int = 0) -> list[str]:
+        """Faucet: send `eth` wei and mint `usdc` smallest units to `address`; the hashes."""
         from web3 import Web3
         from web3.types import Wei
 
         to = Web3.to_checksum_address(address)
+        hashes: list[bytes] = []
         if eth:
-            self.w3.eth.send_transaction({"from": self.faucet, "to": to, "value": Wei(eth)})
+            sent = self.w3.eth.send_transaction({"from": self.faucet, "to": to, "value": Wei(eth)})
+            hashes.append(bytes(sent))
         if usdc:
-            self.token.functions.mint(to, usdc).transact({"from": self.faucet})
+            hashes.append(bytes(self.token.functions.mint(to, usdc).transact({"from": self.faucet})))
+        return ["0x" + h.hex() for h in hashes]
 
     def mine(self, blocks: int = 1) -> None:
         self.tester.mine_blocks(blocks)

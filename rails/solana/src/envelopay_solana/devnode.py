@@ -6,13 +6,24 @@ signed transactions on LiteSVM::
 
     async with JsonRpcServer(solana_rpc_handler(chain)) as node:
         rail = make_rail({"backend": "rpc", "rpc_url": node.url, "network": "local", ...})
+
+With a `SlotClock` (`solana_rpc_handler(chain, clock)`, run `clock.run()` on the serving
+loop) slots advance on a clock, 400 ms by default as on mainnet, and a transaction is
+`processed` in the slot it lands in, `confirmed` `confirmed_after` slots later and
+`finalized` `finalized_after` slots later (mainnet: about 1-2 and 32 slots). Without
+one, every transaction is finalized at once (the demo's instant chain).
+
+Dev-only methods for `envelopay fund`: `requestAirdrop` (as solana-test-validator) and
+`envelopay_mintTokens(wallet, symbol, amount)`, which the faucet mints.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from solders.pubkey import Pubkey
@@ -25,10 +36,61 @@ from envelopay_solana.verify import COMMITMENT_RANK
 
 INVALID_PARAMS = -32602
 PREFLIGHT_FAILURE = -32002
+SLOT_TIME = 0.4  # seconds, mainnet's target
+CONFIRMED_AFTER = 2  # slots until a supermajority has voted (mainnet: ~1-2)
+FINALIZED_AFTER = 32  # slots until rooted (mainnet: 31+ confirmed blocks on top)
 
 
-def solana_rpc_handler(chain: LocalSolana) -> Callable[[str, list[Any]], Any]:
-    """A JSON-RPC handler answering from `chain` (see JsonRpcServer)."""
+@dataclass
+class SlotClock:
+    """Slots on a clock, and commitment that lags the slot a transaction landed in."""
+
+    chain: LocalSolana
+    slot_time: float = SLOT_TIME
+    confirmed_after: int = CONFIRMED_AFTER
+    finalized_after: int = FINALIZED_AFTER
+    _young: dict[str, int] = field(default_factory=dict)  # signature → slot, not yet finalized
+
+    def __post_init__(self) -> None:
+        if self.slot_time <= 0 or not 0 <= self.confirmed_after <= self.finalized_after:
+            raise ValueError("slot_time > 0 and 0 <= confirmed_after <= finalized_after")
+        self.chain.slot_clocked = True
+
+    def send(self, tx: Transaction) -> str:
+        result = self.chain.send(tx, commitment="processed")
+        if self.chain.lookup(result.signature)[0] is not None:
+            self._young[result.signature] = self.chain.slot()
+            self._settle(self.chain.slot())
+        return result.signature
+
+    def tick(self) -> None:
+        self._settle(self.chain.advance_slot())
+
+    def _settle(self, slot: int) -> None:
+        for signature, landed in list(self._young.items()):
+            age = slot - landed
+            if age >= self.finalized_after:
+                self.chain.set_commitment(signature, "finalized")
+                del self._young[signature]
+            elif age >= self.confirmed_after:
+                self.chain.set_commitment(signature, "confirmed")
+
+    def confirmations(self, signature: str) -> int | None:
+        landed = self._young.get(signature)
+        return None if landed is None else self.chain.slot() - landed
+
+    async def run(self) -> None:
+        """Advance a slot every `slot_time` seconds until cancelled (one slot after a stall)."""
+        loop = asyncio.get_running_loop()
+        next_at = loop.time() + self.slot_time
+        while True:
+            await asyncio.sleep(max(0.0, next_at - loop.time()))
+            self.tick()
+            next_at = max(next_at + self.slot_time, loop.time())
+
+
+def solana_rpc_handler(chain: LocalSolana, clock: SlotClock | None = None) -> Callable[[str, list[Any]], Any]:
+    """A JSON-RPC handler answering from `chain` (see JsonRpcServer), timed by `clock` if given."""
 
     def context() -> dict[str, Any]:
         return {"slot": chain.svm.get_clock().slot, "apiVersion": "2.1.0"}
@@ -57,7 +119,9 @@ def solana_rpc_handler(chain: LocalSolana) -> Callable[[str, list[Any]], Any]:
             if doc is None:
                 out.append(None)
                 continue
-            out.append({"slot": doc["slot"], "confirmations": None if reached == "finalized" else 0,
+            depth = None if clock is None else clock.confirmations(str(sig))
+            out.append({"slot": doc["slot"],
+                        "confirmations": None if reached == "finalized" else (depth or 0),
                         "err": doc["meta"]["err"], "status": doc["meta"]["status"],
                         "confirmationStatus": reached})
         return {"context": context(), "value": out}
@@ -102,7 +166,21 @@ def solana_rpc_handler(chain: LocalSolana) -> Callable[[str, list[Any]], Any]:
                 logs = list(sim.meta().logs())
                 raise JsonRpcFault(PREFLIGHT_FAILURE, f"Transaction simulation failed: {sim.err()}",
                                    {"err": str(sim.err()), "logs": logs})
-        return chain.send(tx).signature
+        return chain.send(tx).signature if clock is None else clock.send(tx)
+
+    def request_airdrop(params: list[Any]) -> Any:
+        wallet = pubkey(params[0])
+        chain.airdrop(wallet, int(params[1]))
+        return str(wallet)  # LiteSVM airdrops carry no signature to report
+
+    def mint_tokens(params: list[Any]) -> Any:
+        symbol = str(params[1]).upper()
+        if symbol not in chain.mints:
+            raise JsonRpcFault(INVALID_PARAMS, f"Invalid param: no local mint {symbol}")
+        return str(chain.mint_tokens(pubkey(params[0]), symbol, int(params[2])))
+
+    def get_slot(params: list[Any]) -> Any:
+        return chain.slot()
 
     methods: dict[str, Callable[[list[Any]], Any]] = {
         "getTransaction": get_transaction,
@@ -112,13 +190,16 @@ def solana_rpc_handler(chain: LocalSolana) -> Callable[[str, list[Any]], Any]:
         "getAccountInfo": get_account_info,
         "getLatestBlockhash": get_latest_blockhash,
         "sendTransaction": send_transaction,
+        "requestAirdrop": request_airdrop,
+        "envelopay_mintTokens": mint_tokens,
+        "getSlot": get_slot,
     }
 
     def handle(method: str, params: list[Any]) -> Any:
         fn = methods.get(method)
         if fn is None:
             raise JsonRpcFault(-32601, "Method not found")
-        if method not in ("getLatestBlockhash",) and not params:
+        if method not in ("getLatestBlockhash", "getSlot") and not params:
             raise JsonRpcFault(INVALID_PARAMS, "Invalid params")
         return fn(params)
 

@@ -78,6 +78,7 @@ class LocalSolana:
         self._clock = clock or (lambda: datetime.now(UTC))
         self._records: dict[str, _Record] = {}
         self._lock = threading.RLock()  # LiteSVM is not thread-safe; callers may use threads
+        self.slot_clocked = False  # True while a slot clock (devnode.SlotClock) advances slots
         self.faucet = Keypair.from_seed(FAUCET_SEED)
         self.airdrop(self.faucet.pubkey(), 100_000 * LAMPORTS_PER_SOL)
         self.mints: dict[str, tuple[Pubkey, Pubkey]] = {}  # symbol → (mint, token program)
@@ -165,13 +166,31 @@ class LocalSolana:
 
     # -- writes -----------------------------------------------------------------------
 
-    def send(self, tx: Transaction, *, commitment: str = "finalized") -> SendResult:
-        """Execute a signed transaction in a new slot at the clock's time; record it
-        (successful or failed, as a node would) and return its signature and status."""
+    def slot(self) -> int:
+        with self._lock:
+            return int(self.svm.get_clock().slot)
+
+    def advance_slot(self) -> int:
+        """Move to the next slot at the clock's time (a slot clock calls this); the new slot."""
+        with self._lock:
+            old = self.svm.get_clock()
+            slot = old.slot + 1
+            self.svm.set_clock(Clock(slot, old.epoch_start_timestamp, old.epoch,
+                                     old.leader_schedule_epoch, int(self._clock().timestamp())))
+            return int(slot)
+
+    def send(
+        self, tx: Transaction, *, commitment: str = "finalized", new_slot: bool | None = None
+    ) -> SendResult:
+        """Execute a signed transaction in a new slot (or the current one: the default
+        when a slot clock drives the chain, see `slot_clocked`) at the clock's time;
+        record it (successful or failed, as a node would), return its signature and status."""
         with self._lock:
             now = int(self._clock().timestamp())
             old = self.svm.get_clock()
-            slot = old.slot + 1
+            if new_slot is None:
+                new_slot = not self.slot_clocked
+            slot = old.slot + 1 if new_slot else old.slot
             self.svm.set_clock(Clock(slot, old.epoch_start_timestamp, old.epoch,
                                      old.leader_schedule_epoch, now))
             keys = [str(k) for k in tx.message.account_keys]

@@ -1,0 +1,135 @@
+"""`envelopay fund`: the devnet's faucet (it refuses anything but the devnet's own nodes).
+
+A target is an agent address registered with the devnet (its wallets on both chains)
+or a bare wallet: base58 → Solana, 0x… → Base. Amounts are whole units as a person
+types them ("1", "0.5", "100"): SOL (9 decimals), ETH (18), USDC (6 on both chains).
+Funding a wallet with USDC alone also gives it a little native coin for fees
+(`FEE_SOL`, `FEE_ETH`), so a funded wallet can pay at once.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+
+from envelopay.devnet import registry
+from envelopay.devnet.state import DevnetState
+from envelopay.errors import UsageError
+
+__all__ = ["FundPlan", "Funded", "fund", "plan_funding", "to_units"]
+
+FEE_SOL = 10_000_000  # 0.01 SOL in lamports
+FEE_ETH = 10**16  # 0.01 ETH in wei
+_SOLANA = re.compile(r"^[1-9A-HJ-NP-Za-km-z]{32,44}$")
+_EVM = re.compile(r"^0x[0-9a-fA-F]{40}$")
+
+
+def to_units(amount: str | None, decimals: int, what: str) -> int:
+    """'1.5' → smallest units; None → 0. UsageError for anything else."""
+    if amount is None:
+        return 0
+    try:
+        value = Decimal(amount)
+    except InvalidOperation:
+        raise UsageError(f"--{what}: {amount!r} is not a number") from None
+    units = value * (Decimal(10) ** decimals)
+    if not value.is_finite() or value < 0 or units != units.to_integral_value():
+        raise UsageError(f"--{what}: {amount!r} is not a non-negative amount "
+                         f"with at most {decimals} decimals")
+    return int(units)
+
+
+@dataclass(frozen=True, slots=True)
+class FundPlan:
+    solana_wallet: str | None
+    base_wallet: str | None
+    lamports: int
+    solana_usdc: int
+    wei: int
+    base_usdc: int
+
+
+@dataclass(frozen=True, slots=True)
+class Funded:
+    chain: str
+    wallet: str
+    native: int
+    usdc: int
+
+
+def plan_funding(
+    home: Path, target: str, *, sol: str | None, eth: str | None, usdc: str | None, chain: str | None
+) -> FundPlan:
+    if chain not in (None, "solana", "base"):
+        raise UsageError("--chain: solana or base")
+    if "@" in target:
+        wallets = registry.find_agent(home, target).wallets
+        solana, base = wallets.get("solana-local"), wallets.get("base-local")
+    elif _SOLANA.match(target):
+        solana, base = target, None
+    elif _EVM.match(target):
+        solana, base = None, target
+    else:
+        raise UsageError(f"{target!r} is neither a registered agent address nor a Solana or Base wallet")
+    if chain == "solana":
+        base = None
+    elif chain == "base":
+        solana = None
+    lamports, wei, cents = to_units(sol, 9, "sol"), to_units(eth, 18, "eth"), to_units(usdc, 6, "usdc")
+    if sol is not None and solana is None:
+        raise UsageError("--sol: the target has no Solana wallet")
+    if eth is not None and base is None:
+        raise UsageError("--eth: the target has no Base wallet")
+    if not (lamports or wei or cents):
+        raise UsageError("nothing to fund: give --sol, --eth or --usdc")
+    return FundPlan(
+        solana, base,
+        lamports or (FEE_SOL if cents and solana else 0), cents if solana else 0,
+        wei or (FEE_ETH if cents and base else 0), cents if base else 0,
+    )
+
+
+async def fund(state: DevnetState, plan: FundPlan) -> list[Funded]:
+    """Carry out `plan` on the devnet's nodes; returns what each wallet received."""
+    import httpx
+
+    from envelopay.devnet.state import pid_alive
+
+    if not pid_alive(state.pid):
+        raise UsageError("the devnet is not running: `envelopay devnet up` first")
+    done: list[Funded] = []
+    if plan.solana_wallet and (plan.lamports or plan.solana_usdc):
+        async with httpx.AsyncClient(timeout=10.0) as client:
+            if plan.lamports:
+                await _solana(client, state.solana.rpc_url, "requestAirdrop",
+                              [plan.solana_wallet, plan.lamports])
+            if plan.solana_usdc:
+                await _solana(client, state.solana.rpc_url, "envelopay_mintTokens",
+                              [plan.solana_wallet, "USDC", plan.solana_usdc])
+        done.append(Funded("solana-local", plan.solana_wallet, plan.lamports, plan.solana_usdc))
+    if plan.base_wallet and (plan.wei or plan.base_usdc):
+        from envelopay_base.devchain import DevChain, DevChainError
+
+        async with DevChain(state.base.rpc_url) as dev:
+            try:
+                await dev.fund(plan.base_wallet, eth=plan.wei, usdc=plan.base_usdc)
+            except DevChainError as exc:
+                raise UsageError(f"the devnet's Base node refused: {exc}") from exc
+        done.append(Funded("base-local", plan.base_wallet, plan.wei, plan.base_usdc))
+    return done
+
+
+async def _solana(client: object, url: str, method: str, params: list[object]) -> object:
+    import httpx
+
+    assert isinstance(client, httpx.AsyncClient)
+    try:
+        ask = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+        doc = (await client.post(url, json=ask)).json()
+    except (httpx.HTTPError, ValueError) as exc:
+        raise UsageError(f"the devnet's Solana node at {url} did not answer: {exc}") from exc
+    if not isinstance(doc, dict) or doc.get("error"):
+        raise UsageError(f"{method} refused: {doc.get('error') if isinstance(doc, dict) else doc}")
+    return doc.get("result")

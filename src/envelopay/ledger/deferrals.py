@@ -1,0 +1,133 @@
+"""Deferred proofs: inbound messages whose payment is found but not yet final (or whose
+chain cannot be asked), kept in the ledger while the worker waits for the chain.
+
+A deferred message is neither answered nor spent: its inbound claim stays `claimed`
+(with an expired lease, so any worker of the address may take it over, after a
+restart too), its (sender, id) and its proof stay held by it, and a row here keeps
+the raw message, when it was first seen, when to look again and when to give up.
+The worker's wait loop takes due rows (`deferrals_take`, which pushes each taken row's
+`next_at` forward so two workers do not both take it) and hands the raw message to the
+engine again. A row whose message got its outcome is skipped by `deferrals_take` and
+removed by `deferral_clear`.
+
+`DeferralsMixin` implements it for every `SqlStore` (SQLite and PostgreSQL) with the
+portable SQL of schema v5.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = ["Deferral", "DeferralStore", "DeferralsMixin"]
+
+
+@dataclass(frozen=True, slots=True)
+class Deferral:
+    local: str
+    message_id: str
+    raw: bytes
+    first_seen: datetime
+    next_at: datetime
+    deadline: datetime
+    attempts: int = 0
+    last_status: str = ""  # the last verdict: "pending" | "unavailable"
+    last_detail: str = ""
+
+
+@runtime_checkable
+class DeferralStore(Protocol):
+    def defer(self, deferral: Deferral, *, worker: str, now: datetime) -> bool:
+        """Record (or update) a deferral and expire the message's lease; False when the
+        message is not claimed any more (another worker finished it)."""
+        ...
+
+    def deferral_get(self, local: str, message_id: str) -> Deferral | None: ...
+
+    def deferrals_take(
+        self, local: str, now: datetime, hold_until: datetime, limit: int = 100
+    ) -> list[Deferral]:
+        """Due deferrals of `local` whose message is still unfinished, oldest due first;
+        each taken row's `next_at` becomes `hold_until`."""
+        ...
+
+    def deferral_clear(self, local: str, message_id: str) -> None: ...
+
+    def deferrals_count(self, local: str) -> int: ...
+
+
+_COLS = "local, message_id, raw, first_seen, next_at, deadline, attempts, last_status, last_detail"
+
+
+class DeferralsMixin:
+    """The deferral queries over a SqlStore's executor and value codecs."""
+
+    # Provided by SqlStore.
+    write: Any
+    read: Any
+    t: Any
+    ut: Any
+
+    def _deferral(self, row: Any) -> Deferral:
+        return Deferral(str(row[0]), str(row[1]), base64.b64decode(row[2]), self.ut(row[3]), self.ut(row[4]),
+                        self.ut(row[5]), int(row[6]), str(row[7] or ""), str(row[8] or ""))
+
+    def defer(self, deferral: Deferral, *, worker: str, now: datetime) -> bool:
+        d = deferral
+        with self.write() as x:
+            n = x.exec(
+                "UPDATE ep_inbound SET lease_until = ? WHERE local = ? AND message_id = ?"
+                " AND status = 'claimed' AND worker = ?",
+                (self.t(now), d.local, d.message_id, worker),
+            )
+            if n == 0:
+                return False
+            x.exec(
+                f"INSERT INTO ep_deferrals ({_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (local, message_id) DO UPDATE SET next_at = excluded.next_at,"
+                " attempts = excluded.attempts, last_status = excluded.last_status,"
+                " last_detail = excluded.last_detail",
+                (d.local, d.message_id, base64.b64encode(d.raw).decode("ascii"), self.t(d.first_seen),
+                 self.t(d.next_at), self.t(d.deadline), d.attempts, d.last_status, d.last_detail[:500]),
+            )
+        return True
+
+    def deferral_get(self, local: str, message_id: str) -> Deferral | None:
+        with self.read() as x:
+            row = x.one(f"SELECT {_COLS} FROM ep_deferrals WHERE local = ? AND message_id = ?",
+                        (local, message_id))
+        return self._deferral(row) if row else None
+
+    def deferrals_take(
+        self, local: str, now: datetime, hold_until: datetime, limit: int = 100
+    ) -> list[Deferral]:
+        cols = ", ".join(f"d.{c.strip()}" for c in _COLS.split(","))
+        taken: list[Deferral] = []
+        with self.write() as x:
+            rows = x.all(
+                f"SELECT {cols} FROM ep_deferrals d JOIN ep_inbound i"
+                " ON i.local = d.local AND i.message_id = d.message_id"
+                " WHERE d.local = ? AND d.next_at <= ? AND i.status = 'claimed'"
+                " ORDER BY d.next_at LIMIT ?",
+                (local, self.t(now), limit),
+            )
+            for row in rows:
+                # Conditional on the value read: a concurrent taker gets 0 rows and skips it.
+                n = x.exec("UPDATE ep_deferrals SET next_at = ? WHERE local = ? AND message_id = ?"
+                           " AND next_at = ?", (self.t(hold_until), row[0], row[1], row[4]))
+                if n:
+                    taken.append(self._deferral(row))
+        return taken
+
+    def deferral_clear(self, local: str, message_id: str) -> None:
+        with self.write() as x:
+            x.exec("DELETE FROM ep_deferrals WHERE local = ? AND message_id = ?", (local, message_id))
+
+    def deferrals_count(self, local: str) -> int:
+        with self.read() as x:
+            row = x.one("SELECT count(*) FROM ep_deferrals d JOIN ep_inbound i ON i.local = d.local"
+                        " AND i.message_id = d.message_id WHERE d.local = ? AND i.status = 'claimed'",
+                        (local,))
+        return int(row[0]) if row else 0

@@ -1,0 +1,68 @@
+"""The worker that waits: messages whose proof is not final yet come back for another look.
+
+The engine parks such a message in the ledger (`ledger.deferrals`): unanswered, its
+proof held, with the time to look again. `serve_deferrals` takes due deferrals and hands
+each raw message to the node again, until the engine answers it (FULFILL when the proof
+became final, the OOPS when its window ended). It looks at the ledger when the earliest
+deferral this process made is due, and every `scan` seconds for deferrals other
+processes made or a restart left (the deferral survives a restart: it is in the ledger).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from envelopay.ledger.deferrals import DeferralStore
+
+if TYPE_CHECKING:
+    from envelopay.node.wiring import AgentNode
+
+__all__ = ["serve_deferrals"]
+
+_log = logging.getLogger(__name__)
+HOLD = timedelta(seconds=30)  # a taken deferral's next look, should this process die with it
+
+
+async def serve_deferrals(node: AgentNode, stop: asyncio.Event, *, scan: float = 1.0,
+                          tick: float = 0.02) -> None:
+    store = node.store
+    if not isinstance(store, DeferralStore):
+        return  # a ledger without deferrals: the engine answers at once
+    clock = node.engine.clock
+    loop = asyncio.get_running_loop()
+    last_scan = -scan
+    running: set[asyncio.Task[Any]] = set()
+    while not stop.is_set():
+        now = clock()
+        due_hint = node.next_deferral is not None and node.next_deferral <= now
+        if due_hint or loop.time() - last_scan >= scan:
+            last_scan = loop.time()
+            node.next_deferral = None
+            for d in store.deferrals_take(node.address, now, now + HOLD):
+                task = loop.create_task(_again(node, store, d.message_id, d.raw))
+                running.add(task)
+                task.add_done_callback(running.discard)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), tick)
+    if running:
+        await asyncio.gather(*running, return_exceptions=True)
+
+
+async def _again(node: AgentNode, store: DeferralStore, message_id: str, raw: bytes) -> None:
+    try:
+        outcome = await node.receive(raw, drain_behind=True)
+    except Exception:  # the row stays; it comes due again after HOLD
+        _log.exception("%s: looking again at %s failed", node.address, message_id)
+        return
+    if outcome.status not in ("waiting", "busy", "deferred"):
+        store.deferral_clear(node.address, message_id)
+
+
+def earliest(current: datetime | None, candidate: datetime | None) -> datetime | None:
+    if candidate is None:
+        return current
+    return candidate if current is None or candidate < current else current
