@@ -512,8 +512,8 @@ class SqlStore(ABC):
     def mark_bounced(self, message_id: str, now: datetime, status: str, detail: str) -> bool:
         with self.write() as x:
             n = x.exec(
-                "UPDATE ep_outbox SET status = 'bounced', bounce_status = ?, last_error = ?, next_attempt = NULL"
-                " WHERE message_id = ? AND status <> 'bounced'",
+                "UPDATE ep_outbox SET status = 'bounced', bounce_status = ?, last_error = ?,"
+                " next_attempt = NULL WHERE message_id = ? AND status <> 'bounced'",
                 (status[:32], detail[:2000], message_id),
             )
         return n > 0

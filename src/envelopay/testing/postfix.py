@@ -155,7 +155,8 @@ class Postfix:
         shutil.chown(self.root / "data", "postfix", "postfix")
         (self.config_dir / "main.cf").write_text("".join(f"{k} = {v}\n" for k, v in self._settings().items()))
         (self.config_dir / "master.cf").write_text(_MASTER.format(host=self.host, port=self.port))
-        (self.config_dir / "transport").write_text("".join(f"{d} {t}\n" for d, t in sorted(self.routes.items())))
+        table = "".join(f"{domain} {route}\n" for domain, route in sorted(self.routes.items()))
+        (self.config_dir / "transport").write_text(table)
         self.log_path.touch()
 
     # -- lifecycle
