@@ -1,0 +1,240 @@
+"""Our mail through a real MTA: Debian's Postfix on loopback, LMTP into Dovecot.
+
+    buyer ──SMTP──▶ Postfix ──LMTP──▶ Dovecot ──IMAP IDLE──▶ worker
+    buyer ◀─LMTP── Dovecot ◀──LMTP── Postfix ◀──SMTP─────────┘
+                               └──SMTP──▶ next hop (far.test: scripted 4xx / 5xx)
+
+Every wait is on a real event (a file in a Maildir, a line in Postfix's log, a reply at
+the next hop, an empty queue), never a fixed sleep. Postfix and Dovecot are stopped and
+their directories removed after each test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from envelopay import dkim
+from envelopay.agent.config import config_from_dict
+from envelopay.agent.outbox import DirectHook, OutboxDrainer, dkim_signer
+from envelopay.agent.serve import serve_worker
+from envelopay.agent.transport import SmtpTransport
+from envelopay.ledger.sqlite import SqliteStore
+from envelopay.ledger.store import Commit
+from envelopay.mail.bounces import bounce_of, record_bounce
+from envelopay.mail.smtp import SmtpConfig, send_raw
+from envelopay.protocol.compose import compose, compose_message
+from envelopay.protocol.messages import Fulfill, Order, Which
+from envelopay.protocol.outbound import Outbound
+from envelopay.protocol.parse import parse
+from envelopay.testing.dovecot import running_dovecot
+from envelopay.testing.postfix import NextHop, Postfix, running_postfix, strip_trace
+
+NOW = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
+
+
+@dataclass
+class World:
+    postfix: Postfix
+    dovecot: object  # envelopay.testing.dovecot.Dovecot
+    far: NextHop
+    worker_key: dkim.DkimKey
+    buyer_key: dkim.DkimKey
+
+    def maildir(self, user: str) -> Path:
+        return self.dovecot.maildir(user)  # type: ignore[attr-defined, no-any-return]
+
+    def smtp(self) -> SmtpConfig:
+        return SmtpConfig("127.0.0.1", self.postfix.port, security="none", max_attempts=1)
+
+    def dns(self) -> dkim.DnsLookup:
+        return dkim.table_dns({
+            "w._domainkey.worker.test": self.worker_key.dns_txt_record(),
+            "b._domainkey.buyer.test": self.buyer_key.dns_txt_record(),
+        })
+
+
+@pytest.fixture
+def world() -> Iterator[World]:
+    far = NextHop(script={
+        "later@far.test": ["451 4.3.0 <later@far.test>: try again later"],
+        "gone@far.test": ["550 5.1.1 <gone@far.test>: Recipient address rejected: User unknown"],
+    })
+    far.start()
+    try:
+        with running_dovecot({"worker": "secret", "buyer": "secret"}) as dove:
+            lmtp = f"lmtp:inet:127.0.0.1:{dove.lmtp_port}"
+            routes = {"worker.test": lmtp, "buyer.test": lmtp, "far.test": far.route}
+            with running_postfix(routes) as postfix:
+                yield World(postfix, dove, far, dkim.DkimKey.generate_ed25519(),
+                            dkim.DkimKey.generate_ed25519())
+    finally:
+        far.stop()
+
+
+def wait_files(folder: Path, n: int, timeout: float = 60.0) -> list[Path]:
+    """The Maildir's messages (new/ and cur/, oldest first) once it holds at least `n`
+    (Dovecot's delivery is the event; an IMAP reader moves them to cur/)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        files = [p for sub in ("new", "cur") if (folder / sub).is_dir() for p in (folder / sub).iterdir()]
+        if len(files) >= n:
+            return sorted(files, key=lambda p: p.name)  # Dovecot names start with the delivery time
+        time.sleep(0.02)
+    raise TimeoutError(f"{folder}: fewer than {n} messages after {timeout}s")
+
+
+def outbound(recipient: str, n: int) -> Outbound:
+    body = Fulfill(id=f"ful_{n}", order_ref=f"ord_{n}", result={"n": n})
+    return Outbound("worker@worker.test", recipient, body, f"<out.{n}@worker.test>", NOW,
+                    in_reply_to=f"<in.{n}@buyer.test>",
+                    references=(f"<in.{n}@buyer.test>",))
+
+
+def drainer_for(world: World, store: SqliteStore) -> OutboxDrainer:
+    signer = dkim_signer(selector="w", domain="worker.test", key_pem=world.worker_key.private_pem(),
+                         clock=lambda: NOW)
+    return OutboxDrainer(store, DirectHook(SmtpTransport(world.smtp()), signer), clock=lambda: NOW)
+
+
+async def test_worker_round_trip_through_postfix(
+    world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "worker.pem").write_bytes(world.worker_key.private_pem())
+    monkeypatch.setenv("EP_IMAP_PASSWORD", "secret")
+    cfg = config_from_dict({
+        "agent": {"address": "worker@worker.test", "domain": "worker.test", "ledger": "w.db",
+                  "dkim_selector": "w", "dkim_key": "worker.pem", "dkim_policy": "required"},
+        "transport": {"kind": "smtp", "smtp_host": "127.0.0.1", "smtp_port": world.postfix.port,
+                      "smtp_security": "none", "imap_host": "127.0.0.1",
+                      "imap_port": world.dovecot.imap_port,  # type: ignore[attr-defined]
+                      "imap_tls": False, "imap_user": "worker", "imap_password_env": "EP_IMAP_PASSWORD"},
+        "rails": {"solana": {"backend": "local"}},
+        "accept": [{"chain": "solana-local", "token": "USDC", "wallet": "W1"}],
+        "tasks": [{"name": "digest", "handler": "envelopay.agent.operations:digest",
+                   "schema": "envelopay.agent.operations:Digest", "price": "0"}],
+        "dkim_records": {"b._domainkey.buyer.test": world.buyer_key.dns_txt_record()},
+    }, base_dir=tmp_path)
+    stop = asyncio.Event()
+    serving = asyncio.create_task(serve_worker(cfg, echo=lambda _: None, stop=stop))
+    now = datetime.now(UTC)
+    sent = {}
+    try:
+        for msg in (Which(id="w1"), Order(id="o1", task={"name": "digest", "text": "abc"})):
+            raw, mid = compose_message(msg, sender="buyer@buyer.test", recipient="worker@worker.test",
+                                       domain="buyer.test", now=now)
+            signed = dkim.sign(raw, selector="b", domain="buyer.test", key=world.buyer_key)
+            result = await send_raw(signed, sender="buyer@buyer.test", recipient="worker@worker.test",
+                                    config=world.smtp())
+            assert result.ok, result
+            sent[mid] = msg.type
+        files = await asyncio.to_thread(wait_files, world.maildir("buyer"), 2)
+    finally:
+        stop.set()
+        await serving
+    delivered = [f.read_bytes() for f in files]
+    replies = {parse(raw).in_reply_to: (parse(raw), raw) for raw in delivered}
+    assert set(replies) == set(sent)
+    methods, fulfil = (replies[mid][0] for mid in sent)
+    assert methods.type is not None and methods.type.value == "methods" and methods.valid
+    assert fulfil.type is not None and fulfil.type.value == "fulfill"
+    assert fulfil.body is not None and fulfil.body["result"]["sha256"].startswith("ba7816bf")
+    for _, raw in replies.values():
+        # Both legs went through Postfix (its Received lines), and the worker's DKIM
+        # signature verifies at the far end, under the headers Postfix and Dovecot added.
+        assert raw.count(b"(Postfix)") >= 1 and raw.startswith(b"Return-Path: <worker@worker.test>")
+        verdict = await dkim.verify(raw, dns=world.dns())
+        assert verdict.status == "pass" and verdict.domain == "worker.test"
+    # The worker saw the buyer's signature pass after Postfix (its policy requires it).
+    worker_copies = [f.read_bytes() for f in wait_files(world.maildir("worker"), 2)]
+    for raw in worker_copies:
+        assert (await dkim.verify(raw, dns=world.dns())).status == "pass"
+
+
+async def test_resend_of_an_outbox_row_is_byte_identical_after_postfix(world: World, tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "w.db")
+    ob = outbound("buyer@buyer.test", 1)
+    assert store.commit_step(Commit(ob.sender, NOW, {"status": "sent"}, outbox=((ob, "f1"),))) == "ok"
+    drainer = drainer_for(world, store)
+    assert (await drainer.drain()).sent == [ob.message_id]
+    first = wait_files(world.maildir("buyer"), 1)
+    # As after a crash between the hand-off and mark_sent: the row is due again.
+    assert store.mark_failed(ob.message_id, NOW, "crash before mark_sent", retry_at=NOW)
+    assert (await drainer.drain()).sent == [ob.message_id]
+    files = wait_files(world.maildir("buyer"), 2)
+    copies = [strip_trace(f.read_bytes()) for f in files]
+    assert isinstance(drainer.hook, DirectHook) and drainer.hook.signer is not None
+    submitted = strip_trace(drainer.hook.signer(compose(ob)))
+    assert copies[0] == copies[1] == submitted
+    assert files[0] == first[0]
+    assert files[0].read_bytes() != files[1].read_bytes()  # only the trace differs (queue ids)
+    store.close()
+
+
+async def test_next_hop_4xx_is_retried_by_postfix(world: World, tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "w.db")
+    ob = outbound("later@far.test", 2)
+    assert store.commit_step(Commit(ob.sender, NOW, {"status": "sent"}, outbox=((ob, "f2"),))) == "ok"
+    drainer = drainer_for(world, store)
+    assert (await drainer.drain()).sent == [ob.message_id]  # Postfix took it: ours is done
+    # The next hop said 451 once; Postfix kept the message and tried again on its own.
+    await asyncio.to_thread(world.far.wait, lambda hop: len(hop.messages) == 1)
+    replies = [r[:3] for a, r in world.far.rcpt_log if a == "later@far.test"]
+    assert replies == ["451", "250"]
+    deferred = world.postfix.wait_log("to=<later@far.test>")
+    assert "status=deferred" in deferred and "451 4.3.0" in deferred
+    assert "status=sent" in world.postfix.wait_log("status=sent")
+    rcpts, raw = world.far.messages[0]
+    assert rcpts == ("later@far.test",)
+    assert (await dkim.verify(raw, dns=world.dns())).status == "pass"
+    await asyncio.to_thread(world.postfix.wait_queue_empty)
+    row = store.outbox_get(ob.message_id)
+    assert row is not None and row.status == "sent"
+    store.close()
+
+
+async def test_next_hop_5xx_comes_back_as_a_dsn_recorded_on_the_row(world: World, tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "w.db")
+    ob = outbound("gone@far.test", 3)
+    other = outbound("buyer@buyer.test", 4)
+    commit = Commit("worker@worker.test", NOW, {"status": "sent"}, outbox=((ob, "f3"), (other, "f4")))
+    assert store.commit_step(commit) == "ok"
+    assert sorted((await drainer_for(world, store).drain()).sent) == sorted([ob.message_id, other.message_id])
+    # Postfix's bounce daemon writes a DSN to the envelope sender: worker@worker.test.
+    [dsn_file] = wait_files(world.maildir("worker"), 1)
+    raw = dsn_file.read_bytes()
+    assert parse(raw).protocol is False  # never protocol mail: nothing to answer
+    dsn = bounce_of(raw)
+    assert dsn is not None and dsn.original_message_id == ob.message_id
+    outcome = record_bounce(store, dsn, "worker@worker.test", NOW)
+    assert (outcome.verdict, outcome.status) == ("bounced", "5.1.1")
+    row = store.outbox_get(ob.message_id)
+    assert row is not None and (row.status, row.bounce_status) == ("bounced", "5.1.1")
+    assert row.last_error is not None and "User unknown" in row.last_error
+    kept = store.outbox_get(other.message_id)
+    assert kept is not None and kept.status == "sent" and kept.bounce_status is None
+    assert record_bounce(store, dsn, "worker@worker.test", NOW).verdict == "already"
+    # The same report claimed for the other row (a forgery) does not match its recipient.
+    forged = type(dsn)(dsn.reporting_mta, None, other.message_id, dsn.recipients)
+    assert record_bounce(store, forged, "worker@worker.test", NOW).verdict == "recipient_mismatch"
+    await asyncio.to_thread(world.postfix.wait_queue_empty)
+    store.close()
+
+
+def test_postfix_refuses_unrouted_domains(world: World) -> None:
+    import smtplib
+
+    with smtplib.SMTP("127.0.0.1", world.postfix.port, timeout=30) as s:
+        code, _ = s.ehlo()
+        assert code == 250
+        s.mail("worker@worker.test")
+        code, text = s.rcpt("someone@elsewhere.test")
+    assert code == 554 and b"Relay access denied" in text
+    assert os.path.isdir(world.postfix.queue_dir)
