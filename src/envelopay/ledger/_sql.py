@@ -519,13 +519,24 @@ class SqlStore(ABC):
         return n > 0
 
     # -- transport events
-    def event_done(self, source: str, event_id: str, now: datetime) -> bool:
+    def event_done(
+        self, source: str, event_id: str, now: datetime, data: Mapping[str, Any] | None = None
+    ) -> bool:
         with self.write() as x:
             n = x.exec(
-                "INSERT INTO ep_events (source, event_id, done_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
-                (source, event_id, self.t(now)),
+                "INSERT INTO ep_events (source, event_id, done_at, data) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT DO NOTHING",
+                (source, event_id, self.t(now), None if data is None else self.j(data)),
             )
         return n > 0
+
+    def event_data(self, source: str, event_id: str) -> Mapping[str, Any] | None:
+        with self.read() as x:
+            row = x.one("SELECT data FROM ep_events WHERE source = ? AND event_id = ?", (source, event_id))
+        if row is None or row[0] is None:
+            return None
+        data = self.uj(row[0])
+        return data if isinstance(data, dict) else None
 
     def event_seen(self, source: str, event_id: str) -> bool:
         with self.read() as x:

@@ -66,7 +66,7 @@ CREATE INDEX ep_outbox_pending ON ep_outbox (status, seq);
 _V5 = """
 ALTER TABLE ep_outbox ADD COLUMN bounce_status TEXT;
 CREATE TABLE ep_events (
-    source TEXT NOT NULL, event_id TEXT NOT NULL, done_at {T} NOT NULL,
+    source TEXT NOT NULL, event_id TEXT NOT NULL, done_at {T} NOT NULL, data {J},
     PRIMARY KEY (source, event_id));
 """
 

@@ -218,12 +218,20 @@ class Store(Protocol):
         recorded as bounced)."""
         ...
 
-    # -- transport events handled once (an AgentMail webhook's event id)
-    def event_done(self, source: str, event_id: str, now: datetime) -> bool:
-        """Record the event as handled; False if it already was."""
+    # -- transport events handled once (an AgentMail webhook's event id), and the ids a
+    #    transport must remember (an AgentMail message id for an RFC 5322 Message-ID)
+    def event_done(
+        self, source: str, event_id: str, now: datetime, data: Mapping[str, Any] | None = None
+    ) -> bool:
+        """Record the event as handled (with `data`); False if it already was (the
+        first record stays)."""
         ...
 
     def event_seen(self, source: str, event_id: str) -> bool: ...
+
+    def event_data(self, source: str, event_id: str) -> Mapping[str, Any] | None:
+        """The data recorded with the event, or None (not recorded, or without data)."""
+        ...
 
     # -- outstanding calls of the email-as-tool client
     def call_add(self, call: CallRecord) -> None: ...

@@ -345,6 +345,10 @@ def check_events(factory: Callable[[], Store]) -> None:
     assert s.event_seen(source, "evt_1")
     assert not s.event_done(source, "evt_1", T0)  # a redelivery finds it done
     assert not s.event_seen(source + ".other", "evt_1")  # ids are per source
+    assert s.event_data(source, "evt_1") is None
+    assert s.event_done(source, "<m1@x>", T0, {"message_id": "am_1", "thread_id": "th_1"})
+    assert not s.event_done(source, "<m1@x>", T0, {"message_id": "am_2"})  # the first record stays
+    assert s.event_data(source, "<m1@x>") == {"message_id": "am_1", "thread_id": "th_1"}
 
 
 def check_log(factory: Callable[[], Store]) -> None:
