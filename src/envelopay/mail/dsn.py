@@ -50,6 +50,10 @@ class Dsn:
 
 def parse_dsn(raw: bytes) -> Dsn | None:
     """The DSN in `raw`, or None when `raw` is not a delivery-status report."""
+    # Cheap refusal first: the inbound path asks this of every message.
+    head = raw.split(b"\r\n\r\n", 1)[0].split(b"\n\n", 1)[0]
+    if b"multipart/report" not in head.lower():
+        return None
     try:
         msg = message_from_bytes(raw, policy=policy.compat32)
     except Exception:  # the stdlib parser is lax; anything it cannot take is not a DSN
