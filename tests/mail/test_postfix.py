@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -38,6 +39,14 @@ from envelopay.testing.dovecot import running_dovecot
 from envelopay.testing.postfix import NextHop, Postfix, running_postfix, strip_trace
 
 NOW = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def readme_block(name: str) -> str:
+    """The fenced block right after `<!-- readme:NAME -->` in README.md."""
+    text = README.read_text()
+    after = text.split(f"<!-- readme:{name} -->", 1)[1]
+    return after.split("```", 2)[1].split("\n", 1)[1]
 
 
 @dataclass
@@ -108,14 +117,15 @@ async def test_worker_round_trip_through_postfix(
     world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (tmp_path / "worker.pem").write_bytes(world.worker_key.private_pem())
-    monkeypatch.setenv("EP_IMAP_PASSWORD", "secret")
+    # README's "Run behind Postfix" block as written, on this test's ports.
+    transport = tomllib.loads(readme_block("postfix-config"))["transport"]
+    assert (transport["smtp_port"], transport["imap_port"]) == (25, 143)
+    transport.update(smtp_port=world.postfix.port, imap_port=world.dovecot.imap_port)  # type: ignore[attr-defined]
+    monkeypatch.setenv(transport["imap_password_env"], "secret")
     cfg = config_from_dict({
         "agent": {"address": "worker@worker.test", "domain": "worker.test", "ledger": "w.db",
                   "dkim_selector": "w", "dkim_key": "worker.pem", "dkim_policy": "required"},
-        "transport": {"kind": "smtp", "smtp_host": "127.0.0.1", "smtp_port": world.postfix.port,
-                      "smtp_security": "none", "imap_host": "127.0.0.1",
-                      "imap_port": world.dovecot.imap_port,  # type: ignore[attr-defined]
-                      "imap_tls": False, "imap_user": "worker", "imap_password_env": "EP_IMAP_PASSWORD"},
+        "transport": transport,
         "rails": {"solana": {"backend": "local"}},
         "accept": [{"chain": "solana-local", "token": "USDC", "wallet": "W1"}],
         "tasks": [{"name": "digest", "handler": "envelopay.agent.operations:digest",
@@ -226,6 +236,19 @@ async def test_next_hop_5xx_comes_back_as_a_dsn_recorded_on_the_row(world: World
     assert record_bounce(store, forged, "worker@worker.test", NOW).verdict == "recipient_mismatch"
     await asyncio.to_thread(world.postfix.wait_queue_empty)
     store.close()
+
+
+def test_readme_postfix_recipe_is_the_tested_routing(world: World) -> None:
+    # README's main.cf lines name the settings this harness routes with, map type included.
+    lines = dict(line.split(" = ", 1) for line in readme_block("postfix-main-cf").splitlines() if line)
+    assert set(lines) == {"relay_domains", "transport_maps"}
+    assert lines["transport_maps"].startswith("texthash:")
+    import subprocess
+
+    got = subprocess.run(["postconf", "-c", str(world.postfix.config_dir), "-h", *lines],
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    assert got[0].split() == ["buyer.test", "far.test", "worker.test"]
+    assert got[1].startswith("texthash:")
 
 
 def test_postfix_refuses_unrouted_domains(world: World) -> None:
