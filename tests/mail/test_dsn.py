@@ -17,6 +17,7 @@ def test_postfix_bounce_names_the_returned_message_and_status() -> None:
     dsn = parse_dsn((VECTORS / "postfix-550-5.1.1.eml").read_bytes())
     assert dsn is not None
     assert dsn.reporting_mta == "mx.envelopay.test"
+    assert dsn.message_id == "<20261201100017.94EC720C1B2@mx.envelopay.test>"
     assert dsn.original_message_id == "<out.1@worker.test>"
     [r] = dsn.failed
     assert (r.final_recipient, r.status, r.action) == ("buyer@far.test", "5.1.1", "failed")

@@ -41,6 +41,7 @@ class Dsn:
     envelope_id: str | None  # Original-Envelope-Id (RFC 3461 ENVID), when the sender set one
     original_message_id: str | None  # Message-ID of the returned message
     recipients: tuple[DsnRecipient, ...]
+    message_id: str | None = None  # the report's own Message-ID
 
     @property
     def failed(self) -> tuple[DsnRecipient, ...]:
@@ -81,6 +82,7 @@ def parse_dsn(raw: bytes) -> Dsn | None:
         envelope_id=per_message.get("original-envelope-id"),
         original_message_id=_returned_message_id(parts),
         recipients=recipients,
+        message_id=_msgid(msg.get("Message-ID")),
     )
 
 
