@@ -36,7 +36,7 @@ from envelopay.protocol.messages import Fulfill, Order, Which
 from envelopay.protocol.outbound import Outbound
 from envelopay.protocol.parse import parse
 from envelopay.testing.dovecot import running_dovecot
-from envelopay.testing.postfix import NextHop, Postfix, running_postfix, strip_trace
+from envelopay.testing.postfix import NextHop, Postfix, process_alive, running_postfix, strip_trace
 
 NOW = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -261,3 +261,11 @@ def test_postfix_refuses_unrouted_domains(world: World) -> None:
         code, text = s.rcpt("someone@elsewhere.test")
     assert code == 554 and b"Relay access denied" in text
     assert os.path.isdir(world.postfix.queue_dir)
+
+
+def test_running_postfix_leaves_nothing_behind() -> None:
+    with running_postfix({"far.test": "smtp:[127.0.0.1]:9"}) as postfix:
+        pid = int((postfix.queue_dir / "pid" / "master.pid").read_text())
+        assert process_alive(pid)  # the master runs
+        root = postfix.root
+    assert not process_alive(pid) and not root.exists()
