@@ -29,7 +29,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TRACE_FIELDS", "NextHop", "Postfix", "postfix_available", "process_alive", "running_postfix", "strip_trace"]
+__all__ = [
+    "TRACE_FIELDS",
+    "NextHop",
+    "Postfix",
+    "postfix_available",
+    "process_alive",
+    "running_postfix",
+    "strip_trace",
+]
 
 _SBIN = "/usr/sbin"
 
