@@ -56,7 +56,7 @@ class BenchRail:
 
 
 def _app() -> Any:
-    from envelopay.agent.engine import BaseApplication, Context, Refuse
+    from envelopay.engine import BaseApplication, Context, Refuse
     from envelopay.protocol.codes import OopsCode
     from envelopay.protocol.messages import Fulfill, Invoice, Order
 
@@ -112,7 +112,7 @@ def _store(backend: str, where: str) -> Any:
 
 
 def _steps_worker(backend: str, where: str, tag: str, n: int, start: Any, q: Any) -> None:
-    from envelopay.agent.engine import Engine
+    from envelopay.engine import Engine
 
     store = _store(backend, where)
     parsed = _messages(tag, n)

@@ -55,8 +55,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from envelopay.agent.demo import BUYER, DOMAIN, MALLORY, PRICE, WORKER, BuyerApp, DemoWorld
-from envelopay.agent.engine import Notice
+from envelopay.client.demo import BUYER, DOMAIN, MALLORY, PRICE, WORKER, BuyerApp, DemoWorld
+from envelopay.engine import Notice
 from envelopay.protocol.messages import Fulfill, Invoice, Message, Order, Pay
 
 GC_FREEZE = True  # --no-gc-freeze turns it off
@@ -261,9 +261,9 @@ async def chain_role(setup: dict[str, Any]) -> None:
 async def worker_role(setup: dict[str, Any]) -> None:
     """The worker process: engine + ledger + rail (verifying on the chain node over
     JSON-RPC) + the garden unless it runs in a process of its own."""
-    from envelopay.agent.config import config_from_dict
-    from envelopay.agent.node import build_node
+    from envelopay.config import config_from_dict
     from envelopay.mail.garden import GardenServer
+    from envelopay.node.wiring import build_node
 
     workdir = Path(setup["workdir"])
     port = setup["garden_port"]
@@ -277,8 +277,8 @@ async def worker_role(setup: dict[str, Any]) -> None:
     wallet = setup["worker_wallet"]
     cfg = config_from_dict(_agent_config("worker", workdir, port, setup["records"], {
         "accept": [{"chain": "solana-local", "token": "USDC", "wallet": wallet}],
-        "tasks": [{"name": "word_count", "handler": "envelopay.agent.operations:word_count",
-                   "schema": "envelopay.agent.operations:WordCount", "price": str(PRICE)}],
+        "tasks": [{"name": "word_count", "handler": "envelopay.worker.operations:word_count",
+                   "schema": "envelopay.worker.operations:WordCount", "price": str(PRICE)}],
         "wallets": {"solana-local": wallet},
     }), base_dir=workdir)
     node = build_node(cfg, rails={"solana-local": _rpc_rail(setup["rpc_url"], setup["worker_keypair"])})
@@ -345,8 +345,8 @@ async def split_paid_flows(
     from solders.keypair import Keypair
 
     from envelopay import dkim
-    from envelopay.agent.config import config_from_dict
-    from envelopay.agent.node import build_node
+    from envelopay.config import config_from_dict
+    from envelopay.node.wiring import build_node
 
     workdir = root / "worker"
     tmp = str(workdir)
@@ -424,9 +424,9 @@ async def transport_floor(
 ) -> float:
     """Four signed messages per flow through the garden and its pickup, nothing else."""
     from envelopay import dkim
-    from envelopay.agent.transport import GardenTransport
     from envelopay.mail.garden import GardenServer
     from envelopay.mail.maildir import Pickup, mailbox_path
+    from envelopay.node.transports import GardenTransport
     from envelopay.protocol.compose import compose_message
     from envelopay.protocol.messages import Which
 

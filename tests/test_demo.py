@@ -7,8 +7,8 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from envelopay.agent.demo import DemoResult, Row, run_demo
 from envelopay.cli.app import app
+from envelopay.client.demo import DemoResult, Row, run_demo
 
 
 def test_demo_every_expectation_holds(tmp_path: Path) -> None:

@@ -1,8 +1,10 @@
-"""The layering of docs/DESIGN.md: protocol and flows are sans-IO."""
+"""The layering of docs/DESIGN.md: rooms import only rooms below them, protocol and flows
+are sans-IO, and no module of src/envelopay takes part in an import cycle."""
 
 from __future__ import annotations
 
 import ast
+import itertools
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "envelopay"
@@ -11,6 +13,12 @@ FORBIDDEN_FOR_PURE = {
     "envelopay.mail",
     "envelopay.ledger",
     "envelopay.agent",
+    "envelopay.engine",
+    "envelopay.worker",
+    "envelopay.endpoints",
+    "envelopay.node",
+    "envelopay.client",
+    "envelopay.config",
     "envelopay.enforcer",
     "envelopay.cli",
     "envelopay.dkim",
@@ -39,6 +47,8 @@ def _imports(path: Path) -> set[str]:
             names.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.add(node.module)
+            if node.module == "envelopay":  # `from envelopay import dkim` imports envelopay.dkim
+                names.update(f"envelopay.{a.name}" for a in node.names)
     return names
 
 
@@ -66,5 +76,226 @@ def test_rails_interface_imports_no_chain_library() -> None:
 def test_checker_sees_a_violation(tmp_path: Path) -> None:
     # The checker itself must be able to fail.
     sample = tmp_path / "x.py"
-    sample.write_text("import socket\nfrom envelopay.mail import smtp\n")
-    assert _imports(sample) == {"socket", "envelopay.mail"}
+    sample.write_text("import socket\nfrom envelopay.mail import smtp\nfrom envelopay import dkim\n")
+    assert _imports(sample) == {"socket", "envelopay.mail", "envelopay", "envelopay.dkim"}
+
+
+# ------------------------------------------------------------------ rooms
+# The rooms of src/envelopay from the top of docs/DESIGN.md's layer diagram down. A
+# room imports only rooms of a lower rank (lazy imports inside functions included);
+# rooms of the same rank (worker, endpoints; dkim, testing; mail, ledger, config) do
+# not import each other. `agent` holds the deprecated re-export shims: it sits above
+# everything, and nothing else in src/ imports it.
+RANKS = {
+    "agent": 10,
+    "cli": 9,
+    "client": 8,
+    "node": 7,
+    "worker": 6,
+    "endpoints": 6,
+    "engine": 5,
+    "enforcer": 4,
+    "dkim": 3,
+    "testing": 3,
+    "mail": 2,
+    "ledger": 2,
+    "config": 2,
+    "rails": 1,
+    "flows": 1,
+    "protocol": 0,
+    "errors": -1,
+}
+
+
+def _room(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[0] != "envelopay" or len(parts) < 2:
+        return None
+    return parts[1]
+
+
+def _rank_violations(src: Path) -> list[str]:
+    bad = []
+    for path in sorted(src.rglob("*.py")):
+        rel = path.relative_to(src)
+        if rel.parts == ("__init__.py",):
+            continue  # the package facade: re-exports of the pure layers, pinned by test_api
+        room = rel.parts[0].removesuffix(".py")
+        if room not in RANKS:
+            bad.append(f"{rel}: room {room!r} has no rank (add it here and to docs/DESIGN.md)")
+            continue
+        for name in sorted(_imports(path)):
+            other = _room(name)
+            if other is None or other == room or other.startswith("_"):
+                continue
+            if other not in RANKS:
+                bad.append(f"{rel} imports {name}: room {other!r} has no rank")
+            elif RANKS[other] >= RANKS[room]:
+                bad.append(f"{rel} ({room}) imports {name} ({other})")
+    return bad
+
+
+def test_rooms_import_only_rooms_below() -> None:
+    assert _rank_violations(SRC) == []
+
+
+def test_every_room_in_src_has_a_rank() -> None:
+    rooms = {
+        p.name.removesuffix(".py") for p in SRC.iterdir() if p.suffix == ".py" or (p / "__init__.py").exists()
+    }
+    assert rooms - {"__init__"} == set(RANKS)
+
+
+def test_rank_checker_sees_an_upward_import(tmp_path: Path) -> None:
+    (tmp_path / "engine").mkdir()
+    (tmp_path / "engine" / "x.py").write_text("def f():\n    from envelopay.worker.app import WorkerApp\n")
+    (tmp_path / "worker").mkdir()
+    (tmp_path / "worker" / "y.py").write_text("from envelopay.endpoints import calls\n")
+    assert _rank_violations(tmp_path) == [
+        "engine/x.py (engine) imports envelopay.worker.app (worker)",
+        "worker/y.py (worker) imports envelopay.endpoints (endpoints)",
+    ]
+
+
+def test_nothing_in_src_imports_the_deprecated_agent_shims() -> None:
+    users = [
+        f"{path.relative_to(SRC)} imports {name}"
+        for path in sorted(SRC.rglob("*.py"))
+        if path.relative_to(SRC).parts[0] != "agent"
+        for name in sorted(_imports(path))
+        if name == "envelopay.agent" or name.startswith("envelopay.agent.")
+    ]
+    assert users == []
+
+
+# ---------------------------------------------------------------- import cycles
+
+
+def _module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _import_time_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    """The imports that run when a module is imported: its body and top-level if/try
+    blocks, but not `if TYPE_CHECKING:` blocks and not function bodies."""
+    found: list[ast.Import | ast.ImportFrom] = []
+    pending: list[ast.stmt] = list(tree.body)
+    while pending:
+        stmt = pending.pop()
+        if isinstance(stmt, ast.Import | ast.ImportFrom):
+            found.append(stmt)
+        elif isinstance(stmt, ast.If):
+            test = stmt.test
+            guarded = (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+                isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+            )
+            if not guarded:
+                pending += stmt.body
+            pending += stmt.orelse
+        elif isinstance(stmt, ast.Try):
+            pending += stmt.body + stmt.orelse + stmt.finalbody
+            for handler in stmt.handlers:
+                pending += handler.body
+    return found
+
+
+def import_graph(root: Path) -> dict[str, set[str]]:
+    """module → the modules under `root` that importing it imports (parents' __init__
+    files, which Python runs implicitly, are not edges)."""
+    paths = {_module_name(p, root): p for p in sorted(root.rglob("*.py"))}
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        targets: set[str] = set()
+        for node in _import_time_imports(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                wanted = [a.name for a in node.names]
+            else:
+                module = node.module or ""
+                if node.level:  # relative: resolve against this module's package
+                    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+                    package = package[: len(package) - (node.level - 1)]
+                    module = ".".join([*package, *([module] if module else [])])
+                # `from pkg import sub` imports the submodule when there is one.
+                wanted = [
+                    f"{module}.{a.name}" if f"{module}.{a.name}" in paths else module for a in node.names
+                ]
+            for want in wanted:
+                while want and want not in paths:
+                    want = want.rpartition(".")[0]
+                if want and want != name:
+                    targets.add(want)
+        graph[name] = targets
+    return graph
+
+
+def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected group of two or more modules (Tarjan), sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(groups)
+
+
+def test_no_import_cycles_in_src() -> None:
+    graph = import_graph(SRC.parent)
+    assert "envelopay.engine.inbound" in graph["envelopay.engine"]  # the graph sees the code
+    assert find_cycles(graph) == []
+
+
+def test_cycle_finder_sees_a_cycle(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from pkg.b import x\n")
+    (pkg / "b.py").write_text("from pkg import c\nx = 1\n")
+    (pkg / "c.py").write_text("try:\n    import pkg.a\nexcept ImportError:\n    pass\n")
+    (pkg / "d.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import pkg.a\n")
+    (pkg / "e.py").write_text("def f() -> None:\n    from . import a\n")
+    (pkg / "f.py").write_text("from . import a\n")
+    graph = import_graph(tmp_path)
+    assert find_cycles(graph) == [["pkg.a", "pkg.b", "pkg.c"]]
+    assert graph["pkg.d"] == set() and graph["pkg.e"] == set() and graph["pkg.f"] == {"pkg.a"}
+
+
+def test_design_md_draws_every_room_in_rank_order() -> None:
+    design = (SRC.parents[1] / "docs" / "DESIGN.md").read_text()
+    block = design.split("## Layers", 1)[1].split("```", 2)[1]
+    first_row: dict[str, int] = {}
+    for i, line in enumerate(block.strip().splitlines()):
+        for word in line.split():
+            if word in RANKS and line.index(word) < 30:  # the left column names the rooms
+                first_row.setdefault(word, i)
+    assert set(first_row) == set(RANKS) - {"agent"}
+    drawn = sorted(first_row, key=first_row.__getitem__)
+    for upper, lower in itertools.pairwise(drawn):
+        assert RANKS[upper] >= RANKS[lower], f"DESIGN.md draws {upper} above {lower}"

@@ -5,7 +5,7 @@ nine message models, OOPS codes), the rail contract (Expectation, Verdict, Rail)
 the error tree. I/O layers are imported from their own modules so that importing
 `envelopay` never pulls in a database driver, a mail library or a chain library:
 
-    envelopay.agent.engine   Engine, BaseApplication
+    envelopay.engine         Engine, BaseApplication
     envelopay.ledger.sqlite  SqliteStore        envelopay.ledger.postgres  PostgresStore
     envelopay.rails.registry load_rails, make   envelopay.dkim             sign, verify
     envelopay.enforcer.client EnforcerClient    envelopay.mail.garden      GardenServer

@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from envelopay.agent.calls import CallClient, CallStore
-from envelopay.agent.responders import reference_responder
-from envelopay.agent.runtime import serve_call_replies, serve_responders
-from envelopay.agent.transport import GardenTransport
+from envelopay.endpoints.calls import CallClient, CallStore
+from envelopay.endpoints.reference import reference_responder
 from envelopay.mail.garden import GardenServer
+from envelopay.node.runtime import serve_call_replies, serve_responders
+from envelopay.node.transports import GardenTransport
 
 
 async def test_call_kv_responder_over_garden(tmp_path: Path) -> None:

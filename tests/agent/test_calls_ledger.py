@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from envelopay.agent.calls import CallClient, LedgerCalls
-from envelopay.agent.responders import reference_responder
-from envelopay.agent.toolmail import build_tool_mail
+from envelopay.endpoints.calls import CallClient, LedgerCalls
+from envelopay.endpoints.reference import reference_responder
+from envelopay.endpoints.toolmail import build_tool_mail
 
 KV = reference_responder("garden.local")
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)

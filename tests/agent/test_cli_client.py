@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from envelopay.agent.config import load_config
-from envelopay.agent.init import init_agent
-from envelopay.agent.node import open_store
-from envelopay.agent.serve import serve_worker
 from envelopay.cli.app import app
+from envelopay.config import load_config
+from envelopay.node.init import init_agent
+from envelopay.node.serve import serve_worker
+from envelopay.node.wiring import open_store
 
 runner = CliRunner()
 WORKER = "worker@garden.local"
@@ -153,7 +153,7 @@ def test_conformance_target_must_be_one_address(pair: tuple[Path, Path]) -> None
 def pair_rpc(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     """As `pair`, with both agents on one Base chain reached over JSON-RPC (a dev node
     on loopback serving a local eth-tester chain), so the CLI can really pay."""
-    from envelopay.agent.keys import evm_address
+    from envelopay.node.keys import evm_address
     from envelopay.testing.rpc_server import JsonRpcServer
     from envelopay_base.devnode import base_rpc_handler
     from envelopay_base.local import LocalChain

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from envelopay.agent.config import load_config
-from envelopay.agent.tasks import TaskBook, TaskError, TaskRequest
+from envelopay.config import load_config
 from envelopay.errors import ConfigError
 from envelopay.protocol.codes import OopsCode
+from envelopay.worker.tasks import TaskBook, TaskError, TaskRequest
 
 GOOD = """
 [agent]
@@ -23,15 +23,15 @@ wallet = "W1"
 
 [[tasks]]
 name = "word_count"
-handler = "envelopay.agent.operations:word_count"
-schema = "envelopay.agent.operations:WordCount"
+handler = "envelopay.worker.operations:word_count"
+schema = "envelopay.worker.operations:WordCount"
 price = "250000"
 prices = { "base-local/USDC" = "300000" }
 
 [[tasks]]
 name = "digest"
-handler = "envelopay.agent.operations:digest"
-schema = "envelopay.agent.operations:Digest"
+handler = "envelopay.worker.operations:digest"
+schema = "envelopay.worker.operations:Digest"
 """
 
 
@@ -57,7 +57,7 @@ def test_config_loads_and_prices(tmp_path: Path) -> None:
     [
         (GOOD.replace('price = "250000"', 'price = "2.5"'), "tasks.0.price"),
         (GOOD.replace('address = "Worker@Garden.local"', 'address = "a@b, c@d"'), "agent.address"),
-        (GOOD.replace("envelopay.agent.operations:digest", "os.system"), "tasks.1.handler"),
+        (GOOD.replace("envelopay.worker.operations:digest", "os.system"), "tasks.1.handler"),
         (GOOD + "\n[bogus]\nx = 1\n", "bogus"),
         (GOOD.replace('name = "digest"', 'name = "word_count"'), "tasks"),
     ],
@@ -102,7 +102,7 @@ async def test_task_runs_declared_handler(book: TaskBook) -> None:
         ({"name": "word_count"}, OopsCode.INVALID_FIELD, "task.text"),
         ({"name": "word_count", "text": 5}, OopsCode.INVALID_FIELD, "task.text"),
         ({"name": "word_count", "text": "x", "code": "import os"}, OopsCode.INVALID_FIELD, "task.code"),
-        ({"name": "envelopay.agent.operations:word_count", "text": "x"}, OopsCode.UNKNOWN_TASK, "task.name"),
+        ({"name": "envelopay.worker.operations:word_count", "text": "x"}, OopsCode.UNKNOWN_TASK, "task.name"),
         (["word_count"], OopsCode.INVALID_FIELD, "task"),
     ],
 )
@@ -114,7 +114,7 @@ def test_task_refusals_are_values(book: TaskBook, task: object, code: OopsCode, 
 
 
 async def test_failing_handler_is_task_failed(tmp_path: Path) -> None:
-    text = GOOD.replace("envelopay.agent.operations:digest", "tests_agent_ops:boom")
+    text = GOOD.replace("envelopay.worker.operations:digest", "tests_agent_ops:boom")
     (tmp_path / "tests_agent_ops.py").write_text(
         "def boom(req):\n    raise RuntimeError('secret detail')\n"
     )

@@ -15,8 +15,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ledger"))
 
 import _kit as k
 
-from envelopay.agent.engine import Engine, Outcome
 from envelopay.dkim import DkimResult
+from envelopay.engine import Engine, Outcome
 from envelopay.errors import UsageError
 from envelopay.ledger.postgres import PostgresStore
 from envelopay.ledger.sqlite import SqliteStore

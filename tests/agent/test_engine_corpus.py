@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ledger"))
 
 import _kit as k
 
-from envelopay.agent.engine import Engine
+from envelopay.engine import Engine
 from envelopay.ledger.sqlite import SqliteStore
 from envelopay.protocol.codes import OopsCode
 from envelopay.protocol.compose import compose

@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ledger"))
 import _kit as k
 
 from envelopay import flows
-from envelopay.agent.engine import Engine
+from envelopay.engine import Engine
 from envelopay.flows import ILLEGAL, Direction, FlowKind, FlowState, Side
 from envelopay.ledger.sqlite import SqliteStore
 from envelopay.protocol.messages import (

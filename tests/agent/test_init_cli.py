@@ -8,10 +8,10 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from envelopay.agent.config import load_config
-from envelopay.agent.keys import evm_address, solana_pubkey
-from envelopay.agent.tasks import TaskBook
 from envelopay.cli.app import app
+from envelopay.config import load_config
+from envelopay.node.keys import evm_address, solana_pubkey
+from envelopay.worker.tasks import TaskBook
 
 runner = CliRunner()
 

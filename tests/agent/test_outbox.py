@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from envelopay.agent.engine import BaseApplication, Engine
-from envelopay.agent.outbox import DirectHook, OutboxDrainer, SendResult
-from envelopay.agent.transport import GardenTransport
+from envelopay.engine import BaseApplication, Engine
+from envelopay.engine.outbox import DirectHook, OutboxDrainer, SendResult
 from envelopay.ledger.sqlite import SqliteStore
 from envelopay.mail.garden import GardenServer
+from envelopay.node.transports import GardenTransport
 from envelopay.protocol.messages import Which
 from envelopay.protocol.outbound import Outbound
 
@@ -93,12 +93,12 @@ async def test_enforcer_as_the_send_hook(tmp_path: Path) -> None:
     to a recipient outside the agent's allowlist waits for approval (handed over), and
     once the agent is killed a message is blocked for good."""
     from envelopay import dkim
-    from envelopay.agent.outbox import EnforcerHook
     from envelopay.enforcer.client import EnforcerClient
     from envelopay.enforcer.core import Enforcer, hash_token
     from envelopay.enforcer.delivery import GardenDeliverer, dkim_signer
     from envelopay.enforcer.server import start_server
     from envelopay.enforcer.store import SqliteStore as EnforcerSqlite
+    from envelopay.engine.outbox import EnforcerHook
 
     clock = Clock()
     store, mids = await _queue(tmp_path, 1, clock)
@@ -139,10 +139,10 @@ async def test_enforcer_as_the_send_hook(tmp_path: Path) -> None:
 
 
 def test_config_picks_the_enforcer_hook(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from envelopay.agent.config import config_from_dict
-    from envelopay.agent.node import build_node
-    from envelopay.agent.outbox import EnforcerHook
+    from envelopay.config import config_from_dict
+    from envelopay.engine.outbox import EnforcerHook
     from envelopay.errors import ConfigError
+    from envelopay.node.wiring import build_node
 
     cfg = config_from_dict({
         "agent": {"address": "a@garden.local", "domain": "garden.local", "ledger": str(tmp_path / "a.db")},
@@ -162,8 +162,8 @@ def test_config_picks_the_enforcer_hook(tmp_path: Path, monkeypatch: pytest.Monk
 
 
 def test_node_keeps_recent_outcomes_only() -> None:
-    from envelopay.agent import node as node_mod
-    from envelopay.agent.engine import Outcome
+    from envelopay.engine import Outcome
+    from envelopay.node import wiring as node_mod
 
     n = node_mod.AgentNode(engine=None, drainer=None, dns=None)  # type: ignore[arg-type]
     cursor = n.received
@@ -219,7 +219,7 @@ async def test_parallel_drain_keeps_each_flows_rows_in_order(tmp_path: Path) -> 
 
 
 async def test_garden_pool_delivers_over_several_connections(tmp_path: Path) -> None:
-    from envelopay.agent.node import GardenPool
+    from envelopay.node.wiring import GardenPool
 
     clock = Clock()
     store, mids = await _queue(tmp_path, 24, clock)

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from envelopay.agent.calls import CallClient, CallStore
-from envelopay.agent.responders import reference_responder
-from envelopay.agent.toolmail import build_tool_mail, read_tool_mail
+from envelopay.endpoints.calls import CallClient, CallStore
+from envelopay.endpoints.reference import reference_responder
+from envelopay.endpoints.toolmail import build_tool_mail, read_tool_mail
 from envelopay.errors import UsageError
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)

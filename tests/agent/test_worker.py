@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from envelopay.agent.demo import PRICE, WORKER, DemoWorld
+from envelopay.client.demo import PRICE, WORKER, DemoWorld
 from envelopay.protocol.messages import (
     Fulfill,
     Give,
@@ -52,7 +52,7 @@ async def test_which_prices_the_described_task(world: DemoWorld) -> None:
     ("task", "code"),
     [
         ({"name": "shell", "cmd": "rm -rf /"}, "unknown_task"),
-        ({"name": "envelopay.agent.operations:word_count", "text": "x"}, "unknown_task"),
+        ({"name": "envelopay.worker.operations:word_count", "text": "x"}, "unknown_task"),
         ({"name": "word_count"}, "invalid_field"),
         ({"name": "word_count", "text": "x", "code": "__import__('os')"}, "invalid_field"),
         ({"name": "word_count", "text": "x", "rail": "ethereum/DAI"}, "unsupported_rail"),
@@ -137,7 +137,7 @@ async def test_deferred_message_stays_in_the_maildir(world: DemoWorld) -> None:
     pay = Pay(id="p-def", amount=PRICE, token="USDC", chain="solana-local", proof=proof)
     before = world.worker.received
     from envelopay import dkim
-    from envelopay.agent.demo import BUYER, DOMAIN
+    from envelopay.client.demo import BUYER, DOMAIN
     from envelopay.mail.garden import deliver
     from envelopay.protocol.compose import compose_message
 
@@ -158,7 +158,7 @@ async def test_reply_committed_before_a_crash_is_sent_on_the_next_drain(world: D
     """The engine commits the reply to the outbox before anything is sent; a process
     that dies right after still has it, and the next drain sends those same bytes."""
     from envelopay import dkim
-    from envelopay.agent.demo import BUYER, DOMAIN
+    from envelopay.client.demo import BUYER, DOMAIN
     from envelopay.protocol.compose import compose, compose_message
 
     raw, _ = compose_message(Which(id="w-crash"), sender=BUYER, recipient=WORKER, domain=DOMAIN,
@@ -179,7 +179,7 @@ async def test_offer_redo_after_a_crash_does_not_pay_twice(world: DemoWorld) -> 
     and its commit): the recorded ACCEPT comes back, and the buyer was paid once."""
     from datetime import UTC, datetime
 
-    from envelopay.agent.engine import Context, Refuse
+    from envelopay.engine import Context, Refuse
     from envelopay.flows import FlowKind
 
     app = world.worker.engine.app

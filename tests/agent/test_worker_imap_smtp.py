@@ -11,8 +11,8 @@ import pytest
 from aiosmtpd.smtp import SMTP
 
 from envelopay import dkim
-from envelopay.agent.config import config_from_dict
-from envelopay.agent.serve import serve_worker
+from envelopay.config import config_from_dict
+from envelopay.node.serve import serve_worker
 from envelopay.protocol.compose import compose_message
 from envelopay.protocol.messages import Order, Which
 from envelopay.protocol.parse import parse
@@ -47,8 +47,8 @@ async def test_worker_answers_over_imap_and_smtp(tmp_path: Path, monkeypatch: py
                           "imap_tls": False, "imap_user": "alice", "imap_password_env": "EP_IMAP_PASSWORD"},
             "rails": {"solana": {"backend": "local"}},
             "accept": [{"chain": "solana-local", "token": "USDC", "wallet": "W1"}],
-            "tasks": [{"name": "digest", "handler": "envelopay.agent.operations:digest",
-                       "schema": "envelopay.agent.operations:Digest", "price": "0"}],
+            "tasks": [{"name": "digest", "handler": "envelopay.worker.operations:digest",
+                       "schema": "envelopay.worker.operations:Digest", "price": "0"}],
             "dkim_records": {"b._domainkey.buyers.test": buyer_key.dns_txt_record()},
         }, base_dir=tmp_path)
         stop = asyncio.Event()

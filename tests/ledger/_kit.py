@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from envelopay.agent.engine import BaseApplication, Context, Notice, Refuse
+from envelopay.engine import BaseApplication, Context, Notice, Refuse
 from envelopay.protocol.codes import OopsCode
 from envelopay.protocol.compose import compose
 from envelopay.protocol.messages import (

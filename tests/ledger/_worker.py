@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _kit as k
 
-from envelopay.agent.engine import Engine
+from envelopay.engine import Engine
 from envelopay.ledger.store import Store
 
 

@@ -619,3 +619,53 @@ def test_two_mailbox_handles_index_each_file_once(tmp_path: Path, clock: Clock) 
     finally:
         one.close()
         two.close()
+
+
+# ------------------------------------------------------------------ the mailbox's rooms
+def test_pure_rooms_do_no_io() -> None:
+    """inputs, records, interpret and threads are pure: none imports a module that does I/O,
+    nor a mailbox room that does."""
+    import ast
+
+    import envelopay.mail.mailbox as pkg
+
+    room = Path(pkg.__file__).parent
+    doing_io = ("storage", "index", "guard", "attachments", "outgoing", "actions")
+    io_rooms = {f"envelopay.mail.mailbox.{m}" for m in doing_io}
+    io_modules = {"os", "shutil", "sqlite3", "socket", "asyncio", "envelopay.mail.maildir"} | io_rooms
+    for name in ("inputs", "records", "interpret", "threads"):
+        tree = ast.parse((room / f"{name}.py").read_text())
+        imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        assert imported & io_modules == set(), name
+        assert "envelopay.mail.mailbox.inputs" in imported or name == "inputs"  # the checker sees imports
+
+
+def test_thread_groups_join_through_any_shared_message_id() -> None:
+    from envelopay.mail.mailbox.threads import ThreadLink, thread_groups
+
+    links = [
+        ThreadLink("a", "<1@x>", None, []),
+        ThreadLink("c", "<3@x>", "<2@x>", ["<1@x>", "<2@x>"]),  # its parent <2@x> was never received
+        ThreadLink("d", "<4@x>", None, []),
+        ThreadLink("b", None, "<3@x>", []),  # no Message-ID of its own
+    ]
+    groups = thread_groups(links)
+    assert list(groups) == ["a", "c", "d", "b"]
+    assert groups["a"] == groups["b"] == groups["c"] != groups["d"]
+
+
+def test_maildir_moves_keep_or_set_flags(tmp_path: Path) -> None:
+    from envelopay.mail.mailbox.storage import MailFolders
+
+    folders = MailFolders(tmp_path)
+    fresh = folders.store("inbox", b"Subject: one\r\n\r\nx\r\n")
+    name = fresh.name
+    assert folders.find("inbox", name) == fresh
+    archived = folders.move(fresh, "archive")
+    assert archived == folders.path("archive") / "cur" / f"{name}:2,"
+    assert folders.find("inbox", name) is None and folders.find("archive", name) == archived
+    sent = folders.move(archived, "sent", flags="S")
+    assert sent.name == f"{name}:2,S" and folders.find("sent", name) == sent
+    assert folders.move(sent, "archive").name == f"{name}:2,S"  # its own flags kept
+    assert [(f, p.name) for f, p in folders.files()] == [("archive", f"{name}:2,S")]

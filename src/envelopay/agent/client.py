@@ -1,134 +1,38 @@
-"""The client role behind the CLI: build a message from fields, refuse bad input
-before any I/O, pay on the rail first where the protocol says so, send through the
-engine (so the flow is tracked), and optionally follow the flow until the answer.
+"""Deprecated: `envelopay.agent.client` moved to `envelopay.client.buyer`.
 
-Every `build_*` function validates and returns a message or raises UsageError naming
-the field; nothing is paid or sent until the message is known to be valid.
+    envelopay.client.buyer               Answer, ClientApp, build, check_address, follow,
+                                         parse_json_option, pay_first
+
+This module re-exports those names for one release and warns on import;
+import them from their new homes.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
+import warnings
 
-from pydantic import ValidationError
+from envelopay.client.buyer import (
+    Answer,
+    ClientApp,
+    build,
+    check_address,
+    follow,
+    parse_json_option,
+    pay_first,
+)
 
-from envelopay.agent.engine import BaseApplication, Notice, Outcome, Sent
-from envelopay.agent.node import AgentNode
-from envelopay.errors import RailError, UsageError
-from envelopay.mail.addresses import require_address
-from envelopay.protocol.messages import Message
+__all__ = [
+    "Answer",
+    "ClientApp",
+    "build",
+    "check_address",
+    "follow",
+    "parse_json_option",
+    "pay_first",
+]
 
-__all__ = ["Answer", "ClientApp", "build", "check_address", "follow", "parse_json_option", "pay_first"]
-
-
-class ClientApp(BaseApplication):
-    """The CLI's application: it receives on its configured wallets and records notices."""
-
-    def __init__(self, wallets: Mapping[tuple[str, str], str]) -> None:
-        self.wallets = dict(wallets)
-        self.notices: list[Notice] = []
-        self.arrived = asyncio.Event()
-
-    def wallet(self, chain: str, token: str) -> str | None:
-        return self.wallets.get((chain, token))
-
-    async def notify(self, notice: Notice) -> None:
-        self.notices.append(notice)
-        self.arrived.set()
-
-
-def parse_json_option(value: str | None, field: str) -> Any:
-    if value is None:
-        return None
-    try:
-        return json.loads(value)
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{field}: not valid JSON ({exc.msg} at column {exc.colno})") from exc
-
-
-def build(model: type[Message], field_prefix: str = "", **fields: Any) -> Message:
-    """Validate fields into a message model; a bad field → UsageError naming it."""
-    clean = {k: v for k, v in fields.items() if v is not None}
-    try:
-        return model.model_validate(clean, strict=False)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(x) for x in err["loc"]) or model.__name__.lower()
-        raise UsageError(f"--{field_prefix}{where.replace('_', '-')}: {err['msg']}") from exc
-
-
-@dataclass(frozen=True, slots=True)
-class Answer:
-    """What came back to a sent message within the wait."""
-
-    message: Message | None
-    outcome: Outcome | None
-    timed_out: bool = False
-
-
-def check_address(value: str) -> str:
-    return require_address(value, field="ADDRESS").lower()
-
-
-async def pay_first(
-    node: AgentNode, *, chain: str, token: str, amount: int, recipient: str
-) -> dict[str, Any]:
-    """Move the money before the mail is composed (spec: "Settlement model")."""
-    rail = node.rails.get(chain)
-    if rail is None:
-        known = ", ".join(sorted(node.rails)) or "none"
-        raise UsageError(f"--chain: no rail configured for {chain!r} (configured: {known})")
-    try:
-        return await rail.pay(chain=chain, token=token, amount=amount, recipient=recipient)
-    except RailError as exc:
-        raise UsageError(f"payment on {chain} failed: {exc}; nothing was sent") from exc
-
-
-async def follow(
-    node: AgentNode,
-    sent: Sent,
-    *,
-    timeout: float,
-    progress: Callable[[str], None] = lambda _: None,
-) -> Answer:
-    """Serve our Maildir until an answer in this flow arrives (or `timeout`)."""
-    stop = asyncio.Event()
-    cursor = node.received
-    task = asyncio.create_task(node.serve(stop))
-    progress(f"sent {sent.outbound.message.type.upper()} {sent.message_id}; waiting for the answer")
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    try:
-        while loop.time() < deadline:
-            for outcome in node.outcomes_since(cursor):
-                if outcome.flow_id == sent.flow_id:
-                    msg = _inbound(node, outcome)
-                    return Answer(msg, outcome)
-            cursor = node.received
-            if task.done():
-                task.result()  # surface a crashed pump
-            await asyncio.sleep(0.05)
-        return Answer(None, None, timed_out=True)
-    finally:
-        stop.set()
-        await task
-
-
-def _inbound(node: AgentNode, outcome: Outcome) -> Message | None:
-    if outcome.flow_id is None or outcome.message_id is None:
-        return None
-    for entry in reversed(node.store.flow_log(outcome.flow_id)):
-        if entry.direction == "in" and entry.message_id == outcome.message_id and entry.body is not None:
-            from envelopay.protocol.messages import MessageType, model_for
-
-            try:
-                model = model_for(MessageType(entry.type))
-                return model.model_validate(dict(entry.body), strict=False)  # type: ignore[return-value]
-            except (ValueError, ValidationError):
-                return None
-    return None
-
+warnings.warn(
+    "envelopay.agent.client is deprecated; import from envelopay.client.buyer instead",
+    DeprecationWarning,
+    stacklevel=2,
+)

@@ -1,52 +1,29 @@
-"""Worker configuration (TOML): who the worker is, what it accepts, what it sells.
+"""Deprecated: `envelopay.agent.config` moved to `envelopay.config`.
 
-A task is declared here, never received: the config names a handler ("module:function")
-and a pydantic request schema ("module:Class") for each task. An ORDER only names a
-declared task and supplies data fields; nothing received is executed or evaluated.
+    envelopay.config                     AcceptedRail, AgentSection, ExchangePair, ResponderConfig,
+                                         TaskConfig, TransportConfig, WorkerConfig, config_from_dict,
+                                         load_config, resolve_ref
 
-Example (what `envelopay init` writes)::
-
-    [agent]
-    address = "worker@garden.local"
-    domain = "garden.local"
-    ledger = "var/worker.db"          # SQLite file, or a postgresql:// DSN
-    dkim_selector = "ep1"
-    dkim_key = "keys/dkim.pem"
-    dkim_policy = "prefer"            # required | prefer | off
-
-    [transport]
-    kind = "garden"                   # garden | smtp
-    garden_root = "var/garden"
-
-    [rails.solana]                    # options passed to the rail's make_rail()
-    backend = "local"
-    keypair = "keys/solana.json"
-
-    [[accept]]
-    chain = "solana-local"
-    token = "USDC"
-    wallet = "..."                    # this worker's wallet on that chain
-
-    [[tasks]]
-    name = "word_count"
-    handler = "envelopay.agent.operations:word_count"
-    schema = "envelopay.agent.operations:WordCount"
-    price = "250000"                  # smallest units, on every accepted rail
-    prices = { "base-local/USDC" = "300000" }   # optional per-rail override
+This module re-exports those names for one release and warns on import;
+import them from their new homes.
 """
 
 from __future__ import annotations
 
-import importlib
-import re
-import tomllib
-from collections.abc import Mapping
-from pathlib import Path
-from typing import Any, Literal
+import warnings
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-
-from envelopay.errors import ConfigError
+from envelopay.config import (
+    AcceptedRail,
+    AgentSection,
+    ExchangePair,
+    ResponderConfig,
+    TaskConfig,
+    TransportConfig,
+    WorkerConfig,
+    config_from_dict,
+    load_config,
+    resolve_ref,
+)
 
 __all__ = [
     "AcceptedRail",
@@ -56,209 +33,13 @@ __all__ = [
     "TaskConfig",
     "TransportConfig",
     "WorkerConfig",
+    "config_from_dict",
     "load_config",
     "resolve_ref",
 ]
 
-_REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
-_DIGITS = re.compile(r"^[0-9]{1,78}$")
-_NAME = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class AgentSection(_Section):
-    address: str
-    domain: str
-    ledger: str = "var/agent.db"
-    dkim_selector: str = "ep1"
-    dkim_key: str | None = None
-    dkim_policy: Literal["required", "prefer", "off"] = "prefer"
-    dkim_dns: Literal["table", "resolver"] = "table"  # table: [dkim_records] below (garden)
-    worker_id: str | None = None  # stable across restarts of one worker process
-
-    @field_validator("address")
-    @classmethod
-    def _one_address(cls, v: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9._+-]+@[A-Za-z0-9.-]+", v):
-            raise ValueError("must be one bare address like name@domain")
-        return v.lower()
-
-
-class TransportConfig(_Section):
-    kind: Literal["garden", "smtp"] = "garden"
-    garden_root: str = "var/garden"
-    garden_socket: str | None = None  # LMTP over a Unix socket (else lmtp_host:lmtp_port)
-    garden_addresses: list[str] = Field(default_factory=list)  # for an embedded garden
-    lmtp_host: str = "127.0.0.1"
-    lmtp_port: int | None = None
-    smtp_host: str | None = None
-    smtp_port: int = 587
-    smtp_security: Literal["starttls", "tls", "none"] = "starttls"
-    smtp_username: str | None = None
-    smtp_password_env: str | None = None  # the name of an env var, never the secret itself
-    imap_host: str | None = None
-    imap_port: int = 993
-    imap_tls: bool = True
-    imap_user: str | None = None
-    imap_password_env: str | None = None
-    imap_mailbox: str = "INBOX"
-    # The send enforcer as the send hook (it then holds the credential and the DKIM key):
-    enforcer: str | None = None  # http(s):// URL or a Unix socket path
-    enforcer_token_env: str = "ENVELOPAY_AGENT_TOKEN"  # the env var holding this agent's token
-
-
-class AcceptedRail(_Section):
-    chain: str
-    token: str
-    wallet: str
-
-
-def _amount_str(v: Any) -> str:
-    if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
-        return str(v)
-    if not isinstance(v, str) or not _DIGITS.match(v):
-        raise ValueError("an amount is a string of decimal digits in the smallest unit")
-    return v
-
-
-class TaskConfig(_Section):
-    name: str
-    handler: str
-    schema_ref: str = Field(alias="schema")
-    price: str = "0"
-    prices: dict[str, str] = Field(default_factory=dict)
-    description: str = ""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        if not _NAME.match(v):
-            raise ValueError("task names are lowercase letters, digits, '_', '.', '-'")
-        return v
-
-    @field_validator("handler", "schema_ref")
-    @classmethod
-    def _ref(cls, v: str) -> str:
-        if not _REF.match(v):
-            raise ValueError("must be 'package.module:name'")
-        return v
-
-    @field_validator("price", mode="before")
-    @classmethod
-    def _price(cls, v: Any) -> str:
-        return _amount_str(v)
-
-    @field_validator("prices", mode="before")
-    @classmethod
-    def _prices(cls, v: Any) -> dict[str, str]:
-        if not isinstance(v, Mapping):
-            raise ValueError("prices is a table of 'chain/token' = amount")
-        return {str(k): _amount_str(a) for k, a in v.items()}
-
-    def price_for(self, chain: str, token: str) -> int:
-        return int(self.prices.get(f"{chain}/{token}", self.price))
-
-
-class ResponderConfig(_Section):
-    """A deterministic endpoint: an address inside the garden with a schema and a handler."""
-
-    address: str
-    handler: str
-    schema_ref: str = Field(alias="schema")
-    description: str = ""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
-
-
-class ExchangePair(_Section):
-    """An OFFER this worker accepts: it receives `give`, pays back `want`, at most
-    `want_per_unit` (smallest units of want) per `give_unit` (smallest units of give)."""
-
-    give: str  # "chain/token"
-    want: str  # "chain/token"
-    give_unit: str
-    want_per_unit: str
-    max_want: str = "0"  # 0: no cap per offer
-
-    @field_validator("give_unit", "want_per_unit", "max_want", mode="before")
-    @classmethod
-    def _amounts(cls, v: Any) -> str:
-        return _amount_str(v)
-
-    @field_validator("give", "want")
-    @classmethod
-    def _pair(cls, v: str) -> str:
-        if v.count("/") != 1 or not all(v.split("/")):
-            raise ValueError("must be 'chain/token'")
-        return v
-
-
-class WorkerConfig(_Section):
-    agent: AgentSection
-    transport: TransportConfig = TransportConfig()
-    rails: dict[str, dict[str, Any]] = Field(default_factory=dict)
-    accept: list[AcceptedRail] = Field(default_factory=list)
-    tasks: list[TaskConfig] = Field(default_factory=list)
-    responders: list[ResponderConfig] = Field(default_factory=list)
-    exchange: list[ExchangePair] = Field(default_factory=list)
-    wallets: dict[str, str] = Field(default_factory=dict)  # chain → wallet, for OFFER give legs
-    dkim_records: dict[str, str] = Field(default_factory=dict)  # "sel._domainkey.dom" → TXT
-    base_dir: str = "."
-
-    def path(self, value: str) -> Path:
-        """A config-relative path made absolute (paths in the file are relative to it)."""
-        p = Path(value)
-        return p if p.is_absolute() else Path(self.base_dir) / p
-
-    def task(self, name: str) -> TaskConfig | None:
-        for t in self.tasks:
-            if t.name == name:
-                return t
-        return None
-
-
-def load_config(path: str | Path) -> WorkerConfig:
-    """Read and validate a TOML config; any problem is a ConfigError naming the field."""
-    p = Path(path)
-    try:
-        data = tomllib.loads(p.read_text())
-    except OSError as exc:
-        raise ConfigError(f"cannot read config {p}: {exc.strerror}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"config {p} is not valid TOML: {exc}") from exc
-    return config_from_dict(data, base_dir=p.resolve().parent)
-
-
-def config_from_dict(data: Mapping[str, Any], *, base_dir: str | Path = ".") -> WorkerConfig:
-    try:
-        cfg = WorkerConfig.model_validate({**data, "base_dir": str(base_dir)})
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(x) for x in first["loc"])
-        raise ConfigError(f"config field {where}: {first['msg']}") from exc
-    names = [t.name for t in cfg.tasks]
-    if len(names) != len(set(names)):
-        raise ConfigError("config field tasks: task names must be unique")
-    return cfg
-
-
-def resolve_ref(ref: str) -> Any:
-    """Import 'module:name' from the LOCAL config. Only the operator's config names code;
-    a received message can only pick one of the names resolved here."""
-    if not _REF.match(ref):
-        raise ConfigError(f"{ref!r} is not 'package.module:name'")
-    module_name, attr = ref.split(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(f"cannot import {module_name!r} for {ref!r}: {exc}") from exc
-    try:
-        return getattr(module, attr)
-    except AttributeError as exc:
-        raise ConfigError(f"{module_name!r} has no {attr!r}") from exc
-
+warnings.warn(
+    "envelopay.agent.config is deprecated; import from envelopay.config instead",
+    DeprecationWarning,
+    stacklevel=2,
+)

@@ -1,79 +1,24 @@
-"""Counter-payments made for OFFERs, keyed by (peer, offer id): a redo never pays twice.
+"""Deprecated: `envelopay.agent.counterpay` moved to `envelopay.worker.counterpay`.
 
-The engine asks the worker to decide an OFFER between its two transactions; a worker
-that dies after paying and before the engine's commit is asked again for the same
-OFFER after a restart. The payment is therefore written down around the rail call:
+    envelopay.worker.counterpay          Begin, CounterPayments
 
-    begin(peer, offer)  → "new"       : go on and pay
-                        → "paid"      : the recorded ACCEPT is returned again (same proof)
-                        → "in_doubt"  : a payment started and its outcome is unknown (the
-                                        process died during rail.pay): refuse rather than
-                                        risk paying twice; an operator settles it
-    paid(peer, offer, accept)          : record the ACCEPT (proof included)
-    failed(peer, offer)                : the rail refused (nothing moved): forget the attempt
+This module re-exports those names for one release and warns on import;
+import them from their new homes.
 """
 
 from __future__ import annotations
 
-import json
-import sqlite3
-import threading
-from pathlib import Path
-from typing import Any, Literal
+import warnings
 
-__all__ = ["CounterPayments"]
+from envelopay.worker.counterpay import Begin, CounterPayments
 
-Begin = Literal["new", "paid", "in_doubt"]
+__all__ = [
+    "Begin",
+    "CounterPayments",
+]
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS agent_counterpay (
-    peer     TEXT NOT NULL,
-    offer_id TEXT NOT NULL,
-    status   TEXT NOT NULL,          -- paying | paid
-    accept   TEXT,                   -- the ACCEPT body, once paid
-    PRIMARY KEY (peer, offer_id)
-);
-"""
-
-
-class CounterPayments:
-    def __init__(self, path: str | Path) -> None:
-        self._lock = threading.Lock()
-        self._db = sqlite3.connect(str(path), timeout=30, isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA busy_timeout=30000")
-        self._db.executescript(_SCHEMA)
-
-    def close(self) -> None:
-        self._db.close()
-
-    def begin(self, peer: str, offer_id: str) -> tuple[Begin, dict[str, Any] | None]:
-        with self._lock:
-            cur = self._db.execute(
-                "INSERT INTO agent_counterpay (peer, offer_id, status) VALUES (?, ?, 'paying')"
-                " ON CONFLICT DO NOTHING",
-                (peer, offer_id),
-            )
-            if cur.rowcount == 1:
-                return "new", None
-            row = self._db.execute(
-                "SELECT status, accept FROM agent_counterpay WHERE peer = ? AND offer_id = ?",
-                (peer, offer_id),
-            ).fetchone()
-        if row is not None and row[0] == "paid" and row[1]:
-            return "paid", json.loads(row[1])
-        return "in_doubt", None
-
-    def paid(self, peer: str, offer_id: str, accept: dict[str, Any]) -> None:
-        with self._lock:
-            self._db.execute(
-                "UPDATE agent_counterpay SET status = 'paid', accept = ? WHERE peer = ? AND offer_id = ?",
-                (json.dumps(accept, sort_keys=True), peer, offer_id),
-            )
-
-    def failed(self, peer: str, offer_id: str) -> None:
-        with self._lock:
-            self._db.execute(
-                "DELETE FROM agent_counterpay WHERE peer = ? AND offer_id = ? AND status = 'paying'",
-                (peer, offer_id),
-            )
+warnings.warn(
+    "envelopay.agent.counterpay is deprecated; import from envelopay.worker.counterpay instead",
+    DeprecationWarning,
+    stacklevel=2,
+)

@@ -1,202 +1,42 @@
-"""The outbox drainer: pending outbox rows → send hook → (DKIM sign → transport).
+"""Deprecated: `envelopay.agent.outbox` moved to `envelopay.engine.outbox`.
 
-The engine writes replies into the ledger's outbox in the same transaction as the
-state change; this drains them afterwards. A row's Message-ID and Date were fixed at
-write time, so composing it again yields the same bytes: a resend after a crash is
-recognisably the same mail.
+    envelopay.engine.outbox              DirectHook, DrainReport, EnforcerHook, OutboxDrainer, SendHook,
+                                         SendResult, SendStatus, Signer, dkim_signer
 
-The send hook is where policy plugs in. `DirectHook` signs and delivers itself;
-an enforcer hook hands the composed message to the send enforcer, which holds the
-credential and answers with a verdict. Verdicts (as the enforcer's):
-
-    sent              delivered (or handed to the next hop)     → mark_sent
-    pending_approval  the enforcer queued it for a human          → mark_sent (it owns it now)
-    blocked           policy refused it                           → permanent failure
-    failed            the hop failed                              → retry with backoff, then give up
-    unknown           we could not tell                           → retry (same Message-ID)
+This module re-exports those names for one release and warns on import;
+import them from their new homes.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, Protocol
+import warnings
 
-from envelopay.agent.transport import Transport
-from envelopay.errors import TransportError
-from envelopay.ledger.store import OutboxRow, Store
-from envelopay.protocol.compose import compose
-from envelopay.protocol.outbound import Outbound
+from envelopay.engine.outbox import (
+    DirectHook,
+    DrainReport,
+    EnforcerHook,
+    OutboxDrainer,
+    SendHook,
+    SendResult,
+    SendStatus,
+    Signer,
+    dkim_signer,
+)
 
-__all__ = ["DirectHook", "DrainReport", "EnforcerHook", "OutboxDrainer", "SendHook", "SendResult", "Signer"]
+__all__ = [
+    "DirectHook",
+    "DrainReport",
+    "EnforcerHook",
+    "OutboxDrainer",
+    "SendHook",
+    "SendResult",
+    "SendStatus",
+    "Signer",
+    "dkim_signer",
+]
 
-SendStatus = Literal["sent", "pending_approval", "blocked", "failed", "unknown"]
-Signer = Callable[[bytes], bytes]
-
-
-@dataclass(frozen=True, slots=True)
-class SendResult:
-    status: SendStatus
-    detail: str = ""
-    permanent: bool = False
-
-
-class SendHook(Protocol):
-    async def __call__(self, out: Outbound, raw: bytes) -> SendResult: ...
-
-
-@dataclass
-class DirectHook:
-    """No enforcer: sign the exact bytes and hand them to the transport."""
-
-    transport: Transport
-    signer: Signer | None = None
-
-    async def __call__(self, out: Outbound, raw: bytes) -> SendResult:
-        signed = self.signer(raw) if self.signer is not None else raw
-        try:
-            await self.transport.send(signed, out.sender, out.recipient)
-        except TransportError as exc:
-            return SendResult("failed", str(exc), permanent=bool(getattr(exc, "permanent", False)))
-        return SendResult("sent")
-
-
-@dataclass
-class EnforcerHook:
-    """The send enforcer as the send hook: the agent holds only its token; the enforcer
-    holds the transport credential and the DKIM key, checks its policy and sends. The
-    row's fixed Message-ID goes along, so a retried row is answered from the
-    enforcer's record instead of being sent twice."""
-
-    client: Any  # envelopay.enforcer.client.EnforcerClient (imported lazily)
-
-    async def __call__(self, out: Outbound, raw: bytes) -> SendResult:
-        from envelopay.enforcer.client import request_from_outbound
-
-        try:
-            verdict = await self.client.send(request_from_outbound(out))
-        except TransportError as exc:
-            return SendResult("unknown", f"enforcer unreachable: {exc}")
-        status: SendStatus = verdict.status
-        return SendResult(status, verdict.reason or "", permanent=status == "blocked")
-
-
-def dkim_signer(*, selector: str, domain: str, key_pem: bytes, clock: Callable[[], datetime]) -> Signer:
-    from envelopay import dkim
-
-    key = dkim.DkimKey.load(key_pem)
-
-    def sign(raw: bytes) -> bytes:
-        return dkim.sign(raw, selector=selector, domain=domain, key=key, timestamp=int(clock().timestamp()))
-
-    return sign
-
-
-@dataclass
-class DrainReport:
-    sent: list[str] = field(default_factory=list)
-    held: list[str] = field(default_factory=list)  # pending_approval
-    retry: list[str] = field(default_factory=list)
-    failed: list[str] = field(default_factory=list)
-
-    @property
-    def count(self) -> int:
-        return len(self.sent) + len(self.held) + len(self.retry) + len(self.failed)
-
-
-class OutboxDrainer:
-    def __init__(
-        self,
-        store: Store,
-        hook: SendHook,
-        *,
-        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-        max_attempts: int = 8,
-        backoff: Callable[[int], timedelta] = lambda n: timedelta(seconds=min(300, 2**n)),
-        on_sent: Callable[[Outbound, bytes], Awaitable[None]] | None = None,
-        parallel: int = 1,
-    ) -> None:
-        if parallel < 1:
-            raise ValueError("parallel must be at least 1")
-        self.store = store
-        self.hook = hook
-        self.clock = clock
-        self.max_attempts = max_attempts
-        self.backoff = backoff
-        self.on_sent = on_sent
-        # Rows of different flows in flight at once (the hook must take concurrent calls,
-        # e.g. a pool of connections); the rows of one flow always go one after another,
-        # in outbox order.
-        self.parallel = parallel
-        # One drain at a time per process: two overlapping drains would both read the
-        # same pending rows and send them twice. A drain asked for while one runs just
-        # makes the running one look again.
-        self._lock = asyncio.Lock()
-        self._again = False
-
-    async def drain_once(self, limit: int = 100) -> DrainReport:
-        report = DrainReport()
-        rows = self.store.outbox_pending(self.clock(), limit)
-        if self.parallel == 1 or len(rows) < 2:
-            for row in rows:
-                await self._one(row, report)
-            return report
-        lanes: dict[str | None, list[OutboxRow]] = {}
-        for row in rows:
-            # Rows without a flow each get a lane of their own.
-            lanes.setdefault(row.flow_id or f"\0{row.outbound.message_id}", []).append(row)
-        gate = asyncio.Semaphore(self.parallel)
-
-        async def lane(queue: list[OutboxRow]) -> None:
-            async with gate:
-                for row in queue:
-                    await self._one(row, report)
-
-        await asyncio.gather(*(lane(q) for q in lanes.values()))
-        return report
-
-    async def drain(self, limit: int = 100) -> DrainReport:
-        """Drain until nothing is due now (rows scheduled for later are left)."""
-        total = DrainReport()
-        if self._lock.locked():
-            self._again = True
-            return total
-        async with self._lock:
-            while True:
-                self._again = False
-                rep = await self.drain_once(limit)
-                for name in ("sent", "held", "retry", "failed"):
-                    getattr(total, name).extend(getattr(rep, name))
-                # Rows written meanwhile in this process come with a drain() call that
-                # set _again; a full batch may have more behind it. Otherwise: done.
-                if rep.count < limit and not self._again:
-                    return total
-
-    async def _one(self, row: OutboxRow, report: DrainReport) -> None:
-        out = row.outbound
-        mid = out.message_id
-        try:
-            raw = compose(out)
-        except Exception as exc:  # a row we can never compose must not block the queue
-            self.store.mark_failed(mid, self.clock(), f"compose: {type(exc).__name__}: {exc}")
-            report.failed.append(mid)
-            return
-        result = await self.hook(out, raw)
-        now = self.clock()
-        if result.status == "sent":
-            self.store.mark_sent(mid, now)
-            report.sent.append(mid)
-            if self.on_sent is not None:
-                await self.on_sent(out, raw)
-        elif result.status == "pending_approval":
-            self.store.mark_sent(mid, now)
-            report.held.append(mid)
-        elif result.status == "blocked" or result.permanent or row.attempts + 1 >= self.max_attempts:
-            self.store.mark_failed(mid, now, f"{result.status}: {result.detail}")
-            report.failed.append(mid)
-        else:
-            retry_at = now + self.backoff(row.attempts)
-            self.store.mark_failed(mid, now, f"{result.status}: {result.detail}", retry_at)
-            report.retry.append(mid)
+warnings.warn(
+    "envelopay.agent.outbox is deprecated; import from envelopay.engine.outbox instead",
+    DeprecationWarning,
+    stacklevel=2,
+)

@@ -1,92 +1,27 @@
-"""Long-running loops: pick mail up from Maildirs and hand each message to a consumer.
+"""Deprecated: `envelopay.agent.runtime` moved to `envelopay.node.runtime`.
 
-`pump` is the one loop every role uses (worker engine, responders, a client's reply
-inbox): a message is marked done in the Maildir only AFTER its consumer returned, so a
-crash mid-way leaves it in new/ and it is handled again on restart (consumers are
-idempotent: the engine claims Message-IDs, responders are stateless, calls settle once).
+    envelopay.node.runtime               Consumer, log, pump, serve_call_replies, serve_responders
+
+This module re-exports those names for one release and warns on import;
+import them from their new homes.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from datetime import UTC, datetime
-from pathlib import Path
+import warnings
 
-from envelopay.agent.calls import CallClient
-from envelopay.agent.responders import Responder
-from envelopay.agent.transport import Transport
-from envelopay.errors import TransportError
+from envelopay.node.runtime import Consumer, log, pump, serve_call_replies, serve_responders
 
-__all__ = ["pump", "serve_call_replies", "serve_responders"]
+__all__ = [
+    "Consumer",
+    "log",
+    "pump",
+    "serve_call_replies",
+    "serve_responders",
+]
 
-# Returns False (or None is taken as done) to leave a message in new/ for a later start.
-Consumer = Callable[[Path, bytes], Awaitable[bool | None]]
-log = logging.getLogger(__name__)
-
-
-async def pump(maildirs: Iterable[Path], consume: Consumer, *, stop: asyncio.Event) -> None:
-    """Feed every message landing in `maildirs` to `consume(maildir, raw)` until `stop`.
-
-    A consumer that raises (a bug, never someone's bad input) must not stop the loop:
-    the message is logged and filed with the Maildir "F" (flagged) mark instead of "S",
-    so an operator can find it and deliver it again once the bug is fixed."""
-    from envelopay.mail.maildir import Pickup
-
-    async with Pickup(list(maildirs)) as pickup:
-        while not stop.is_set():
-            try:
-                delivery = await pickup.next(timeout=0.2)
-            except TimeoutError:
-                continue
-            flags = "S"
-            try:
-                if await consume(delivery.maildir, delivery.raw) is False:
-                    log.warning("left %s in new/ for a later attempt", delivery.path)
-                    continue
-            except Exception:
-                log.exception("consumer failed on %s; filed as flagged", delivery.path)
-                flags = "F"
-            pickup.done(delivery, flags=flags)
-
-
-async def serve_responders(
-    responders: Mapping[Path, Responder],
-    transport: Transport,
-    *,
-    domain: str,
-    stop: asyncio.Event,
-    clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-) -> None:
-    """Answer every request arriving in each responder's Maildir."""
-
-    async def consume(maildir: Path, raw: bytes) -> None:
-        responder = responders[maildir]
-        reply = responder.respond(raw, now=clock(), domain=domain)
-        if reply is None:
-            return
-        rcpt = _reply_to(reply)
-        if rcpt is None:
-            return
-        # A reply that cannot be delivered is dropped: the caller's deadline covers it.
-        with contextlib.suppress(TransportError):
-            await transport.send(reply, responder.address, rcpt)
-
-    await pump(responders.keys(), consume, stop=stop)
-
-
-def _reply_to(reply: bytes) -> str | None:
-    from envelopay.agent.toolmail import read_tool_mail
-
-    return read_tool_mail(reply).recipient
-
-
-async def serve_call_replies(client: CallClient, maildir: Path, *, stop: asyncio.Event) -> None:
-    """Settle outstanding calls from replies landing in the client's Maildir."""
-
-    async def consume(_: Path, raw: bytes) -> None:
-        client.on_reply(raw)
-
-    await pump([maildir], consume, stop=stop)
+warnings.warn(
+    "envelopay.agent.runtime is deprecated; import from envelopay.node.runtime instead",
+    DeprecationWarning,
+    stacklevel=2,
+)

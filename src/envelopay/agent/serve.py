@@ -1,92 +1,23 @@
-"""`envelopay worker serve`: run a worker (and its responders) until interrupted."""
+"""Deprecated: `envelopay.agent.serve` moved to `envelopay.node.serve`.
+
+    envelopay.node.serve                 serve_worker
+
+This module re-exports those names for one release and warns on import;
+import them from their new homes.
+"""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import signal
-from collections.abc import Callable
-from typing import Any
+import warnings
 
-from envelopay.agent.config import WorkerConfig
-from envelopay.agent.node import build_node
-from envelopay.agent.responders import Responder
-from envelopay.agent.runtime import serve_responders
-from envelopay.agent.transport import GardenTransport, Transport
+from envelopay.node.serve import serve_worker
 
-__all__ = ["serve_worker"]
+__all__ = [
+    "serve_worker",
+]
 
-
-async def serve_worker(
-    cfg: WorkerConfig,
-    *,
-    embedded_garden: bool = False,
-    echo: Callable[[str], Any] = print,
-    stop: asyncio.Event | None = None,
-    ready: Callable[[Any], None] | None = None,
-    retry_interval: float = 5.0,
-) -> None:
-    """Serve until `stop` is set (or SIGINT/SIGTERM when no event is given)."""
-    from envelopay.mail.maildir import mailbox_path
-
-    stop = stop or _signal_stop()
-    garden = None
-    transport: Transport | None = None
-    root = cfg.path(cfg.transport.garden_root)
-    responders = [Responder.from_config(r) for r in cfg.responders]
-    if embedded_garden:
-        from envelopay.mail.garden import GardenServer
-
-        addresses = {cfg.agent.address, *(r.address for r in responders), *cfg.transport.garden_addresses}
-        sock = cfg.path(cfg.transport.garden_socket) if cfg.transport.garden_socket else None
-        garden = GardenServer(root, sorted(addresses), unix_path=sock, port=cfg.transport.lmtp_port or 0)
-        await garden.start()
-        transport = GardenTransport(garden.endpoint)
-        echo(f"garden listening at {garden.endpoint} for {', '.join(sorted(addresses))}")
-    node = build_node(cfg, transport=transport)
-    if cfg.transport.kind == "smtp":
-        from envelopay.agent.node import imap_config
-
-        tasks = [asyncio.create_task(node.serve_imap(imap_config(cfg), stop))]
-    else:
-        tasks = [asyncio.create_task(node.serve(stop))]
-    if responders and cfg.transport.kind == "garden":
-        from envelopay.agent.node import garden_transport
-
-        mapping = {mailbox_path(root, r.address): r for r in responders}
-        # Responders answer inside the garden, even when the worker sends through the enforcer.
-        rt = node.transport or transport or garden_transport(cfg)
-        tasks.append(asyncio.create_task(serve_responders(mapping, rt, domain=cfg.agent.domain, stop=stop)))
-    tasks.append(asyncio.create_task(_retry_loop(node.drain, stop, retry_interval)))
-    echo(f"{cfg.agent.address} serving {len(cfg.tasks)} task(s), {len(responders)} responder(s); "
-         f"ledger {cfg.agent.ledger}")
-    if ready is not None:
-        ready(garden)
-    try:
-        await stop.wait()
-    finally:
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await node.close()
-        node.store.close()
-        if garden is not None:
-            await garden.stop()
-
-
-async def _retry_loop(drain: Callable[[], Any], stop: asyncio.Event, interval: float) -> None:
-    """Outbox rows whose send failed come due again later; drain them on a timer."""
-    while not stop.is_set():
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), interval)
-        if not stop.is_set():
-            await drain()
-
-
-def _signal_stop() -> asyncio.Event:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(RuntimeError, ValueError):  # not the main thread: no signals
-            loop.add_signal_handler(sig, stop.set)
-    return stop
-
-
+warnings.warn(
+    "envelopay.agent.serve is deprecated; import from envelopay.node.serve instead",
+    DeprecationWarning,
+    stacklevel=2,
+)

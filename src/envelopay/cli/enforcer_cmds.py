@@ -9,76 +9,48 @@ from __future__ import annotations
 
 import asyncio
 import os
-import secrets
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, TypeVar, cast
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
-from envelopay.errors import ConfigError, TransportError, UsageError
+from envelopay.cli.options import DEFAULT_TOKEN_FILE, OPERATOR, OperatorOptions, TokenFileOpt
+from envelopay.cli.output import FAILED, answers, fail
+from envelopay.errors import ConfigError, UsageError
+
+if TYPE_CHECKING:
+    from envelopay.enforcer.client import OperatorClient
 
 T = TypeVar("T")
-
-DEFAULT_URL = "http://127.0.0.1:8725"
-DEFAULT_TOKEN_FILE = "enforcer-operator.token"
-
-_Url = Annotated[
-    str, typer.Option("--enforcer", envvar="ENVELOPAY_ENFORCER", help="Enforcer URL or Unix socket path.")
-]
-_TokenFile = Annotated[
-    Path,
-    typer.Option("--operator-token-file", envvar="ENVELOPAY_OPERATOR_TOKEN_FILE",
-                 help="File holding the operator credential."),
-]
 
 _SEC = "starttls | tls | none"
 _USER = "SMTP user; the password comes from $ENVELOPAY_SMTP_PASSWORD"
 _GARDEN = "Deliver into the walled garden: its LMTP socket path or port."
 
 
-def _fail(message: str, code: int = 2) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(code)
-
-
-def _operator_token(path: Path) -> str:
-    token = os.environ.get("ENVELOPAY_OPERATOR_TOKEN")
-    if token:
-        return token
-    try:
-        token = path.read_text().strip()
-    except OSError as exc:
-        _fail(f"cannot read the operator token file {path}: {exc.strerror}")
-    if not token:
-        _fail(f"operator token file {path} is empty")
-    return token
-
-
 def _run(coro_fn: Callable[[], Awaitable[T]]) -> T:
     async def main() -> T:
         return await coro_fn()
 
-    try:
+    with answers(transport=FAILED):
         return asyncio.run(main())
-    except (UsageError, ConfigError) as exc:
-        _fail(str(exc))
-    except TransportError as exc:
-        _fail(str(exc), code=1)
+    raise AssertionError("unreachable")  # for mypy: `answers` ends the command on any error
 
 
-def _load_or_create_token(path: Path) -> str:
-    token = os.environ.get("ENVELOPAY_OPERATOR_TOKEN")
-    if token:
-        return token
-    if path.exists():
-        return _operator_token(path)
-    token = "epo_" + secrets.token_urlsafe(32)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(token + "\n")
-    typer.echo(f"operator token written to {path} (mode 600)", err=True)
-    return token
+def _ask(where: OperatorOptions, call: Callable[[OperatorClient], Awaitable[T]]) -> T:
+    """One request to the running enforcer, with the operator credential."""
+    from envelopay.enforcer.client import OperatorClient
+    from envelopay.enforcer.launch import operator_token
+
+    with answers():
+        op_token = operator_token(where.token_file)
+
+    async def go() -> T:
+        async with OperatorClient(where.url, op_token) as op:
+            return await call(op)
+
+    return _run(go)
 
 
 def register(app: typer.Typer) -> None:
@@ -96,7 +68,7 @@ def register(app: typer.Typer) -> None:
         port: Annotated[int, typer.Option("--port", help="Loopback TCP port.")] = 8725,
         host: Annotated[str, typer.Option("--host", help="Loopback address to bind.")] = "127.0.0.1",
         socket: Annotated[Path | None, typer.Option("--socket", help="Listen on this Unix socket.")] = None,
-        token_file: _TokenFile = Path(DEFAULT_TOKEN_FILE),
+        token_file: TokenFileOpt = Path(DEFAULT_TOKEN_FILE),
         smtp_host: Annotated[str | None, typer.Option("--smtp-host")] = None,
         smtp_port: Annotated[int, typer.Option("--smtp-port")] = 587,
         smtp_security: Annotated[str, typer.Option("--smtp-security", help=_SEC)] = "starttls",
@@ -107,188 +79,22 @@ def register(app: typer.Typer) -> None:
         dkim_domain: Annotated[str | None, typer.Option("--dkim-domain")] = None,
     ) -> None:
         """Run the enforcer: the only holder of the SMTP credential and the DKIM key."""
-        from envelopay.enforcer.core import Enforcer, hash_token
-        from envelopay.enforcer.delivery import Deliverer, GardenDeliverer, SmtpDeliverer, dkim_signer
-        from envelopay.enforcer.server import start_server
-        from envelopay.enforcer.store import open_store
+        from envelopay.enforcer.launch import prepare, serve
 
-        deliverer: Deliverer
         try:
-            if (garden is None) == (smtp_host is None):
-                raise ConfigError("give exactly one of --smtp-host or --garden")
-            if garden is not None:
-                deliverer = GardenDeliverer(int(garden) if garden.isdigit() else garden)
-            else:
-                from envelopay.mail.smtp import Security, SmtpConfig
-
-                password = os.environ.get("ENVELOPAY_SMTP_PASSWORD") if smtp_user else None
-                if smtp_user and password is None:
-                    raise ConfigError("--smtp-user needs $ENVELOPAY_SMTP_PASSWORD")
-                assert smtp_host is not None
-                if smtp_security not in ("starttls", "tls", "none"):
-                    raise ConfigError("--smtp-security must be starttls, tls or none")
-                deliverer = SmtpDeliverer(SmtpConfig(
-                    smtp_host, smtp_port, security=cast(Security, smtp_security),
-                    username=smtp_user, password=password,
-                ))
-            signer = None
-            if dkim_key is not None:
-                from envelopay.dkim import DkimKey
-
-                if not dkim_domain:
-                    raise ConfigError("--dkim-key needs --dkim-domain")
-                signer = dkim_signer(DkimKey.from_pem(dkim_key.read_bytes()), selector=dkim_selector,
-                                     domain=dkim_domain)
-            store = open_store(db)
-            operator = _load_or_create_token(token_file)
-        except (ConfigError, UsageError, OSError) as exc:
-            _fail(str(exc))
-
-        async def main() -> None:
-            import signal
-
-            await store.open()
-            enforcer = Enforcer(store, deliverer, operator_token_hash=hash_token(operator), signer=signer)
-            runner, where = await start_server(
-                enforcer, host=host, port=port, path=str(socket) if socket else None
+            launch = prepare(
+                db=db, token_file=token_file, garden=garden, smtp_host=smtp_host, smtp_port=smtp_port,
+                smtp_security=smtp_security, smtp_user=smtp_user, dkim_key=dkim_key,
+                dkim_selector=dkim_selector, dkim_domain=dkim_domain,
+                token_created=lambda p: typer.echo(f"operator token written to {p} (mode 600)", err=True),
             )
-            typer.echo(f"enforcer listening on {where}", err=True)
-            stop = asyncio.Event()
-            loop = asyncio.get_running_loop()
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.add_signal_handler(sig, stop.set)
-            try:
-                await stop.wait()
-            finally:
-                await runner.cleanup()
-                if isinstance(deliverer, SmtpDeliverer):
-                    await deliverer.aclose()
-                await store.close()
+        except (ConfigError, UsageError, OSError) as exc:
+            fail(str(exc))
+        _run(lambda: serve(launch, host=host, port=port, socket=socket,
+                           listening=lambda where: typer.echo(f"enforcer listening on {where}", err=True)))
 
-        _run(main)
-
-    @agent_app.command("create")
-    def agent_create(
-        name: Annotated[str, typer.Argument(help="Agent name (a-z 0-9 _ -).")],
-        address: Annotated[str, typer.Option("--address", help="The agent's own address (sender pin).")],
-        allow: Annotated[list[str] | None, typer.Option("--allow", help="Allowlisted address or domain.")]
-        = None,
-        hourly: Annotated[int, typer.Option("--hourly", help="Sends per hour before approval.")] = 20,
-        daily: Annotated[int, typer.Option("--daily", help="Sends per day before approval.")] = 100,
-        url: _Url = DEFAULT_URL,
-        token_file: _TokenFile = Path(DEFAULT_TOKEN_FILE),
-    ) -> None:
-        """Create an agent and print its token (shown once; only its hash is stored)."""
-        from envelopay.enforcer.client import OperatorClient
-
-        op_token = _operator_token(token_file)
-
-        async def go() -> tuple[dict[str, Any], str]:
-            async with OperatorClient(url, op_token) as op:
-                return await op.create_agent(
-                    name, address, allow=tuple(allow or ()), hourly=hourly, daily=daily
-                )
-
-        agent, token = _run(go)
-        typer.echo(f"created agent {agent['name']} <{agent['address']}>: {agent['summary']}")
-        typer.echo("Save this token now; it is shown only once. MCP client configuration:")
-        typer.echo(f"ENVELOPAY_ENFORCER={url}")
-        typer.echo(f"ENVELOPAY_AGENT_ADDRESS={agent['address']}")
-        typer.echo(f"ENVELOPAY_AGENT_TOKEN={token}")
-
-    @agent_app.command("list")
-    def agent_list(url: _Url = DEFAULT_URL, token_file: _TokenFile = Path(DEFAULT_TOKEN_FILE)) -> None:
-        """List agents: address, status and policy."""
-        from envelopay.enforcer.client import OperatorClient
-
-        op_token = _operator_token(token_file)
-
-        async def go() -> list[dict[str, Any]]:
-            async with OperatorClient(url, op_token) as op:
-                return await op.list_agents()
-
-        agents = _run(go)
-        if not agents:
-            typer.echo("no agents (create one with: envelopay agent create NAME --address ADDR)")
-        for a in agents:
-            typer.echo(f"{a['name']:<20} {a['address']:<32} {a['status']:<7} {a['summary']}")
-
-    @agent_app.command("kill")
-    def agent_kill(
-        name: Annotated[str, typer.Argument()], url: _Url = DEFAULT_URL,
-        token_file: _TokenFile = Path(DEFAULT_TOKEN_FILE),
-    ) -> None:
-        """Kill an agent: terminal; its token does nothing from now on."""
-        from envelopay.enforcer.client import OperatorClient
-
-        op_token = _operator_token(token_file)
-
-        async def go() -> dict[str, Any] | None:
-            async with OperatorClient(url, op_token) as op:
-                return await op.kill_agent(name)
-
-        if _run(go) is None:
-            _fail(f"no agent named {name!r}")
-        typer.echo(f"killed {name}")
-
-    @approvals_app.command("list")
-    def approvals_list(url: _Url = DEFAULT_URL, token_file: _TokenFile = Path(DEFAULT_TOKEN_FILE)) -> None:
-        """The approval queue, pending first."""
-        from envelopay.enforcer.client import OperatorClient
-
-        op_token = _operator_token(token_file)
-
-        async def go() -> list[dict[str, Any]]:
-            async with OperatorClient(url, op_token) as op:
-                return await op.list_approvals()
-
-        rows = _run(go)
-        if not rows:
-            typer.echo("approval queue is empty")
-        for r in rows:
-            what = r["subject"] or (r["type"] or "").upper()
-            typer.echo(f"{r['id']}  {r['state']:<8} {r['agent']} → {r['to']}: {what}  ({r['reason']})")
-
-    def _decide(action: str, send_id: str, url: str, token_file: Path) -> None:
-        from envelopay.enforcer.client import OperatorClient
-
-        op_token = _operator_token(token_file)
-
-        async def go() -> tuple[int, dict[str, Any]]:
-            async with OperatorClient(url, op_token) as op:
-                return await op.decide(send_id, action)
-
-        status, data = _run(go)
-        detail = f" ({data['detail']})" if data.get("detail") else ""
-        if status == 404:
-            _fail(f"no approval {send_id}")
-        if status == 409:
-            _fail(f"conflict: the approval is {data['state']}{detail}", code=1)
-        typer.echo(f"{send_id}: {data['state']}{detail}")
-
-    @approvals_app.command("approve")
-    def approve(
-        send_id: Annotated[str, typer.Argument()], url: _Url = DEFAULT_URL,
-        token_file: _TokenFile = Path(DEFAULT_TOKEN_FILE),
-    ) -> None:
-        """Approve a pending send and deliver it."""
-        _decide("approve", send_id, url, token_file)
-
-    @approvals_app.command("reject")
-    def reject(
-        send_id: Annotated[str, typer.Argument()], url: _Url = DEFAULT_URL,
-        token_file: _TokenFile = Path(DEFAULT_TOKEN_FILE),
-    ) -> None:
-        """Reject a pending send."""
-        _decide("reject", send_id, url, token_file)
-
-    @approvals_app.command("retry")
-    def retry(
-        send_id: Annotated[str, typer.Argument()], url: _Url = DEFAULT_URL,
-        token_file: _TokenFile = Path(DEFAULT_TOKEN_FILE),
-    ) -> None:
-        """Re-execute an approved send stranded by a crash (after the grace period)."""
-        _decide("retry", send_id, url, token_file)
+    _register_agents(agent_app)
+    _register_approvals(approvals_app)
 
     @app.command("mcp")
     def mcp() -> None:
@@ -300,5 +106,88 @@ def register(app: typer.Typer) -> None:
         try:
             config = config_from_env(os.environ)
         except ConfigError as exc:
-            _fail(str(exc))
+            fail(str(exc))
         run_stdio(config)
+
+
+def _register_agents(agent_app: typer.Typer) -> None:
+    @agent_app.command("create")
+    @OPERATOR
+    def agent_create(
+        where: OperatorOptions,
+        name: Annotated[str, typer.Argument(help="Agent name (a-z 0-9 _ -).")],
+        address: Annotated[str, typer.Option("--address", help="The agent's own address (sender pin).")],
+        allow: Annotated[list[str] | None, typer.Option("--allow", help="Allowlisted address or domain.")]
+        = None,
+        hourly: Annotated[int, typer.Option("--hourly", help="Sends per hour before approval.")] = 20,
+        daily: Annotated[int, typer.Option("--daily", help="Sends per day before approval.")] = 100,
+    ) -> None:
+        """Create an agent and print its token (shown once; only its hash is stored)."""
+        agent, token = _ask(where, lambda op: op.create_agent(
+            name, address, allow=tuple(allow or ()), hourly=hourly, daily=daily))
+        typer.echo(f"created agent {agent['name']} <{agent['address']}>: {agent['summary']}")
+        typer.echo("Save this token now; it is shown only once. MCP client configuration:")
+        typer.echo(f"ENVELOPAY_ENFORCER={where.url}")
+        typer.echo(f"ENVELOPAY_AGENT_ADDRESS={agent['address']}")
+        typer.echo(f"ENVELOPAY_AGENT_TOKEN={token}")
+
+    @agent_app.command("list")
+    @OPERATOR
+    def agent_list(where: OperatorOptions) -> None:
+        """List agents: address, status and policy."""
+        _listing(_ask(where, lambda op: op.list_agents()),
+                 "no agents (create one with: envelopay agent create NAME --address ADDR)",
+                 lambda a: f"{a['name']:<20} {a['address']:<32} {a['status']:<7} {a['summary']}")
+
+    @agent_app.command("kill")
+    @OPERATOR
+    def agent_kill(where: OperatorOptions, name: Annotated[str, typer.Argument()]) -> None:
+        """Kill an agent: terminal; its token does nothing from now on."""
+        if _ask(where, lambda op: op.kill_agent(name)) is None:
+            fail(f"no agent named {name!r}")
+        typer.echo(f"killed {name}")
+
+
+def _listing(rows: list[dict[str, Any]], empty: str, line: Callable[[dict[str, Any]], str]) -> None:
+    if not rows:
+        typer.echo(empty)
+    for row in rows:
+        typer.echo(line(row))
+
+
+def _approval_line(r: dict[str, Any]) -> str:
+    what = r["subject"] or (r["type"] or "").upper()
+    return f"{r['id']}  {r['state']:<8} {r['agent']} → {r['to']}: {what}  ({r['reason']})"
+
+
+_DECISIONS = {
+    "approve": "Approve a pending send and deliver it.",
+    "reject": "Reject a pending send.",
+    "retry": "Re-execute an approved send stranded by a crash (after the grace period).",
+}
+
+
+def _register_approvals(approvals_app: typer.Typer) -> None:
+    @approvals_app.command("list")
+    @OPERATOR
+    def approvals_list(where: OperatorOptions) -> None:
+        """The approval queue, pending first."""
+        _listing(_ask(where, lambda op: op.list_approvals()), "approval queue is empty", _approval_line)
+
+    for action, doc in _DECISIONS.items():
+        approvals_app.command(action)(OPERATOR(_decision(action, doc)))
+
+
+def _decision(action: str, doc: str) -> Callable[[OperatorOptions, str], None]:
+    def decide(where: OperatorOptions, send_id: Annotated[str, typer.Argument()]) -> None:
+        status, data = _ask(where, lambda op: op.decide(send_id, action))
+        detail = f" ({data['detail']})" if data.get("detail") else ""
+        if status == 404:
+            fail(f"no approval {send_id}")
+        if status == 409:
+            fail(f"conflict: the approval is {data['state']}{detail}", code=FAILED)
+        typer.echo(f"{send_id}: {data['state']}{detail}")
+
+    decide.__doc__ = doc
+    decide.__name__ = action
+    return decide

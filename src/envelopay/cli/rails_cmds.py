@@ -1,9 +1,7 @@
 """CLI commands of the rails area: `rails`, `verify`, `pay-onchain`.
 
-`verify` and `pay-onchain` dispatch to whichever installed rail serves --chain
-(chain names are `<rail>` or `<rail>-<network>`), always over JSON-RPC: a local chain
-lives inside the process that created it, so a separate CLI process reaches one only
-through an RPC endpoint (for instance a dev node serving it).
+`verify` and `pay-onchain` dispatch to whichever installed rail serves --chain, always
+over JSON-RPC (envelopay.rails.once says why).
 
 Exit codes: 0 ok; 1 the verdict is not ok (rejected, pending, unavailable) or the
 payment failed; 2 usage or configuration error.
@@ -11,47 +9,14 @@ payment failed; 2 usage or configuration error.
 
 from __future__ import annotations
 
-import asyncio
-import json
-from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
+from envelopay.cli.options import JsonObjectOpt, PaymentOptions, payment_options
+from envelopay.cli.output import FAILED, OK, answers, emit
+
 _Rpc = Annotated[str | None, typer.Option("--rpc", envvar="ENVELOPAY_RPC_URL", help="JSON-RPC URL.")]
-
-# An rpc-backend rail never connects when built: the cheap way to read its registry.
-_LISTING_OPTIONS = {"backend": "rpc", "rpc_url": "http://127.0.0.1:9/"}
-
-
-def _fail(message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(2)
-
-
-def _amount(value: str) -> int:
-    text = value.strip()
-    if not (text.isascii() and text.isdigit()) or int(text) <= 0:
-        raise _fail(f"--amount must be a positive integer in the asset's smallest unit, not {value!r}")
-    return int(text)
-
-
-def _when(name: str, value: str | None) -> datetime | None:
-    if value is None:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError as exc:
-        raise _fail(f"--{name}: not an ISO 8601 time ({value!r})") from exc
-    if parsed.tzinfo is None:
-        raise _fail(f"--{name}: give a time zone (e.g. 2026-11-30T12:00:00Z)")
-    return parsed
-
-
-async def _close(rail: Any) -> None:
-    closer = getattr(rail, "aclose", None)
-    if closer is not None:
-        await closer()
 
 
 def register(app: typer.Typer) -> None:
@@ -59,32 +24,14 @@ def register(app: typer.Typer) -> None:
 
     @app.command("rails")
     def rails_cmd(
-        as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+        as_json: JsonObjectOpt = False,
     ) -> None:
         """List the installed rails, the chains they serve and their assets."""
-        from envelopay.errors import EnvelopayError
-        from envelopay.rails.registry import discover, make
+        from envelopay.rails.once import installed_rails
 
-        listing: list[dict[str, Any]] = []
-        for name, plugin in sorted(discover().items()):
-            entry: dict[str, Any] = {"rail": name, "distribution": plugin.distribution,
-                                     "entry_point": plugin.value}
-            try:
-                rail = make(name, _LISTING_OPTIONS)
-            except (EnvelopayError, ImportError, TypeError, ValueError) as exc:
-                entry["error"] = f"{type(exc).__name__}: {exc}"
-            else:
-                assets = rail.assets()
-                entry["chains"] = sorted({a.chain for a in assets})
-                entry["assets"] = [
-                    {"chain": a.chain, "symbol": a.symbol, "address": a.address, "decimals": a.decimals}
-                    | ({"program": a.program} if a.program else {})
-                    for a in assets
-                ]
-                asyncio.run(_close(rail))
-            listing.append(entry)
+        listing = installed_rails()
         if as_json:
-            typer.echo(json.dumps({"rails": listing}, indent=2))
+            emit({"rails": listing}, indent=2)
             return
         if not listing:
             typer.echo("no rails installed (pip install envelopay-solana envelopay-base)")
@@ -99,11 +46,12 @@ def register(app: typer.Typer) -> None:
                 typer.echo(f"  {a['chain']:<15} {a['symbol']:<6} {a['decimals']:>2} decimals  {where}")
 
     @app.command("verify")
+    @payment_options(
+        chain_help="Settlement chain, e.g. solana, base-sepolia.",
+        token_help="Asset symbol (USDC, SOL, ETH) or address.",
+    )
     def verify_cmd(
-        chain: Annotated[str, typer.Option("--chain", help="Settlement chain, e.g. solana, base-sepolia.")],
-        token: Annotated[str, typer.Option("--token", help="Asset symbol (USDC, SOL, ETH) or address.")],
-        amount: Annotated[str, typer.Option("--amount", help="Amount in the asset's smallest unit.")],
-        to: Annotated[str, typer.Option("--to", help="The recipient wallet.")],
+        pay: PaymentOptions,
         tx: Annotated[str, typer.Option("--tx", help="Transaction id (the proof's tx).")],
         rpc: _Rpc = None,
         at_least: Annotated[bool, typer.Option("--at-least", help="Accept over-payment.")] = False,
@@ -116,78 +64,39 @@ def register(app: typer.Typer) -> None:
             None),
     ) -> None:
         """Verify one payment proof on chain and print the verdict as JSON (exit 0 ok, 1 not ok)."""
-        from envelopay.errors import ConfigError
-        from envelopay.rails.interface import Expectation
-        from envelopay.rails.registry import rail_for_chain
+        from envelopay.rails.once import verify_once
 
-        if commitment not in ("processed", "confirmed", "finalized"):
-            raise _fail("--commitment must be processed, confirmed or finalized")
-        if rpc is None:
-            raise _fail("--rpc URL (or ENVELOPAY_RPC_URL) is required: the CLI verifies over JSON-RPC")
-        expectation = Expectation(
-            chain=chain.strip().lower(), token=token, amount=_amount(amount), recipient=to,
-            amount_policy="at_least" if at_least else "exact", payer=payer,
-            not_before=_when("not-before", not_before), not_after=_when("not-after", not_after),
-            commitment=commitment,  # type: ignore[arg-type]  # checked above
-            confirmations=confirmations,
-        )
-        try:
-            rail = rail_for_chain(chain, {"backend": "rpc", "rpc_url": rpc})
-        except ConfigError as exc:
-            raise _fail(str(exc)) from exc
-
-        async def run() -> Any:
-            try:
-                return await rail.verify({"tx": tx}, expectation)
-            finally:
-                await _close(rail)
-
-        verdict = asyncio.run(run())
-        typer.echo(json.dumps({"chain": expectation.chain, "tx": tx, **verdict.to_json()}, indent=2))
-        raise typer.Exit(0 if verdict.ok else 1)
+        with answers():
+            chain, verdict = verify_once(
+                tx, rpc=rpc, chain=pay.chain, token=pay.token, amount=pay.amount, to=pay.to,
+                at_least=at_least, payer=payer, commitment=commitment, confirmations=confirmations,
+                not_before=not_before, not_after=not_after,
+            )
+        emit({"chain": chain, "tx": tx, **verdict.to_json()}, indent=2)
+        raise typer.Exit(OK if verdict.ok else FAILED)
 
     @app.command("pay-onchain")
+    @payment_options("Settlement chain, e.g. solana-devnet, base.", "Asset symbol or address.")
     def pay_cmd(
-        chain: Annotated[str, typer.Option("--chain", help="Settlement chain, e.g. solana-devnet, base.")],
-        token: Annotated[str, typer.Option("--token", help="Asset symbol or address.")],
-        amount: Annotated[str, typer.Option("--amount", help="Amount in the asset's smallest unit.")],
-        to: Annotated[str, typer.Option("--to", help="The recipient wallet.")],
+        pay: PaymentOptions,
         keypair: Annotated[str, typer.Option("--keypair", help="The paying key file (rail format).")],
         rpc: _Rpc = None,
         no_wait: Annotated[bool, typer.Option("--no-wait", help="Do not wait for confirmation.")] = False,
     ) -> None:
         """Make an on-chain payment and print its proof as JSON (for a PAY, OFFER or ACCEPT)."""
-        from envelopay.errors import ConfigError, RailError, TransportError, UsageError
-        from envelopay.rails.registry import rail_for_chain
+        from envelopay.errors import RailError, TransportError
+        from envelopay.rails.once import chain_name, pay_once, positive_amount
 
-        value = _amount(amount)
-        if rpc is None:
-            raise _fail("--rpc URL (or ENVELOPAY_RPC_URL) is required: the CLI pays over JSON-RPC")
-        options: dict[str, Any] = {"backend": "rpc", "rpc_url": rpc, "keypair": keypair}
-        if no_wait:
-            options["confirm_timeout"] = 0
-        try:
-            rail = rail_for_chain(chain, options)
-        except ConfigError as exc:
-            raise _fail(str(exc)) from exc
-        normalized = chain.strip().lower()
-
-        async def run() -> dict[str, Any]:
+        with answers():
+            value = positive_amount(pay.amount)
             try:
-                return await rail.pay(chain=normalized, token=token, amount=value, recipient=to)
-            finally:
-                await _close(rail)
-
-        try:
-            proof = asyncio.run(run())
-        except (ConfigError, UsageError) as exc:
-            raise _fail(str(exc)) from exc
-        except RailError as exc:
-            typer.echo(json.dumps({"chain": normalized, "error": exc.reason, "detail": exc.detail}, indent=2))
-            raise typer.Exit(1) from exc
-        except TransportError as exc:
-            down = {"chain": normalized, "error": "rpc_unavailable", "detail": str(exc)}
-            typer.echo(json.dumps(down, indent=2))
-            raise typer.Exit(1) from exc
-        answer: dict[str, Any] = {"chain": normalized, "proof": proof, "proof_key": rail.proof_key(proof)}
-        typer.echo(json.dumps(answer, indent=2))
+                answer = pay_once(chain=pay.chain, token=pay.token, amount=value, to=pay.to, rpc=rpc,
+                                  keypair=keypair, wait=not no_wait)
+            except RailError as exc:
+                emit({"chain": chain_name(pay.chain), "error": exc.reason, "detail": exc.detail}, indent=2)
+                raise typer.Exit(FAILED) from exc
+            except TransportError as exc:
+                down = {"chain": chain_name(pay.chain), "error": "rpc_unavailable", "detail": str(exc)}
+                emit(down, indent=2)
+                raise typer.Exit(FAILED) from exc
+        emit(answer, indent=2)

@@ -1,0 +1,165 @@
+"""Options that several commands share, written once.
+
+An `OptionSet` is a group of typer options plus the value they build. Decorating a
+command with it splices the options into the signature typer reads (after the
+command's own options, or before them with `first`) and hands the command one value
+object as its first argument:
+
+    @mail.command("read")
+    @MAILBOX_AS
+    def read(where: MailboxOptions, ids: ...) -> None: ...
+
+A `--json` on every command (issue 15) is one more set, or one more field of a set.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Concatenate, Generic, ParamSpec, TypeVar
+
+import typer
+
+B = TypeVar("B")
+P = ParamSpec("P")
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+JsonObjectOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+
+
+@dataclass(frozen=True)
+class OptionSet(Generic[B]):
+    """Typer options declared once; `build` turns their values into the command's first argument."""
+
+    params: tuple[inspect.Parameter, ...]
+    build: Callable[..., B]
+    first: bool = False  # the set's options before the command's own (else after them)
+
+    def __call__(self, command: Callable[Concatenate[B, P], None]) -> Callable[P, None]:
+        hints = typing.get_type_hints(command, include_extras=True)
+        own = list(inspect.signature(command).parameters.values())[1:]
+        # Typer passes every parameter by keyword; keyword-only lets defaults come in any order.
+        own = [p.replace(annotation=hints.get(p.name, p.annotation), kind=p.KEYWORD_ONLY) for p in own]
+        names = [p.name for p in self.params]
+
+        @functools.wraps(command)
+        def run(*args: P.args, **kwargs: P.kwargs) -> None:
+            shared = {name: kwargs.pop(name) for name in names}
+            command(self.build(**shared), *args, **kwargs)
+
+        params = [*self.params, *own] if self.first else [*own, *self.params]
+        run.__signature__ = inspect.Signature(params, return_annotation=None)  # type: ignore[attr-defined]
+        run.__annotations__ = {p.name: p.annotation for p in params} | {"return": None}
+        return run
+
+
+def option(name: str, annotation: Any, default: Any = None) -> inspect.Parameter:
+    """One keyword parameter of an option set."""
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+
+
+# -- the agent mailbox (`envelopay mail ...`) --------------------------------------------------
+
+DirOpt = Annotated[
+    Path | None,
+    typer.Option("--dir", help="The agent directory (default: $ENVELOPAY_AGENT_DIR, else the current one)."),
+]
+AddressOpt = Annotated[
+    str | None, typer.Option("--address", help="This agent's own address (default: $ENVELOPAY_ADDRESS).")
+]
+MailConfigOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--config",
+        help="A worker config (default: $ENVELOPAY_CONFIG, else ./envelopay.toml when present); used when "
+        "--dir and $ENVELOPAY_AGENT_DIR are not given: its directory, agent address and garden inbox.",
+    ),
+]
+
+
+@dataclass(frozen=True)
+class MailboxOptions:
+    """Which mailbox a mail command opens, and how it answers."""
+
+    directory: Path | None
+    config: Path | None
+    address: str | None
+    as_json: bool
+
+
+def _mailbox(
+    directory: Path | None, config: Path | None, as_json: bool, address: str | None = None
+) -> MailboxOptions:
+    return MailboxOptions(directory, config, address, as_json)
+
+
+_DIR, _CONFIG, _JSON = option("directory", DirOpt), option("config", MailConfigOpt), option(
+    "as_json", JsonOpt, False
+)
+
+# --dir --config --address --json
+MAILBOX_AS = OptionSet((_DIR, _CONFIG, option("address", AddressOpt), _JSON), _mailbox)
+# --dir --config --json (commands that never send as this agent)
+MAILBOX = OptionSet((_DIR, _CONFIG, _JSON), _mailbox)
+
+
+# -- the send enforcer's operator commands -----------------------------------------------------
+
+DEFAULT_ENFORCER_URL = "http://127.0.0.1:8725"
+DEFAULT_TOKEN_FILE = "enforcer-operator.token"
+
+EnforcerUrlOpt = Annotated[
+    str, typer.Option("--enforcer", envvar="ENVELOPAY_ENFORCER", help="Enforcer URL or Unix socket path.")
+]
+TokenFileOpt = Annotated[
+    Path,
+    typer.Option("--operator-token-file", envvar="ENVELOPAY_OPERATOR_TOKEN_FILE",
+                 help="File holding the operator credential."),
+]
+
+
+@dataclass(frozen=True)
+class OperatorOptions:
+    """Which enforcer an operator command talks to, and where its credential is."""
+
+    url: str
+    token_file: Path
+
+
+# --enforcer --operator-token-file
+OPERATOR = OptionSet(
+    (option("url", EnforcerUrlOpt, DEFAULT_ENFORCER_URL),
+     option("token_file", TokenFileOpt, Path(DEFAULT_TOKEN_FILE))),
+    OperatorOptions,
+)
+
+
+# -- one payment on a rail (`verify`, `pay-onchain`) -----------------------------------------
+
+
+@dataclass(frozen=True)
+class PaymentOptions:
+    """The payment a rails command verifies or makes: chain, asset, amount (as typed), recipient."""
+
+    chain: str
+    token: str
+    amount: str
+    to: str
+
+
+def payment_options(chain_help: str, token_help: str) -> OptionSet[PaymentOptions]:
+    """--chain --token --amount --to, first on the command line."""
+
+    def required(name: str, help: str) -> inspect.Parameter:
+        return option(name, Annotated[str, typer.Option(f"--{name}", help=help)], inspect.Parameter.empty)
+
+    return OptionSet(
+        (required("chain", chain_help), required("token", token_help),
+         required("amount", "Amount in the asset's smallest unit."), required("to", "The recipient wallet.")),
+        PaymentOptions,
+        first=True,
+    )

@@ -1,0 +1,419 @@
+"""`envelopay demo`: a buyer and a paid worker on embedded defaults, no network.
+
+Everything real and in one process: the walled garden (LMTP server → Maildirs, picked
+up by inotify), a SQLite ledger per agent, DKIM signing and verification, LiteSVM for
+Solana and eth-tester for Base. The script plays:
+
+1. first contact WHICH→METHODS→ORDER→INVOICE→PAY→FULFILL with USDC on Solana;
+2. the same with USDC on Base;
+3. one exchange OFFER→ACCEPT (SOL on Solana for USDC on Base);
+4. four attacks on an open INVOICE that must fail, each with its OOPS code and the
+   flow left unchanged: a replayed PAY proof, an underpaid proof, a proof paying the
+   wrong recipient, and a PAY from a forged sender without a valid DKIM signature;
+   then the honest PAY, which still succeeds.
+
+Each expectation is checked; the result is a table and a summary, and `ok` is False
+(CLI exit 1) if anything deviates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from envelopay.config import WorkerConfig, config_from_dict
+from envelopay.engine import BaseApplication, Notice, Outcome
+from envelopay.node.wiring import build_node
+from envelopay.protocol.messages import (
+    Fulfill,
+    Give,
+    Invoice,
+    Message,
+    Methods,
+    Offer,
+    Order,
+    Pay,
+    Want,
+    Which,
+)
+from envelopay.rails.interface import Rail
+
+__all__ = ["DemoResult", "DemoWorld", "Row", "run_demo"]
+
+DOMAIN = "garden.local"
+BUYER = f"buyer@{DOMAIN}"
+WORKER = f"worker@{DOMAIN}"
+MALLORY = f"mallory@{DOMAIN}"
+PRICE = 250_000  # 0.25 USDC (6 decimals)
+STEP_TIMEOUT = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    step: str
+    direction: str
+    message: str
+    got: str
+    expected: str
+    ok: bool
+
+
+@dataclass
+class DemoResult:
+    rows: list[Row] = field(default_factory=list)
+    facts: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.rows) and all(r.ok for r in self.rows)
+
+    @property
+    def failures(self) -> list[Row]:
+        return [r for r in self.rows if not r.ok]
+
+
+class BuyerApp(BaseApplication):
+    """The buyer's side: it takes back its own wallets (ACCEPT legs) and records what
+    arrives; the demo script decides what to pay."""
+
+    def __init__(self, wallets: dict[tuple[str, str], str]) -> None:
+        self.wallets = wallets
+        self.notices: list[Notice] = []
+
+    def wallet(self, chain: str, token: str) -> str | None:
+        return self.wallets.get((chain, token))
+
+    async def notify(self, notice: Notice) -> None:
+        self.notices.append(notice)
+
+
+def _describe(msg: Message | None) -> str:
+    if msg is None:
+        return "—"
+    kind = msg.type.upper()
+    if isinstance(msg, Methods):
+        return f"{kind} " + " ".join(f"{r.chain}/{r.token}={r.price}" for r in msg.rails)
+    if isinstance(msg, Invoice):
+        return f"{kind} {msg.amount} {msg.token} on {msg.chain}"
+    if isinstance(msg, Fulfill):
+        return f"{kind} {json.dumps(msg.result, separators=(',', ':'))}"
+    if isinstance(msg, Pay):
+        return f"{kind} {msg.amount} {msg.token} on {msg.chain}"
+    if isinstance(msg, Offer):
+        return f"{kind} give {msg.give.amount} {msg.give.token} for {msg.want.amount} {msg.want.token}"
+    code = getattr(getattr(msg, "error", None), "code", None)
+    return f"{kind} {code}" if code else kind
+
+
+class DemoWorld:
+    def __init__(self, workdir: Path, echo: Callable[[Row], None] | None) -> None:
+        self.workdir = workdir
+        self.echo = echo
+        self.result = DemoResult()
+        self.garden_fsync = False
+        # A garden already running elsewhere (its own process, say) serving
+        # workdir/garden on this loopback port; None starts one in this process.
+        self.garden_port: int | None = None
+        self.buyer_usdc = 50_000_000  # 50 USDC on each chain
+        self.clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+
+    def check(self, step: str, direction: str, message: str, got: str, expected: str, ok: bool) -> bool:
+        row = Row(step, direction, message, got, expected, ok)
+        self.result.rows.append(row)
+        if self.echo is not None:
+            self.echo(row)
+        return ok
+
+    # -- set-up ----------------------------------------------------------------------
+    async def setup(self) -> None:
+        from envelopay import dkim
+        from envelopay.mail.garden import GardenServer
+        from envelopay.rails.registry import make
+        from envelopay_base.local import LocalChain
+        from envelopay_solana.local import LocalSolana
+
+        self.sol = LocalSolana()
+        self.base = LocalChain()
+        buyer_sol = self.sol.new_wallet(sol=20 * 10**9, tokens={"USDC": self.buyer_usdc})
+        worker_sol = self.sol.new_wallet(sol=2 * 10**9)
+        mallory_sol = self.sol.new_wallet(sol=2 * 10**9, tokens={"USDC": 10_000_000})
+        self.mallory_sol_wallet = str(mallory_sol.pubkey())
+        buyer_base, buyer_base_key = self.base.new_wallet()
+        worker_base, worker_base_key = self.base.new_wallet()
+        self.base.fund(buyer_base, eth=10**18, usdc=self.buyer_usdc)
+        self.base.fund(worker_base, eth=10**18, usdc=200_000_000)
+
+        def rails_for(sol_kp: Any, base_key: str) -> dict[str, Rail]:
+            rs = make("solana", {"local_chain": self.sol, "keypair": bytes(sol_kp), "poll_interval": 0.01})
+            key = bytes.fromhex(base_key.removeprefix("0x"))
+            rb = make("base", {"local_chain": self.base, "keypair": key})
+            return {rs.chains[0]: rs, rb.chains[0]: rb}
+
+        self.buyer_rails = rails_for(buyer_sol, buyer_base_key)
+        worker_rails = rails_for(worker_sol, worker_base_key)
+        self.mallory_rails = rails_for(mallory_sol, self.base.new_wallet()[1])
+        self.wallets = {
+            "buyer_sol": str(buyer_sol.pubkey()), "worker_sol": str(worker_sol.pubkey()),
+            "buyer_base": buyer_base, "worker_base": worker_base,
+        }
+
+        keys = self.workdir / "keys"
+        keys.mkdir(parents=True, exist_ok=True)
+        records: dict[str, str] = {}
+        for who in ("buyer", "worker"):
+            key = dkim.DkimKey.generate_ed25519()
+            (keys / f"{who}.pem").write_bytes(key.private_pem())
+            records[f"{who}._domainkey.{DOMAIN}"] = key.dns_txt_record()
+            if who == "buyer":
+                self.buyer_key = key
+        self.mallory_key = dkim.DkimKey.generate_ed25519()
+
+        # The demo skips fsync (throwaway files); the benchmark keeps it on.
+        port = self.garden_port
+        if port is None:
+            self.garden = GardenServer(
+                self.workdir / "garden", [BUYER, WORKER, MALLORY], fsync=self.garden_fsync
+            )
+            await self.garden.start()
+            endpoint = self.garden.endpoint
+            port = endpoint[1] if isinstance(endpoint, tuple) else None
+
+        def cfg(who: str, extra: dict[str, Any]) -> WorkerConfig:
+            return config_from_dict(
+                {
+                    "agent": {
+                        "address": f"{who}@{DOMAIN}", "domain": DOMAIN,
+                        "ledger": str(self.workdir / f"{who}.db"),
+                        "dkim_selector": who, "dkim_key": f"keys/{who}.pem",
+                        "dkim_policy": "required", "worker_id": who,
+                    },
+                    "transport": {"kind": "garden", "garden_root": "garden", "lmtp_port": port},
+                    "dkim_records": records,
+                    **extra,
+                },
+                base_dir=self.workdir,
+            )
+
+        worker_cfg = cfg("worker", {
+            "accept": [
+                {"chain": "solana-local", "token": "USDC", "wallet": self.wallets["worker_sol"]},
+                {"chain": "base-local", "token": "USDC", "wallet": worker_base},
+            ],
+            "tasks": [
+                {"name": "word_count", "handler": "envelopay.worker.operations:word_count",
+                 "schema": "envelopay.worker.operations:WordCount", "price": str(PRICE)},
+                {"name": "digest", "handler": "envelopay.worker.operations:digest",
+                 "schema": "envelopay.worker.operations:Digest", "price": "0"},
+            ],
+            "exchange": [{
+                "give": "solana-local/SOL", "want": "base-local/USDC",
+                "give_unit": str(10**9), "want_per_unit": "30000000", "max_want": "100000000",
+            }],
+            "wallets": {"solana-local": self.wallets["worker_sol"]},
+        })
+        buyer_cfg = cfg("buyer", {})
+        self.buyer_app = BuyerApp({
+            ("solana-local", "USDC"): self.wallets["buyer_sol"],
+            ("solana-local", "SOL"): self.wallets["buyer_sol"],
+            ("base-local", "USDC"): buyer_base,
+        })
+        self.worker = build_node(worker_cfg, rails=worker_rails, clock=self.clock)
+        self.buyer = build_node(buyer_cfg, app=self.buyer_app, rails=self.buyer_rails, clock=self.clock)
+        self.stop = asyncio.Event()
+        self.loops = [asyncio.create_task(n.serve(self.stop)) for n in (self.worker, self.buyer)]
+        self.result.facts["wallets"] = self.wallets
+
+    async def teardown(self) -> None:
+        if hasattr(self, "stop"):
+            self.stop.set()
+            await asyncio.gather(*self.loops, return_exceptions=True)
+        for node in (getattr(self, "worker", None), getattr(self, "buyer", None)):
+            if node is not None:
+                await node.close()
+                node.store.close()
+        if hasattr(self, "garden"):
+            await self.garden.stop()
+
+    # -- one exchange of mail ------------------------------------------------------------
+    async def exchange(
+        self, message: Message, *, flow_id: str | None = None
+    ) -> tuple[Outcome, Message | None, str]:
+        """Buyer sends through its engine; wait for the worker's outcome and for the buyer
+        to take in the reply. Returns (worker outcome, reply, buyer's flow id)."""
+        sent = await self.buyer.send(message, WORKER, flow_id=flow_id)
+        outcome = await self.worker.wait_outcome(sent.message_id, STEP_TIMEOUT)
+        reply = await self._reply_of(outcome)
+        return outcome, reply, sent.flow_id
+
+    async def _reply_of(self, outcome: Outcome) -> Message | None:
+        if not outcome.outbox:
+            return None
+        mid = outcome.outbox[0]
+        await self.buyer.wait_outcome(mid, STEP_TIMEOUT)
+        row = self.worker.store.outbox_get(mid)
+        return row.outbound.message if row is not None else None
+
+    def flow_state(self, flow_id: str | None) -> str | None:
+        if flow_id is None:
+            return None
+        rec = self.worker.store.get_flow(flow_id)
+        return rec.state if rec is not None else None
+
+    async def pay(
+        self, rails: dict[str, Rail], chain: str, token: str, amount: int, to: str
+    ) -> dict[str, Any]:
+        # The local Base chain mines the confirming blocks with each transaction.
+        return await rails[chain].pay(chain=chain, token=token, amount=amount, recipient=to)
+
+    # -- the script -------------------------------------------------------------------------
+    async def first_contact(
+        self, chain: str, step: str, n: int
+    ) -> tuple[str, Invoice | None, dict[str, Any]]:
+        task = {"name": "word_count", "text": f"pay me on {chain} please", "rail": f"{chain}/USDC"}
+        out, reply, bflow = await self.exchange(Which(id=f"wch_{n}", task=task, note="What do you accept?"))
+        ok = isinstance(reply, Methods) and any(r.chain == chain and r.price == PRICE for r in reply.rails)
+        self.check(step, "B→W", "WHICH", _describe(reply), f"METHODS with {chain} price {PRICE}", ok)
+
+        order = Order(id=f"ord_{n}", task=task, note="Count my words")
+        out, reply, _ = await self.exchange(order, flow_id=bflow)
+        inv = reply if isinstance(reply, Invoice) else None
+        ok = inv is not None and inv.amount == PRICE and inv.chain == chain and inv.order_ref == f"ord_{n}"
+        self.check(step, "B→W", "ORDER", _describe(reply), f"INVOICE {PRICE} USDC on {chain}", ok)
+        flow = out.flow_id or ""
+        if inv is None:
+            return flow, None, {}
+        proof = await self.pay(self.buyer_rails, chain, "USDC", inv.amount, inv.wallet)
+        pay = Pay(id=f"pay_{n}", amount=inv.amount, token="USDC", chain=chain, proof=proof,
+                  invoice_ref=inv.id)
+        out, reply, _ = await self.exchange(pay, flow_id=bflow)
+        ok = isinstance(reply, Fulfill) and reply.result == {"words": 5, "characters": len(task["text"])}
+        self.check(step, "B→W", "PAY (paid on-chain first)", _describe(reply),
+                   "FULFILL with the result", ok)
+        state = self.flow_state(out.flow_id)
+        self.check(step, "W", "flow state", str(state), "fulfilled", state == "fulfilled")
+        return flow, inv, proof
+
+    async def offer(self) -> None:
+        step = "OFFER→ACCEPT"
+        give_amount = 10**9  # 1 SOL
+        want_amount = 30_000_000  # 30 USDC
+        before = self.base.token_balance(self.wallets["buyer_base"])
+        to = self.wallets["worker_sol"]
+        proof = await self.pay(self.buyer_rails, "solana-local", "SOL", give_amount, to)
+        offer = Offer(
+            id="ofr_1",
+            give=Give(amount=give_amount, token="SOL", chain="solana-local", to=self.wallets["worker_sol"],
+                      proof=proof),
+            want=Want(amount=want_amount, token="USDC", chain="base-local"),
+            wallet=self.wallets["buyer_base"],
+            note="1 SOL for 30 USDC",
+        )
+        out, reply, _ = await self.exchange(offer)
+        got = _describe(reply)
+        ok = reply is not None and reply.type == "accept" and getattr(reply, "amount", None) == want_amount
+        self.check(step, "B→W", "OFFER (1 SOL paid first)", got, "ACCEPT with the USDC proof", ok)
+        gained = self.base.token_balance(self.wallets["buyer_base"]) - before
+        self.check(step, "chain", "buyer's USDC on base-local", f"+{gained}", f"+{want_amount}",
+                   gained == want_amount)
+        bstate = None
+        if out.outbox:
+            seen = await self.buyer.wait_outcome(out.outbox[0], STEP_TIMEOUT)
+            bstate = seen.state if seen.status == "processed" else f"{seen.status} {seen.oops}"
+        self.check(step, "B", "ACCEPT proof, as the buyer verifies it", str(bstate), "accepted",
+                   bstate == "accepted")
+
+    async def attacks(self, old_proof: dict[str, Any]) -> None:
+        step = "attacks"
+        chain = "solana-local"
+        task = {"name": "word_count", "text": "attack surface", "rail": f"{chain}/USDC"}
+        out, reply, bflow = await self.exchange(Order(id="ord_9", task=task))
+        inv = reply if isinstance(reply, Invoice) else None
+        self.check(step, "B→W", "ORDER", _describe(reply), "INVOICE", inv is not None)
+        if inv is None:
+            return
+        flow = out.flow_id
+        state0 = self.flow_state(flow)
+
+        async def attempt(what: str, pay: Pay, expect: str, *, forged: bool = False) -> None:
+            # Attack mail is written by hand and dropped into the garden: the buyer's own
+            # engine would refuse to send a second PAY for one INVOICE.
+            outcome = await self.inject(pay, forged=forged)
+            code = outcome.oops.value if outcome.oops else outcome.status
+            state = self.flow_state(flow)
+            ok = code == expect and state == state0
+            self.check(step, "M→W" if forged else "B→W", what,
+                       f"OOPS {code}; flow {state}", f"OOPS {expect}; flow {state0}", ok)
+
+        def pay_msg(pid: str, proof: dict[str, Any]) -> Pay:
+            return Pay(id=pid, amount=inv.amount, token="USDC", chain=chain, proof=proof, invoice_ref=inv.id)
+
+        await attempt("PAY replaying a spent proof", pay_msg("pay_91", old_proof), "proof_replayed")
+        under = await self.pay(self.buyer_rails, chain, "USDC", inv.amount - 1, inv.wallet)
+        await attempt("PAY with an underpaid proof", pay_msg("pay_92", under), "amount_mismatch")
+        wrong = await self.pay(self.buyer_rails, chain, "USDC", inv.amount, self.mallory_sol_wallet)
+        await attempt("PAY to the wrong recipient", pay_msg("pay_93", wrong), "recipient_mismatch")
+        fresh = await self.pay(self.mallory_rails, chain, "USDC", inv.amount, inv.wallet)
+        await attempt("PAY from a forged sender (bad DKIM)", pay_msg("pay_94", fresh), "dkim_failed",
+                      forged=True)
+
+        honest = await self.pay(self.buyer_rails, chain, "USDC", inv.amount, inv.wallet)
+        out, reply, _ = await self.exchange(pay_msg("pay_95", honest), flow_id=bflow)
+        self.check(step, "B→W", "honest PAY after the attacks", _describe(reply), "FULFILL",
+                   isinstance(reply, Fulfill))
+
+    async def inject(self, pay: Pay, *, forged: bool) -> Outcome:
+        """A PAY from the buyer's address, written by hand: signed with the buyer's key
+        (a misbehaving buyer) or, forged, with Mallory's key under the buyer's selector."""
+        from envelopay import dkim
+        from envelopay.mail.garden import deliver
+        from envelopay.protocol.compose import compose_message
+
+        raw, mid = compose_message(pay, sender=BUYER, recipient=WORKER, domain=DOMAIN, now=self.clock())
+        key = self.mallory_key if forged else self.buyer_key
+        signed = dkim.sign(raw, selector="buyer", domain=DOMAIN, key=key)
+        endpoint = self.garden.endpoint if self.garden_port is None else ("127.0.0.1", self.garden_port)
+        await deliver(signed, MALLORY if forged else BUYER, [WORKER], endpoint)
+        return await self.worker.wait_outcome(mid, STEP_TIMEOUT)
+
+    async def run(self) -> DemoResult:
+        started = time.monotonic()
+        try:
+            await self.setup()
+            _, _, sol_proof = await self.first_contact("solana-local", "1st contact, Solana", 1)
+            await self.first_contact("base-local", "1st contact, Base", 2)
+            await self.offer()
+            if sol_proof:
+                await self.attacks(sol_proof)
+            else:
+                self.check("attacks", "—", "skipped", "no first Solana proof", "run", False)
+            w = self.wallets
+            self.result.facts["worker_usdc_solana"] = self._sol_usdc(w["worker_sol"])
+            self.result.facts["worker_usdc_base"] = self.base.token_balance(w["worker_base"])
+        except Exception as exc:  # a crash is a deviation too: report it, exit non-zero
+            self.check("demo", "—", "run", f"{type(exc).__name__}: {exc}"[:300], "no error", False)
+        finally:
+            with contextlib.suppress(Exception):
+                await self.teardown()
+            self.result.seconds = time.monotonic() - started
+        return self.result
+
+    def _sol_usdc(self, wallet: str) -> int | None:
+        from solders.pubkey import Pubkey
+        from spl.token.instructions import get_associated_token_address
+
+        from envelopay_solana.assets import LOCAL_USDC_MINT
+
+        ata = get_associated_token_address(Pubkey.from_string(wallet), Pubkey.from_string(LOCAL_USDC_MINT))
+        return self.sol.token_balance(ata)
+
+
+async def run_demo(workdir: Path, *, echo: Callable[[Row], None] | None = None) -> DemoResult:
+    return await DemoWorld(workdir, echo).run()

@@ -1,0 +1,155 @@
+"""Starting the enforcer from a front end's options, and the operator credential.
+
+`prepare` reads everything the service needs before it listens (the store, exactly one
+deliverer, the optional DKIM signer, the operator credential, made once with mode 600
+when there is none); `serve` runs it until SIGINT or SIGTERM. Every refusal is a
+ConfigError naming the option; a file that cannot be read or written is an OSError.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, cast
+
+from envelopay.errors import ConfigError
+
+if TYPE_CHECKING:
+    from envelopay.enforcer.delivery import Deliverer, Signer
+    from envelopay.enforcer.store import PostgresStore, SqliteStore
+
+__all__ = ["Launch", "operator_token", "prepare", "serve"]
+
+
+def operator_token(path: Path, env: Mapping[str, str] = os.environ) -> str:
+    """The operator credential: $ENVELOPAY_OPERATOR_TOKEN, else the token file's content."""
+    token = env.get("ENVELOPAY_OPERATOR_TOKEN")
+    if token:
+        return token
+    try:
+        token = path.read_text().strip()
+    except OSError as exc:
+        raise ConfigError(f"cannot read the operator token file {path}: {exc.strerror}") from exc
+    if not token:
+        raise ConfigError(f"operator token file {path} is empty")
+    return token
+
+
+def _token_or_new(path: Path, env: Mapping[str, str], created: Callable[[Path], None]) -> str:
+    if env.get("ENVELOPAY_OPERATOR_TOKEN") or path.exists():
+        return operator_token(path, env)
+    token = "epo_" + secrets.token_urlsafe(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(token + "\n")
+    created(path)
+    return token
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What the service needs, read and checked before it listens."""
+
+    store: SqliteStore | PostgresStore
+    deliverer: Deliverer
+    signer: Signer | None
+    operator: str
+
+
+def _deliverer(
+    garden: str | None,
+    smtp_host: str | None,
+    smtp_port: int,
+    smtp_security: str,
+    smtp_user: str | None,
+    env: Mapping[str, str],
+) -> Deliverer:
+    from envelopay.enforcer.delivery import GardenDeliverer, SmtpDeliverer
+
+    if (garden is None) == (smtp_host is None):
+        raise ConfigError("give exactly one of --smtp-host or --garden")
+    if garden is not None:
+        return GardenDeliverer(int(garden) if garden.isdigit() else garden)
+    from envelopay.mail.smtp import Security, SmtpConfig
+
+    password = env.get("ENVELOPAY_SMTP_PASSWORD") if smtp_user else None
+    if smtp_user and password is None:
+        raise ConfigError("--smtp-user needs $ENVELOPAY_SMTP_PASSWORD")
+    assert smtp_host is not None
+    if smtp_security not in ("starttls", "tls", "none"):
+        raise ConfigError("--smtp-security must be starttls, tls or none")
+    return SmtpDeliverer(SmtpConfig(
+        smtp_host, smtp_port, security=cast(Security, smtp_security), username=smtp_user, password=password,
+    ))
+
+
+def prepare(
+    *,
+    db: str,
+    token_file: Path,
+    garden: str | None,
+    smtp_host: str | None,
+    smtp_port: int,
+    smtp_security: str,
+    smtp_user: str | None,
+    dkim_key: Path | None,
+    dkim_selector: str,
+    dkim_domain: str | None,
+    token_created: Callable[[Path], None] = lambda _: None,
+    env: Mapping[str, str] = os.environ,
+) -> Launch:
+    """Check the options and read the files, in the order the CLI has always done it."""
+    from envelopay.enforcer.delivery import dkim_signer
+    from envelopay.enforcer.store import open_store
+
+    deliverer = _deliverer(garden, smtp_host, smtp_port, smtp_security, smtp_user, env)
+    signer = None
+    if dkim_key is not None:
+        from envelopay.dkim import DkimKey
+
+        if not dkim_domain:
+            raise ConfigError("--dkim-key needs --dkim-domain")
+        key = DkimKey.from_pem(dkim_key.read_bytes())
+        signer = dkim_signer(key, selector=dkim_selector, domain=dkim_domain)
+    store = open_store(db)
+    return Launch(store, deliverer, signer, _token_or_new(token_file, env, token_created))
+
+
+async def serve(
+    launch: Launch,
+    *,
+    host: str,
+    port: int,
+    socket: Path | None,
+    listening: Callable[[str], None] = lambda _: None,
+) -> None:
+    """Serve the enforcer until SIGINT or SIGTERM, then close the server, the SMTP link
+    and the store."""
+    import signal
+
+    from envelopay.enforcer.core import Enforcer, hash_token
+    from envelopay.enforcer.delivery import SmtpDeliverer
+    from envelopay.enforcer.server import start_server
+
+    store, deliverer = launch.store, launch.deliverer
+    await store.open()
+    enforcer = Enforcer(
+        store, deliverer, operator_token_hash=hash_token(launch.operator), signer=launch.signer
+    )
+    runner, where = await start_server(enforcer, host=host, port=port, path=str(socket) if socket else None)
+    listening(where)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+        if isinstance(deliverer, SmtpDeliverer):
+            await deliverer.aclose()
+        await store.close()

@@ -1,0 +1,554 @@
+"""The engine: the inbound path of DESIGN.md, up to the outbox commit.
+
+    raw → parse → DKIM policy → ledger.begin_step (claim Message-ID, reserve (sender, id)
+    and the proof key, find the flow) → flows.step → actions (rail.verify, the
+    application's decisions, replies through the table) → ledger.commit_step (state +
+    log + outbox, one transaction) → Outcome
+
+No write transaction is open while a rail verifies or the application decides. A
+crash between the two transactions leaves the claim and the reservations owned by the
+message, so the same message redoes the step when it comes back. Remote mistakes
+become OOPS codes here and only here; an OOPS is never answered with an OOPS, and
+mail that does not speak the protocol is never answered at all.
+
+The client role uses `send()` (envelopay.engine.send): the outgoing message is
+stepped through the same tables (direction "out"), so the buyer's flow state is
+tracked too. The types a step speaks sit beside this module: application.py (what
+the application decides), outcome.py (what a step did), records.py (what is logged),
+verify.py (the VerifyProof action).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import secrets
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from functools import partial
+from typing import Any, Literal
+
+from envelopay import flows
+from envelopay.dkim import DkimResult, apply_policy
+from envelopay.engine.application import Application, Context, Notice, Refuse
+from envelopay.engine.outcome import Outcome
+from envelopay.engine.records import (
+    INVOICE_SKEW,
+    MAX_CONFLICT_RETRIES,
+    Work,
+    content_hash,
+    order_of,
+    out_entry,
+    proof_of,
+    reply_headers,
+    stamp_invoice,
+    typed_refs,
+)
+from envelopay.engine.refusals import Refusals
+from envelopay.engine.verify import verify_proof
+from envelopay.flows import Action, Direction, FlowKind, FlowState, Side, Step
+from envelopay.ledger.store import (
+    Begin,
+    Claim,
+    Commit,
+    FlowRecord,
+    FlowWrite,
+    LogEntry,
+    ProofKey,
+    Store,
+)
+from envelopay.protocol.codes import OopsCode
+from envelopay.protocol.messages import (
+    Message,
+    Offer,
+    Oops,
+    Order,
+    Pay,
+    Which,
+    is_proof_carrying,
+)
+from envelopay.protocol.parsed import Parsed
+from envelopay.rails.interface import Rail
+
+__all__ = ["DkimPolicy", "Engine"]
+
+_log = logging.getLogger(__name__)
+
+DkimPolicy = Literal["required", "prefer", "off"]
+
+
+def _default_parser(raw: bytes) -> Parsed:
+    from envelopay.protocol.parse import parse
+
+    return parse(raw)
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def _random_id() -> str:
+    return secrets.token_hex(10)
+
+
+class Engine(Refusals):
+    """One mailbox's engine. `rails` maps a chain name to the rail that serves it."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        address: str,
+        domain: str,
+        rails: Mapping[str, Rail],
+        app: Application,
+        dkim_policy: DkimPolicy = "prefer",
+        clock: Callable[[], datetime] = _utcnow,
+        id_factory: Callable[[], str] = _random_id,
+        worker_id: str | None = None,
+        lease: timedelta = timedelta(seconds=120),
+        parser: Callable[[bytes], Parsed] = _default_parser,
+        proof_window: timedelta | None = None,
+        invoice_skew: timedelta | None = INVOICE_SKEW,
+    ) -> None:
+        self.store = store
+        self.address = address.lower()
+        self.domain = domain
+        self.rails = dict(rails)
+        self.app = app
+        self.dkim_policy: DkimPolicy = dkim_policy
+        self.clock = clock
+        self.id_factory = id_factory
+        # A restarted worker keeps its id so it may redo its own claims at once; another
+        # worker waits for the lease to run out.
+        self.worker_id = worker_id or f"w-{secrets.token_hex(6)}"
+        self.lease = lease
+        self.parser = parser
+        self.proof_window = proof_window
+        self.invoice_skew = invoice_skew
+
+    # ------------------------------------------------------------------ inbound
+    async def handle(self, raw: bytes, *, dkim: DkimResult | None = None) -> Outcome:
+        parsed = self.parser(raw)
+        fallback = f"<sha256.{hashlib.sha256(raw).hexdigest()[:40]}@unidentified>"
+        return await self.handle_parsed(parsed, dkim=dkim, fallback_message_id=fallback)
+
+    async def handle_parsed(
+        self,
+        parsed: Parsed,
+        *,
+        dkim: DkimResult | None = None,
+        fallback_message_id: str | None = None,
+    ) -> Outcome:
+        message_id = parsed.message_id or fallback_message_id
+        sender = parsed.from_addr.lower() if parsed.from_addr else None
+        if not parsed.protocol or sender is None or message_id is None:
+            # Never reply to non-protocol mail (nor to mail we cannot address a reply to).
+            return Outcome("ignored", message_id, detail="not protocol mail")
+        message = parsed.message if parsed.valid else None
+
+        early: tuple[OopsCode, str] | None = None
+        if message is None:
+            if parsed.oops is not None:
+                early = (parsed.oops, "; ".join(p.detail for p in parsed.problems)[:500])
+        else:
+            decision = apply_policy(
+                dkim or DkimResult("none"), self.dkim_policy, proof_carrying=is_proof_carrying(message)
+            )
+            if decision.action == "defer":
+                return Outcome("deferred", message_id, detail=decision.reason)
+            if decision.action == "reject":
+                early = (OopsCode.DKIM_FAILED, decision.reason)
+
+        proof_key: ProofKey | None = None
+        if message is not None and early is None:
+            proof_key, problem = self._proof_key(message)
+            if problem is not None:
+                early = problem
+
+        for _ in range(MAX_CONFLICT_RETRIES):
+            now = self.clock()
+            claimable = message is not None and early is None
+            claim = Claim(
+                local=self.address,
+                message_id=message_id,
+                content_hash=content_hash(parsed),
+                worker=self.worker_id,
+                now=now,
+                lease_until=now + self.lease,
+                sender=sender if claimable else None,
+                protocol_id=parsed.id if claimable else None,
+                proof=proof_key if claimable else None,
+                refs=typed_refs(message) if claimable and message is not None else (),
+                thread=self._thread(parsed) if claimable else (),
+            )
+            begin = self.store.begin_step(claim)
+            if begin.status == "seen":
+                assert begin.outcome is not None
+                return Outcome.from_json(begin.outcome, repeat="message_id")
+            if begin.status == "busy":
+                return Outcome("busy", message_id, detail="claimed by another worker")
+            if begin.status == "retransmission":
+                assert begin.outcome is not None
+                return replace(
+                    Outcome.from_json(begin.outcome, repeat="retransmission"),
+                    message_id=message_id,
+                    outbox=begin.requeued,
+                )
+            if early is not None or message is None:
+                result = await self._refuse_early(parsed, message_id, sender, early, claimable, now)
+            elif begin.status == "duplicate_id":
+                result = await self._refuse_early(
+                    parsed,
+                    message_id,
+                    sender,
+                    (OopsCode.DUPLICATE_ID, "id reused with other content"),
+                    False,
+                    now,
+                )
+            elif begin.status == "proof_replayed":
+                result = await self._refuse_early(
+                    parsed,
+                    message_id,
+                    sender,
+                    (OopsCode.PROOF_REPLAYED, "this proof was already presented"),
+                    True,
+                    now,
+                )
+            else:
+                result = await self._step(parsed, message, message_id, sender, begin, proof_key, now)
+            if result is not None:
+                return result
+        raise RuntimeError(f"flow kept changing under {message_id}; gave up after retries")
+
+    @staticmethod
+    def _thread(parsed: Parsed) -> tuple[str, ...]:
+        ids: list[str] = []
+        if parsed.in_reply_to:
+            ids.append(parsed.in_reply_to)
+        ids.extend(r for r in reversed(parsed.references) if r not in ids)
+        return tuple(ids)
+
+    def _proof_key(self, message: Message) -> tuple[ProofKey | None, tuple[OopsCode, str] | None]:
+        if not is_proof_carrying(message):
+            return None, None
+        chain, proof = proof_of(message)
+        rail = self.rails.get(chain)
+        if rail is None:
+            return None, (OopsCode.UNSUPPORTED_RAIL, f"no rail for chain {chain!r} here")
+        try:
+            return ProofKey(chain, rail.proof_key(proof)), None
+        except ValueError as exc:
+            return None, (OopsCode.INVALID_FIELD, f"proof: {exc}")
+
+    # ------------------------------------------------------------------ step
+    def _resolve(
+        self, message: Message, sender: str, begin: Begin, parsed: Parsed
+    ) -> tuple[FlowRecord | None, tuple[OopsCode, str] | None]:
+        ref_flows = {f.flow_id: f for f in begin.ref_flows if f.peer == sender}
+        if len(ref_flows) > 1:
+            return None, (OopsCode.THREAD_CONFLICT, "typed refs name different flows")
+        by_ref = next(iter(ref_flows.values()), None)
+        by_thread: FlowRecord | None = None
+        for _mid, f in begin.thread_flows:
+            if f.peer == sender:
+                by_thread = f
+                break
+        reply_flow = next((f for mid, f in begin.thread_flows if mid == parsed.in_reply_to), None)
+        if (
+            by_ref is not None
+            and reply_flow is not None
+            and reply_flow.peer == sender
+            and reply_flow.flow_id != by_ref.flow_id
+        ):
+            return None, (OopsCode.THREAD_CONFLICT, "refs and In-Reply-To name different flows")
+        return by_ref or by_thread, None
+
+    async def _step(
+        self,
+        parsed: Parsed,
+        message: Message,
+        message_id: str,
+        sender: str,
+        begin: Begin,
+        proof_key: ProofKey | None,
+        now: datetime,
+    ) -> Outcome | None:
+        record, conflict = self._resolve(message, sender, begin, parsed)
+        work: Work | None = None
+        refusal: tuple[OopsCode | None, str] | None = conflict
+        if refusal is None:
+            opened = flows.opening(message, Direction.IN)
+            if record is not None:
+                fs = FlowState(FlowKind(record.kind), Side(record.side), record.state, record.data)
+                joined_by_ref = bool(begin.ref_flows)
+                if not joined_by_ref and opened is not None and not flows.accepts(fs, message, Direction.IN):
+                    # Threaded under an old flow but opening a new one (a repeat customer
+                    # replying in the same thread): a new flow.
+                    record = None
+                else:
+                    work = Work(fs, record.flow_id, record.version, sender)
+            if work is None:
+                if opened is None:
+                    unknown = begin.missing_refs or parsed.in_reply_to
+                    missing = OopsCode.UNKNOWN_REF if unknown else OopsCode.UNEXPECTED_MESSAGE
+                    refusal = (missing, "this message joins no flow of ours")
+                else:
+                    work = Work(opened, self.new_id("flow"), 0, sender)
+        if work is None:
+            assert refusal is not None
+            said = None if isinstance(message, Oops) else refusal[0]
+            return await self._refuse_early(
+                parsed, message_id, sender, (said, refusal[1]) if said else None, True, now, release=proof_key
+            )
+
+        step = flows.step(work.fs, message, Direction.IN)
+        in_entry = LogEntry(
+            work.flow_id,
+            now,
+            "in",
+            message.type,
+            message_id,
+            parsed.id,
+            sender,
+            self.address,
+            message.model_dump(mode="json"),
+        )
+        if not step.ok:
+            return await self._commit_refusal(
+                parsed, message, message_id, sender, work, step, proof_key, in_entry, now
+            )
+
+        await self._run_actions(parsed, message, step, work, proof_key, now)
+        return await self._commit_work(
+            parsed, message, message_id, sender, work, step, proof_key, in_entry, now
+        )
+
+    def _ctx(self, work: Work, now: datetime) -> Context:
+        return Context(
+            local=self.address,
+            peer=work.peer,
+            flow_id=work.flow_id,
+            kind=work.fs.kind,
+            state=work.fs.state,
+            data=work.fs.data,
+            now=now,
+            new_id=self.new_id,
+            verdict=work.verdict,
+        )
+
+    async def _verify(self, message: Message, step: Step, work: Work) -> tuple[OopsCode, str] | None:
+        return await verify_proof(
+            message,
+            step,
+            work,
+            rails=self.rails,
+            wallet=self.app.wallet,
+            clock=self.clock,
+            proof_window=self.proof_window,
+            invoice_skew=self.invoice_skew,
+        )
+
+    async def _ask(self, fn: Callable[[], Awaitable[Any]]) -> Any:
+        try:
+            return await fn()
+        except Exception as exc:
+            _log.exception("application handler raised")
+            return Refuse(OopsCode.TASK_FAILED, f"handler raised {type(exc).__name__}")
+
+    async def _run_actions(
+        self,
+        parsed: Parsed,
+        message: Message,
+        step: Step,
+        work: Work,
+        proof_key: ProofKey | None,
+        now: datetime,
+    ) -> None:
+        before = work.fs
+        work.fs = FlowState(before.kind, before.side, step.state, step.data)
+        if not isinstance(message, Oops):
+            # Our later sends in this flow reply to its latest substantive message.
+            data = dict(step.data)
+            data["last_in"] = {"message_id": parsed.message_id, "references": list(reply_headers(parsed)[1])}
+            work.fs = replace(work.fs, data=data)
+        work.start = before
+        for action in step.actions:
+            decision: Any = None
+            if action is Action.VERIFY_PROOF:
+                failed = await self._verify(message, step, work)
+                if failed is not None:
+                    work.oops, work.detail = failed
+                    work.persist = False  # the message did not happen, as far as the flow goes
+                    return
+                continue
+            if action is Action.NOTIFY:
+                work.notices.append(
+                    Notice(
+                        work.flow_id,
+                        work.fs.kind,
+                        work.fs.side,
+                        work.fs.state,
+                        work.peer,
+                        message,
+                        parsed.message_id,
+                        work.verdict,
+                    )
+                )
+                continue
+            ctx = self._ctx(work, now)
+            if action is Action.DECIDE_METHODS:
+                assert isinstance(message, Which)
+                decision = await self._ask(partial(self.app.methods, message, ctx))
+            elif action is Action.DECIDE_ORDER:
+                assert isinstance(message, Order)
+                paid = work.verdict.observed_amount if work.verdict is not None else None
+                decision = await self._ask(partial(self.app.order, message, ctx, paid=paid))
+            elif action is Action.FULFILL:
+                assert isinstance(message, Pay)
+                order = order_of(work.fs.data)
+                if order is None:
+                    decision = Refuse(OopsCode.TASK_FAILED, "no ORDER recorded in this flow")
+                else:
+                    decision = await self._ask(partial(self.app.fulfill, order, message, ctx))
+            elif action is Action.DECIDE_OFFER:
+                assert isinstance(message, Offer)
+                decision = await self._ask(partial(self.app.offer, message, ctx))
+            self._apply_decision(parsed, decision, work, now)
+
+    def _apply_decision(self, parsed: Parsed, decision: Any, work: Work, now: datetime) -> None:
+        if decision is None:
+            return  # silence is always valid
+        if isinstance(decision, OopsCode):
+            decision = Refuse(decision)
+        if isinstance(decision, Refuse):
+            oops = self._oops(decision.code, decision.note, parsed.id)
+            work.replies.append(self._reply(parsed, work.peer, oops, now))
+            work.oops, work.detail = decision.code, decision.note
+            return
+        out_step = flows.step(work.fs, decision, Direction.OUT)
+        if not out_step.ok:
+            _log.error(
+                "application answered %s, which the %s table refuses in state %s",
+                decision.type,
+                work.fs.kind,
+                work.fs.state,
+            )
+            oops = self._oops(OopsCode.TASK_FAILED, "the worker could not answer", parsed.id)
+            work.replies.append(self._reply(parsed, work.peer, oops, now))
+            work.oops, work.detail = OopsCode.TASK_FAILED, f"illegal reply {decision.type}"
+            return
+        data = stamp_invoice(decision, out_step.data, now)
+        work.fs = FlowState(work.fs.kind, work.fs.side, out_step.state, data)
+        work.replies.append(self._reply(parsed, work.peer, decision, now))
+
+    async def _commit_work(
+        self,
+        parsed: Parsed,
+        message: Message,
+        message_id: str,
+        sender: str,
+        work: Work,
+        step: Step,
+        proof_key: ProofKey | None,
+        in_entry: LogEntry,
+        now: datetime,
+    ) -> Outcome | None:
+        verdict_json = work.verdict.to_json() if work.verdict is not None else None
+        if not work.persist:
+            # Verification failed: OOPS, no state change; the proof's fate is recorded.
+            assert work.oops is not None
+            replies = [self._reply(parsed, sender, self._oops(work.oops, work.detail, parsed.id), now)]
+            existing = work.version > 0
+            as_read = work.start if work.start is not None else work.fs  # nothing was written
+            outcome = Outcome(
+                "refused",
+                message_id,
+                flow_id=work.flow_id if existing else None,
+                state=as_read.state if existing else None,
+                oops=work.oops,
+                detail=work.detail,
+                outbox=tuple(r.message_id for r in replies),
+                verdict=verdict_json,
+            )
+            log = [replace(in_entry, verdict=verdict_json, oops=work.oops.value)]
+            log += [out_entry(work.flow_id, r, now) for r in replies]
+            commit = Commit(
+                local=self.address,
+                now=now,
+                outcome=outcome.to_json(),
+                message_id=message_id,
+                worker=self.worker_id,
+                log=tuple(log) if existing else (),
+                outbox=tuple((r, work.flow_id if existing else None) for r in replies),
+                proof=proof_key,
+                proof_fate=work.proof_fate,
+                proof_verdict=verdict_json,
+                sender=sender,
+                protocol_id=parsed.id,
+                replay_fate=work.replay_fate,
+            )
+            return self._finish(commit, outcome, message_id)
+
+        unchanged = work.version > 0 and work.fs == work.start
+        record = FlowRecord(
+            flow_id=work.flow_id,
+            local=self.address,
+            peer=sender,
+            kind=work.fs.kind.value,
+            side=work.fs.side.value,
+            state=work.fs.state,
+            version=work.version,
+            data=work.fs.data,
+            created_at=now,
+            updated_at=now,
+        )
+        refs: list[tuple[str, str, str, str]] = []
+        if parsed.id is not None:
+            refs.append((sender, sender, parsed.id, work.flow_id))
+        msgids = [(message_id, work.flow_id)]
+        for r in work.replies:
+            rid = getattr(r.message, "id", None)
+            if isinstance(rid, str):
+                refs.append((sender, self.address, rid, work.flow_id))
+            msgids.append((r.message_id, work.flow_id))
+        outcome = Outcome(
+            "processed",
+            message_id,
+            flow_id=work.flow_id,
+            state=work.fs.state,
+            oops=work.oops,
+            detail=work.detail,
+            outbox=tuple(r.message_id for r in work.replies),
+            verdict=verdict_json,
+        )
+        log = [replace(in_entry, verdict=verdict_json)]
+        log += [out_entry(work.flow_id, r, now) for r in work.replies]
+        commit = Commit(
+            local=self.address,
+            now=now,
+            outcome=outcome.to_json(),
+            message_id=message_id,
+            worker=self.worker_id,
+            flow=None if unchanged else FlowWrite(record),  # e.g. an OOPS: logged only
+            log=tuple(log),
+            refs=tuple(refs),
+            message_ids=tuple(msgids),
+            outbox=tuple((r, work.flow_id) for r in work.replies),
+            proof=proof_key,
+            proof_fate=work.proof_fate if proof_key is not None else None,
+            proof_verdict=verdict_json,
+            sender=sender,
+            protocol_id=parsed.id,
+            replay_fate="done",
+        )
+        result = self._finish(commit, outcome, message_id)
+        if result is not None and result.repeat is None:
+            for notice in work.notices:
+                notice = replace(notice, state=work.fs.state)
+                try:
+                    await self.app.notify(notice)
+                except Exception:
+                    _log.exception("application notify raised")
+        return result

@@ -1,0 +1,76 @@
+"""What handling one inbound message did (`Outcome`) and what a send recorded (`Sent`).
+
+An Outcome is written beside the step in the ledger, so a redelivered message gets
+the recorded one back (`repeat` says why).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from envelopay.protocol.codes import OopsCode
+from envelopay.protocol.outbound import Outbound
+
+__all__ = ["Outcome", "OutcomeStatus", "Repeat", "Sent"]
+
+OutcomeStatus = Literal[
+    "processed",  # a transition happened (perhaps with a reply)
+    "refused",  # answered with an OOPS (or silently, for an OOPS), nothing changed
+    "ignored",  # not protocol mail, or nothing to answer
+    "busy",  # another worker holds this message's claim; leave it for later
+    "deferred",  # DKIM key lookup failed temporarily; leave it for later
+]
+Repeat = Literal["message_id", "retransmission"]
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What handling one inbound message did."""
+
+    status: OutcomeStatus
+    message_id: str | None = None
+    flow_id: str | None = None
+    state: str | None = None
+    oops: OopsCode | None = None
+    detail: str = ""
+    outbox: tuple[str, ...] = ()  # Message-IDs of the replies written to the outbox
+    verdict: Mapping[str, Any] | None = None
+    repeat: Repeat | None = None  # set when this is a recorded outcome handed back again
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "message_id": self.message_id,
+            "flow_id": self.flow_id,
+            "state": self.state,
+            "oops": self.oops.value if self.oops else None,
+            "detail": self.detail,
+            "outbox": list(self.outbox),
+            "verdict": dict(self.verdict) if self.verdict is not None else None,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], repeat: Repeat | None = None) -> Outcome:
+        return cls(
+            status=data["status"],
+            message_id=data.get("message_id"),
+            flow_id=data.get("flow_id"),
+            state=data.get("state"),
+            oops=OopsCode(data["oops"]) if data.get("oops") else None,
+            detail=data.get("detail", ""),
+            outbox=tuple(data.get("outbox", ())),
+            verdict=data.get("verdict"),
+            repeat=repeat,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """What `Engine.send` recorded: the flow and the outbox row's Message-ID."""
+
+    flow_id: str
+    state: str
+    message_id: str
+    outbound: Outbound

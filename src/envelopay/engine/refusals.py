@@ -1,0 +1,151 @@
+"""Every way the inbound path says no: an OOPS reply (or silence), recorded in one commit.
+
+`_refuse_early` refuses before any flow is touched (parse problems, DKIM, replays,
+threading); `_commit_refusal` refuses a message its flow's table does not accept. Both
+write the outcome, the reply and the replay/proof fates in the same transaction as
+the rest of a step (envelopay.engine.inbound), so a redelivery gets the same answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime
+
+from envelopay.engine.outcome import Outcome
+from envelopay.engine.records import Work, out_entry, reply_headers
+from envelopay.engine.send import Sending
+from envelopay.flows import Step
+from envelopay.ledger.store import Commit, LogEntry, ProofKey
+from envelopay.protocol.codes import OopsCode
+from envelopay.protocol.grammar import KEYWORDS
+from envelopay.protocol.messages import Message, MessageType, Oops, OopsError
+from envelopay.protocol.outbound import Outbound
+from envelopay.protocol.parsed import Parsed
+
+__all__ = ["Refusals"]
+
+
+class Refusals(Sending):
+    """The refusal half of an Engine; `Engine.__init__` sets `worker_id`."""
+
+    worker_id: str
+
+    def _oops(self, code: OopsCode, note: str, ref: str | None) -> Oops:
+        text = f"{code.value}: {note}" if note else code.value
+        # A received id becomes our `ref` only when it is a valid id (it may be "" or huge).
+        safe_ref = ref if isinstance(ref, str) and 0 < len(ref) <= 256 else None
+        if code is OopsCode.UNKNOWN_TYPE:
+            # Spec: reply OOPS with unknown_type "and the list of supported types".
+            error = OopsError(code=code.value, supported=list(KEYWORDS))
+            text = f"{text} (supported: {', '.join(KEYWORDS)})"
+        else:
+            error = OopsError(code=code.value)
+        return Oops(note=text[:1000], id=self.new_id("oops"), error=error, ref=safe_ref)
+
+    def _reply(self, parsed: Parsed, to: str, message: Message, now: datetime) -> Outbound:
+        in_reply_to, refs = reply_headers(parsed)
+        return Outbound(
+            sender=self.address,
+            recipient=to,
+            message=message,
+            message_id=self.new_message_id(),
+            date=now,
+            in_reply_to=in_reply_to,
+            references=refs,
+        )
+
+    async def _refuse_early(
+        self,
+        parsed: Parsed,
+        message_id: str,
+        sender: str,
+        problem: tuple[OopsCode, str] | None,
+        owns_replay: bool,
+        now: datetime,
+        release: ProofKey | None = None,
+    ) -> Outcome | None:
+        """Refuse before any flow is touched: parse problems, DKIM, replays, threading.
+        `release` is a proof reserved for this message but never judged."""
+        code, detail = problem if problem is not None else (None, "")
+        replies: tuple[Outbound, ...] = ()
+        # An OOPS, or a message the parser says answers nothing, gets silence.
+        # An unknown keyword (type None) is answered too: the spec asks for unknown_type.
+        if code is not None and parsed.type is not MessageType.OOPS:
+            replies = (self._reply(parsed, sender, self._oops(code, detail, parsed.id), now),)
+        outcome = Outcome(
+            "refused" if code is not None else "ignored",
+            message_id,
+            oops=code,
+            detail=detail,
+            outbox=tuple(r.message_id for r in replies),
+        )
+        commit = Commit(
+            local=self.address,
+            now=now,
+            outcome=outcome.to_json(),
+            message_id=message_id,
+            worker=self.worker_id,
+            outbox=tuple((r, None) for r in replies),
+            sender=sender if owns_replay else None,
+            protocol_id=parsed.id if owns_replay else None,
+            replay_fate="done" if owns_replay else None,
+            proof=release,
+            proof_fate="release" if release is not None else None,
+        )
+        return self._finish(commit, outcome, message_id)
+
+    def _finish(self, commit: Commit, outcome: Outcome, message_id: str) -> Outcome | None:
+        result = self.store.commit_step(commit)
+        if result == "ok":
+            return outcome
+        if result == "lost":
+            recorded = self.store.inbound_outcome(self.address, message_id)
+            if recorded is not None:
+                return Outcome.from_json(recorded, repeat="message_id")
+            return Outcome("busy", message_id, detail="claim lost to another worker")
+        return None  # version conflict: the caller redoes the step
+
+    async def _commit_refusal(
+        self,
+        parsed: Parsed,
+        message: Message,
+        message_id: str,
+        sender: str,
+        work: Work,
+        step: Step,
+        proof_key: ProofKey | None,
+        in_entry: LogEntry,
+        now: datetime,
+    ) -> Outcome | None:
+        # A message that does not fit: its code (or silence), the state as it was. It is
+        # logged in an existing flow; a flow it would have opened is not created.
+        replies: list[Outbound] = []
+        if step.oops is not None and not isinstance(message, Oops):
+            replies.append(self._reply(parsed, sender, self._oops(step.oops, step.detail, parsed.id), now))
+        existing = work.version > 0
+        outcome = Outcome(
+            "refused",
+            message_id,
+            flow_id=work.flow_id if existing else None,
+            state=work.fs.state if existing else None,
+            oops=step.oops,
+            detail=step.detail,
+            outbox=tuple(r.message_id for r in replies),
+        )
+        log = [replace(in_entry, oops=step.oops.value if step.oops else None)]
+        log += [out_entry(work.flow_id, r, now) for r in replies]
+        commit = Commit(
+            local=self.address,
+            now=now,
+            outcome=outcome.to_json(),
+            message_id=message_id,
+            worker=self.worker_id,
+            log=tuple(log) if existing else (),
+            outbox=tuple((r, work.flow_id if existing else None) for r in replies),
+            proof=proof_key,
+            proof_fate="release" if proof_key is not None else None,  # never judged: not spent
+            sender=sender,
+            protocol_id=parsed.id,
+            replay_fate="done",
+        )
+        return self._finish(commit, outcome, message_id)

@@ -1,0 +1,71 @@
+"""The send log and the loop guard: the same body to the same recipient is sent once
+within a window.
+
+Every hand-over to the send function is logged, one row per recipient, with the
+verdict. Only a `sent` row counts for the guard: a failed, blocked or pending send may
+be tried again at once. The log lives in the index file (table `sends`) and is not
+derived data: it is the only memory of what was sent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from collections.abc import Callable, Iterable
+from datetime import datetime, timedelta
+
+from envelopay.mail.mailbox.inputs import MailboxError
+
+__all__ = ["SendGuard", "body_hash"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sends (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    recipient TEXT NOT NULL,
+    body_hash TEXT NOT NULL,
+    ts REAL NOT NULL,
+    status TEXT NOT NULL,
+    message_id TEXT
+);
+CREATE INDEX IF NOT EXISTS sends_guard ON sends(recipient, body_hash, status, ts);
+"""
+
+
+def body_hash(body: str) -> str:
+    return hashlib.sha256(body.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+class SendGuard:
+    """`window` None disables the guard; the log is kept all the same."""
+
+    def __init__(self, db: sqlite3.Connection, window: timedelta | None, now: Callable[[], datetime]) -> None:
+        self._db = db
+        self.window = window
+        self._now = now
+        db.executescript(_SCHEMA)
+
+    def refuse_duplicate(self, recipient: str, body: str) -> None:
+        """MailboxError `duplicate_send` when this body was sent to `recipient` in the window."""
+        if self.window is None:
+            return
+        since = (self._now() - self.window).timestamp()
+        row = self._db.execute(
+            "SELECT count(*) FROM sends"
+            " WHERE recipient = ? AND body_hash = ? AND status = 'sent' AND ts >= ?",
+            (recipient.lower(), body_hash(body), since),
+        ).fetchone()
+        if row[0] > 0:
+            raise MailboxError(
+                "duplicate_send",
+                f"the same body was already sent to {recipient} within "
+                f"{self.window}; change the message or wait",
+                "message",
+            )
+
+    def log(self, recipients: Iterable[str], body: str, status: str, message_id: str) -> None:
+        digest = body_hash(body)
+        for r in recipients:
+            self._db.execute(
+                "INSERT INTO sends (recipient, body_hash, ts, status, message_id) VALUES (?,?,?,?,?)",
+                (r, digest, self._now().timestamp(), status, message_id),
+            )

@@ -1,0 +1,132 @@
+"""The values the mailbox hands out and takes in (pure): a stored message as indexed,
+the `check` filter, and what passes to and from the send function."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from envelopay.mail.mailbox.inputs import MailboxError
+
+__all__ = ["Attachment", "CheckFilter", "MailRecord", "OutgoingMail", "SendFn", "SendResult"]
+
+
+@dataclass(frozen=True, slots=True)
+class Attachment:
+    filename: str
+    content_type: str
+    size: int
+    path: str | None = None  # where the extracted copy lives (received mail)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "filename": self.filename,
+            "content_type": self.content_type,
+            "size": self.size,
+            "path": self.path,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class MailRecord:
+    """One indexed message. `body` is the text body; `preview` its possibly truncated form."""
+
+    id: str
+    folder: str
+    message_id: str | None
+    from_addr: str
+    to_addrs: tuple[str, ...]
+    cc_addrs: tuple[str, ...]
+    subject: str
+    date: datetime  # when it entered this mailbox (received or sent), UTC
+    header_date: str | None
+    in_reply_to: str | None
+    references: tuple[str, ...]
+    reply_to: str | None
+    body: str
+    attachments: tuple[Attachment, ...]
+    read: bool
+    status: str  # "ok" | "malformed"
+    problems: tuple[str, ...]
+    protocol_type: str | None
+    preview: str = ""
+
+    def as_dict(self, *, with_body: bool = True) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "id": self.id,
+            "folder": self.folder,
+            "message_id": self.message_id,
+            "from": self.from_addr,
+            "to": list(self.to_addrs),
+            "cc": list(self.cc_addrs),
+            "subject": self.subject,
+            "date": self.date.isoformat(),
+            "in_reply_to": self.in_reply_to,
+            "references": list(self.references),
+            "read": self.read,
+            "status": self.status,
+            "problems": list(self.problems),
+            "protocol_type": self.protocol_type,
+            "attachments": [a.as_dict() for a in self.attachments],
+        }
+        if with_body:
+            out["body"] = self.body
+        else:
+            out["preview"] = self.preview
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class CheckFilter:
+    """`check` selectors (seed: "Its only filter object supports ...")."""
+
+    from_: str | None = None
+    subject: str | None = None
+    contains: str | None = None
+    after: datetime | None = None
+    before: datetime | None = None
+    unread_only: bool = False
+    has_attachments: bool | None = None
+    sort: Literal["newest", "oldest"] = "newest"
+    n: int = 10
+    truncate: int = 500  # preview characters; 0 = the full body
+
+    def __post_init__(self) -> None:
+        if self.sort not in ("newest", "oldest"):
+            raise MailboxError("invalid_filter", "must be newest or oldest", "sort")
+        if self.n < 1:
+            raise MailboxError("invalid_filter", "must be at least 1", "n")
+        if self.truncate < 0:
+            raise MailboxError("invalid_filter", "must be 0 (full body) or more", "truncate")
+        for name in ("after", "before"):
+            value = getattr(self, name)
+            if value is not None and value.tzinfo is None:
+                raise MailboxError(
+                    "invalid_filter", "timestamp needs a timezone (ISO 8601 with offset)", name
+                )
+
+
+@dataclass(frozen=True, slots=True)
+class OutgoingMail:
+    """What the send function receives: exact bytes and the envelope."""
+
+    sender: str
+    recipients: tuple[str, ...]
+    raw: bytes
+    message_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class SendResult:
+    """The send function's verdict. Only `sent` moves the mail to `sent` and counts for
+    the duplicate guard; `pending_approval`/`unknown` leave it in the outbox."""
+
+    status: Literal["sent", "pending_approval", "blocked", "failed", "unknown"]
+    detail: str = ""
+    id: str | None = None  # mailbox id of the stored copy (sent or outbox)
+    message_id: str | None = None
+
+
+SendFn = Callable[[OutgoingMail], Awaitable[SendResult]]

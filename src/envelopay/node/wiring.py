@@ -1,0 +1,395 @@
+"""One agent, wired: engine + DKIM verification + outbox drainer + Maildir inbox.
+
+`AgentNode.receive(raw)` is the whole inbound path for one message: DKIM verdict →
+engine (parse … commit) → drain the outbox (send hook → sign → transport). `send()` is
+the client role: record the message in its flow, then drain. `serve()` pumps a Maildir.
+`build_node(config)` assembles all of it from a WorkerConfig.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from envelopay.config import WorkerConfig
+from envelopay.dkim import DkimResult, DnsLookup
+from envelopay.engine import Application, Engine, Outcome, Sent
+from envelopay.engine.outbox import (
+    DirectHook,
+    DrainReport,
+    EnforcerHook,
+    OutboxDrainer,
+    SendHook,
+    dkim_signer,
+)
+from envelopay.engine.transport import Transport
+from envelopay.errors import ConfigError
+from envelopay.ledger.store import Store
+from envelopay.node.transports import GardenTransport
+from envelopay.protocol.messages import Message
+from envelopay.rails.interface import Rail
+
+__all__ = ["AgentNode", "build_node", "open_store"]
+
+Clock = Callable[[], datetime]
+RECENT = 10_000
+_log = logging.getLogger(__name__)
+
+
+@dataclass
+class AgentNode:
+    engine: Engine
+    drainer: OutboxDrainer
+    dns: DnsLookup | None
+    maildir: Path | None = None
+    transport: Transport | None = None
+    rails: Mapping[str, Rail] = field(default_factory=dict)
+    # Recent outcomes only (a long-running worker must not grow without bound).
+    outcomes: deque[Outcome] = field(default_factory=lambda: deque(maxlen=RECENT))
+    received: int = 0  # outcomes recorded since start (a cursor for followers)
+    retry_delays: tuple[float, ...] = (0.0, 0.2, 1.0, 5.0)  # for busy/deferred messages
+    closers: list[Any] = field(default_factory=list)  # things with aclose() (an enforcer client)
+    _waiters: dict[str, asyncio.Future[Outcome]] = field(default_factory=dict)
+    _seen: dict[str, Outcome] = field(default_factory=dict)
+    _draining: set[asyncio.Task[Any]] = field(default_factory=set)
+
+    @property
+    def address(self) -> str:
+        return self.engine.address
+
+    @property
+    def store(self) -> Store:
+        return self.engine.store
+
+    async def verify_dkim(self, raw: bytes) -> DkimResult | None:
+        if self.dns is None:
+            return None
+        from envelopay import dkim
+
+        return await dkim.verify(raw, dns=self.dns)
+
+    async def receive(self, raw: bytes, *, drain_behind: bool = False) -> Outcome:
+        """Handle one inbound message. Its replies are committed to the outbox with the
+        step; they are sent before this returns, or, with `drain_behind` (the Maildir
+        pump), by a drain running beside the next messages: the reply's delivery (an
+        SMTP/LMTP round trip, the receiving MTA's fsync) then no longer holds up the
+        handling of the next message. Either way a reply not yet sent is a pending
+        outbox row, sent by the next drain, after a restart too."""
+        result = await self.verify_dkim(raw)
+        outcome = await self.engine.handle(raw, dkim=result)
+        self.outcomes.append(outcome)
+        self.received += 1
+        if outcome.outbox:  # only a step that wrote replies has anything to send now
+            if drain_behind:
+                self._drain_behind()
+            else:
+                await self.drainer.drain()
+        if outcome.message_id is not None and outcome.status not in ("busy", "deferred"):
+            self._seen[outcome.message_id] = outcome
+            if len(self._seen) > RECENT:
+                del self._seen[next(iter(self._seen))]  # the oldest
+            fut = self._waiters.pop(outcome.message_id, None)
+            if fut is not None and not fut.done():
+                fut.set_result(outcome)
+        return outcome
+
+    def _drain_behind(self) -> None:
+        # A drain already running picks the new rows up (drain() tells it to look again).
+        task = asyncio.get_running_loop().create_task(self._drain_logged())
+        self._draining.add(task)
+        task.add_done_callback(self._draining.discard)
+
+    async def _drain_logged(self) -> None:
+        try:
+            await self.drainer.drain()
+        except Exception:  # the rows stay pending: the next drain tries them again
+            _log.exception("%s: outbox drain failed", self.address)
+
+    async def settle(self) -> None:
+        """Wait for the drains started behind the pump."""
+        while self._draining:
+            await asyncio.gather(*list(self._draining), return_exceptions=True)
+
+    def outcomes_since(self, cursor: int) -> list[Outcome]:
+        """Outcomes recorded after `cursor` (a past value of `received`), oldest first."""
+        n = min(self.received - cursor, len(self.outcomes))
+        return list(self.outcomes)[len(self.outcomes) - n:] if n > 0 else []
+
+    async def wait_outcome(self, message_id: str, timeout: float = 30.0) -> Outcome:
+        """The outcome of the inbound message `message_id`, once this node handled it."""
+        if message_id in self._seen:
+            return self._seen[message_id]
+        fut = self._waiters.setdefault(message_id, asyncio.get_running_loop().create_future())
+        return await asyncio.wait_for(asyncio.shield(fut), timeout)
+
+    async def send(self, message: Message, to: str, **kw: Any) -> Sent:
+        sent = await self.engine.send(message, to, **kw)
+        await self.drainer.drain()
+        return sent
+
+    async def drain(self) -> DrainReport:
+        return await self.drainer.drain()
+
+    async def serve(self, stop: asyncio.Event) -> None:
+        """Handle every message landing in this agent's Maildir until `stop` is set."""
+        from envelopay.node.runtime import pump
+
+        if self.maildir is None:
+            raise ConfigError(f"{self.address}: no Maildir to serve")
+
+        async def consume(_: Path, raw: bytes) -> bool:
+            # busy/deferred: try again shortly (another worker's lease, a DNS hiccup);
+            # still not handled: leave it in new/ (handled again at the next start).
+            for delay in self.retry_delays:
+                if delay:
+                    await asyncio.sleep(delay)
+                outcome = await self.receive(raw, drain_behind=True)
+                if outcome.status not in ("busy", "deferred"):
+                    return True
+            return False
+
+        try:
+            await pump([self.maildir], consume, stop=stop)
+        finally:
+            await self.settle()
+
+    async def serve_imap(self, config: Any, stop: asyncio.Event) -> None:
+        """Handle every message of an IMAP mailbox (IDLE); a message is flagged processed
+        only after its step committed (busy/deferred: left for the next pass)."""
+        from envelopay.mail.imap import ImapMessage, ImapSource
+
+        async def consume(msg: ImapMessage) -> bool:
+            outcome = await self.receive(msg.raw)
+            return outcome.status not in ("busy", "deferred")
+
+        await ImapSource(config).run(consume, stop)
+
+    async def close(self) -> None:
+        if self.transport is not None:
+            await self.transport.close()
+        for thing in self.closers:
+            await thing.aclose()
+        for rail in self.rails.values():
+            closer = getattr(rail, "aclose", None)
+            if closer is not None:
+                await closer()
+
+
+def open_store(url: str, base: Path) -> Store:
+    """A ledger from the config's `ledger` value: a SQLite path or a postgresql:// DSN."""
+    if url.startswith(("postgresql://", "postgres://")):
+        from envelopay.ledger.postgres import PostgresStore
+
+        store: Store = PostgresStore(url)
+    else:
+        from envelopay.ledger.sqlite import SqliteStore
+
+        path = Path(url.removeprefix("sqlite:///"))
+        path = path if path.is_absolute() else base / path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        store = SqliteStore(str(path))
+    store.migrate()
+    return store
+
+
+def dns_for(cfg: WorkerConfig) -> DnsLookup:
+    from envelopay import dkim
+
+    if cfg.agent.dkim_dns == "resolver":
+        return dkim.resolver_dns()
+    return dkim.table_dns(dict(cfg.dkim_records))
+
+
+def build_node(
+    cfg: WorkerConfig,
+    *,
+    app: Application | None = None,
+    store: Store | None = None,
+    rails: Mapping[str, Rail] | None = None,
+    transport: Transport | None = None,
+    hook: SendHook | None = None,
+    maildir: Path | None = None,
+    clock: Clock = lambda: datetime.now(UTC),
+    id_factory: Callable[[], str] | None = None,
+) -> AgentNode:
+    """Assemble an agent from its config; any part may be injected (tests, the demo)."""
+    base = Path(cfg.base_dir)
+    closers: list[Any] = []
+    if store is None:
+        store = open_store(cfg.agent.ledger, base)
+    if rails is None:
+        from envelopay.rails.registry import load_rails
+
+        rails = load_rails({name: _rail_options(cfg, opts) for name, opts in cfg.rails.items()})
+    if app is None:
+        from envelopay.worker.app import WorkerApp, WorkerApplication
+        from envelopay.worker.counterpay import CounterPayments
+
+        kw: dict[str, Any] = {"rails": rails, "clock": clock, "counterpayments": CounterPayments(
+            counterpay_path(cfg))}
+        app = WorkerApplication(WorkerApp(cfg, **kw))
+        closers.append(_Closing(kw["counterpayments"].close))
+    if hook is None and cfg.transport.enforcer:
+        hook = enforcer_hook(cfg)
+        closers.append(hook.client)
+    if transport is None and hook is None:
+        transport = smtp_transport(cfg) if cfg.transport.kind == "smtp" else garden_transport(cfg)
+    if hook is None:
+        assert transport is not None
+        signer = None
+        if cfg.agent.dkim_key:
+            key_pem = cfg.path(cfg.agent.dkim_key).read_bytes()
+            signer = dkim_signer(selector=cfg.agent.dkim_selector, domain=cfg.agent.domain,
+                                 key_pem=key_pem, clock=clock)
+        hook = DirectHook(transport, signer)
+    engine_kw: dict[str, Any] = {}
+    if id_factory is not None:
+        engine_kw["id_factory"] = id_factory
+    engine = Engine(
+        store,
+        address=cfg.agent.address,
+        domain=cfg.agent.domain,
+        rails=rails,
+        app=app,
+        dkim_policy=cfg.agent.dkim_policy,
+        clock=clock,
+        worker_id=cfg.agent.worker_id,
+        **engine_kw,
+    )
+    # A pool of garden connections lets the drain deliver replies of several flows at
+    # once (each delivery waits for the garden's fsync); other hooks get one at a time.
+    parallel = transport.size if isinstance(transport, GardenPool) and isinstance(hook, DirectHook) else 1
+    drainer = OutboxDrainer(store, hook, clock=clock, parallel=parallel)
+    if maildir is None and cfg.transport.kind == "garden":
+        from envelopay.mail.maildir import mailbox_path
+
+        maildir = mailbox_path(cfg.path(cfg.transport.garden_root), cfg.agent.address)
+    dns = dns_for(cfg) if cfg.agent.dkim_policy != "off" or cfg.dkim_records else None
+    return AgentNode(engine, drainer, dns, maildir, transport, rails, closers=closers)
+
+
+def counterpay_path(cfg: WorkerConfig) -> Path:
+    """Beside a SQLite ledger (`x.db` → `x.offers.db`); for PostgreSQL under var/."""
+    ledger = cfg.agent.ledger
+    if ledger.startswith(("postgresql://", "postgres://")):
+        path = cfg.path("var") / "offers.db"
+    else:
+        path = cfg.path(ledger.removeprefix("sqlite:///")).with_suffix(".offers.db")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@dataclass
+class _Closing:
+    """Adapts a plain close() to the aclose() the node calls on shutdown."""
+
+    close: Callable[[], None]
+
+    async def aclose(self) -> None:
+        self.close()
+
+
+def enforcer_hook(cfg: WorkerConfig) -> EnforcerHook:
+    import os
+
+    from envelopay.enforcer.client import EnforcerClient
+
+    token = os.environ.get(cfg.transport.enforcer_token_env)
+    if not token:
+        raise ConfigError(f"transport.enforcer is set but ${cfg.transport.enforcer_token_env} holds no token")
+    assert cfg.transport.enforcer is not None
+    where = cfg.transport.enforcer
+    if not where.startswith(("http://", "https://")):
+        where = str(cfg.path(where))
+    return EnforcerHook(EnforcerClient(where, token))
+
+
+def _secret(env: str | None, what: str) -> str | None:
+    import os
+
+    if env is None:
+        return None
+    value = os.environ.get(env)
+    if not value:
+        raise ConfigError(f"{what}: ${env} is not set")
+    return value
+
+
+def smtp_transport(cfg: WorkerConfig) -> Transport:
+    from envelopay.mail.smtp import SmtpConfig
+    from envelopay.node.transports import SmtpTransport
+
+    t = cfg.transport
+    if not t.smtp_host:
+        raise ConfigError("transport.smtp_host: required when transport.kind is 'smtp'")
+    return SmtpTransport(SmtpConfig(
+        t.smtp_host, t.smtp_port, security=t.smtp_security, username=t.smtp_username,
+        password=_secret(t.smtp_password_env, "transport.smtp_password_env"),
+    ))
+
+
+def imap_config(cfg: WorkerConfig) -> Any:
+    from envelopay.mail.imap import ImapConfig
+
+    t = cfg.transport
+    if not t.imap_host or not t.imap_user:
+        raise ConfigError("transport.imap_host and imap_user: required when transport.kind is 'smtp'")
+    password = _secret(t.imap_password_env, "transport.imap_password_env") or ""
+    return ImapConfig(t.imap_host, t.imap_port, t.imap_user, password, mailbox=t.imap_mailbox, tls=t.imap_tls)
+
+
+def garden_transport(cfg: WorkerConfig, connections: int = 4) -> GardenPool:
+    t = cfg.transport
+    if t.kind != "garden":
+        raise ConfigError("transport.kind: this needs the garden (kind = 'garden')")
+    endpoint: tuple[str, int] | Path
+    if t.garden_socket:
+        endpoint = cfg.path(t.garden_socket)
+    elif t.lmtp_port is None:
+        raise ConfigError("transport: set garden_socket or lmtp_port to reach the garden")
+    else:
+        endpoint = (t.lmtp_host, t.lmtp_port)
+    return GardenPool([GardenTransport(endpoint) for _ in range(connections)])
+
+
+class GardenPool:
+    """Several LMTP connections to the garden; a send takes a free one (each connection
+    carries one transaction at a time). Connections open on first use."""
+
+    def __init__(self, transports: list[GardenTransport]) -> None:
+        if not transports:
+            raise ValueError("a garden pool needs at least one connection")
+        self.size = len(transports)
+        self._all = transports
+        self._free: asyncio.Queue[GardenTransport] = asyncio.Queue()
+        for t in transports:
+            self._free.put_nowait(t)
+
+    @property
+    def endpoint(self) -> tuple[str, int] | Path:
+        return self._all[0].endpoint
+
+    async def send(self, raw: bytes, sender: str, recipient: str) -> None:
+        conn = await self._free.get()
+        try:
+            await conn.send(raw, sender, recipient)
+        finally:
+            self._free.put_nowait(conn)
+
+    async def close(self) -> None:
+        for t in self._all:
+            await t.close()
+
+
+def _rail_options(cfg: WorkerConfig, opts: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(opts)
+    key = out.get("keypair")
+    if isinstance(key, str):
+        out["keypair"] = str(cfg.path(key))
+    return out

@@ -1,0 +1,173 @@
+"""One look at the installed rails, one proof verified, one payment made: what a front end
+does with rails outside a running agent.
+
+Verifying and paying dispatch to whichever installed rail serves the chain (chain names
+are `<rail>` or `<rail>-<network>`), always over JSON-RPC: a local chain lives inside the
+process that created it, so another process reaches one only through an RPC endpoint.
+Bad options are UsageErrors naming the option; a chain no rail serves is a ConfigError;
+a failed payment is a RailError, an unreachable RPC a TransportError.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import Any, TypeVar
+
+from envelopay.errors import UsageError
+from envelopay.rails.interface import Expectation, Rail, Verdict
+
+__all__ = ["chain_name", "expectation", "installed_rails", "pay_once", "positive_amount", "verify_once"]
+
+T = TypeVar("T")
+
+# An rpc-backend rail never connects when built: the cheap way to read its registry.
+_LISTING_OPTIONS = {"backend": "rpc", "rpc_url": "http://127.0.0.1:9/"}
+_COMMITMENTS = ("processed", "confirmed", "finalized")
+
+
+def chain_name(chain: str) -> str:
+    return chain.strip().lower()
+
+
+def positive_amount(value: str) -> int:
+    """--amount: digits, above zero, in the asset's smallest unit."""
+    text = value.strip()
+    if not (text.isascii() and text.isdigit()) or int(text) <= 0:
+        raise UsageError(f"--amount must be a positive integer in the asset's smallest unit, not {value!r}")
+    return int(text)
+
+
+def _when(name: str, value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError as exc:
+        raise UsageError(f"--{name}: not an ISO 8601 time ({value!r})") from exc
+    if parsed.tzinfo is None:
+        raise UsageError(f"--{name}: give a time zone (e.g. 2026-11-30T12:00:00Z)")
+    return parsed
+
+
+def _check_commitment(commitment: str) -> None:
+    if commitment not in _COMMITMENTS:
+        raise UsageError("--commitment must be processed, confirmed or finalized")
+
+
+def _require_rpc(rpc: str | None, what: str) -> str:
+    if rpc is None:
+        raise UsageError(f"--rpc URL (or ENVELOPAY_RPC_URL) is required: the CLI {what} over JSON-RPC")
+    return rpc
+
+
+def expectation(
+    *,
+    chain: str,
+    token: str,
+    amount: str,
+    to: str,
+    at_least: bool,
+    payer: str | None,
+    commitment: str,
+    confirmations: int,
+    not_before: str | None,
+    not_after: str | None,
+) -> Expectation:
+    """What a proof must show, from option values."""
+    _check_commitment(commitment)
+    return Expectation(
+        chain=chain_name(chain), token=token, amount=positive_amount(amount), recipient=to,
+        amount_policy="at_least" if at_least else "exact", payer=payer,
+        not_before=_when("not-before", not_before), not_after=_when("not-after", not_after),
+        commitment=commitment,  # type: ignore[arg-type]  # checked above
+        confirmations=confirmations,
+    )
+
+
+def _with_rail(rail: Rail, use: Callable[[Rail], Awaitable[T]]) -> T:
+    async def run() -> T:
+        try:
+            return await use(rail)
+        finally:
+            await _close(rail)
+
+    return asyncio.run(run())
+
+
+def verify_once(
+    tx: str,
+    *,
+    rpc: str | None,
+    chain: str,
+    token: str,
+    amount: str,
+    to: str,
+    at_least: bool,
+    payer: str | None,
+    commitment: str,
+    confirmations: int,
+    not_before: str | None,
+    not_after: str | None,
+) -> tuple[str, Verdict]:
+    """Verify the proof `{"tx": tx}` on the rail serving `chain`; the chain's name and the verdict."""
+    from envelopay.rails.registry import rail_for_chain
+
+    _check_commitment(commitment)
+    url = _require_rpc(rpc, "verifies")
+    want = expectation(chain=chain, token=token, amount=amount, to=to, at_least=at_least, payer=payer,
+                       commitment=commitment, confirmations=confirmations, not_before=not_before,
+                       not_after=not_after)
+    rail = rail_for_chain(chain, {"backend": "rpc", "rpc_url": url})
+    return want.chain, _with_rail(rail, lambda r: r.verify({"tx": tx}, want))
+
+
+def pay_once(
+    *, chain: str, token: str, amount: int, to: str, rpc: str | None, keypair: str, wait: bool = True
+) -> dict[str, Any]:
+    """Pay once; the answer holds the chain, the proof and its replay key."""
+    from envelopay.rails.registry import rail_for_chain
+
+    url = _require_rpc(rpc, "pays")
+    options: dict[str, Any] = {"backend": "rpc", "rpc_url": url, "keypair": keypair}
+    if not wait:
+        options["confirm_timeout"] = 0
+    rail = rail_for_chain(chain, options)
+    normalized = chain_name(chain)
+    proof = _with_rail(rail, lambda r: r.pay(chain=normalized, token=token, amount=amount, recipient=to))
+    return {"chain": normalized, "proof": proof, "proof_key": rail.proof_key(proof)}
+
+
+def installed_rails() -> list[dict[str, Any]]:
+    """Each installed rail: its distribution and entry point, its chains and assets, or
+    why it cannot be loaded."""
+    from envelopay.errors import EnvelopayError
+    from envelopay.rails.registry import discover, make
+
+    listing: list[dict[str, Any]] = []
+    for name, plugin in sorted(discover().items()):
+        entry: dict[str, Any] = {
+            "rail": name, "distribution": plugin.distribution, "entry_point": plugin.value
+        }
+        try:
+            rail = make(name, _LISTING_OPTIONS)
+        except (EnvelopayError, ImportError, TypeError, ValueError) as exc:
+            entry["error"] = f"{type(exc).__name__}: {exc}"
+        else:
+            assets = rail.assets()
+            entry["chains"] = sorted({a.chain for a in assets})
+            entry["assets"] = [
+                {"chain": a.chain, "symbol": a.symbol, "address": a.address, "decimals": a.decimals}
+                | ({"program": a.program} if a.program else {})
+                for a in assets
+            ]
+            asyncio.run(_close(rail))
+        listing.append(entry)
+    return listing
+
+
+async def _close(rail: Any) -> None:
+    closer = getattr(rail, "aclose", None)
+    if closer is not None:
+        await closer()

@@ -1,0 +1,318 @@
+"""The paid worker's decisions: what the engine asks, what the worker answers.
+
+The engine (envelopay.engine) runs the inbound path — DKIM, parse, claim,
+replay reservation, flow step, proof verification, ledger commit — and asks this
+`Application` only for business decisions, each answered with data:
+
+    WHICH   → METHODS: accepted rails with wallet and indicative price (the price of
+              the described task when the WHICH names one)
+    ORDER   → INVOICE (priced task), FULFILL (free task, or a v0.2 prepaid ORDER
+              whose proof the engine verified), or OOPS unknown_task / invalid_field
+    PAY     → (proof verified by the engine against the open INVOICE) FULFILL with
+              the declared handler's result
+    OFFER   → (give proof verified by the engine) pay the counter-asset on its rail
+              and ACCEPT with that proof, or OOPS when the pair or rate is refused
+
+A task names a declared operation and supplies data fields::
+
+    {"name": "word_count", "text": "...", "rail": "base-local/USDC"}
+
+`rail` (optional, routing only) picks which accepted rail to invoice on; every other
+field is validated by the task's schema. Nothing received is executed or evaluated.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from envelopay.config import AcceptedRail, WorkerConfig
+from envelopay.engine import Context, Notice, Refuse
+from envelopay.errors import RailError
+from envelopay.protocol.codes import OopsCode
+from envelopay.protocol.messages import (
+    Accept,
+    Fulfill,
+    Invoice,
+    Methods,
+    Offer,
+    Order,
+    Pay,
+    RailMethod,
+    Which,
+)
+from envelopay.rails.interface import Rail
+from envelopay.worker.counterpay import CounterPayments
+from envelopay.worker.tasks import TaskBook, TaskError, TaskRequest
+
+__all__ = ["FreeResult", "Refusal", "WorkerApp", "WorkerApplication"]
+
+RAIL_KEY = "rail"
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """An answer of OOPS: the code, a human note, optional detail fields."""
+
+    code: OopsCode
+    note: str
+    field: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FreeResult:
+    """ORDER answered directly with FULFILL (free or prepaid task)."""
+
+    result: Any
+    note: str
+
+
+def _split_rail(task: Any) -> tuple[Any, str | None]:
+    """Separate the routing hint from the task's data fields."""
+    if isinstance(task, dict) and RAIL_KEY in task:
+        rest = {k: v for k, v in task.items() if k != RAIL_KEY}
+        hint = task[RAIL_KEY]
+        return rest, hint if isinstance(hint, str) else ""
+    return task, None
+
+
+class WorkerApp:
+    """Business decisions of a paid worker, from its config. No I/O except rail.pay()."""
+
+    def __init__(
+        self,
+        config: WorkerConfig,
+        *,
+        tasks: TaskBook | None = None,
+        rails: Mapping[str, Rail] | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        new_id: Callable[[str], str] = lambda prefix: f"{prefix}_{secrets.token_hex(6)}",
+        counterpayments: CounterPayments | None = None,
+    ) -> None:
+        self.config = config
+        self.tasks = tasks if tasks is not None else TaskBook.from_config(config)
+        self.rails = dict(rails or {})
+        self.clock = clock
+        self.new_id = new_id
+        self.counterpayments = counterpayments
+
+    # -- pricing -------------------------------------------------------------------
+    def _rail(self, hint: str | None) -> AcceptedRail | Refusal:
+        if not self.config.accept:
+            return Refusal(OopsCode.MISSING_WALLET, "this worker has no accepted rail configured")
+        if hint is None:
+            return self.config.accept[0]
+        for r in self.config.accept:
+            if f"{r.chain}/{r.token}".lower() == hint.lower():
+                return r
+        offered = ", ".join(f"{r.chain}/{r.token}" for r in self.config.accept)
+        return Refusal(OopsCode.UNSUPPORTED_RAIL, f"task.rail {hint[:64]!r} is not accepted; use {offered}",
+                       "task.rail")
+
+    def _resolve(self, task: Any) -> tuple[TaskRequest | Refusal, str | None]:
+        data, hint = _split_rail(task)
+        req = self.tasks.resolve(data)
+        if isinstance(req, TaskError):
+            return Refusal(req.code, req.detail, req.field), hint
+        return req, hint
+
+    def methods(self, which: Which) -> Methods | Refusal:
+        """WHICH → METHODS (indicative prices; the task's own when one is described)."""
+        if not self.config.accept:
+            return Refusal(OopsCode.MISSING_WALLET, "this worker has no accepted rail configured")
+        req: TaskRequest | None = None
+        note = "Indicative prices"
+        if which.task is not None:
+            resolved, _ = self._resolve(which.task)
+            if isinstance(resolved, TaskRequest):
+                req = resolved
+                note = f"Price for {req.task.name}"
+        rails = []
+        for r in self.config.accept:
+            if req is not None:
+                price = req.task.config.price_for(r.chain, r.token)
+            else:
+                prices = [t.price_for(r.chain, r.token) for t in self.config.tasks]
+                paid = [p for p in prices if p > 0]
+                price = min(paid) if paid else 0
+            rails.append(RailMethod(chain=r.chain, token=r.token, wallet=r.wallet, price=price))
+        tasks = ", ".join(self.tasks.names())
+        return Methods(
+            id=self.new_id("mth"),
+            which_ref=which.id,
+            rails=rails,
+            note=f"{note}; tasks: {tasks}" if tasks else note,
+        )
+
+    # -- orders --------------------------------------------------------------------
+    def decide_order(self, order: Order) -> Invoice | FreeResult | Refusal:
+        """ORDER (not prepaid) → INVOICE for a priced task, the result for a free one."""
+        resolved, hint = self._resolve(order.task)
+        if isinstance(resolved, Refusal):
+            return resolved
+        rail = self._rail(hint)
+        if isinstance(rail, Refusal):
+            return rail
+        price = resolved.task.config.price_for(rail.chain, rail.token)
+        if price == 0:
+            return FreeResult(None, f"{resolved.task.name}: free")
+        return Invoice(
+            id=self.new_id("inv"),
+            order_ref=order.id,
+            amount=price,
+            token=rail.token,
+            chain=rail.chain,
+            wallet=rail.wallet,
+            note=f"{resolved.task.name}: {price} {rail.token} on {rail.chain}",
+        )
+
+    def prepaid_terms(self, order: Order) -> tuple[int, str] | Refusal:
+        """A v0.2 prepaid ORDER: the minimum amount and the wallet the proof must pay."""
+        resolved, _ = self._resolve(order.task)
+        if isinstance(resolved, Refusal):
+            return resolved
+        for r in self.config.accept:
+            if r.chain == order.chain and r.token == order.token:
+                return resolved.task.config.price_for(r.chain, r.token), r.wallet
+        return Refusal(OopsCode.UNSUPPORTED_RAIL, f"{order.chain}/{order.token} is not accepted", "chain")
+
+    async def run_task(self, task: Any) -> Any | Refusal:
+        """Run the declared handler for an ORDER's task (after payment, or when free)."""
+        resolved, _ = self._resolve(task)
+        if isinstance(resolved, Refusal):
+            return resolved
+        out = await self.tasks.run(resolved)
+        if isinstance(out, TaskError):
+            return Refusal(out.code, out.detail, out.field)
+        return out
+
+    # -- exchange ------------------------------------------------------------------
+    def wallet_for(self, chain: str, token: str) -> str | None:
+        """Our receiving wallet: an accepted rail's, or the chain's wallet for an asset we
+        take as the give leg of a declared exchange pair."""
+        for r in self.config.accept:
+            if r.chain == chain and r.token.lower() == token.lower():
+                return r.wallet
+        pair = f"{chain}/{token}".lower()
+        if any(p.give.lower() == pair for p in self.config.exchange):
+            return self.config.wallets.get(chain)
+        return None
+
+    def check_offer(self, offer: Offer) -> Refusal | None:
+        """Is this pair and rate one we trade? (before the give proof is verified)"""
+        give = f"{offer.give.chain}/{offer.give.token}".lower()
+        want = f"{offer.want.chain}/{offer.want.token}".lower()
+        for pair in self.config.exchange:
+            if pair.give.lower() != give or pair.want.lower() != want:
+                continue
+            # want ≤ give × rate, in integers: want × give_unit ≤ give × want_per_unit
+            if offer.want.amount * int(pair.give_unit) > offer.give.amount * int(pair.want_per_unit):
+                return Refusal(OopsCode.AMOUNT_MISMATCH, "the rate asked is above what this worker pays",
+                               "want.amount")
+            if int(pair.max_want) and offer.want.amount > int(pair.max_want):
+                return Refusal(OopsCode.AMOUNT_MISMATCH, "the amount asked is above this worker's cap",
+                               "want.amount")
+            if offer.want.chain not in self.rails:
+                return Refusal(OopsCode.RAIL_UNAVAILABLE, f"no rail to pay on {offer.want.chain}")
+            return None
+        return Refusal(OopsCode.UNSUPPORTED_RAIL, f"this worker does not trade {give} for {want}", "want")
+
+    async def accept_offer(self, offer: Offer, peer: str = "") -> Accept | Refusal:
+        """After the give proof verified: pay the counter-asset, ACCEPT with its proof.
+
+        With a `CounterPayments` book, a redo for the same (peer, offer id) returns the
+        recorded ACCEPT instead of paying again (see envelopay.worker.counterpay)."""
+        refused = self.check_offer(offer)
+        if refused is not None:
+            return refused
+        book = self.counterpayments
+        if book is not None:
+            state, recorded = book.begin(peer, offer.id)
+            if state == "paid" and recorded is not None:
+                return Accept.model_validate(recorded, strict=False)
+            if state == "in_doubt":
+                return Refusal(OopsCode.RAIL_UNAVAILABLE,
+                               "a counter-payment for this OFFER was started and its outcome is unknown; "
+                               "the operator will settle it")
+        rail = self.rails[offer.want.chain]
+        try:
+            w = offer.want
+            proof = await rail.pay(chain=w.chain, token=w.token, amount=w.amount, recipient=offer.wallet)
+        except RailError as exc:
+            if book is not None:
+                book.failed(peer, offer.id)  # the rail refused: nothing moved
+            poor = exc.reason == "insufficient_funds"
+            code = OopsCode.INSUFFICIENT_FUNDS if poor else OopsCode.RAIL_UNAVAILABLE
+            return Refusal(code, f"counter-payment failed: {exc.reason}")
+        accept = Accept(
+            id=self.new_id("acc"),
+            offer_ref=offer.id,
+            amount=offer.want.amount,
+            token=offer.want.token,
+            chain=offer.want.chain,
+            proof=proof,
+            note=f"{offer.want.amount} {offer.want.token} sent on {offer.want.chain}",
+        )
+        if book is not None:
+            book.paid(peer, offer.id, accept.model_dump(mode="json"))
+        return accept
+
+
+# -- the engine's Application, backed by WorkerApp ---------------------------------------
+
+
+
+def _refuse(r: Refusal) -> Refuse:
+    return Refuse(r.code, r.note)
+
+
+class WorkerApplication:
+    """The paid worker as the engine's `Application`."""
+
+    def __init__(self, app: WorkerApp) -> None:
+        self.app = app
+
+    def wallet(self, chain: str, token: str) -> str | None:
+        return self.app.wallet_for(chain, token)
+
+    async def methods(self, which: Which, ctx: Context) -> Methods | None:
+        out = self.app.methods(which)
+        return None if isinstance(out, Refusal) else out  # no rail: silence is valid
+
+    async def _fulfil(self, order: Order, note: str) -> Fulfill | Refuse:
+        result = await self.app.run_task(order.task)
+        if isinstance(result, Refusal):
+            return _refuse(result)
+        return Fulfill(id=self.app.new_id("ful"), order_ref=order.id, result=result, note=note[:200])
+
+    async def order(
+        self, order: Order, ctx: Context, *, paid: int | None
+    ) -> Invoice | Fulfill | Refuse | None:
+        if order.prepaid:
+            # v0.2 prepaid: the engine verified the proof for order.amount to our wallet.
+            terms = self.app.prepaid_terms(order)
+            if isinstance(terms, Refusal):
+                return _refuse(terms)
+            price, _wallet = terms
+            if paid is None or paid < price:
+                return Refuse(OopsCode.AMOUNT_MISMATCH, f"this task costs {price}; paid {paid or 0}")
+            return await self._fulfil(order, "Prepaid order fulfilled")
+        decision = self.app.decide_order(order)
+        if isinstance(decision, Refusal):
+            return _refuse(decision)
+        if isinstance(decision, FreeResult):
+            return await self._fulfil(order, decision.note)
+        return decision
+
+    async def fulfill(self, order: Order, pay: Pay, ctx: Context) -> Fulfill | Refuse:
+        return await self._fulfil(order, f"Paid {pay.amount} {pay.token}; here is the result")
+
+    async def offer(self, offer: Offer, ctx: Context) -> Accept | Refuse | None:
+        out = await self.app.accept_offer(offer, ctx.peer)
+        return _refuse(out) if isinstance(out, Refusal) else out
+
+    async def notify(self, notice: Notice) -> None:
+        return None
