@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sqlite3
 import time
 import tomllib
 from collections.abc import Iterator
@@ -23,14 +24,14 @@ from pathlib import Path
 import pytest
 
 from envelopay import dkim
-from envelopay.agent.config import config_from_dict
-from envelopay.agent.outbox import DirectHook, OutboxDrainer, dkim_signer
-from envelopay.agent.serve import serve_worker
-from envelopay.agent.transport import SmtpTransport
+from envelopay.config import config_from_dict
+from envelopay.engine.bounces import bounce_of, record_bounce
+from envelopay.engine.outbox import DirectHook, OutboxDrainer, dkim_signer
 from envelopay.ledger.sqlite import SqliteStore
 from envelopay.ledger.store import Commit
-from envelopay.mail.bounces import bounce_of, record_bounce
 from envelopay.mail.smtp import SmtpConfig, send_raw
+from envelopay.node.serve import serve_worker
+from envelopay.node.transports import SmtpTransport
 from envelopay.protocol.compose import compose, compose_message
 from envelopay.protocol.messages import Fulfill, Order, Which
 from envelopay.protocol.outbound import Outbound
@@ -128,8 +129,8 @@ async def test_worker_round_trip_through_postfix(
         "transport": transport,
         "rails": {"solana": {"backend": "local"}},
         "accept": [{"chain": "solana-local", "token": "USDC", "wallet": "W1"}],
-        "tasks": [{"name": "digest", "handler": "envelopay.agent.operations:digest",
-                   "schema": "envelopay.agent.operations:Digest", "price": "0"}],
+        "tasks": [{"name": "digest", "handler": "envelopay.worker.operations:digest",
+                   "schema": "envelopay.worker.operations:Digest", "price": "0"}],
         "dkim_records": {"b._domainkey.buyer.test": world.buyer_key.dns_txt_record()},
     }, base_dir=tmp_path)
     stop = asyncio.Event()
@@ -269,3 +270,49 @@ def test_running_postfix_leaves_nothing_behind() -> None:
         assert process_alive(pid)  # the master runs
         root = postfix.root
     assert not process_alive(pid) and not root.exists()
+
+
+async def test_worker_records_the_bounce_of_its_reply(
+    world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A buyer at far.test asks; the worker's METHODS to it gets 550 at the next hop;
+    # Postfix's DSN comes back to the worker over LMTP → Dovecot → IMAP IDLE, and the
+    # worker records it on the outbox row, never answering it.
+    transport = tomllib.loads(readme_block("postfix-config"))["transport"]
+    transport.update(smtp_port=world.postfix.port, imap_port=world.dovecot.imap_port)  # type: ignore[attr-defined]
+    monkeypatch.setenv(transport["imap_password_env"], "secret")
+    cfg = config_from_dict({
+        "agent": {"address": "worker@worker.test", "domain": "worker.test", "ledger": "w.db",
+                  "dkim_policy": "prefer"},
+        "transport": transport,
+        "rails": {"solana": {"backend": "local"}},
+        "accept": [{"chain": "solana-local", "token": "USDC", "wallet": "W1"}],
+        "tasks": [{"name": "digest", "handler": "envelopay.worker.operations:digest",
+                   "schema": "envelopay.worker.operations:Digest", "price": "0"}],
+    }, base_dir=tmp_path)
+    stop = asyncio.Event()
+    serving = asyncio.create_task(serve_worker(cfg, echo=lambda _: None, stop=stop))
+    raw, mid = compose_message(Which(id="w9"), sender="gone@far.test", recipient="worker@worker.test",
+                               domain="far.test", now=datetime.now(UTC))
+    assert (await send_raw(raw, sender="gone@far.test", recipient="worker@worker.test",
+                           config=world.smtp())).ok
+    reader = SqliteStore(tmp_path / "w.db")
+    try:
+        async with asyncio.timeout(60):
+            while True:
+                outcome = reader.inbound_outcome("worker@worker.test", mid)
+                reply = outcome["outbox"][0] if outcome and outcome.get("outbox") else None
+                row = reader.outbox_get(reply) if reply else None
+                if row is not None and row.status == "bounced":
+                    break
+                await asyncio.sleep(0.05)
+    finally:
+        stop.set()
+        await serving
+    assert row.bounce_status == "5.1.1" and row.outbound.recipient == "gone@far.test"
+    assert row.last_error is not None and "User unknown" in row.last_error
+    reader.close()
+    # The DSN was handled as not-protocol: the worker's only outbox row is its METHODS.
+    with sqlite3.connect(tmp_path / "w.db") as db:
+        assert db.execute("SELECT count(*) FROM ep_outbox").fetchone() == (1,)
+    await asyncio.to_thread(world.postfix.wait_queue_empty)

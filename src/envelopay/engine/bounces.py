@@ -1,8 +1,8 @@
 """A bounce that came back, recorded against the outbox row it reports on.
 
-The inbound path asks `bounce_of(raw)` before the engine sees a message: a DSN is the
-mail system talking, never protocol mail, and is never answered (RFC 3464 §6.2: no DSN
-about a DSN, and no reply to a null sender). `record_bounce(store, dsn, local, now)`
+The engine asks `bounce_of(raw)` of every inbound message before parsing it: a DSN is
+the mail system talking, never protocol mail, and is never answered (RFC 3464 §6.2: no
+DSN about a DSN, and no reply to a null sender). `record_bounce(store, dsn, local, now)`
 then marks the reported outbox row `bounced` with the DSN's status code, and only when
 the report is consistent with our own record: the returned Message-ID is one of
 `local`'s outbox rows and one of the DSN's *failed* recipients is that row's recipient.
@@ -16,10 +16,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
+from envelopay.engine.outcome import Outcome
 from envelopay.ledger.store import Store
 from envelopay.mail.dsn import Dsn, parse_dsn
 
-__all__ = ["BounceOutcome", "bounce_of", "record_bounce"]
+__all__ = ["BounceOutcome", "bounce_of", "bounce_outcome", "record_bounce"]
 
 BounceVerdict = Literal["bounced", "already", "delayed", "unknown_message", "recipient_mismatch"]
 
@@ -57,3 +58,11 @@ def record_bounce(store: Store, dsn: Dsn, local: str, now: datetime) -> BounceOu
     if not store.mark_bounced(row.outbound.message_id, now, match.status, detail):
         return BounceOutcome("already", mid, match.status, "already recorded")
     return BounceOutcome("bounced", mid, match.status, detail)
+
+
+def bounce_outcome(store: Store, dsn: Dsn, local: str, now: datetime) -> Outcome:
+    """The inbound step for a DSN: record it, answer nothing ("ignored")."""
+    got = record_bounce(store, dsn, local, now)
+    verdict = {"bounce": got.verdict, "outbox": got.message_id, "status": got.status}
+    return Outcome("ignored", dsn.message_id, detail=f"DSN: {got.verdict} ({got.detail})"[:500],
+                   verdict=verdict)
