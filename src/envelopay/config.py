@@ -109,8 +109,7 @@ class TransportConfig(_Section):
     enforcer: str | None = None  # http(s):// URL or a Unix socket path
     enforcer_token_env: str = "ENVELOPAY_AGENT_TOKEN"  # the env var holding this agent's token
     # AgentMail (kind = "agentmail"; SPEC.md "AgentMail"): the inbox is the agent's address
-    # unless named; secrets by the names of environment variables only.
-    agentmail_inbox: str | None = None
+    # (AgentMail's inbox id); secrets by the names of environment variables only.
     agentmail_api_key_env: str = "AGENTMAIL_API_KEY"
     agentmail_webhook_secret_env: str = "AGENTMAIL_WEBHOOK_SECRET"
     agentmail_base_url: str = "https://api.agentmail.to"

@@ -43,7 +43,8 @@ def _env(name: str | None, what: str, *, required: bool) -> str | None:
 
 
 def inbox_id(cfg: WorkerConfig) -> str:
-    return cfg.transport.agentmail_inbox or cfg.agent.address
+    """AgentMail's inbox id is the inbox's address: the agent's address."""
+    return cfg.agent.address
 
 
 def agentmail_client(cfg: WorkerConfig) -> AgentMailClient:
