@@ -316,3 +316,48 @@ async def test_worker_records_the_bounce_of_its_reply(
     with sqlite3.connect(tmp_path / "w.db") as db:
         assert db.execute("SELECT count(*) FROM ep_outbox").fetchone() == (1,)
     await asyncio.to_thread(world.postfix.wait_queue_empty)
+
+
+async def test_a_4xx_from_postfix_to_our_submission_is_retried_by_us(tmp_path: Path) -> None:
+    # Postfix itself answers 450 to our first RCPT (its policy service defers it once);
+    # our SMTP client retries with its backoff and the row is sent, delivered once.
+    asked: list[str] = []
+
+    async def policy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:  # one request per RCPT: attribute lines, then an empty line
+            attrs: dict[str, str] = {}
+            while (line := (await reader.readline()).decode().strip()):
+                key, _, value = line.partition("=")
+                attrs[key] = value
+            if not attrs:
+                break
+            asked.append(attrs.get("recipient", ""))
+            action = "DEFER_IF_PERMIT 4.7.1 busy, try later" if len(asked) == 1 else "DUNNO"
+            writer.write(f"action={action}\n\n".encode())
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(policy, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    restrictions = {"smtpd_recipient_restrictions": f"check_policy_service inet:127.0.0.1:{port}"}
+    try:
+        with running_dovecot({"buyer": "secret"}) as dove, running_postfix(
+            {"buyer.test": f"lmtp:inet:127.0.0.1:{dove.lmtp_port}"}, extra=restrictions
+        ) as postfix:
+            store = SqliteStore(tmp_path / "w.db")
+            ob = outbound("buyer@buyer.test", 5)
+            assert store.commit_step(Commit(ob.sender, NOW, {"status": "sent"}, outbox=((ob, "f5"),))) == "ok"
+            smtp = SmtpConfig("127.0.0.1", postfix.port, security="none", max_attempts=3,
+                              backoff_initial=0.05)
+            drainer = OutboxDrainer(store, DirectHook(SmtpTransport(smtp)), clock=lambda: NOW)
+            assert (await drainer.drain()).sent == [ob.message_id]
+            [copy] = await asyncio.to_thread(wait_files, dove.maildir("buyer"), 1)
+            assert strip_trace(copy.read_bytes()) == strip_trace(compose(ob))
+            assert "450 4.7.1" in postfix.wait_log("NOQUEUE: reject: RCPT")
+            row = store.outbox_get(ob.message_id)
+            assert row is not None and row.status == "sent" and row.attempts == 1
+            store.close()
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert asked == ["buyer@buyer.test", "buyer@buyer.test"]
