@@ -13,6 +13,7 @@ Example (what `envelopay init` writes)::
     dkim_selector = "ep1"
     dkim_key = "keys/dkim.pem"
     dkim_policy = "prefer"            # required | prefer | off
+    profile = "strict"                # strict | lenient (interop profile, SPEC.md)
 
     [transport]
     kind = "garden"                   # garden | smtp | agentmail
@@ -78,6 +79,9 @@ class AgentSection(_Section):
     dkim_policy: Literal["required", "prefer", "off"] = "prefer"
     dkim_dns: Literal["table", "resolver"] = "table"  # table: [dkim_records] below (garden)
     worker_id: str | None = None  # stable across restarts of one worker process
+    # The parse profile of this mailbox: "lenient" reads peers that bend the spec (SPEC.md
+    # "Interop profile `lenient`"); each reading applied is listed in the Outcome.
+    profile: Literal["strict", "lenient"] = "strict"
 
     @field_validator("address")
     @classmethod
@@ -94,6 +98,11 @@ class TransportConfig(_Section):
     garden_addresses: list[str] = Field(default_factory=list)  # for an embedded garden
     lmtp_host: str = "127.0.0.1"
     lmtp_port: int | None = None
+    # Garden authentication (mail.garden_auth): the env var holding this agent's garden
+    # secret (its user is agent.address; never the secret itself in the file), and, for an
+    # embedded garden, the accounts file that makes it authenticate every sender.
+    garden_secret_env: str | None = None
+    garden_accounts: str | None = None
     smtp_host: str | None = None
     smtp_port: int = 587
     smtp_security: Literal["starttls", "tls", "none"] = "starttls"

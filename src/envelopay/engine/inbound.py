@@ -60,6 +60,7 @@ from envelopay.ledger.store import (
     Store,
 )
 from envelopay.protocol.codes import OopsCode
+from envelopay.protocol.lenient import lenient_warnings
 from envelopay.protocol.messages import (
     Message,
     Offer,
@@ -144,6 +145,13 @@ class Engine(Refusals):
         *,
         dkim: DkimResult | None = None,
         fallback_message_id: str | None = None,
+    ) -> Outcome:
+        outcome = await self._handle_parsed(parsed, dkim, fallback_message_id)
+        applied = lenient_warnings(parsed.warnings)  # counted per mailbox (profile = "lenient")
+        return replace(outcome, lenient=applied) if applied and not outcome.lenient else outcome
+
+    async def _handle_parsed(
+        self, parsed: Parsed, dkim: DkimResult | None, fallback_message_id: str | None
     ) -> Outcome:
         message_id = parsed.message_id or fallback_message_id
         sender = parsed.from_addr.lower() if parsed.from_addr else None
