@@ -8,16 +8,22 @@ Prints, each as a ratio against a floor measured in the same run:
   definition) and from the start of the LMTP transaction (the whole hop, fsync included).
   Receiver with inotify, and the 10 ms poll in the same run as the floor;
 - messages/s through LMTP → Maildir → parse (4 sending connections, one receiver
-  process), against parse alone on one core as the ceiling.
+  process), against parse alone on one core as the ceiling;
+- the hop through a real MTA (issue 16): SMTP submission to a private Postfix → LMTP
+  into Dovecot → seen by our IMAP IDLE reader (envelopay.mail.imap, the worker's
+  inbound path) and fetched, p50/p99, beside the garden hop of the same run (as root,
+  with Postfix and Dovecot installed; --postfix-messages 0 leaves it out).
 Targets (issue 5): sign >= 1,000/s; hop p50 <= 10 ms, p99 <= 50 ms.
 
     .venv/bin/python bench/mail.py [--hop-messages 1000] [--throughput-messages 2000]
+                                   [--postfix-messages 200]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import platform
 import subprocess
 import sys
@@ -210,12 +216,56 @@ async def throughput(root: Path, n: int, fsync: bool, connections: int = 4) -> f
     return n / ((end - start) / 1e9)
 
 
+async def postfix_hop(n: int) -> dict[str, float]:
+    """Closed loop, one message in flight: from the start of the SMTP submission to
+    Postfix until our IMAP IDLE reader on Dovecot has the message's bytes."""
+    from envelopay.mail.imap import ImapConfig, ImapMessage, ImapSource
+    from envelopay.mail.smtp import SmtpConfig, send_raw
+    from envelopay.testing.dovecot import running_dovecot
+    from envelopay.testing.postfix import running_postfix
+
+    seen: asyncio.Queue[tuple[bytes, int]] = asyncio.Queue()
+
+    async def consume(msg: ImapMessage) -> bool:
+        seen.put_nowait((msg.raw, time.monotonic_ns()))
+        return True
+
+    times: list[float] = []
+    with running_dovecot({"worker": "secret"}) as dove:
+        routes = {"garden.local": f"lmtp:inet:127.0.0.1:{dove.lmtp_port}"}
+        with running_postfix(routes) as postfix:
+            smtp = SmtpConfig("127.0.0.1", postfix.port, security="none", max_attempts=1)
+            source = ImapSource(ImapConfig("127.0.0.1", dove.imap_port, "worker", "secret"))
+            stop = asyncio.Event()
+            reader = asyncio.create_task(source.run(consume, stop))
+            await asyncio.wait_for(source.connected.wait(), 30)
+            for i in range(n + 1):  # the first message warms the path up and is not counted
+                raw = message(10_000 + i)
+                start = time.monotonic_ns()
+                result = await send_raw(raw, sender=SENDER, recipient=GARDEN, config=smtp)
+                assert result.ok, result
+                got, at = await asyncio.wait_for(seen.get(), 60)
+                assert f"pay-{10_000 + i}@".encode() in got
+                if i:
+                    times.append((at - start) / 1e6)
+            stop.set()
+            await reader
+            # Postfix's own share: "delay=" of each delivery (seconds, 10 ms steps).
+            delays = [float(line.split(" delay=", 1)[1].split(",", 1)[0]) * 1000
+                      for line in postfix.log_path.read_text().splitlines()
+                      if "status=sent" in line and " delay=" in line]
+    return {"p50_ms": pct(times, 50), "p99_ms": pct(times, 99), "max_ms": max(times),
+            "postfix_p50_ms": pct(delays, 50), "postfix_p99_ms": pct(delays, 99)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     ap.add_argument("--hop-messages", type=int, default=1000)
     ap.add_argument("--throughput-messages", type=int, default=2000)
     ap.add_argument("--scale", type=float, default=1.0, help="multiply DKIM iteration counts")
     ap.add_argument("--no-fsync", action="store_true", help="deliver without fsync")
+    ap.add_argument("--postfix-messages", type=int, default=200,
+                    help="messages through Postfix → Dovecot → IMAP IDLE (0: skip)")
     args = ap.parse_args()
     fsync = not args.no_fsync
 
@@ -270,6 +320,27 @@ def main() -> None:
     )
     print(f"Throughput LMTP → Maildir → parse ({args.throughput_messages} messages, 4 connections)")
     print(f"  {tput:8.0f} msg/s   parse alone {parse_rate:8.0f} msg/s   ratio {tput / parse_rate:.2f}")
+    if args.postfix_messages:
+        from envelopay.testing.postfix import postfix_available
+
+        if not postfix_available() or os.geteuid() != 0:
+            print("Postfix hop: skipped (needs root and Debian's postfix; scripts/services.sh installs it)")
+            return
+        mta = asyncio.run(postfix_hop(args.postfix_messages))
+        print(f"Hop through a real MTA, {args.postfix_messages} messages, one in flight")
+        print(
+            f"  SMTP submit -> Postfix -> LMTP Dovecot -> IMAP IDLE seen   p50 {mta['p50_ms']:7.2f} ms"
+            f"   p99 {mta['p99_ms']:7.2f} ms   max {mta['max_ms']:7.1f} ms"
+        )
+        print(
+            f"    of which in Postfix (its delay= per delivery)           p50 {mta['postfix_p50_ms']:7.2f} ms"
+            f"   p99 {mta['postfix_p99_ms']:7.2f} ms   (the rest: Dovecot's IDLE notice, the fetch)"
+        )
+        print(
+            f"  garden (same run, LMTP send -> parsed, inotify)           p50 {ino['full_p50_ms']:7.2f} ms"
+            f"   p99 {ino['full_p99_ms']:7.2f} ms   Postfix/garden p50 ratio "
+            f"{mta['p50_ms'] / ino['full_p50_ms']:.1f}x"
+        )
 
 
 if __name__ == "__main__":

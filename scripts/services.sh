@@ -30,6 +30,18 @@ if ! psql -h 127.0.0.1 -U postgres -d test -Atc 'select 1' >/dev/null 2>&1; then
 fi
 psql -h 127.0.0.1 -U postgres -d test -Atc 'select 1' >/dev/null
 
+# --- Postfix (issue 16) ------------------------------------------------------
+# Debian's package; the tests start private instances on loopback (own config and
+# queue directories, `postfix -c DIR start` as root). The package does not start the
+# system instance here (policy-rc.d), and nothing below starts it.
+if ! command -v postfix >/dev/null 2>&1 && [ ! -x /usr/sbin/postfix ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  debconf-set-selections <<<'postfix postfix/main_mailer_type select No configuration' 2>/dev/null || true
+  apt-get update -qq
+  apt-get install -y -qq postfix >/dev/null
+fi
+/usr/sbin/postconf -h mail_version >/dev/null
+# --- end Postfix -------------------------------------------------------------
 # --- anvil (Foundry's EVM node) for the Base rail's node tests and `envelopay devnet` ---
 # From the npm registry, pinned by tools/package.json + package-lock.json, installed into
 # tools/node_modules (gitignored); envelopay_base.anvil.find_anvil() looks there first.

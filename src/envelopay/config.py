@@ -16,7 +16,7 @@ Example (what `envelopay init` writes)::
     profile = "strict"                # strict | lenient (interop profile, SPEC.md)
 
     [transport]
-    kind = "garden"                   # garden | smtp
+    kind = "garden"                   # garden | smtp | agentmail
     garden_root = "var/garden"
 
     [rails.solana]                    # options passed to the rail's make_rail()
@@ -95,7 +95,7 @@ class AgentSection(_Section):
 
 
 class TransportConfig(_Section):
-    kind: Literal["garden", "smtp"] = "garden"
+    kind: Literal["garden", "smtp", "agentmail"] = "garden"
     garden_root: str = "var/garden"
     garden_socket: str | None = None  # LMTP over a Unix socket (else lmtp_host:lmtp_port)
     garden_addresses: list[str] = Field(default_factory=list)  # for an embedded garden
@@ -120,6 +120,16 @@ class TransportConfig(_Section):
     # The send enforcer as the send hook (it then holds the credential and the DKIM key):
     enforcer: str | None = None  # http(s):// URL or a Unix socket path
     enforcer_token_env: str = "ENVELOPAY_AGENT_TOKEN"  # the env var holding this agent's token
+    # AgentMail (kind = "agentmail"; SPEC.md "AgentMail"): the inbox is the agent's address
+    # (AgentMail's inbox id); secrets by the names of environment variables only.
+    agentmail_api_key_env: str = "AGENTMAIL_API_KEY"
+    agentmail_webhook_secret_env: str = "AGENTMAIL_WEBHOOK_SECRET"
+    agentmail_base_url: str = "https://api.agentmail.to"
+    agentmail_webhook_host: str = "127.0.0.1"  # loopback: the operator's TLS proxy goes in front
+    agentmail_webhook_port: int = Field(default=8025, ge=0, le=65535)
+    agentmail_webhook_path: str = "/webhooks/agentmail"
+    agentmail_poll_interval: float = Field(default=0.0, ge=0)  # seconds; 0: webhooks only
+    agentmail_reply_via: Literal["send", "endpoint"] = "send"
     # "enforcer": the OFFER counter-legs are paid by the spend enforcer from this agent's
     # wallet it holds (same URL and token as the mail), not by the local rails' keys.
     payments: Literal["rails", "enforcer"] = "rails"

@@ -32,6 +32,7 @@ from typing import Any, Literal
 from envelopay import flows
 from envelopay.dkim import DkimResult, apply_policy
 from envelopay.engine.application import Application, Context, Notice, Refuse
+from envelopay.engine.bounces import bounce_of, bounce_outcome
 from envelopay.engine.outcome import Outcome
 from envelopay.engine.records import (
     INVOICE_SKEW,
@@ -135,6 +136,9 @@ class Engine(Refusals):
 
     # ------------------------------------------------------------------ inbound
     async def handle(self, raw: bytes, *, dkim: DkimResult | None = None) -> Outcome:
+        dsn = bounce_of(raw)
+        if dsn is not None:  # a bounce: recorded on its outbox row, never answered
+            return bounce_outcome(self.store, dsn, self.address, self.clock())
         parsed = self.parser(raw)
         fallback = f"<sha256.{hashlib.sha256(raw).hexdigest()[:40]}@unidentified>"
         return await self.handle_parsed(parsed, dkim=dkim, fallback_message_id=fallback, raw=raw)

@@ -62,7 +62,7 @@ _FLOW_COLS = (
 )
 _OUTBOX_COLS = (
     "message_id, flow_id, sender, recipient, type, body, date, in_reply_to, refs, note, status, attempts, "
-    "created_at, next_attempt, sent_at, last_error"
+    "created_at, next_attempt, sent_at, last_error, bounce_status"
 )
 _CALL_COLS = "call_id, local, peer, message_id, deadline, status, request, result, created_at, resolved_at"
 
@@ -131,6 +131,7 @@ class SqlStore(DeferralsMixin, ABC):
             next_attempt=self.ut_opt(row[13]),
             sent_at=self.ut_opt(row[14]),
             last_error=row[15],
+            bounce_status=row[16],
         )
 
     def _call(self, row: Row) -> CallRecord:
@@ -508,6 +509,40 @@ class SqlStore(DeferralsMixin, ABC):
                 ("pending" if retry_at is not None else "failed", error[:2000], self.t(retry_at), message_id),
             )
         return n > 0
+
+    def mark_bounced(self, message_id: str, now: datetime, status: str, detail: str) -> bool:
+        with self.write() as x:
+            n = x.exec(
+                "UPDATE ep_outbox SET status = 'bounced', bounce_status = ?, last_error = ?,"
+                " next_attempt = NULL WHERE message_id = ? AND status <> 'bounced'",
+                (status[:32], detail[:2000], message_id),
+            )
+        return n > 0
+
+    # -- transport events
+    def event_done(
+        self, source: str, event_id: str, now: datetime, data: Mapping[str, Any] | None = None
+    ) -> bool:
+        with self.write() as x:
+            n = x.exec(
+                "INSERT INTO ep_events (source, event_id, done_at, data) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT DO NOTHING",
+                (source, event_id, self.t(now), None if data is None else self.j(data)),
+            )
+        return n > 0
+
+    def event_data(self, source: str, event_id: str) -> Mapping[str, Any] | None:
+        with self.read() as x:
+            row = x.one("SELECT data FROM ep_events WHERE source = ? AND event_id = ?", (source, event_id))
+        if row is None or row[0] is None:
+            return None
+        data = self.uj(row[0])
+        return data if isinstance(data, dict) else None
+
+    def event_seen(self, source: str, event_id: str) -> bool:
+        with self.read() as x:
+            row = x.one("SELECT 1 FROM ep_events WHERE source = ? AND event_id = ?", (source, event_id))
+        return row is not None
 
     # -- calls
     def call_add(self, call: CallRecord) -> None:

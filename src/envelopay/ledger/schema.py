@@ -69,9 +69,20 @@ CREATE TABLE ep_deferrals (
 CREATE INDEX ep_deferrals_due ON ep_deferrals (local, next_at);
 """
 
+# v5: a bounce (DSN) comes back for a sent row: status 'bounced' and the DSN's status
+# code; and transport events (an AgentMail webhook's event id) handled once, persisted.
+# Existing ledgers gain the column (NULL on old rows) and the table; nothing is rewritten.
+_V5 = """
+ALTER TABLE ep_outbox ADD COLUMN bounce_status TEXT;
+CREATE TABLE ep_events (
+    source TEXT NOT NULL, event_id TEXT NOT NULL, done_at {T} NOT NULL, data {J},
+    PRIMARY KEY (source, event_id));
+"""
+
 MIGRATIONS: tuple[tuple[int, str, str], ...] = (
     (1, "inbound, replay, proofs, flows, log, outbox", _V1),
     (2, "calls; outbox drain index", _V2),
+    (5, "outbox bounces; transport events", _V5),
     (9, "deferred proofs", _V9),
 )
 

@@ -141,12 +141,13 @@ CommitResult = Literal["ok", "conflict", "lost"]
 class OutboxRow:
     outbound: Outbound
     flow_id: str | None
-    status: Literal["pending", "sent", "failed"]
+    status: Literal["pending", "sent", "failed", "bounced"]
     attempts: int
     created_at: datetime
     next_attempt: datetime | None = None
     sent_at: datetime | None = None
     last_error: str | None = None
+    bounce_status: str | None = None  # the DSN's Status code (RFC 3464), e.g. "5.1.1"
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,6 +210,27 @@ class Store(Protocol):
     ) -> bool:
         """Record a failed attempt; with `retry_at` the row stays pending until then,
         without it the failure is permanent."""
+        ...
+
+    def mark_bounced(self, message_id: str, now: datetime, status: str, detail: str) -> bool:
+        """A DSN came back for this row: status 'bounced' with the DSN's status code
+        (a single conditional update; False if there is no such row or it is already
+        recorded as bounced)."""
+        ...
+
+    # -- transport events handled once (an AgentMail webhook's event id), and the ids a
+    #    transport must remember (an AgentMail message id for an RFC 5322 Message-ID)
+    def event_done(
+        self, source: str, event_id: str, now: datetime, data: Mapping[str, Any] | None = None
+    ) -> bool:
+        """Record the event as handled (with `data`); False if it already was (the
+        first record stays)."""
+        ...
+
+    def event_seen(self, source: str, event_id: str) -> bool: ...
+
+    def event_data(self, source: str, event_id: str) -> Mapping[str, Any] | None:
+        """The data recorded with the event, or None (not recorded, or without data)."""
         ...
 
     # -- outstanding calls of the email-as-tool client

@@ -52,6 +52,10 @@ async def serve_worker(
         from envelopay.node.wiring import imap_config
 
         tasks = [asyncio.create_task(node.serve_imap(imap_config(cfg), stop))]
+    elif cfg.transport.kind == "agentmail":
+        from envelopay.node.agentmail import serve_agentmail
+
+        tasks = [asyncio.create_task(serve_agentmail(node, cfg, stop, echo=echo))]
     else:
         tasks = [asyncio.create_task(node.serve(stop))]
     if responders and cfg.transport.kind == "garden":

@@ -277,11 +277,17 @@ def build_node(
         hook = enforcer_hook(cfg)
         closers.append(hook.client)
     if transport is None and hook is None:
-        transport = smtp_transport(cfg) if cfg.transport.kind == "smtp" else garden_transport(cfg)
+        if cfg.transport.kind == "agentmail":
+            from envelopay.node.agentmail import agentmail_transport
+
+            transport = agentmail_transport(cfg, store, clock)
+        else:
+            transport = smtp_transport(cfg) if cfg.transport.kind == "smtp" else garden_transport(cfg)
     if hook is None:
         assert transport is not None
         signer = None
-        if cfg.agent.dkim_key:
+        # AgentMail composes and signs what it sends: a signature of ours would not be sent.
+        if cfg.agent.dkim_key and cfg.transport.kind != "agentmail":
             key_pem = cfg.path(cfg.agent.dkim_key).read_bytes()
             signer = dkim_signer(selector=cfg.agent.dkim_selector, domain=cfg.agent.domain,
                                  key_pem=key_pem, clock=clock)

@@ -327,6 +327,28 @@ def check_outbox(factory: Callable[[], Store]) -> None:
     sent = s.outbox_get(obs[0].message_id)
     assert sent is not None and sent.status == "sent" and sent.sent_at == T0
     assert not s.mark_sent("<nope@x>", T0)
+    # A DSN for a sent row: recorded once, with its status code, and never drained again.
+    assert sent.bounce_status is None
+    assert s.mark_bounced(obs[0].message_id, T0, "5.1.1", "550 5.1.1 no such user")
+    assert not s.mark_bounced(obs[0].message_id, T0, "5.1.1", "again")
+    assert not s.mark_bounced("<nope@x>", T0, "5.0.0", "none")
+    bounced = s.outbox_get(obs[0].message_id)
+    assert bounced is not None and (bounced.status, bounced.bounce_status) == ("bounced", "5.1.1")
+    assert bounced.last_error == "550 5.1.1 no such user" and bounced.sent_at == T0
+    assert obs[0].message_id not in [p.outbound.message_id for p in s.outbox_pending(T0 + timedelta(days=1))]
+
+
+def check_events(factory: Callable[[], Store]) -> None:
+    s, source = factory(), _ns("events")
+    assert not s.event_seen(source, "evt_1")
+    assert s.event_done(source, "evt_1", T0)
+    assert s.event_seen(source, "evt_1")
+    assert not s.event_done(source, "evt_1", T0)  # a redelivery finds it done
+    assert not s.event_seen(source + ".other", "evt_1")  # ids are per source
+    assert s.event_data(source, "evt_1") is None
+    assert s.event_done(source, "<m1@x>", T0, {"message_id": "am_1", "thread_id": "th_1"})
+    assert not s.event_done(source, "<m1@x>", T0, {"message_id": "am_2"})  # the first record stays
+    assert s.event_data(source, "<m1@x>") == {"message_id": "am_1", "thread_id": "th_1"}
 
 
 def check_log(factory: Callable[[], Store]) -> None:
@@ -415,6 +437,7 @@ CHECKS: tuple[Callable[[Callable[[], Store]], None], ...] = (
     check_outbox,
     check_log,
     check_calls,
+    check_events,
     check_migrate_idempotent,
 )
 
