@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import tempfile
 import threading
@@ -106,7 +107,13 @@ def test_which_order_free_and_priced_then_flows_and_show(pair: tuple[Path, Path]
         (["pay", WORKER, "--amount", "1.5", "--token", "USDC", "--chain", "solana-local"], "--amount"),
         (["pay", WORKER, "--amount", "10", "--token", "USDC", "--chain", "solana-local"], "--wallet"),
         (["pay", WORKER, "--amount", "10", "--token", "USDC", "--chain", "doge", "--wallet", "x"], "--chain"),
-        (["oops", WORKER, "--code", "", "--note", "x"], "--error.code"),
+        (["oops", WORKER, "--code", "", "--note", "x", "--flow", "flow_x"], "--code"),
+        (["oops", WORKER, "--code", "notacode", "--note", "x", "--flow", "flow_x"], "--code"),
+        (["oops", WORKER, "--code", "tx_not_found", "--note", "x"], "--flow"),
+        (["oops", WORKER, "--code", "tx_not_found", "--note", "x", "--ref", "pay_nope"], "--ref"),
+        (["order", WORKER, "--task", "{}", "--wait", "--timeout", "-1"], "--timeout"),
+        (["pay", WORKER, "--token", "USDC", "--chain", "solana-local", "--wallet", "x"], "--amount"),
+        (["pay", WORKER, "--invoice", "inv_nope"], "--invoice"),
         (["invoice", WORKER, "--amount", "5", "--token", "DAI", "--chain", "ethereum"], "--wallet"),
     ],
 )
@@ -127,11 +134,13 @@ def test_bad_input_names_the_field_and_sends_nothing(
 
 
 def test_pay_without_funds_fails_before_sending(pair: tuple[Path, Path]) -> None:
+    """insufficient_funds is the environment's fault: exit 3, not 2 (issue 15)."""
     _, ccfg = pair
     res = runner.invoke(app, ["pay", WORKER, "--amount", "10", "--token", "USDC", "--chain", "solana-local",
-                              "--wallet", "11111111111111111111111111111111", "-c", str(ccfg)])
-    assert res.exit_code == 2, res.output
-    assert "nothing was sent" in res.output
+                              "--wallet", "11111111111111111111111111111111", "-c", str(ccfg), "--json"])
+    assert res.exit_code == 3, res.output
+    doc = json.loads(res.stdout)
+    assert doc["exit"] == 3 and "nothing was sent" in doc["detail"]
 
 
 def test_conformance_against_our_own_worker(pair: tuple[Path, Path]) -> None:
