@@ -41,8 +41,8 @@ def register(app: typer.Typer) -> None:
             res = init_agent(directory, address=address, force=force)
         if as_json:
             emit({"command": "init", "ok": True, "exit": OK, "config": str(res.config),
-                  "wallets": {"solana-local": res.solana_wallet, "base-local": res.base_wallet},
-                  "dkim_txt": res.dkim_txt})
+                  "wallets": {"solana-local": str(res.solana_wallet), "base-local": str(res.base_wallet)},
+                  "dkim_txt": str(res.dkim_txt)})
             return
         typer.echo(f"wrote {res.config}")
         typer.echo(f"solana-local wallet  {res.solana_wallet}")
