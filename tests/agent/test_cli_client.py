@@ -303,3 +303,38 @@ def test_every_command_answers_one_json_document_with_its_exit_code(pair: tuple[
     _doc(["call", "kv@garden.local", "--request", '{"key": "spec.version"}', *c], 0)
     res = runner.invoke(app, ["order", WORKER, "--task", "[1]", *c])
     assert res.exit_code == 2 and "--task" in res.output and "Input should" not in res.output, res.output
+
+
+def test_a_permanent_550_is_reported_as_failed_not_queued(pair: tuple[Path, Path]) -> None:
+    _, ccfg = pair
+    doc = _doc(["which", "nobody@garden.local", "-c", str(ccfg)], 1)
+    assert doc["delivery"] == "failed" and doc["queued"] is False
+    assert "550" in str(doc["delivery_error"])
+    res = runner.invoke(app, ["which", "nobody@garden.local", "-c", str(ccfg)])
+    assert res.exit_code == 1 and "refused for good" in res.output and "queued" not in res.output
+
+
+def test_an_oops_after_pay_leaves_the_flow_open_for_an_honest_retry(pair_rpc: tuple[Path, Path]) -> None:
+    """Issue 15: PAY to the wrong wallet → OOPS recipient_mismatch → exit 1, the client's flow
+    back to `invoiced` with the payment recorded; the honest PAY is then accepted."""
+    _, ccfg = pair_rpc
+    c = ["-c", str(ccfg)]
+    task = '{"name": "word_count", "text": "one two three", "rail": "base-local/USDC"}'
+    doc = _doc(["order", WORKER, "--task", task, *c, "--wait", "--timeout", "60"], 0)
+    inv, flow = doc["answer"]["id"], doc["flow"]["id"]  # type: ignore[index]
+    wrong = "0x000000000000000000000000000000000000dEaD"
+    doc = first = _doc(["pay", WORKER, "--invoice", inv, "--wallet", wrong, "--override", *c, "--wait",
+                        "--timeout", "60"], 1)
+    assert doc["overrides"] == ["wallet"] and doc["paid"]["to"] == wrong  # type: ignore[index]
+    assert doc["oops"]["code"] == "recipient_mismatch"  # type: ignore[index]
+    assert doc["flow"] == {"id": flow, "state": "invoiced"}
+    doc = _doc(["pay", WORKER, "--invoice", inv, *c, "--wait", "--timeout", "60"], 0)
+    assert doc["answer"]["type"] == "fulfill" and doc["flow"]["state"] == "fulfilled"  # type: ignore[index]
+    shown = _doc(["show", flow, *c], 0)
+    statuses = [p["status"] for p in shown["payments"]]  # type: ignore[attr-defined]
+    assert statuses == ["refused (recipient_mismatch)", "paid"]
+    refused = shown["payments"][0]  # type: ignore[index]
+    assert (refused["id"], refused["amount"], refused["proof"]) == (first["sent"]["id"], "250000",  # type: ignore[index]
+                                                                   first["paid"]["proof"])  # type: ignore[index]
+    res = runner.invoke(app, ["show", flow, *c])
+    assert "payments in this flow" in res.output and "refused" in res.output
