@@ -114,6 +114,8 @@ def test_which_order_free_and_priced_then_flows_and_show(pair: tuple[Path, Path]
         (["order", WORKER, "--task", "{}", "--wait", "--timeout", "-1"], "--timeout"),
         (["pay", WORKER, "--token", "USDC", "--chain", "solana-local", "--wallet", "x"], "--amount"),
         (["pay", WORKER, "--invoice", "inv_nope"], "--invoice"),
+        (["pay", WORKER, "--amount", "10", "--token", "DOGE", "--chain", "solana-local",
+          "--wallet", "11111111111111111111111111111111"], "--token: unknown token"),
         (["invoice", WORKER, "--amount", "5", "--token", "DAI", "--chain", "ethereum"], "--wallet"),
     ],
 )
