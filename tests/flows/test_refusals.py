@@ -71,10 +71,12 @@ def test_refused_offer_records_the_give_leg_and_allows_a_new_offer() -> None:
     assert _walk(fs, [(OFFER, OUT)]).state == "offered"
 
 
-def test_refused_accept_returns_the_accepter_to_offered() -> None:
+def test_an_oops_after_our_accept_is_recorded_and_changes_no_state() -> None:
+    """The accepter's flow stays `accepted` (an OOPS never moves a payee's flow), but the
+    ACCEPT's payment is on record for `show`."""
     acc = Accept(id="acc_1", offer_ref="ofr_1", amount=5, token="USDC", chain="b", proof={"tx": "a"})
     fs = _walk(FlowState(FlowKind.EXCHANGE, Side.PAYEE), [(OFFER, IN), (acc, OUT), (OOPS, IN)])
-    assert fs.state == "offered" and fs.data["refused"][0]["message"] == "accept"
+    assert fs.state == "accepted" and fs.data["payment"]["message"] == "accept"
 
 
 def test_refused_standalone_pay_can_be_paid_again() -> None:

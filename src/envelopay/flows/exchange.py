@@ -30,7 +30,7 @@ TRANSITIONS: Table = (
         "offered", Event.ACCEPT, IN, PAYER, "accepted", (A.OFFER_REF, A.OFFER_TERMS, A.VERIFY_PROOF, A.NOTIFY)
     ),
     *oops_rows(["offered", "accepted", "refused"],
-              back={("offered", PAYER): "refused", ("accepted", PAYEE): "offered"}),
+              back={("offered", PAYER): "refused"}),
 )
 
 KIND = FlowKind.EXCHANGE
