@@ -51,17 +51,20 @@ def field_of(message: str) -> str | None:
 
 @contextmanager
 def answers(
-    *, transport: int | None = None, transport_prefix: str = "", as_json: bool = False
+    *, transport: int | None = None, transport_prefix: str = "", as_json: bool = False,
+    config: int = ENVIRONMENT,
 ) -> Iterator[None]:
     """The errors of the layers below as the CLI's answers: bad input → exit 2; the peer
-    has not agreed → 1; a configuration error or a rail that could not pay → 3; an
-    unreachable transport → `transport` when given (else it propagates)."""
+    has not agreed → 1; a configuration error (→ `config`: 3, or 2 where the
+    "configuration" is the command's own flags, as `--chain` of `verify`) or a rail that
+    could not pay → 3; an unreachable transport → `transport` when given (else it
+    propagates)."""
     try:
         yield
     except UsageError as exc:
         fail(str(exc), as_json=as_json, field=field_of(str(exc)))
     except ConfigError as exc:
-        fail(str(exc), ENVIRONMENT, as_json=as_json, error="config", field=field_of(str(exc)))
+        fail(str(exc), config, as_json=as_json, error="config", field=field_of(str(exc)))
     except Refused as exc:
         fail(str(exc), FAILED, as_json=as_json, error="refused")
     except RailError as exc:

@@ -14,6 +14,7 @@ with its code. The exit code follows README "Exit codes":
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -50,8 +51,6 @@ def paid_of(message: Message, recipient: str | None = None) -> dict[str, Any] | 
 
 
 def _wire(message: Message) -> dict[str, Any]:
-    import json
-
     from envelopay.protocol.compose import message_json
 
     doc: dict[str, Any] = json.loads(message_json(message))
@@ -125,14 +124,10 @@ def _answer(doc: dict[str, Any], lines: list[str], run: ClientRun, timeout: floa
     if isinstance(message, Oops):
         doc["oops"] = {"code": message.error.code if message.error else None, "note": message.note,
                        "ref": message.ref}
-        import json
-
         lines.append(json.dumps(doc["answer"], indent=2, ensure_ascii=False))
         if doc["paid"] is not None:
             lines.append(f"the payment above was refused; the flow is back to {out.state}: "
                          f"see envelopay show {out.flow_id}")
         return FAILED
-    import json
-
     lines.append(json.dumps(doc["answer"], indent=2, ensure_ascii=False))
     return OK
