@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 
 from envelopay.cli.options import DEFAULT_TOKEN_FILE, OPERATOR, OperatorOptions, TokenFileOpt
-from envelopay.cli.output import FAILED, answers, fail
+from envelopay.cli.output import FAILED, USAGE, answers, fail
 from envelopay.cli.spend_cmds import (
     PayeeOpt,
     PayeeWalletOpt,
@@ -55,7 +55,7 @@ def _ask(where: OperatorOptions, call: Callable[[OperatorClient], Awaitable[T]])
     from envelopay.enforcer.client import OperatorClient
     from envelopay.enforcer.launch import operator_token
 
-    with answers():
+    with answers(config=USAGE):  # a missing/unreadable --operator-token-file: exit 2 as before
         op_token = operator_token(where.token_file)
 
     async def go() -> T:
