@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 from envelopay import flows
 from envelopay.dkim import DkimResult, apply_policy
+from envelopay.engine.alignment import _dkim_label, acted_on, dkim_label
 from envelopay.engine.application import Application, Context, Notice, Refuse
 from envelopay.engine.outcome import Outcome
 from envelopay.engine.records import (
@@ -46,7 +47,7 @@ from envelopay.engine.records import (
     typed_refs,
 )
 from envelopay.engine.refusals import Refusals
-from envelopay.engine.verify import verify_proof
+from envelopay.engine.verify import ProofBinding, verify_proof
 from envelopay.flows import Action, Direction, FlowKind, FlowState, Side, Step
 from envelopay.ledger.store import (
     Begin,
@@ -60,7 +61,9 @@ from envelopay.ledger.store import (
 )
 from envelopay.protocol.codes import OopsCode
 from envelopay.protocol.messages import (
+    Invoice,
     Message,
+    Methods,
     Offer,
     Oops,
     Order,
@@ -69,6 +72,7 @@ from envelopay.protocol.messages import (
     is_proof_carrying,
 )
 from envelopay.protocol.parsed import Parsed
+from envelopay.rails.binding import BINDING_SCHEME
 from envelopay.rails.interface import Rail
 
 __all__ = ["DkimPolicy", "Engine"]
@@ -111,6 +115,7 @@ class Engine(Refusals):
         parser: Callable[[bytes], Parsed] = _default_parser,
         proof_window: timedelta | None = None,
         invoice_skew: timedelta | None = INVOICE_SKEW,
+        proof_binding: ProofBinding = "solicited",
     ) -> None:
         self.store = store
         self.address = address.lower()
@@ -127,6 +132,7 @@ class Engine(Refusals):
         self.parser = parser
         self.proof_window = proof_window
         self.invoice_skew = invoice_skew
+        self.proof_binding: ProofBinding = proof_binding
 
     # ------------------------------------------------------------------ inbound
     async def handle(self, raw: bytes, *, dkim: DkimResult | None = None) -> Outcome:
@@ -154,13 +160,16 @@ class Engine(Refusals):
                 early = (parsed.oops, "; ".join(p.detail for p in parsed.problems)[:500])
         else:
             decision = apply_policy(
-                dkim or DkimResult("none"), self.dkim_policy, proof_carrying=is_proof_carrying(message)
+                acted_on(dkim or DkimResult("none"), sender),
+                self.dkim_policy,
+                proof_carrying=is_proof_carrying(message),
             )
             if decision.action == "defer":
                 return Outcome("deferred", message_id, detail=decision.reason)
             if decision.action == "reject":
                 early = (OopsCode.DKIM_FAILED, decision.reason)
 
+        _dkim_label.set(dkim_label(dkim, sender))
         proof_key: ProofKey | None = None
         if message is not None and early is None:
             proof_key, problem = self._proof_key(message)
@@ -289,7 +298,11 @@ class Engine(Refusals):
                     record = None
                 else:
                     work = Work(fs, record.flow_id, record.version, sender)
-            if work is None:
+            if work is None and opened is not None and begin.missing_refs and is_proof_carrying(message):
+                # Spec: a typed ref that names none of our messages is unknown_ref; its
+                # proof is not judged (so not spent), nor is the PAY taken as unsolicited.
+                refusal = (OopsCode.UNKNOWN_REF, f"no message of ours has id {begin.missing_refs[0][:80]!r}")
+            elif work is None:
                 if opened is None:
                     unknown = begin.missing_refs or parsed.in_reply_to
                     missing = OopsCode.UNKNOWN_REF if unknown else OopsCode.UNEXPECTED_MESSAGE
@@ -338,7 +351,9 @@ class Engine(Refusals):
             verdict=work.verdict,
         )
 
-    async def _verify(self, message: Message, step: Step, work: Work) -> tuple[OopsCode, str] | None:
+    async def _verify(
+        self, message: Message, step: Step, work: Work, proof_key: ProofKey | None
+    ) -> tuple[OopsCode, str] | None:
         return await verify_proof(
             message,
             step,
@@ -348,6 +363,9 @@ class Engine(Refusals):
             clock=self.clock,
             proof_window=self.proof_window,
             invoice_skew=self.invoice_skew,
+            local=self.address,
+            proof_key=proof_key.key if proof_key is not None else None,
+            binding=self.proof_binding,
         )
 
     async def _ask(self, fn: Callable[[], Awaitable[Any]]) -> Any:
@@ -377,7 +395,7 @@ class Engine(Refusals):
         for action in step.actions:
             decision: Any = None
             if action is Action.VERIFY_PROOF:
-                failed = await self._verify(message, step, work)
+                failed = await self._verify(message, step, work, proof_key)
                 if failed is not None:
                     work.oops, work.detail = failed
                     work.persist = False  # the message did not happen, as far as the flow goes
@@ -427,6 +445,10 @@ class Engine(Refusals):
             work.replies.append(self._reply(parsed, work.peer, oops, now))
             work.oops, work.detail = decision.code, decision.note
             return
+        decision = self.bind_proof(decision, work.peer)  # an ACCEPT's counter-payment
+        if isinstance(decision, Invoice | Methods) and decision.binding is None:
+            # Tell the payer what binding its proof must carry (SPEC.md "Proof binding").
+            decision = decision.model_copy(update={"binding": BINDING_SCHEME})
         out_step = flows.step(work.fs, decision, Direction.OUT)
         if not out_step.ok:
             _log.error(

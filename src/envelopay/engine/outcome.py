@@ -38,6 +38,7 @@ class Outcome:
     outbox: tuple[str, ...] = ()  # Message-IDs of the replies written to the outbox
     verdict: Mapping[str, Any] | None = None
     repeat: Repeat | None = None  # set when this is a recorded outcome handed back again
+    dkim: str | None = None  # the DKIM verdict against the From acted on (engine.alignment)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -49,6 +50,7 @@ class Outcome:
             "detail": self.detail,
             "outbox": list(self.outbox),
             "verdict": dict(self.verdict) if self.verdict is not None else None,
+            **({"dkim": self.dkim} if self.dkim is not None else {}),
         }
 
     @classmethod
@@ -63,6 +65,7 @@ class Outcome:
             outbox=tuple(data.get("outbox", ())),
             verdict=data.get("verdict"),
             repeat=repeat,
+            dkim=data.get("dkim"),
         )
 
 

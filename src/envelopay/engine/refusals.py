@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime
 
+from envelopay.engine.alignment import _dkim_label
 from envelopay.engine.outcome import Outcome
 from envelopay.engine.records import Work, out_entry, reply_headers
 from envelopay.engine.send import Sending
@@ -95,6 +96,10 @@ class Refusals(Sending):
         return self._finish(commit, outcome, message_id)
 
     def _finish(self, commit: Commit, outcome: Outcome, message_id: str) -> Outcome | None:
+        label = _dkim_label.get()
+        if label is not None:  # recorded with the outcome, e.g. "pass, not aligned with From"
+            outcome = replace(outcome, dkim=label)
+            commit = replace(commit, outcome={**commit.outcome, "dkim": label})
         result = self.store.commit_step(commit)
         if result == "ok":
             return outcome
