@@ -68,6 +68,7 @@ _CALL_COLS = "call_id, local, peer, message_id, deadline, status, request, resul
 
 class SqlStore(ABC):
     lock_clause = ""  # " FOR UPDATE" where the backend has row locks
+    skip_locked = ""  # " FOR UPDATE SKIP LOCKED" where it has them (claims)
 
     # -- backend hooks
     @abstractmethod
@@ -482,6 +483,41 @@ class SqlStore(ABC):
             )
         return [self._outbox(r) for r in rows]
 
+    def outbox_claim(
+        self, owner: str, now: datetime, lease_until: datetime, limit: int = 100
+    ) -> list[OutboxRow]:
+        """Claim the due rows for `owner` until `lease_until`, in one conditional UPDATE:
+        a row is claimable when pending, due, and not under another live claim, and no
+        earlier row of its flow is under another drainer's live claim (a flow's rows
+        go out in order). Two drainers never hold one row at once."""
+        n = self.t(now)
+        with self.write() as x:
+            rows = x.all(
+                "UPDATE ep_outbox SET claimed_by = ?, claim_until = ?"
+                " WHERE status = 'pending' AND (next_attempt IS NULL OR next_attempt <= ?)"
+                " AND (claim_until IS NULL OR claim_until <= ? OR claimed_by = ?)"
+                " AND seq IN (SELECT o.seq FROM ep_outbox o"
+                " WHERE o.status = 'pending' AND (o.next_attempt IS NULL OR o.next_attempt <= ?)"
+                " AND (o.claim_until IS NULL OR o.claim_until <= ? OR o.claimed_by = ?)"
+                " AND NOT EXISTS (SELECT 1 FROM ep_outbox e WHERE e.flow_id = o.flow_id AND e.seq < o.seq"
+                " AND e.status = 'pending' AND e.claimed_by <> ? AND e.claim_until > ?)"
+                f" ORDER BY o.seq LIMIT ?{self.skip_locked})"
+                f" RETURNING {_OUTBOX_COLS}, seq",
+                (owner, self.t(lease_until), n, n, owner, n, n, owner, owner, n, limit),
+            )
+        rows.sort(key=lambda r: int(r[-1]))
+        return [self._outbox(r) for r in rows]
+
+    def outbox_release(self, message_id: str, owner: str) -> bool:
+        """Give a claimed row back unsent (the drainer stopped before sending it)."""
+        with self.write() as x:
+            n = x.exec(
+                "UPDATE ep_outbox SET claimed_by = NULL, claim_until = NULL"
+                " WHERE message_id = ? AND claimed_by = ?",
+                (message_id, owner),
+            )
+        return n > 0
+
     def outbox_get(self, message_id: str) -> OutboxRow | None:
         with self.read() as x:
             row = x.one(f"SELECT {_OUTBOX_COLS} FROM ep_outbox WHERE message_id = ?", (message_id,))
@@ -491,7 +527,7 @@ class SqlStore(ABC):
         with self.write() as x:
             n = x.exec(
                 "UPDATE ep_outbox SET status = 'sent', sent_at = ?, attempts = attempts + 1,"
-                " next_attempt = NULL"
+                " next_attempt = NULL, claimed_by = NULL, claim_until = NULL"
                 " WHERE message_id = ?",
                 (self.t(now), message_id),
             )
@@ -502,8 +538,8 @@ class SqlStore(ABC):
     ) -> bool:
         with self.write() as x:
             n = x.exec(
-                "UPDATE ep_outbox SET status = ?, attempts = attempts + 1, last_error = ?, next_attempt = ?"
-                " WHERE message_id = ?",
+                "UPDATE ep_outbox SET status = ?, attempts = attempts + 1, last_error = ?, next_attempt = ?,"
+                " claimed_by = NULL, claim_until = NULL WHERE message_id = ?",
                 ("pending" if retry_at is not None else "failed", error[:2000], self.t(retry_at), message_id),
             )
         return n > 0

@@ -60,9 +60,17 @@ CREATE INDEX ep_calls_pending ON ep_calls (status, deadline);
 CREATE INDEX ep_outbox_pending ON ep_outbox (status, seq);
 """
 
+# v5: outbox rows are claimed by one drainer at a time (owner and lease), so two
+# workers on one ledger never deliver the same row twice without a crash.
+_V5 = """
+ALTER TABLE ep_outbox ADD COLUMN claimed_by TEXT;
+ALTER TABLE ep_outbox ADD COLUMN claim_until {T};
+"""
+
 MIGRATIONS: tuple[tuple[int, str, str], ...] = (
     (1, "inbound, replay, proofs, flows, log, outbox", _V1),
     (2, "calls; outbox drain index", _V2),
+    (5, "outbox claims (owner, lease)", _V5),
 )
 
 MIGRATIONS_TABLE = (
