@@ -8,6 +8,7 @@ going through. The last test runs the binding over the real Solana rail (LiteSVM
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -242,3 +243,32 @@ async def test_binding_over_solana(store: Store) -> None:
     assert (b.status, b.state) == ("processed", "fulfilled")
     assert app.fulfilled == ["ord_s"]
     assert store.proof_status(ProofKey("solana-local", victim_rail.proof_key(proof))) == "spent"
+
+
+class GatedRail(k.DictRail):
+    """The test rail, but a verification waits for `gate` (a presentation in flight)."""
+
+    def __init__(self, txs: dict[str, k.Tx]) -> None:
+        super().__init__(txs)
+        self.gate = asyncio.Event()
+        self.entered = asyncio.Event()
+
+    async def verify(self, proof: dict[str, Any], expectation: Any) -> Any:
+        self.entered.set()
+        await self.gate.wait()
+        return await super().verify(proof, expectation)
+
+
+async def test_a_thiefs_presentation_in_flight_never_answers_the_owner_replayed(store: Store) -> None:
+    rail = GatedRail({"vtx": k.Tx(k.WORKER_WALLET, k.TOKEN, k.PRICE, payer=VICTIM_WALLET)})
+    eng = worker(store, rail)
+    stolen = k.bind(prepaid("ord_t", "vtx"), wallet=MALLORY_WALLET, sender=MALLORY)
+    thief = asyncio.create_task(eng.handle(k.raw(stolen, sender=MALLORY)))
+    await rail.entered.wait()  # the thief's proof is held while the rail looks
+    own = k.raw(k.bind(prepaid("ord_v", "vtx"), wallet=VICTIM_WALLET), message_id="<own@client.test>")
+    first = await eng.handle(own)
+    assert first.status == "busy"  # not a final proof_replayed
+    rail.gate.set()
+    assert (await thief).oops is OopsCode.PAYER_MISMATCH
+    again = await eng.handle(own)
+    assert (again.status, again.state) == ("processed", "fulfilled")

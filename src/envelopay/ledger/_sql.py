@@ -185,16 +185,42 @@ class SqlStore(ABC):
                     (c.proof.chain, c.proof.key, c.local, c.message_id, self.t(c.now)),
                 )
                 if got is None:
-                    row = x.one(
-                        "SELECT owner_local, owner_message FROM ep_proofs WHERE chain = ? AND proof_key = ?",
-                        (c.proof.chain, c.proof.key),
-                    )
-                    # Spent (or held) by another message: refused, forever, whoever presents it.
-                    if row is None or (row[0], row[1]) != (c.local, c.message_id):
-                        return Begin("proof_replayed")
+                    held = self._proof_held_elsewhere(x, c)
+                    if held is not None:
+                        return held
             ref_flows, missing = self._ref_flows(x, c)
             thread_flows = self._thread_flows(x, c)
         return Begin("new", ref_flows=ref_flows, thread_flows=thread_flows, missing_refs=missing)
+
+    def _proof_held_elsewhere(self, x: Executor, c: Claim) -> Begin | None:
+        """The proof's row exists: None if it is ours (or now ours), else the answer.
+
+        Spent by another message: `proof_replayed`, forever, whoever presents it. Held
+        by another message still being handled (its claim's lease is live): `busy`, for
+        that presentation may yet fail and release it (a thief's doomed presentation
+        must not make the owner's own final answer `proof_replayed`). Held by a message
+        whose handler died (lease run out): taken over, and this message goes on."""
+        assert c.proof is not None
+        row = x.one(
+            "SELECT p.owner_local, p.owner_message, p.status, i.status, i.lease_until FROM ep_proofs p"
+            " LEFT JOIN ep_inbound i ON i.local = p.owner_local AND i.message_id = p.owner_message"
+            " WHERE p.chain = ? AND p.proof_key = ?" + (" FOR UPDATE OF p" if self.lock_clause else ""),
+            (c.proof.chain, c.proof.key),
+        )
+        if row is None:
+            return Begin("busy")  # released between our insert and this read: try again
+        if (row[0], row[1]) == (c.local, c.message_id):
+            return None
+        if row[2] != "held":
+            return Begin("proof_replayed")
+        if row[3] == "claimed" and row[4] is not None and self.ut(row[4]) > c.now:
+            return Begin("busy")
+        x.exec(
+            "UPDATE ep_proofs SET owner_local = ?, owner_message = ? WHERE chain = ? AND proof_key = ?"
+            " AND status = 'held'",
+            (c.local, c.message_id, c.proof.chain, c.proof.key),
+        )
+        return None
 
     def _reserve_id(self, x: Executor, c: Claim) -> Begin | None:
         got = x.one(
