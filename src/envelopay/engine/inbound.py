@@ -34,6 +34,7 @@ from envelopay.dkim import DkimResult, apply_policy
 from envelopay.engine.alignment import _dkim_label, acted_on, dkim_label
 from envelopay.engine.application import Application, Context, Notice, Refuse
 from envelopay.engine.outcome import Outcome
+from envelopay.engine.poison import clean_parsed, unstorable_body
 from envelopay.engine.records import (
     INVOICE_SKEW,
     MAX_CONFLICT_RETRIES,
@@ -147,6 +148,22 @@ class Engine(Refusals):
         dkim: DkimResult | None = None,
         fallback_message_id: str | None = None,
     ) -> Outcome:
+        parsed = clean_parsed(parsed, fallback_message_id)
+        try:
+            return await self._handle_parsed(parsed, dkim, fallback_message_id)
+        except Exception as exc:
+            message_id = parsed.message_id or fallback_message_id
+            sender = parsed.from_addr.lower() if parsed.from_addr else None
+            if message_id is None:
+                raise
+            _log.exception("handling %s raised; quarantined", message_id)
+            proof = self._proof_key(parsed.message)[0] if parsed.valid and parsed.message else None
+            reason = f"handling raised {type(exc).__name__}: {exc}"
+            return self._quarantine(parsed, message_id, sender, reason, proof)
+
+    async def _handle_parsed(
+        self, parsed: Parsed, dkim: DkimResult | None, fallback_message_id: str | None
+    ) -> Outcome:
         message_id = parsed.message_id or fallback_message_id
         sender = parsed.from_addr.lower() if parsed.from_addr else None
         if not parsed.protocol or sender is None or message_id is None:
@@ -155,7 +172,10 @@ class Engine(Refusals):
         message = parsed.message if parsed.valid else None
 
         early: tuple[OopsCode, str] | None = None
-        if message is None:
+        poison = unstorable_body(message, parsed.id) if message is not None else None
+        if poison is not None:
+            message, early = None, (OopsCode.INVALID_FIELD, poison)  # answered, nothing reserved
+        elif message is None:
             if parsed.oops is not None:
                 early = (parsed.oops, "; ".join(p.detail for p in parsed.problems)[:500])
         else:

@@ -21,6 +21,7 @@ OutcomeStatus = Literal[
     "ignored",  # not protocol mail, or nothing to answer
     "busy",  # another worker holds this message's claim; leave it for later
     "deferred",  # DKIM key lookup failed temporarily; leave it for later
+    "quarantined",  # handling it raised (a bug, or poison we did not foresee): recorded, never retried
 ]
 Repeat = Literal["message_id", "retransmission"]
 
