@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+from envelopay.protocol.compose import _ADDRESS  # the address compose will put in To:
 from envelopay.protocol.messages import Message
 from envelopay.protocol.parsed import Parsed
 
@@ -32,7 +33,8 @@ def storable(text: str | None) -> bool:
 def clean_parsed(parsed: Parsed, fallback_message_id: str | None) -> Parsed:
     """`parsed` with the header values the ledger keys on made storable: an unstorable
     Message-ID becomes the raw bytes' fallback id, unstorable thread ids are dropped,
-    an unstorable sender is no sender (such mail cannot be answered)."""
+    a sender that is unstorable or no bare address compose accepts is no sender (such
+    mail cannot be answered, so it is not protocol mail to us)."""
     changes: dict[str, object] = {}
     if not storable(parsed.message_id):
         changes["message_id"] = fallback_message_id
@@ -40,8 +42,9 @@ def clean_parsed(parsed: Parsed, fallback_message_id: str | None) -> Parsed:
         changes["in_reply_to"] = None
     if not all(storable(r) for r in parsed.references):
         changes["references"] = tuple(r for r in parsed.references if storable(r))
-    if not storable(parsed.from_addr):
-        changes["from_addr"] = None
+    sender = parsed.from_addr
+    if sender is not None and not (storable(sender) and _ADDRESS.fullmatch(sender)):
+        changes["from_addr"] = None  # a reply could never be composed to it
     return replace(parsed, **changes) if changes else parsed  # type: ignore[arg-type]
 
 
