@@ -13,6 +13,7 @@ Example (what `envelopay init` writes)::
     dkim_selector = "ep1"
     dkim_key = "keys/dkim.pem"
     dkim_policy = "prefer"            # required | prefer | off
+    proof_binding = "solicited"       # required | solicited (SPEC.md "Proof binding")
 
     [transport]
     kind = "garden"                   # garden | smtp
@@ -77,6 +78,9 @@ class AgentSection(_Section):
     dkim_key: str | None = None
     dkim_policy: Literal["required", "prefer", "off"] = "prefer"
     dkim_dns: Literal["table", "resolver"] = "table"  # table: [dkim_records] below (garden)
+    # SPEC.md "Proof binding": "required" refuses every unbound proof; "solicited" lets an
+    # unbound one pay our own INVOICE / OFFER (v0.1 payers).
+    proof_binding: Literal["required", "solicited"] = "solicited"
     worker_id: str | None = None  # stable across restarts of one worker process
 
     @field_validator("address")

@@ -272,3 +272,23 @@ async def test_a_thiefs_presentation_in_flight_never_answers_the_owner_replayed(
     assert (await thief).oops is OopsCode.PAYER_MISMATCH
     again = await eng.handle(own)
     assert (again.status, again.state) == ("processed", "fulfilled")
+
+
+def test_the_config_chooses_the_binding_policy(tmp_path: Path) -> None:
+    from envelopay.config import load_config
+    from envelopay.node.init import init_agent
+    from envelopay.node.wiring import build_node
+
+    init_agent(tmp_path, address="w@garden.local")
+    toml = tmp_path / "envelopay.toml"
+    text = toml.read_text().replace("[agent]", '[agent]\nproof_binding = "required"', 1)
+    toml.write_text(
+        text.replace(
+            'garden_root = "var/garden"', f'garden_root = "var/garden"\ngarden_socket = "{tmp_path}/s"'
+        )
+    )
+    node = build_node(load_config(toml))
+    try:
+        assert node.engine.proof_binding == "required"
+    finally:
+        node.store.close()

@@ -258,6 +258,7 @@ def build_node(
         rails=rails,
         app=app,
         dkim_policy=cfg.agent.dkim_policy,
+        proof_binding=cfg.agent.proof_binding,
         clock=clock,
         worker_id=cfg.agent.worker_id,
         **engine_kw,
