@@ -14,6 +14,7 @@ Example (what `envelopay init` writes)::
     dkim_key = "keys/dkim.pem"
     dkim_policy = "prefer"            # required | prefer | off
     proof_binding = "solicited"       # required | solicited (SPEC.md "Proof binding")
+    profile = "strict"                # strict | lenient (interop profile, SPEC.md)
 
     [transport]
     kind = "garden"                   # garden | smtp
@@ -82,6 +83,9 @@ class AgentSection(_Section):
     # unbound one pay our own INVOICE / OFFER (v0.1 payers).
     proof_binding: Literal["required", "solicited"] = "solicited"
     worker_id: str | None = None  # stable across restarts of one worker process
+    # The parse profile of this mailbox: "lenient" reads peers that bend the spec (SPEC.md
+    # "Interop profile `lenient`"); each reading applied is listed in the Outcome.
+    profile: Literal["strict", "lenient"] = "strict"
 
     @field_validator("address")
     @classmethod
@@ -98,6 +102,11 @@ class TransportConfig(_Section):
     garden_addresses: list[str] = Field(default_factory=list)  # for an embedded garden
     lmtp_host: str = "127.0.0.1"
     lmtp_port: int | None = None
+    # Garden authentication (mail.garden_auth): the env var holding this agent's garden
+    # secret (its user is agent.address; never the secret itself in the file), and, for an
+    # embedded garden, the accounts file that makes it authenticate every sender.
+    garden_secret_env: str | None = None
+    garden_accounts: str | None = None
     smtp_host: str | None = None
     smtp_port: int = 587
     smtp_security: Literal["starttls", "tls", "none"] = "starttls"

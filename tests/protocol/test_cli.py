@@ -114,3 +114,24 @@ def test_conformance_command_reports_failures(tmp_path: Path) -> None:
     assert res.exit_code == 1
     assert f"FAIL {keep[0]['file']}" in res.stdout
     assert res.stdout.strip().splitlines()[-1] == f"{len(keep) - 1} passed, 1 failed"
+
+
+def test_parse_and_conformance_under_the_lenient_profile() -> None:
+    reply = str(CORPUS / "clients/lenient/re-methods-reply.eml")
+    strict = json.loads(RUNNER.invoke(app, ["parse", reply, "--json"]).stdout)
+    assert (strict["protocol"], strict["warnings"]) == (False, [])
+    res = RUNNER.invoke(app, ["parse", reply, "--json", "--profile", "lenient"])
+    loose = json.loads(res.stdout)
+    assert res.exit_code == 0 and (loose["type"], loose["valid"]) == ("methods", True)
+    assert [w for w in loose["warnings"] if w.startswith("lenient:")] == [
+        "lenient: Re: subject read as METHODS from the body's first line",
+        "lenient: METHODS rail without price: price on request",
+    ]
+    assert RUNNER.invoke(app, ["parse", reply, "--profile", "loose"]).exit_code == 2
+    vectors = json.loads((CORPUS / "manifest.json").read_text())["vectors"]
+    n, only = len(vectors), sum(1 for v in vectors if v.get("lenient_only"))
+    res = RUNNER.invoke(app, ["conformance", "--profile", "lenient", "--verbose"])
+    assert res.exit_code == 0 and res.stdout.strip().splitlines()[-1] == f"{n} passed, 0 failed"
+    assert res.stdout.count("(lenient only)") == only > 0
+    res = RUNNER.invoke(app, ["conformance"])
+    assert f"{only} vectors are valid only under --profile lenient" in res.stdout

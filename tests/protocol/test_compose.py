@@ -17,6 +17,7 @@ from envelopay.protocol import (
     Which,
     compose,
     compose_message,
+    message_json,
     new_message_id,
     parse,
 )
@@ -46,13 +47,31 @@ def test_layout_read_by_the_strict_stdlib_parser() -> None:
     assert msg["X-Envelopay-Type"] == "PAY"
     assert email.utils.parsedate_to_datetime(msg["Date"]) == NOW
     parts = list(msg.iter_parts())
-    assert [p.get_content_type() for p in parts] == ["text/plain", "application/json"]
+    assert [p.get_content_type() for p in parts] == ["multipart/alternative", "application/json"]
+    plain, page = list(parts[0].iter_parts())
+    assert (plain.get_content_type(), page.get_content_type()) == ("text/plain", "text/html")
     wire = json.loads(parts[1].get_content())
     assert wire == {"v": "0.1.0", "type": "pay", "id": "pay_1", "amount": "30000000", "token": "USDC",
                     "chain": "base", "proof": {"tx": "0xabc"}, "note": "Dinner"}  # fmt: skip
     assert list(wire)[:2] == ["v", "type"]
     assert parts[1]["Content-Transfer-Encoding"] == "base64"
-    assert json.dumps(wire, indent=2).splitlines()[1] in parts[0].get_content()  # human-readable JSON
+    # The text part is the compact JSON alone, on one line (issue 12: the simplest receiver).
+    assert plain.get_content().rstrip("\r\n") == json.dumps(wire, separators=(",", ":"))
+    assert json.loads(plain.get_content()) == wire
+    assert "Dinner" in page.get_content() and '"amount": "30000000"' in page.get_content()
+
+
+def test_text_part_serves_receivers_that_read_the_whole_body_or_the_first_brace_line() -> None:
+    long_note = "ü" + "x" * 2000  # non-ASCII and longer than a line: quoted-printable
+    for message in (PAY, Which(), Which(note=long_note)):
+        msg = email.message_from_bytes(compose(out(message)), policy=policy.default)
+        plain = next(p for p in msg.walk() if p.get_content_type() == "text/plain")
+        text = plain.get_content()
+        assert json.loads(text.strip()) == json.loads(message_json(message))
+        first = next(line for line in text.split("\n") if line.strip().startswith("{"))
+        assert json.loads(first) == json.loads(message_json(message))
+    raw = compose(out(PAY))
+    assert max(len(line) for line in raw.split(b"\r\n")) <= 998
 
 
 def test_non_ascii_subject_is_rfc2047_and_round_trips() -> None:

@@ -43,7 +43,10 @@ def test_protocol_subjects(subject: str, kind: MessageType, note: str | None) ->
         "PAY now",
         "PAY2",
         "",
-        "[x] PAY",
+        "(x) PAY",
+        "PAY | x (fwd)",
+        "[Fwd: PAY]",
+        "[list] Re: PAY",
         "PAY\n| x",
     ],
 )

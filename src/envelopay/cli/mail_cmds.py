@@ -363,6 +363,10 @@ def _register_garden(app: typer.Typer) -> None:
             Path | None, typer.Option("--socket", help="Listen on this Unix socket instead of TCP.")
         ] = None,
         fsync: Annotated[bool, typer.Option("--fsync/--no-fsync", help="fsync each delivery.")] = True,
+        accounts: Annotated[
+            Path | None,
+            typer.Option("--accounts", help="Accounts file: every sender must AUTH (garden account)."),
+        ] = None,
     ) -> None:
         """Run the garden's LMTP server until interrupted (SIGINT / SIGTERM)."""
         import asyncio
@@ -370,9 +374,12 @@ def _register_garden(app: typer.Typer) -> None:
 
         from envelopay.errors import ConfigError, UsageError
         from envelopay.mail.garden import GardenServer
+        from envelopay.mail.garden_auth import load_accounts
 
         try:
-            server = GardenServer(root, address, host=host, port=port, unix_path=socket, fsync=fsync)
+            known = load_accounts(accounts) if accounts is not None else None
+            server = GardenServer(root, address, host=host, port=port, unix_path=socket, fsync=fsync,
+                                  accounts=known)
         except (ConfigError, UsageError) as exc:
             fail(str(exc))
 
@@ -395,6 +402,24 @@ def _register_garden(app: typer.Typer) -> None:
         except OSError as exc:
             fail(f"cannot listen: {exc.strerror or exc}")
 
+    @garden.command("account")
+    def account_cmd(
+        user: Annotated[str, typer.Argument(help="The login (an agent's address, or e.g. 'enforcer').")],
+        address: Annotated[
+            list[str], typer.Option("--address", "-a", help="An address it may send as (repeat for each).")
+        ],
+        accounts: Annotated[Path, typer.Option("--accounts", help="The accounts file (created if absent).")],
+    ) -> None:
+        """Add (or replace) a garden account; print its secret once (only its hash is kept)."""
+        from envelopay.errors import ConfigError, UsageError
+        from envelopay.mail.garden_auth import add_account
+
+        try:
+            secret = add_account(accounts, user, address)
+        except (ConfigError, UsageError) as exc:
+            fail(str(exc))
+        typer.echo(secret)
+
     @garden.command("deliver")
     def deliver_cmd(
         file: Annotated[str, typer.Argument(help="A raw message file, or - for stdin.")],
@@ -403,6 +428,10 @@ def _register_garden(app: typer.Typer) -> None:
         endpoint: Annotated[
             str, typer.Option(help="host:port or a Unix socket path of the garden.")
         ] = "127.0.0.1:2424",
+        user: Annotated[
+            str | None,
+            typer.Option("--user", help="Garden account to AUTH as; secret in $ENVELOPAY_GARDEN_SECRET."),
+        ] = None,
     ) -> None:
         """Deliver one message into the garden over LMTP; print one line per recipient."""
         import asyncio
@@ -418,8 +447,14 @@ def _register_garden(app: typer.Typer) -> None:
         host, sep, port = endpoint.rpartition(":")
         is_tcp = bool(sep) and port.isdigit() and "/" not in endpoint
         target: Endpoint = (host, int(port)) if is_tcp else Path(endpoint)
+        import os
+
+        secret = os.environ.get("ENVELOPAY_GARDEN_SECRET", "")
+        if user is not None and not secret:
+            fail("--user needs $ENVELOPAY_GARDEN_SECRET")
+        auth = (user, secret) if user is not None else None
         try:
-            result = asyncio.run(deliver(raw, sender, to, target))
+            result = asyncio.run(deliver(raw, sender, to, target, auth=auth))
         except UsageError as exc:
             fail(str(exc))
         except TransportError as exc:

@@ -23,15 +23,27 @@ def register(app: typer.Typer) -> None:
         re_v02: Annotated[
             bool, typer.Option("--re-v0.2", help="Apply v0.2.0's rule: strip Re: prefixes (never Fwd:).")
         ] = False,
+        profile: Annotated[
+            str, typer.Option("--profile", help="strict (default) or lenient (the interop profile, SPEC.md).")
+        ] = "strict",
     ) -> None:
         """Parse one message and say what a receiver makes of it (exit 0 for any message)."""
         from envelopay.protocol.parse import ParseOptions, parse
+
+        if profile not in ("strict", "lenient"):
+            fail(f"--profile: {profile!r} is not strict or lenient")
 
         try:
             raw = sys.stdin.buffer.read() if file == "-" else Path(file).read_bytes()
         except OSError as exc:
             fail(f"cannot read {file}: {exc.strerror or exc}")
-        parsed = parse(raw, options=ParseOptions(re_prefix="v0.2" if re_v02 else "v0.1"))
+        parsed = parse(
+            raw,
+            options=ParseOptions(
+                re_prefix="v0.2" if re_v02 else "v0.1",
+                profile="lenient" if profile == "lenient" else "strict",
+            ),
+        )
         if as_json:
             typer.echo(json.dumps(parsed.to_json(), ensure_ascii=False))
             return
@@ -68,9 +80,7 @@ def register(app: typer.Typer) -> None:
             Path | None, typer.Option("--json-file", help="Body fields as a JSON object (options override).")
         ] = None,
         out: Annotated[Path | None, typer.Option("--out", help="Write the .eml here (else stdout).")] = None,
-        domain: Annotated[
-            str | None, typer.Option(help="Message-ID domain (default: the sender's).")
-        ] = None,
+        domain: Annotated[str | None, typer.Option(help="Message-ID domain (default: the sender's).")] = None,
         message_id: Annotated[str | None, typer.Option("--message-id")] = None,
         in_reply_to: Annotated[str | None, typer.Option("--in-reply-to")] = None,
         references: Annotated[list[str] | None, typer.Option("--references")] = None,
@@ -164,8 +174,16 @@ def register(app: typer.Typer) -> None:
             str | None, typer.Option("--target", help="Run the corpus against a live address instead.")
         ] = None,
         config: Annotated[str, typer.Option("--config", help="Config file for --target.")] = "envelopay.toml",
+        profile: Annotated[
+            str,
+            typer.Option(
+                "--profile", help="strict (default) or lenient: run every vector under the profile."
+            ),
+        ] = "strict",
     ) -> None:
         """Run the conformance corpus against this engine; ends with `N passed, N failed`."""
+        if profile not in ("strict", "lenient"):
+            fail(f"--profile: {profile!r} is not strict or lenient")
         if target is not None:
             from envelopay.client.live_conformance import run_live
 
@@ -176,14 +194,18 @@ def register(app: typer.Typer) -> None:
             vectors = load_manifest(root)
         except (OSError, ValueError) as exc:
             fail(f"cannot load the manifest: {exc}")
-        report = run_manifest(vectors)
+        report = run_manifest(vectors, profile="lenient" if profile == "lenient" else "strict")
         for res in report.results:
             if not res.ok:
                 typer.echo(f"FAIL {res.vector.file}  [{res.vector.rule}]")
                 for line in res.mismatches:
                     typer.echo(f"     {line}")
             elif verbose:
-                typer.echo(f"ok   {res.vector.file}")
+                only = "  (lenient only)" if res.vector.lenient_only else ""
+                typer.echo(f"ok   {res.vector.file}{only}")
+        if profile == "strict":
+            count = sum(1 for v in vectors if v.lenient_only)
+            typer.echo(f"{count} vectors are valid only under --profile lenient (checked here as strict)")
         typer.echo(report.summary())
         if report.failed:
             raise typer.Exit(1)

@@ -9,6 +9,7 @@ the worse failure). The outcome record makes every later re-execution a no-op.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import re
@@ -36,6 +37,7 @@ from envelopay.enforcer.model import (
 from envelopay.enforcer.policy import allowlisted, check_request, check_sender, fingerprint, valid_address
 from envelopay.enforcer.store import EnforcerStore
 from envelopay.errors import StoreError, TransportError, UsageError
+from envelopay.protocol.headers import HeaderRefusal, read_headers
 
 __all__ = ["Enforcer", "hash_token"]
 
@@ -51,6 +53,15 @@ _QUEUE_STATUS: dict[str, DispositionStatus] = {
 }
 _STATE_NAMES = {"PENDING": "pending", "APPROVED": "approved", "REJECTED": "rejected", "SENT": "sent",
                 "FAILED": "failed"}
+
+
+# The reason recorded when the kill switch stopped a send right before delivery.
+KILLED = "agent killed before delivery"
+
+
+def _slots(now: float) -> tuple[str, str]:
+    hour = time.strftime("%Y-%m-%dT%H", time.gmtime(now))
+    return hour, hour[:10]
 
 
 def hash_token(token: str) -> str:
@@ -75,6 +86,7 @@ class Enforcer:
         new_token: Callable[[], str] = _new_token,
         dedupe_window: float = 600.0,
         grace: float = 15.0,
+        claim_timeout: float = 300.0,
     ) -> None:
         self.store = store
         self.deliverer = deliverer
@@ -84,6 +96,7 @@ class Enforcer:
         self.new_token = new_token
         self.dedupe_window = dedupe_window
         self.grace = grace
+        self.claim_timeout = claim_timeout  # a Message-ID claim with no record is stale after this
         self._operator_hash = operator_token_hash
 
     # -- identities ---------------------------------------------------------------------
@@ -101,7 +114,11 @@ class Enforcer:
     # -- the send path ------------------------------------------------------------------
 
     async def send(self, token: str | None, raw: Mapping[str, Any]) -> Disposition:
-        """Run the ordered checks and deliver, queue or refuse. Never raises for a verdict."""
+        """Run the ordered checks and deliver, queue or refuse. Never raises for a verdict.
+
+        Nothing is consumed by a refusal: the message is composed (exactly as it will be
+        sent) before any claim or cap is taken; claims are released and cap slots given
+        back when a later step refuses."""
         checked = check_request(raw)  # 1-2: shape, headers, content: no I/O yet
         if isinstance(checked, Disposition):
             return checked
@@ -113,30 +130,85 @@ class Enforcer:
         if agent is None:
             return Disposition(status="blocked", reason="unknown agent")
         if agent.killed:
-            return Disposition(status="blocked", reason="killed")
+            return Disposition(status="blocked", reason="killed", code="killed")
         refused = check_sender(req, agent)  # 4: sender pin
         if refused is not None:
             return refused
         now = self.clock()
+        send_id = self.new_id()
+        message_id = self._message_id(agent, req)
+        composed = self._compose(agent, req, message_id, now)  # what compose accepts, before any cap
+        if isinstance(composed, str):
+            return Disposition(status="blocked", reason=f"invalid message: {composed}", code="not_composable")
         fp = fingerprint(req)
+        held: list[tuple[str, str]] = []  # claims taken, released if this send goes no further
         try:
             if req.message_id is not None:
                 # Idempotent resend of a fixed Message-ID (an outbox retry): answer from the
                 # record. A FAILED attempt is not a send, so it may be tried again.
-                prior = await self.store.send_by_message_id(agent.id, req.message_id)
-                if prior is not None and prior.state != "FAILED":
-                    return self._disposition(prior)
-            # Duplicate/loop guard: counts successful sends only.
-            if await self.store.recent_success(agent.id, fp, now - self.dedupe_window):
-                return Disposition(status="blocked", reason="duplicate of a recent send")
+                answered = await self._claim_message_id(agent, req.message_id, send_id, now)
+                if answered is not None:
+                    return answered
+                held.append(("msgid", req.message_id))
+            # Duplicate/loop guard: counts successful (and in-flight) sends only.
+            if await self.store.recent_success(agent.id, fp, now - self.dedupe_window) or not (
+                await self.store.claim(agent.id, "fp", fp, send_id, now, now - self.dedupe_window)
+            ):
+                await self._release(agent, held, send_id)
+                return Disposition(status="blocked", reason="duplicate of a recent send", code="duplicate")
+            held.append(("fp", fp))
             if not allowlisted(req.to, agent.policy.allow):  # 5: a miss is flagged, consumes nothing
-                return await self._queue(agent, req, fp, "recipient not on the allowlist", now)
+                await self._release(agent, [("fp", fp)], send_id)
+                why = "recipient not on the allowlist"
+                return await self._queue(agent, req, fp, why, now, send_id, message_id)
             flagged = await self._take_caps(agent, now)  # 6: hourly then daily
         except StoreError as exc:
+            await self._release(agent, held, send_id)
             return Disposition(status="failed", reason=f"store error: {exc}")
         if flagged:
-            return await self._queue(agent, req, fp, flagged, now)
-        return await self._deliver_direct(agent, req, fp, now)
+            await self._release(agent, [("fp", fp)], send_id)
+            return await self._queue(agent, req, fp, flagged, now, send_id, message_id)
+        return await self._deliver_direct(agent, req, fp, now, send_id, message_id, composed)
+
+    async def _claim_message_id(
+        self, agent: Agent, message_id: str, send_id: str, now: float
+    ) -> Disposition | None:
+        """None when this send now holds the Message-ID; else the answer to give."""
+        prior = await self.store.send_by_message_id(agent.id, message_id)
+        if prior is not None and prior.state != "FAILED":
+            return self._disposition(prior)
+        if await self.store.claim(agent.id, "msgid", message_id, send_id, now, now - self.claim_timeout):
+            return None
+        holder = await self.store.claim_holder(agent.id, "msgid", message_id)
+        row = await self.store.get_send(holder) if holder is not None else None
+        if row is not None and row.state != "FAILED":
+            return self._disposition(row)
+        # Another executor holds it and has not recorded an outcome yet (or just failed).
+        return Disposition(status="failed", reason="a send with this Message-ID is in flight; ask again",
+                           code="in_flight")
+
+    async def _release(self, agent: Agent, held: list[tuple[str, str]], send_id: str) -> None:
+        for kind, key in held:
+            # A claim left behind only delays a retry (stale after claim_timeout).
+            with contextlib.suppress(StoreError):
+                await self.store.release(agent.id, kind, key, send_id)
+
+    def _compose(self, agent: Agent, req: SendRequest, message_id: str, now: float) -> bytes | str:
+        """The unsigned bytes to send, or why they cannot be composed. The one check of
+        what compose accepts: the policy step calls it before any claim or cap, and
+        execute calls it again (a queued row composes at its own time)."""
+        try:
+            raw = compose_request(
+                req, message_id=message_id, date=datetime.fromtimestamp(now, UTC), agent_name=agent.name
+            )
+        # Agent input at a trust boundary: any of these is a refusal, never a 500.
+        except (UsageError, ValueError, TypeError, RecursionError, OverflowError) as exc:
+            return f"cannot compose: {exc}"[:300]
+        # What leaves must be what every reader (parser, DKIM, garden) accepts.
+        read = read_headers(raw)
+        if isinstance(read, HeaderRefusal):
+            return f"cannot compose: header block refused ({read.reason})"
+        return raw
 
     async def _take_caps(self, agent: Agent, now: float) -> str:
         """"" when both slots were taken; otherwise the reason to flag. Each take is one
@@ -147,8 +219,7 @@ class Enforcer:
             return "hourly cap is zero"
         if p.daily_cap <= 0:
             return "daily cap is zero"
-        hour = time.strftime("%Y-%m-%dT%H", time.gmtime(now))
-        day = hour[:10]
+        hour, day = _slots(now)
         if not await self.store.take_slot(agent.id, "h", hour, p.hourly_cap):
             return "hourly cap reached"
         try:
@@ -161,42 +232,60 @@ class Enforcer:
             return "daily cap reached"
         return ""
 
+    async def _give_back_caps(self, agent: Agent, now: float) -> None:
+        hour, day = _slots(now)
+        with contextlib.suppress(StoreError):  # a slot not handed back errs on the side of sending less
+            await self.store.give_back(agent.id, "h", hour)
+            await self.store.give_back(agent.id, "d", day)
+
     def _message_id(self, agent: Agent, req: SendRequest | None = None) -> str:
         if req is not None and req.message_id is not None:
             return req.message_id
         return f"<{self.new_id()}@{agent.address.rsplit('@', 1)[1].lower()}>"
 
-    async def _queue(self, agent: Agent, req: SendRequest, fp: str, reason: str, now: float) -> Disposition:
-        send_id = self.new_id()
+    async def _queue(
+        self, agent: Agent, req: SendRequest, fp: str, reason: str, now: float, send_id: str, message_id: str
+    ) -> Disposition:
         try:
             await self.store.insert_send(
                 id=send_id, agent_id=agent.id, state="PENDING", reason=reason, request=req,
-                fingerprint=fp, message_id=self._message_id(agent, req), now=now,
+                fingerprint=fp, message_id=message_id, now=now,
             )
         except StoreError as exc:
+            if req.message_id is not None:
+                await self._release(agent, [("msgid", req.message_id)], send_id)
             return Disposition(status="failed", reason=f"store error: {exc}")
         return Disposition(status="pending_approval", reason=reason, approval_id=send_id, id=send_id)
 
-    async def _transmit(self, agent: Agent, req: SendRequest, message_id: str, now: float) -> str:
-        """Compose, sign, deliver. Returns "" on success or the failure reason."""
+    async def _transmit(self, agent: Agent, req: SendRequest, raw: bytes) -> str:
+        """Sign, re-check the kill switch, deliver. Returns "" on success, KILLED when the
+        kill switch was thrown meanwhile, or the failure reason."""
         try:
-            raw = compose_request(
-                req, message_id=message_id, date=datetime.fromtimestamp(now, UTC), agent_name=agent.name
-            )
             if self.signer is not None:
                 raw = self.signer(raw)
-        except UsageError as exc:  # compose's own header checks; validated already, kept as a value
-            return f"compose refused: {exc}"
+        except (UsageError, ValueError) as exc:
+            return f"signing refused: {exc}"
+        # Kill is re-checked here, the last step before delivery (DESIGN: "kill is
+        # re-checked at execute"): a kill that commits while this send was between its
+        # caps and here stops it.
+        try:
+            current = await self.store.agent_by_id(agent.id)
+        except StoreError as exc:
+            return f"store error before delivery: {exc}"
+        if current is None or current.killed:
+            return KILLED
         try:
             await self.deliverer.deliver(raw, sender=req.sender, recipient=req.to)
         except TransportError as exc:
             return f"delivery failed: {exc}"
         return ""
 
-    async def _deliver_direct(self, agent: Agent, req: SendRequest, fp: str, now: float) -> Disposition:
-        send_id = self.new_id()
-        message_id = self._message_id(agent, req)
-        problem = await self._transmit(agent, req, message_id, now)
+    async def _deliver_direct(
+        self, agent: Agent, req: SendRequest, fp: str, now: float, send_id: str, message_id: str, raw: bytes
+    ) -> Disposition:
+        problem = await self._transmit(agent, req, raw)
+        if problem == KILLED:
+            await self._give_back_caps(agent, now)  # nothing was sent: the slots go back
         state: QueueState = "FAILED" if problem else "SENT"
         try:
             await self.store.insert_send(
@@ -207,6 +296,8 @@ class Enforcer:
             if not problem:  # the mail left: say so, and that it went unrecorded
                 return Disposition(status="sent", reason=f"sent; not recorded: {exc}", message_id=message_id)
             return Disposition(status="failed", reason=f"{problem}; store error: {exc}")
+        if problem == KILLED:
+            return Disposition(status="blocked", reason=problem, id=send_id, code="killed")
         if problem:
             return Disposition(status="failed", reason=problem, id=send_id, message_id=message_id)
         return Disposition(status="sent", message_id=message_id, id=send_id)
@@ -331,8 +422,14 @@ class Enforcer:
             await self.store.put_outcome(send_id, state, message_id, detail, now)
         else:
             message_id = row.message_id or self._message_id(agent)
-            problem = await self._transmit(agent, row.request, message_id, now)
-            state, detail = ("FAILED", problem) if problem else ("SENT", row.reason)
+            composed = self._compose(agent, row.request, message_id, now)
+            if isinstance(composed, str):
+                # Terminal, with its reason: an approved row that cannot compose ends
+                # FAILED, never stuck APPROVED.
+                state, detail = "FAILED", composed
+            else:
+                problem = await self._transmit(agent, row.request, composed)
+                state, detail = ("FAILED", problem) if problem else ("SENT", row.reason)
             await self.store.put_outcome(send_id, state, message_id, detail, self.clock())
         final: QueueState = "SENT" if state == "SENT" else "FAILED"
         if not await self.store.finish(send_id, final, message_id, detail, self.clock()):

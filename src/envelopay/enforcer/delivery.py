@@ -114,15 +114,19 @@ async def _quit(client: Any) -> None:
 
 @dataclass
 class GardenDeliverer:
-    """LMTP into the walled garden (a Unix socket path or a loopback port)."""
+    """LMTP into the walled garden (a Unix socket path or a loopback port).
+
+    auth -- the enforcer's garden credential (user, secret): a garden with accounts
+            lets it send only as the addresses its account lists (its agents')."""
 
     endpoint: str | int | Path
+    auth: tuple[str, str] | None = None
 
     async def deliver(self, raw: bytes, *, sender: str, recipient: str) -> None:
         from envelopay.mail import garden
 
         try:
-            result = await garden.deliver(raw, sender, [recipient], self.endpoint)
+            result = await garden.deliver(raw, sender, [recipient], self.endpoint, auth=self.auth)
         except (OSError, TransportError) as exc:
             raise TransportError(f"garden {self.endpoint}: {exc}") from exc
         if recipient not in result.delivered:

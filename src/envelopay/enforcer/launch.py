@@ -73,7 +73,12 @@ def _deliverer(
     if (garden is None) == (smtp_host is None):
         raise ConfigError("give exactly one of --smtp-host or --garden")
     if garden is not None:
-        return GardenDeliverer(int(garden) if garden.isdigit() else garden)
+        # A garden with accounts wants the enforcer's own credential (its account lists
+        # the addresses of the agents it sends for): $ENVELOPAY_GARDEN_SECRET, user
+        # $ENVELOPAY_GARDEN_USER (default "enforcer").
+        secret = env.get("ENVELOPAY_GARDEN_SECRET")
+        auth = (env.get("ENVELOPAY_GARDEN_USER") or "enforcer", secret) if secret else None
+        return GardenDeliverer(int(garden) if garden.isdigit() else garden, auth=auth)
     from envelopay.mail.smtp import Security, SmtpConfig
 
     password = env.get("ENVELOPAY_SMTP_PASSWORD") if smtp_user else None

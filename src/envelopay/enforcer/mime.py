@@ -10,20 +10,49 @@ protocol.compose.
 from __future__ import annotations
 
 import binascii
+import re
 from datetime import UTC, datetime
 from email.header import Header
 from email.utils import format_datetime
 
 from envelopay.enforcer.model import SendRequest
+from envelopay.errors import UsageError
+from envelopay.protocol.grammar import decode_subject
 
-__all__ = ["compose_request"]
+__all__ = ["compose_request", "subject_problem"]
 
 _CRLF = "\r\n"
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_MAX_ENCODED = 4096  # the stdlib decoder is slow on thousands of encoded-words
+
+
+def subject_problem(value: str) -> str:
+    """"" when a plain-mail Subject may pass through; else why not. Shared by the policy
+    check and compose (below), so what policy admits is what compose sends.
+
+    An RFC 2047 encoded-word is decoded here the way a receiving MUA will decode it:
+    text that decodes to CR, LF or another control character would read there as
+    `hi\r\nBcc: victim@...`, so it is refused (FIELD-NOTES: encoded-words can decode
+    to CR/LF), as is one that does not decode at all."""
+    if _CONTROL.search(value):
+        return "control characters (CR, LF, ...) in the subject"
+    if "=?" in value:
+        if len(value) > _MAX_ENCODED:
+            return "a subject with encoded-words longer than 4096 characters"
+        decoded, ok = decode_subject(value)
+        if not ok:
+            return "an RFC 2047 encoded-word in the subject does not decode"
+        if _CONTROL.search(decoded):
+            return "an RFC 2047 encoded-word in the subject decodes to CR, LF or a control character"
+    return ""
 
 
 def _subject(value: str) -> str:
+    problem = subject_problem(value)
+    if problem:
+        raise UsageError(f"subject: {problem}")
     if value.isascii():
-        return value
+        return value  # encoded-words checked above pass through as the agent wrote them
     return Header(value, "utf-8", header_name="Subject").encode(linesep=_CRLF)
 
 

@@ -6,7 +6,7 @@ never an exception. Only transport and configuration faults are exceptions.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 DispositionStatus = Literal["sent", "pending_approval", "blocked", "failed", "unknown"]
@@ -26,9 +26,16 @@ class Disposition:
     approval_id: str | None = None
     id: str | None = None  # the send's id for status(); equals approval_id when queued
     state: str | None = None  # queue state on status(): pending|approved|rejected|sent|failed
+    code: str | None = None  # a stable refusal code where one is defined (SPEC.md, enforcer)
 
     def to_json(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v is not None and v != ""}
+        # Written out (not dataclasses.asdict, which deep-copies): one per HTTP answer.
+        out: dict[str, Any] = {"status": self.status}
+        for key in ("reason", "message_id", "approval_id", "id", "state", "code"):
+            value = getattr(self, key)
+            if value is not None and value != "":
+                out[key] = value
+        return out
 
     @classmethod
     def from_json(cls, data: Any) -> Disposition:
@@ -52,6 +59,7 @@ class Disposition:
             approval_id=opt("approval_id"),
             id=opt("id"),
             state=opt("state"),
+            code=opt("code"),
         )
 
 

@@ -14,6 +14,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from envelopay.enforcer.mime import subject_problem
 from envelopay.enforcer.model import BODY_CAP, Agent, Disposition, SendRequest
 from envelopay.mail.addresses import AddressProblem, parse_address
 
@@ -100,6 +101,8 @@ def check_request(raw: Mapping[str, Any]) -> SendRequest | Disposition:
         isinstance(subject, str) and len(subject) <= 900 and _PRINTABLE_LINE.fullmatch(subject)
     ):
         return _blocked("invalid header: subject")
+    if isinstance(subject, str) and subject_problem(subject):
+        return _blocked(f"invalid header: subject: {subject_problem(subject)}")
     sender = raw.get("from")
     if not valid_address(sender):
         return _blocked("invalid header: from")

@@ -10,7 +10,6 @@ the approval queue with approve / reject / kill buttons.
 from __future__ import annotations
 
 import html
-import json
 import secrets
 from typing import Any
 
@@ -18,6 +17,7 @@ from aiohttp import web
 
 from envelopay.enforcer.core import Enforcer
 from envelopay.enforcer.model import Decision, Disposition
+from envelopay.enforcer.requests import decode_send_body
 from envelopay.errors import StoreError, UsageError
 
 __all__ = ["build_app", "start_server"]
@@ -42,14 +42,13 @@ def _json(data: Any, status: int = 200) -> web.Response:
 async def _send(request: web.Request) -> web.Response:
     enforcer = request.app[ENFORCER]
     try:
-        body = await request.json()
+        data = await request.read()
     except web.HTTPRequestEntityTooLarge:
-        return _json(Disposition(status="blocked", reason="body too large: request over 1 MiB").to_json())
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        body = None
-    if not isinstance(body, dict):
-        refusal = Disposition(status="blocked", reason="invalid request: a JSON object is required")
+        refusal = Disposition(status="blocked", reason="body too large: request over 1 MiB", code="too_large")
         return _json(refusal.to_json())
+    body = decode_send_body(data)  # deep nesting, huge numbers, lone surrogates: refused here
+    if isinstance(body, Disposition):
+        return _json(body.to_json())
     return _json((await enforcer.send(_bearer(request), body)).to_json())
 
 
@@ -92,12 +91,9 @@ async def _agents(request: web.Request) -> web.Response:
 
 
 async def _create_agent(request: web.Request) -> web.Response:
-    try:
-        body = await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        body = None
-    if not isinstance(body, dict):
-        return _json({"error": "a JSON object is required"}, status=400)
+    body = decode_send_body(await request.read())  # the same limits as agent requests
+    if isinstance(body, Disposition):
+        return _json({"error": body.reason, "code": body.code}, status=400)
     allow = body.get("allow", [])
     try:
         if not isinstance(allow, list) or not all(isinstance(a, str) for a in allow):

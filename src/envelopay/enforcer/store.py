@@ -52,6 +52,16 @@ _SCHEMA = [
     "CREATE INDEX IF NOT EXISTS enf_sends_dup ON enf_sends (agent_id, fingerprint, state, updated_at)",
     "CREATE INDEX IF NOT EXISTS enf_sends_state ON enf_sends (state, created_at)",
     "CREATE INDEX IF NOT EXISTS enf_sends_msgid ON enf_sends (agent_id, message_id)",
+    # One row per (agent, kind, key) held by the send that claimed it: kind "msgid" for a
+    # caller-fixed Message-ID, "fp" for the duplicate guard's fingerprint. The primary key
+    # is what makes both checks race-free across processes (issue 11, item 5).
+    """CREATE TABLE IF NOT EXISTS enf_claims (
+        agent_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        claim_key TEXT NOT NULL,
+        send_id TEXT NOT NULL,
+        at DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (agent_id, kind, claim_key))""",
     """CREATE TABLE IF NOT EXISTS enf_outcomes (
         send_id TEXT PRIMARY KEY,
         state TEXT NOT NULL,
@@ -152,6 +162,23 @@ _SQL = {
     " ON CONFLICT (send_id) DO UPDATE SET state = excluded.state, message_id = excluded.message_id,"
     " detail = excluded.detail, at = excluded.at",
     "get_outcome": "SELECT state, message_id, detail FROM enf_outcomes WHERE send_id = ?",
+    # A claim is one conditional upsert: it is taken when free, or taken over when the
+    # holder's send FAILED, or (Message-ID) when the holder left no record for `stale`
+    # seconds (a crash between claim and record), or (fingerprint) when it is older than
+    # the duplicate window. Two processes never both get a row back.
+    "claim_msgid": "INSERT INTO enf_claims (agent_id, kind, claim_key, send_id, at)"
+    " VALUES (?, 'msgid', ?, ?, ?)"
+    " ON CONFLICT (agent_id, kind, claim_key) DO UPDATE SET send_id = excluded.send_id, at = excluded.at"
+    " WHERE EXISTS (SELECT 1 FROM enf_sends s WHERE s.id = enf_claims.send_id AND s.state = 'FAILED')"
+    " OR (enf_claims.at < ? AND NOT EXISTS (SELECT 1 FROM enf_sends s WHERE s.id = enf_claims.send_id))"
+    " RETURNING send_id",
+    "claim_fp": "INSERT INTO enf_claims (agent_id, kind, claim_key, send_id, at) VALUES (?, 'fp', ?, ?, ?)"
+    " ON CONFLICT (agent_id, kind, claim_key) DO UPDATE SET send_id = excluded.send_id, at = excluded.at"
+    " WHERE enf_claims.at < ?"
+    " OR EXISTS (SELECT 1 FROM enf_sends s WHERE s.id = enf_claims.send_id AND s.state = 'FAILED')"
+    " RETURNING send_id",
+    "claim_holder": "SELECT send_id FROM enf_claims WHERE agent_id = ? AND kind = ? AND claim_key = ?",
+    "release": "DELETE FROM enf_claims WHERE agent_id = ? AND kind = ? AND claim_key = ? AND send_id = ?",
 }
 
 
@@ -244,6 +271,20 @@ class EnforcerStore(ABC):
 
     async def reclaim(self, send_id: str, now: float, older_than: float) -> bool:
         return bool(await self.execute("reclaim", (now, now, send_id, older_than)))
+
+    async def claim(
+        self, agent_id: str, kind: str, key: str, send_id: str, now: float, older_than: float
+    ) -> bool:
+        """Take the (agent, kind, key) claim for `send_id` (see the SQL above)."""
+        stmt = "claim_msgid" if kind == "msgid" else "claim_fp"
+        return bool(await self.execute(stmt, (agent_id, key, send_id, now, older_than)))
+
+    async def claim_holder(self, agent_id: str, kind: str, key: str) -> str | None:
+        rows = await self.execute("claim_holder", (agent_id, kind, key))
+        return str(rows[0][0]) if rows else None
+
+    async def release(self, agent_id: str, kind: str, key: str, send_id: str) -> None:
+        await self.execute("release", (agent_id, kind, key, send_id))
 
     async def put_outcome(self, send_id: str, state: str, message_id: str | None, detail: str,
                           now: float) -> None:

@@ -8,9 +8,10 @@ d= is that sender's domain or a parent of it, and (when the verifier says which 
 it read) that same From. Under `required` a proof-carrying message without that is
 refused `dkim_failed`; under `prefer` and `off` the outcome records the mismatch.
 
-`dkim_aligned` here has the signature of the shared one the DKIM package is getting
-(envelopay.dkim.dkim_aligned, with `DkimResult.from_address`); until it lands, this
-reads `from_domain`, which today's DkimResult carries.
+A verdict from our verifier carries the From it read (`DkimResult.from_address`): then
+the shared rule decides (envelopay.dkim.dkim_aligned: the same address, and a passing
+d= aligned with its domain). A verdict without it (a trusted Authentication-Results, or
+one a caller built) is judged by its `from_domain` and signatures the same way.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from contextvars import ContextVar
 from dataclasses import replace
 
 from envelopay.dkim import DkimResult, aligned
+from envelopay.dkim import dkim_aligned as shared_dkim_aligned
 
 __all__ = ["acted_on", "dkim_aligned", "dkim_label"]
 
@@ -34,12 +36,10 @@ def dkim_aligned(result: DkimResult, from_address: str | None) -> bool:
     """Does `result` vouch for mail from `from_address`, the From acted on?"""
     if result.status != "pass" or not from_address or "@" not in from_address:
         return False
+    if result.from_address:
+        return shared_dkim_aligned(result, from_address)
     domain = _domain(from_address)
-    read = getattr(result, "from_address", None)
-    if isinstance(read, str) and read:
-        if read.strip().lower() != from_address.strip().lower():
-            return False
-    elif result.from_domain is not None and result.from_domain.lower().rstrip(".") != domain:
+    if result.from_domain is not None and result.from_domain.lower().rstrip(".") != domain:
         return False
     elif result.from_domain is None and result.signatures:
         return False  # the verifier found no single From: it vouched for none

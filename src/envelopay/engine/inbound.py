@@ -61,6 +61,7 @@ from envelopay.ledger.store import (
     Store,
 )
 from envelopay.protocol.codes import OopsCode
+from envelopay.protocol.lenient import lenient_warnings
 from envelopay.protocol.messages import (
     Invoice,
     Message,
@@ -150,7 +151,7 @@ class Engine(Refusals):
     ) -> Outcome:
         parsed = clean_parsed(parsed, fallback_message_id)
         try:
-            return await self._handle_parsed(parsed, dkim, fallback_message_id)
+            outcome = await self._handle_parsed(parsed, dkim, fallback_message_id)
         except Exception as exc:
             message_id = parsed.message_id or fallback_message_id
             sender = parsed.from_addr.lower() if parsed.from_addr else None
@@ -160,6 +161,8 @@ class Engine(Refusals):
             proof = self._proof_key(parsed.message)[0] if parsed.valid and parsed.message else None
             reason = f"handling raised {type(exc).__name__}: {exc}"
             return self._quarantine(parsed, message_id, sender, reason, proof)
+        applied = lenient_warnings(parsed.warnings)  # counted per mailbox (profile = "lenient")
+        return replace(outcome, lenient=applied) if applied and not outcome.lenient else outcome
 
     async def _handle_parsed(
         self, parsed: Parsed, dkim: DkimResult | None, fallback_message_id: str | None

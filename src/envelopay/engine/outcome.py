@@ -39,6 +39,9 @@ class Outcome:
     outbox: tuple[str, ...] = ()  # Message-IDs of the replies written to the outbox
     verdict: Mapping[str, Any] | None = None
     repeat: Repeat | None = None  # set when this is a recorded outcome handed back again
+    # The `lenient` interop profile's readings applied to this message (its `lenient:`
+    # warnings, SPEC.md "Interop profile `lenient`"); empty under strict.
+    lenient: tuple[str, ...] = ()
     dkim: str | None = None  # the DKIM verdict against the From acted on (engine.alignment)
 
     def to_json(self) -> dict[str, Any]:
@@ -51,6 +54,7 @@ class Outcome:
             "detail": self.detail,
             "outbox": list(self.outbox),
             "verdict": dict(self.verdict) if self.verdict is not None else None,
+            "lenient": list(self.lenient),
             **({"dkim": self.dkim} if self.dkim is not None else {}),
         }
 
@@ -66,6 +70,7 @@ class Outcome:
             outbox=tuple(data.get("outbox", ())),
             verdict=data.get("verdict"),
             repeat=repeat,
+            lenient=tuple(data.get("lenient", ())),
             dkim=data.get("dkim"),
         )
 

@@ -10,9 +10,7 @@ layer (LMTP/Maildir, no public MX), not by obscurity of the address". So:
   sends a single reply by itself), each reply given only after that recipient's copy
   is safely in its Maildir's new/ (see envelopay.mail.maildir for the layout).
 
-`LmtpClient` / `deliver()` is the sending side: aiosmtplib cannot speak LMTP (no LHLO)
-and smtplib.LMTP handles one recipient per transaction, so this is a small asyncio
-client that reads one reply per accepted recipient.
+`LmtpClient` / `deliver()` (mail.lmtp_client, re-exported here) is the sending side.
 """
 
 from __future__ import annotations
@@ -20,18 +18,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import logging
 import os
 import re
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envelopay.errors import ConfigError, TransportError, UsageError
+from envelopay.errors import ConfigError
 from envelopay.mail.addresses import Address, parse_address, require_address
+from envelopay.mail.garden_auth import GardenAccount, from_address, stamp
+
+# The client side lives in mail.lmtp_client; these names stay importable from here.
+from envelopay.mail.lmtp_client import DeliveryResult, Endpoint, LmtpClient, Reply, deliver
 from envelopay.mail.maildir import deliver_file, ensure_maildir, mailbox_path
+from envelopay.protocol.headers import HeaderRefusal, read_headers
 
 LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost")
+_log = logging.getLogger("envelopay.garden")
 
 
 def peer_allowed(peer: Any) -> bool:
@@ -62,19 +67,48 @@ class GardenStats:
     refused_rcpts: int = 0
     delivered: int = 0
     failed: int = 0
+    refused_busy: int = 0
+    refused_auth: int = 0
+    refused_from: int = 0
 
 
 class _GardenHandler:
-    """aiosmtpd handler hooks: RCPT membership and per-recipient Maildir delivery."""
+    """aiosmtpd handler hooks: who is sending (AUTH, MAIL, From), RCPT membership and
+    per-recipient Maildir delivery."""
 
     def __init__(self, server: GardenServer) -> None:
         self._server = server
+
+    def _account(self, session: Any) -> GardenAccount | None:
+        data = getattr(session, "auth_data", None) if session.authenticated else None
+        return data if isinstance(data, GardenAccount) else None
+
+    def authenticate(self, server: Any, session: Any, envelope: Any, mechanism: str, auth_data: Any) -> Any:
+        from aiosmtpd.smtp import AuthResult, LoginPassword
+
+        account = None
+        if isinstance(auth_data, LoginPassword):
+            candidate = self._server.accounts.get(auth_data.login.decode("utf-8", "replace"))
+            if candidate is not None and candidate.check(auth_data.password.decode("utf-8", "replace")):
+                account = candidate
+        if account is None:
+            self._server.stats.refused_auth += 1
+            # handled=False: aiosmtpd answers 535 (handled=True would answer nothing).
+            return AuthResult(success=False, handled=False)
+        return AuthResult(success=True, auth_data=account)
 
     async def handle_MAIL(
         self, server: Any, session: Any, envelope: Any, address: str, mail_options: list[str]
     ) -> str:
         if address not in ("", "<>") and _bare(address) is None:
             return "553 5.1.7 sender address refused: not exactly one valid address"
+        if self._server.accounts:
+            account = self._account(session)
+            if account is None:
+                return "530 5.7.0 authentication required: this garden knows its senders"
+            bare = _bare(address)
+            if bare is not None and not account.may_send_as(bare.addr):
+                return f"553 5.7.1 {account.user} may not send as {bare.addr}"
         envelope.mail_from = address
         envelope.mail_options.extend(mail_options)
         return "250 2.1.0 Ok"
@@ -87,6 +121,8 @@ class _GardenHandler:
             self._server.stats.refused_rcpts += 1
             return "550 5.1.1 recipient is not in this garden"
         self._server.stats.accepted_rcpts += 1
+        # A repeated RCPT is accepted (and gets its own DATA reply, RFC 2033 4.2) but
+        # stores one copy: see handle_DATA.
         envelope.rcpt_tos.append(parsed.addr.lower())
         envelope.rcpt_options.extend(rcpt_options)
         return "250 2.1.5 Ok"
@@ -99,16 +135,42 @@ class _GardenHandler:
         session.host_name = hostname
         return [*responses[:-1], "250-PIPELINING", responses[-1]]
 
+    def _admit(self, session: Any, content: bytes) -> bytes | str:
+        """The bytes to store, or the refusal every recipient gets."""
+        read = read_headers(content)
+        if isinstance(read, HeaderRefusal):
+            if self._server.accounts:
+                # No From can be checked in a block the shared reader refuses.
+                return f"550 5.6.0 header block refused ({read.reason})"
+            # An open garden checks no From: the block is stored as it came, and every
+            # reader downstream (parser, DKIM, authenticated_sender) refuses it the same way.
+            return content
+        account = self._account(session)
+        if self._server.accounts:
+            frm = from_address(read)
+            if account is None or frm is None or not account.may_send_as(frm):
+                self._server.stats.refused_from += 1
+                who = account.user if account is not None else "an unauthenticated sender"
+                return f"550 5.7.1 {who} may not send From {frm or 'that header'}"
+        return stamp(content, read, authserv_id=self._server.hostname,
+                     user=account.user if account is not None else None)
+
     async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
         content = envelope.original_content or envelope.content or b""
         if isinstance(content, str):
             content = content.encode("utf-8", "surrogateescape")
         sender = envelope.mail_from or ""
-        replies: list[str] = []
         if len(content) > self._server.data_size_limit:
             return "\r\n".join("552 5.3.4 message too big" for _ in envelope.rcpt_tos)
+        admitted = self._admit(session, content)
+        if isinstance(admitted, str):
+            return "\r\n".join(admitted for _ in envelope.rcpt_tos)
+        replies: list[str] = []
+        stored: dict[str, bool] = {}
         for rcpt in envelope.rcpt_tos:
-            ok = await self._server._store(rcpt, sender, content)
+            if rcpt not in stored:  # the same RCPT twice: one copy, the same answer twice
+                stored[rcpt] = await self._server._store(rcpt, sender, admitted)
+            ok = stored[rcpt]
             replies.append(
                 f"250 2.0.0 <{rcpt}> delivered" if ok else f"451 4.3.0 <{rcpt}> delivery failed, try again"
             )
@@ -145,17 +207,47 @@ def _lmtp_class() -> type[Any]:
                 return None, None
             return addr, rest
 
+        _refused = False
+
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             peer = transport.get_extra_info("peername")
             garden: GardenServer = self.event_handler._server
             garden.stats.connections += 1
+            refusal = b""
             if not garden.peer_filter(peer):
                 garden.stats.refused_peers += 1
+                refusal = b"421 4.7.0 connections are accepted from inside the garden only\r\n"
+                _log.warning("garden: refused a connection from %r (not loopback or a Unix socket)", peer)
+            elif garden.active >= garden.max_connections:
+                garden.stats.refused_busy += 1
+                refusal = b"421 4.7.0 too many connections, try again later\r\n"
+                _log.warning("garden: refused a connection: %d open (max_connections)", garden.active)
+            if refusal:
+                self._refused = True
                 if isinstance(transport, asyncio.WriteTransport):
-                    transport.write(b"421 4.7.0 connections are accepted from inside the garden only\r\n")
+                    transport.write(refusal)
                 transport.close()
                 return
+            garden.active += 1
             super().connection_made(transport)
+
+        # A refused connection never started an aiosmtpd session: its callbacks must not
+        # run (they assert a session exists, and each refusal logged a traceback).
+        def connection_lost(self, error: Exception | None) -> None:
+            if self._refused:
+                return
+            self.event_handler._server.active -= 1
+            super().connection_lost(error)
+
+        def data_received(self, data: bytes) -> None:
+            if not self._refused:
+                super().data_received(data)
+
+        def eof_received(self) -> bool | None:
+            if self._refused:
+                return None
+            result: bool | None = super().eof_received()
+            return result
 
     return GardenLMTP
 
@@ -170,6 +262,12 @@ class GardenServer:
     on_delivered -- called with (address, path) after each Maildir delivery
     trace_header -- prepend Return-Path and Delivered-To (unsigned, so DKIM still holds)
     peer_filter -- which peers may talk to the garden (default: Unix socket or loopback)
+    accounts  -- per-agent credentials (mail.garden_auth): given, every sender must AUTH,
+                 may use only its account's addresses in MAIL FROM and From, and each
+                 stored copy carries the garden's Authentication-Results naming it.
+                 None: an open garden (any local process may send From any address)
+    idle_timeout -- seconds a connection may sit idle before the garden closes it
+    max_connections -- open connections at once; more get 421 and are closed
     """
 
     def __init__(
@@ -186,6 +284,9 @@ class GardenServer:
         trace_header: bool = True,
         data_size_limit: int = 10 * 1024 * 1024,
         peer_filter: Callable[[Any], bool] = peer_allowed,
+        accounts: Iterable[GardenAccount] | None = None,
+        idle_timeout: float = 60.0,
+        max_connections: int = 64,
     ) -> None:
         if unix_path is None and host not in LOOPBACK_HOSTS:
             try:
@@ -207,6 +308,12 @@ class GardenServer:
         self.trace_header = trace_header
         self.data_size_limit = data_size_limit
         self.peer_filter = peer_filter
+        self.accounts: dict[str, GardenAccount] = {a.user: a for a in accounts or ()}
+        if idle_timeout <= 0 or max_connections < 1:
+            raise ConfigError("garden: idle_timeout must be > 0 and max_connections >= 1")
+        self.idle_timeout = idle_timeout
+        self.max_connections = max_connections
+        self.active = 0  # open (admitted) connections
         self.stats = GardenStats()
         self._server: asyncio.AbstractServer | None = None
         self._maildirs: dict[str, Path] = {}
@@ -237,6 +344,12 @@ class GardenServer:
                 # answers per recipient, so theirs only stops runaway input.
                 data_size_limit=self.data_size_limit * 4 + 65536,
                 loop=loop,
+                timeout=self.idle_timeout,
+                # AUTH over loopback / a Unix socket: the bytes never leave the host, so
+                # no TLS; the MAIL hook (not aiosmtpd's auth_required) demands it.
+                auth_require_tls=False,
+                authenticator=handler.authenticate if self.accounts else None,
+                auth_exclude_mechanism=["LOGIN"],
             )
 
         if self.unix_path is not None:
@@ -289,218 +402,15 @@ class GardenServer:
         return True
 
 
-# --------------------------------------------------------------------- client
 
-
-@dataclass(frozen=True, slots=True)
-class Reply:
-    code: int
-    text: str
-
-    @property
-    def ok(self) -> bool:
-        return 200 <= self.code < 300
-
-
-@dataclass(frozen=True, slots=True)
-class DeliveryResult:
-    """Per-recipient outcome of one LMTP transaction (RCPT refusal or DATA reply)."""
-
-    replies: dict[str, Reply] = field(default_factory=dict)
-
-    @property
-    def delivered(self) -> tuple[str, ...]:
-        return tuple(r for r, rep in self.replies.items() if rep.ok)
-
-    @property
-    def refused(self) -> tuple[str, ...]:
-        return tuple(r for r, rep in self.replies.items() if not rep.ok)
-
-
-Endpoint = tuple[str, int] | int | str | Path
-
-
-class LmtpClient:
-    """A minimal LMTP client (RFC 2033) keeping one connection for many transactions."""
-
-    def __init__(self, endpoint: Endpoint, *, timeout: float = 30.0, name: str = "garden-client") -> None:
-        self.endpoint = endpoint
-        self.timeout = timeout
-        self.name = name
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
-        self._pipelining = False  # the server's LHLO answer lists PIPELINING
-
-    async def connect(self) -> None:
-        ep = self.endpoint
-        try:
-            if isinstance(ep, str | Path):
-                conn = asyncio.open_unix_connection(str(ep))
-            elif isinstance(ep, int):
-                conn = asyncio.open_connection("127.0.0.1", ep)
-            else:
-                conn = asyncio.open_connection(ep[0], ep[1])
-            self._reader, self._writer = await asyncio.wait_for(conn, self.timeout)
-            await self._expect(await self._reply(), "greeting")
-            lhlo = await self._command(f"LHLO {self.name}", "LHLO")
-            self._pipelining = "PIPELINING" in (ext.split(" ", 1)[0].upper() for ext in lhlo.text.split("\n"))
-        except TransportError:
-            await self.close()
-            raise
-        except (TimeoutError, OSError, asyncio.IncompleteReadError) as exc:
-            await self.close()
-            raise TransportError(f"LMTP connect to {ep}: {exc!r}") from exc
-
-    async def close(self) -> None:
-        if self._writer is not None:
-            with contextlib.suppress(Exception):
-                self._writer.write(b"QUIT\r\n")
-                await asyncio.wait_for(self._writer.drain(), 2)
-            self._writer.close()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._writer.wait_closed(), 2)
-        self._reader = self._writer = None
-
-    async def __aenter__(self) -> LmtpClient:
-        await self.connect()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-    async def send(self, raw: bytes, sender: str, recipients: Sequence[str]) -> DeliveryResult:
-        """One transaction: MAIL, one RCPT per recipient, DATA, one reply per accepted one."""
-        env_from, rcpts = _envelope(sender, recipients)
-        if self._writer is None:
-            await self.connect()
-        try:
-            return await self._transaction(raw, env_from, rcpts)
-        except TransportError:
-            await self.close()
-            raise
-        except (TimeoutError, OSError, asyncio.IncompleteReadError) as exc:
-            await self.close()
-            raise TransportError(f"LMTP transaction broke: {exc!r}") from exc
-
-    async def _transaction(self, raw: bytes, sender: str, rcpts: list[str]) -> DeliveryResult:
-        if self._pipelining:
-            return await self._pipelined(raw, sender, rcpts)
-        await self._command(f"MAIL FROM:<{sender}>", "MAIL")
-        replies: dict[str, Reply] = {}
-        accepted: list[str] = []
-        for r in rcpts:
-            rep = await self._send_line(f"RCPT TO:<{r}>")
-            replies[r] = rep
-            if rep.ok:
-                accepted.append(r)
-        if not accepted:
-            await self._command("RSET", "RSET")
-            return DeliveryResult(replies)
-        rep = await self._send_line("DATA")
-        if rep.code != 354:
-            raise TransportError(f"LMTP DATA refused: {rep.code} {rep.text}")
-        return await self._content(raw, accepted, replies)
-
-    async def _pipelined(self, raw: bytes, sender: str, rcpts: list[str]) -> DeliveryResult:
-        """MAIL, every RCPT and DATA in one write (RFC 2920), then their replies in order;
-        the content goes only after 354, as without pipelining."""
-        assert self._writer is not None
-        lines = [f"MAIL FROM:<{sender}>", *(f"RCPT TO:<{r}>" for r in rcpts), "DATA"]
-        self._writer.write("".join(line + "\r\n" for line in lines).encode("ascii"))
-        mail = await self._reply()
-        replies: dict[str, Reply] = {}
-        accepted: list[str] = []
-        for r in rcpts:
-            rep = await self._reply()
-            replies[r] = rep
-            if rep.ok:
-                accepted.append(r)
-        data = await self._reply()
-        await self._expect(mail, "MAIL")
-        if not accepted:
-            if data.code == 354:  # a server that took DATA with no recipient: start afresh
-                await self.close()
-                return DeliveryResult(replies)
-            await self._command("RSET", "RSET")
-            return DeliveryResult(replies)
-        if data.code != 354:
-            raise TransportError(f"LMTP DATA refused: {data.code} {data.text}")
-        return await self._content(raw, accepted, replies)
-
-    async def _content(self, raw: bytes, accepted: list[str], replies: dict[str, Reply]) -> DeliveryResult:
-        assert self._writer is not None
-        self._writer.write(_dot_stuff(raw))
-        first = await self._reply()
-        replies[accepted[0]] = first
-        for r in accepted[1:]:
-            if first.ok:
-                replies[r] = await self._reply()
-                continue
-            # Some servers (aiosmtpd's own size check among them) answer a refused DATA
-            # once, not once per recipient: wait briefly, then apply that reply to all.
-            try:
-                replies[r] = await self._reply(timeout=min(self.timeout, 2.0))
-            except TimeoutError:
-                for rest in accepted[accepted.index(r) :]:
-                    replies[rest] = first
-                await self.close()
-                break
-        return DeliveryResult(replies)
-
-    async def _send_line(self, line: str) -> Reply:
-        assert self._writer is not None
-        self._writer.write(line.encode("ascii") + b"\r\n")
-        return await self._reply()
-
-    async def _command(self, line: str, what: str) -> Reply:
-        return await self._expect(await self._send_line(line), what)
-
-    async def _expect(self, rep: Reply, what: str) -> Reply:
-        if not rep.ok:
-            raise TransportError(f"LMTP {what} refused: {rep.code} {rep.text}")
-        return rep
-
-    async def _reply(self, timeout: float | None = None) -> Reply:
-        """Read one (possibly multi-line) reply."""
-        assert self._reader is not None
-        texts: list[str] = []
-        while True:
-            async with asyncio.timeout(timeout or self.timeout):  # no task per line, unlike wait_for
-                line = await self._reader.readline()
-            if not line:
-                raise asyncio.IncompleteReadError(b"", None)
-            text = line.decode("utf-8", "replace").rstrip("\r\n")
-            if len(text) < 3 or not text[:3].isdigit():
-                raise TransportError(f"LMTP: malformed reply line {text[:80]!r}")
-            texts.append(text[4:])
-            if len(text) == 3 or text[3] == " ":
-                return Reply(int(text[:3]), "\n".join(texts))
-
-
-def _envelope(sender: str, recipients: Sequence[str]) -> tuple[str, list[str]]:
-    """Validated envelope addresses (UsageError before any I/O); "" is the null sender."""
-    env_from = "" if sender in ("", "<>") else require_address(sender, field="sender")
-    rcpts = [require_address(r, field="recipient") for r in recipients]
-    if not rcpts:
-        raise UsageError("recipient: at least one is needed")
-    return env_from, rcpts
-
-
-def _dot_stuff(raw: bytes) -> bytes:
-    """CRLF line endings, leading dots doubled, and the terminating '.'."""
-    data = raw.replace(b"\r\n", b"\n").replace(b"\n", b"\r\n")
-    if data.startswith(b"."):
-        data = b"." + data
-    data = data.replace(b"\r\n.", b"\r\n..")
-    if not data.endswith(b"\r\n"):
-        data += b"\r\n"
-    return data + b".\r\n"
-
-
-async def deliver(
-    raw: bytes, sender: str, recipients: Sequence[str], endpoint: Endpoint, *, timeout: float = 30.0
-) -> DeliveryResult:
-    """Deliver one message over LMTP on a fresh connection."""
-    _envelope(sender, recipients)
-    async with LmtpClient(endpoint, timeout=timeout) as client:
-        return await client.send(raw, sender, recipients)
+__all__ = [
+    "DeliveryResult",
+    "Endpoint",
+    "GardenAccount",
+    "GardenServer",
+    "GardenStats",
+    "LmtpClient",
+    "Reply",
+    "deliver",
+    "peer_allowed",
+]

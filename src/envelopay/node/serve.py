@@ -12,6 +12,7 @@ from typing import Any
 from envelopay.config import WorkerConfig
 from envelopay.endpoints.responders import Responder
 from envelopay.engine.transport import Transport
+from envelopay.mail.garden_auth import GardenAccount
 from envelopay.node.runtime import serve_responders
 from envelopay.node.transports import GardenTransport
 from envelopay.node.wiring import build_node
@@ -43,9 +44,11 @@ async def serve_worker(
 
         addresses = {cfg.agent.address, *(r.address for r in responders), *cfg.transport.garden_addresses}
         sock = cfg.path(cfg.transport.garden_socket) if cfg.transport.garden_socket else None
-        garden = GardenServer(root, sorted(addresses), unix_path=sock, port=cfg.transport.lmtp_port or 0)
+        accounts, own = _garden_accounts(cfg, [r.address for r in responders])
+        garden = GardenServer(root, sorted(addresses), unix_path=sock, port=cfg.transport.lmtp_port or 0,
+                              accounts=accounts)
         await garden.start()
-        transport = GardenTransport(garden.endpoint)
+        transport = GardenTransport(garden.endpoint, auth=own)
         echo(f"garden listening at {garden.endpoint} for {', '.join(sorted(addresses))}")
     node = build_node(cfg, transport=transport)
     if cfg.transport.kind == "smtp":
@@ -100,6 +103,23 @@ async def _until_stop_or_death(
         exc = None if t.cancelled() else t.exception()
         _log.error("serving loop %s ended while serving", t.get_coro(), exc_info=exc)
     return died
+
+
+def _garden_accounts(
+    cfg: WorkerConfig, responder_addresses: list[str]
+) -> tuple[list[GardenAccount] | None, tuple[str, str] | None]:
+    """The embedded garden's accounts and this process's own credential.
+
+    Without `transport.garden_accounts` the garden is open (no accounts, no credential).
+    With it, the garden authenticates every sender: the file's accounts (other agents,
+    the enforcer) plus one made here, in memory, for this worker and its responders."""
+    from envelopay.mail.garden_auth import load_accounts, new_account
+
+    if not cfg.transport.garden_accounts:
+        return None, None
+    accounts = load_accounts(cfg.path(cfg.transport.garden_accounts))
+    account, secret = new_account(f"node.{cfg.agent.address}", [cfg.agent.address, *responder_addresses])
+    return [*accounts, account], (account.user, secret)
 
 
 async def _retry_loop(drain: Callable[[], Any], stop: asyncio.Event, interval: float) -> None:

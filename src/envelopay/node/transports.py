@@ -24,6 +24,7 @@ class GardenTransport:
 
     endpoint: tuple[str, int] | Path
     timeout: float = 30.0
+    auth: tuple[str, str] | None = None  # (user, secret) toward a garden with accounts
 
     def __post_init__(self) -> None:
         from envelopay.mail.garden import LmtpClient
@@ -35,7 +36,7 @@ class GardenTransport:
         from envelopay.mail.garden import LmtpClient
 
         if self._client is None:
-            client = LmtpClient(self.endpoint, timeout=self.timeout)
+            client = LmtpClient(self.endpoint, timeout=self.timeout, auth=self.auth)
             await client.connect()
             self._client = client
         return self._client

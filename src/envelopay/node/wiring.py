@@ -14,6 +14,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ from envelopay.errors import ConfigError
 from envelopay.ledger.store import Store
 from envelopay.node.transports import GardenTransport
 from envelopay.protocol.messages import Message
+from envelopay.protocol.parse import ParseOptions, parse
 from envelopay.rails.interface import Rail
 
 __all__ = ["AgentNode", "build_node", "open_store"]
@@ -251,6 +253,8 @@ def build_node(
     engine_kw: dict[str, Any] = {}
     if id_factory is not None:
         engine_kw["id_factory"] = id_factory
+    if cfg.agent.profile != "strict":
+        engine_kw["parser"] = partial(parse, options=ParseOptions(profile=cfg.agent.profile))
     engine = Engine(
         store,
         address=cfg.agent.address,
@@ -356,7 +360,19 @@ def garden_transport(cfg: WorkerConfig, connections: int = 4) -> GardenPool:
         raise ConfigError("transport: set garden_socket or lmtp_port to reach the garden")
     else:
         endpoint = (t.lmtp_host, t.lmtp_port)
-    return GardenPool([GardenTransport(endpoint) for _ in range(connections)])
+    auth = garden_credential(cfg)
+    return GardenPool([GardenTransport(endpoint, auth=auth) for _ in range(connections)])
+
+
+def garden_credential(cfg: WorkerConfig) -> tuple[str, str] | None:
+    """(agent address, secret) when `transport.garden_secret_env` names the env var
+    holding this agent's garden secret; None for an open garden."""
+    name = cfg.transport.garden_secret_env
+    if not name:
+        return None
+    secret = _secret(name, "transport.garden_secret_env")
+    assert secret is not None  # _secret raises when the variable is unset or empty
+    return cfg.agent.address, secret
 
 
 class GardenPool:

@@ -1,11 +1,16 @@
 """Compose a protocol message into RFC 5322 bytes (CRLF line endings).
 
 Layout: headers (From, To, Subject `TYPE | note`, Date, Message-ID, threading,
-X-Envelopay-Type), then multipart/mixed with a human-readable text/plain part that
-contains the JSON, and the same JSON as a top-level application/json part (base64:
-7-bit safe and stable under DKIM). Every header value is checked for CR/LF before any
-byte is produced. Output is a pure function of the input (the MIME boundary is derived
-from the content), so a resend of the same outbox row is byte-identical.
+X-Envelopay-Type), then multipart/mixed holding a multipart/alternative (text/plain
+that is the compact JSON object alone, on one line; text/html with the human note
+and the JSON for people's mail clients) and the same JSON as a top-level
+application/json part (base64: 7-bit safe and stable under DKIM). The text part has
+that shape for the simplest receiver: one that runs `json.loads` on the whole text
+body, or on the first line starting with `{` (the spec's own AgentMail example
+sends the JSON as the whole text body; SPEC.md "Composing"). Every header value is
+checked for CR/LF before any byte is produced. Output is a pure function of the input
+(the MIME boundary is derived from the content), so a resend of the same outbox row is
+byte-identical.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import html
 import json
 import re
 from collections.abc import Sequence
@@ -43,6 +49,8 @@ _DOMAIN = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?")
 _SUBJECT_NOTE_MAX = 200  # a derived subject note is shortened; the JSON keeps the whole note
 _MAX_REFERENCES = 20
 _CRLF = "\r\n"
+_BOUNDARY_PREFIX = "=_envelopay_"
+_MAX_LINE = 998
 
 
 class HeaderValueError(UsageError):
@@ -140,21 +148,40 @@ def _fold_ids(ids: Sequence[str]) -> str:
     return (_CRLF + " ").join(ids)
 
 
-def _text_part(message: Message, subject: str) -> tuple[str, str]:
-    """(Content-Transfer-Encoding, encoded text) of the human-readable part."""
-    kind = MessageType(message.type)
-    text = (
-        f"{subject}\r\n\r\n"
-        f"This is an Envelopay {kind.keyword} message. The JSON below is also attached as\r\n"
-        "application/json.\r\n\r\n"
-        + message_json(message, indent=2).replace("\n", _CRLF)
-        + _CRLF
-    )
-    lines = text.split(_CRLF)
-    if text.isascii() and all(len(line) <= 76 for line in lines):
-        return "7bit", text
+def _plain_part(json_text: str) -> tuple[str, str]:
+    """(Content-Transfer-Encoding, encoded text) of the text/plain alternative: the
+    compact JSON alone, so a receiver that reads the raw part sees one JSON line too.
+    RFC 5322 section 2.1.1: a line MUST be at most 998 characters; longer (or non-ASCII)
+    JSON goes quoted-printable, whose soft line breaks decode back to the one line."""
+    if json_text.isascii() and len(json_text) <= _MAX_LINE and _BOUNDARY_PREFIX not in json_text:
+        return "7bit", json_text
+    return "quoted-printable", _qp(json_text)
+
+
+def _qp(text: str) -> str:
     data = binascii.b2a_qp(text.encode("utf-8"), istext=True, header=False)
-    return "quoted-printable", data.decode("ascii").replace("\r\n", "\n").replace("\n", _CRLF)
+    return data.decode("ascii").replace("\r\n", "\n").replace("\n", _CRLF)
+
+
+def _html_part(message: Message, subject: str) -> str:
+    """The text/html alternative for people: the subject, a sentence, the note, and the
+    JSON indented in <pre>. Always quoted-printable: `=` becomes `=3D`, so no boundary
+    (which starts with `=_`) can occur in it."""
+    kind = MessageType(message.type)
+    note = getattr(message, "note", None)
+    lines = [
+        "<!DOCTYPE html>",
+        '<html><head><meta charset="utf-8"></head><body>',
+        f"<p><b>{html.escape(subject, quote=False)}</b></p>",
+        # Worded without the letters of that MIME subtype: a receiver may then skip this
+        # container when looking for the data part (parse's fast path).
+        f"<p>This is an Envelopay {kind.keyword} message. Its data is below, and attached for programs.</p>",
+    ]
+    if isinstance(note, str) and note.strip():
+        lines.append(f"<p>{html.escape(note, quote=False)}</p>".replace("\n", "<br>"))
+    # Element content needs only & < > escaped: quotes stay, so the JSON reads as written.
+    lines += [f"<pre>{html.escape(message_json(message, indent=2), quote=False)}</pre>", "</body></html>"]
+    return _qp("\n".join(lines).replace("\r", ""))
 
 
 def compose(out: Outbound) -> bytes:
@@ -170,11 +197,15 @@ def compose(out: Outbound) -> bytes:
     subject = format_subject(kind, _subject_note(out))
     subject_value = _subject_header(subject)
 
-    json_bytes = message_json(out.message).encode("utf-8")
-    cte, text = _text_part(out.message, subject)
+    json_text = message_json(out.message)
+    json_bytes = json_text.encode("utf-8")
+    cte, text = _plain_part(json_text)
+    html_text = _html_part(out.message, subject)
     b64 = base64.encodebytes(json_bytes).decode("ascii").replace("\n", _CRLF)
     digest = hashlib.sha256(message_id.encode() + json_bytes).hexdigest()[:32]
-    boundary = f"=_envelopay_{digest}"  # "=_" cannot occur in base64 or quoted-printable
+    # "=_" cannot occur in base64 or quoted-printable, nor in a 7bit part (checked).
+    boundary = f"{_BOUNDARY_PREFIX}{digest}"
+    alt_boundary = f"{_BOUNDARY_PREFIX}alt_{digest}"
 
     headers = [
         f"From: {sender}",
@@ -192,15 +223,21 @@ def compose(out: Outbound) -> bytes:
         f"X-Envelopay-Type: {kind.keyword}",
         f'Content-Type: multipart/mixed; boundary="{boundary}"',
     ]
-    if cte == "7bit" and boundary in text:
-        cte = "quoted-printable"
-        text = binascii.b2a_qp(text.encode("utf-8"), istext=True).decode("ascii")
     body = [
         f"--{boundary}",
+        f'Content-Type: multipart/alternative; boundary="{alt_boundary}"',
+        "",
+        f"--{alt_boundary}",
         'Content-Type: text/plain; charset="utf-8"',
         f"Content-Transfer-Encoding: {cte}",
         "",
-        text.rstrip(_CRLF),
+        text,
+        f"--{alt_boundary}",
+        'Content-Type: text/html; charset="utf-8"',
+        "Content-Transfer-Encoding: quoted-printable",
+        "",
+        html_text.rstrip(_CRLF),
+        f"--{alt_boundary}--",
         f"--{boundary}",
         "Content-Type: application/json",
         'Content-Disposition: attachment; filename="envelopay.json"',

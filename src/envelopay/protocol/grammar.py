@@ -20,6 +20,7 @@ __all__ = [
     "classify_subject",
     "decode_subject",
     "format_subject",
+    "is_reply",
 ]
 
 # The nine all-caps keywords, in the spec's order.
@@ -34,6 +35,13 @@ _SHAPE = re.compile(r"([A-Z]+)(?:[ \t]*\|(.*))?", re.DOTALL)
 # protocol." We also treat Outlook's "Fw:" as a forward (decision, see SPEC.md).
 _REPLY_OR_FORWARD = re.compile(r"(?:re|fwd?)[ \t]*:", re.IGNORECASE)
 _RE_ONLY = re.compile(r"re[ \t]*:[ \t]*", re.IGNORECASE)
+# A mailing list's subject tag (Mailman's `subject_prefix`, "[listname] " or
+# "[listname 123] "): the list's decoration, not the sender's words (SPEC.md, rule S1).
+# No colon inside, so "[Fwd: PAY]" is not a tag.
+_LIST_TAG = re.compile(r"\[[^\[\]:\r\n]{1,64}\][ \t]*")
+# Forwards that carry no `Fwd:` prefix: Alpine's "subject (fwd)" and the old
+# "[Fwd: subject]" of Netscape-era clients (rule S2).
+_FORWARD_MARK = re.compile(r"(?:.*\(fwd\)[ \t]*|\[fwd?[ \t]*:.*\])", re.IGNORECASE | re.DOTALL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,11 +75,26 @@ def decode_subject(value: str) -> tuple[str, bool]:
         return value, False
 
 
+def _strip_tag(text: str) -> str:
+    m = _LIST_TAG.match(text)
+    return text[m.end() :] if m is not None else text
+
+
+def is_reply(subject: str | None) -> bool:
+    """A `Re:` subject (after a list tag), not a forward: the lenient profile's cue."""
+    if subject is None:
+        return False
+    text = _strip_tag(subject.strip())
+    return _RE_ONLY.match(text) is not None and _FORWARD_MARK.fullmatch(text) is None
+
+
 def classify_subject(subject: str | None, *, re_prefix: Literal["v0.1", "v0.2"] = "v0.1") -> SubjectForm:
     """Apply the subject grammar to a decoded subject."""
     if subject is None:
         return SubjectForm(False, reason="no Subject header")
-    text = subject.strip()
+    text = _strip_tag(subject.strip())
+    if _FORWARD_MARK.fullmatch(text):
+        return SubjectForm(False, reason="forwarded (Alpine `(fwd)` or `[Fwd: ...]`): not a request")
     if _REPLY_OR_FORWARD.match(text):
         if re_prefix == "v0.1":
             return SubjectForm(False, reason="Re:/Fwd: prefix: the sender does not speak the protocol")
@@ -80,7 +103,7 @@ def classify_subject(subject: str | None, *, re_prefix: Literal["v0.1", "v0.2"] 
             m = _RE_ONLY.match(text)
             if m is None:
                 break
-            text = text[m.end() :].strip()
+            text = _strip_tag(text[m.end() :].strip())
         if _REPLY_OR_FORWARD.match(text):
             return SubjectForm(False, reason="Fwd: prefix: a forwarded message is not a request")
     m = _SHAPE.fullmatch(text)

@@ -127,11 +127,33 @@ class Which(_Body):
     task: JsonObject | Text | None = None
 
 
+# The lenient interop profile (SPEC.md "Interop profile `lenient`") accepts a METHODS
+# rail without `price` as "price on request": `price` is then None. The parser asks
+# for it with the validation context {"lenient": True}; strict stays the default.
+_PRICE_ON_REQUEST = object()
+
+
+def _price_in(value: Any) -> Any:
+    if value is _PRICE_ON_REQUEST:
+        return None
+    if value is None:
+        raise ValueError("price must be a string of decimal digits in the smallest unit")
+    return value
+
+
 class RailMethod(_Wire):
     chain: Chain
     token: Token
     wallet: Wallet
-    price: Amount
+    price: Annotated[Amount | None, BeforeValidator(_price_in)]  # None: price on request (lenient)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _price_on_request(cls, data: Any, info: ValidationInfo) -> Any:
+        lenient = isinstance(info.context, dict) and bool(info.context.get("lenient"))
+        if lenient and isinstance(data, dict) and "price" not in data:
+            return {**data, "price": _PRICE_ON_REQUEST}
+        return data
 
 
 class Methods(_Body):

@@ -20,50 +20,39 @@ An OOPS that fails any stage is invalid and answers nothing (never OOPS an OOPS)
 
 from __future__ import annotations
 
-import binascii
-import html
-import json
 import re
 from dataclasses import dataclass, field
-from email.utils import getaddresses
+from functools import partial
 from typing import Any, Literal
 
 from pydantic import ValidationError
 
 from envelopay.protocol.codes import OopsCode
-from envelopay.protocol.grammar import SUPPORTED_TYPES_TEXT, classify_subject, decode_subject
+from envelopay.protocol.grammar import SUPPORTED_TYPES_TEXT, classify_subject, decode_subject, is_reply
+from envelopay.protocol.headers import SINGLETON_HEADERS, Field, HeaderRefusal, read_headers
+from envelopay.protocol.headers import addresses as _addresses
+from envelopay.protocol.lenient import LENIENT_PREFIX, fill, type_line
 from envelopay.protocol.messages import (
     SUPPORTED_VERSIONS,
     Message,
     MessageType,
+    Methods,
     Which,
     model_for,
 )
+from envelopay.protocol.mime import (
+    decode_text,
+    decode_transfer,
+    head_block,
+    split_multipart,
+    strip_last_newline,
+)
 from envelopay.protocol.parsed import Parsed, Problem
+from envelopay.protocol.payload import PayloadError, TextLeaf, extract, leading_text
 
 __all__ = ["SINGLETON_HEADERS", "ParseOptions", "parse"]
 
-# RFC 5322 section 3.6: at most one of each. Two Subject or two From headers are how
-# signed mail gets spoofed (a DKIM signature covers only one of them).
-SINGLETON_HEADERS: frozenset[str] = frozenset(
-    {
-        "date",
-        "from",
-        "sender",
-        "reply-to",
-        "to",
-        "cc",
-        "bcc",
-        "message-id",
-        "in-reply-to",
-        "references",
-        "subject",
-        "mime-version",
-        "content-type",
-        "content-transfer-encoding",
-        "x-envelopay-type",
-    }
-)
+# SINGLETON_HEADERS (protocol.headers) is re-exported: the one list every reader refuses twice.
 # Headers whose decoded value we read; CR/LF in any of them is refused.
 _USED_HEADERS = ("subject", "from", "to", "message-id", "in-reply-to", "references", "x-envelopay-type")
 
@@ -77,17 +66,9 @@ _VERSION = re.compile(r"([0-9]{1,9})\.([0-9]{1,9})(?:\.[0-9]{1,9})?(?:[-+][0-9A-
 _LINE_SPLIT = re.compile(r"\r\n|\n|\r")
 _HEADER_END = re.compile(rb"\r?\n\r?\n")
 _PARAM = re.compile(r';\s*([!#$%&\'*+\-.^_`|~0-9A-Za-z]+)\s*=\s*("(?:[^"\\]|\\.)*"|[^;\s]*)')
-_TAG = re.compile(r"<[^<>]*>")
-# Linear-time patterns only: `[^<>]*` stops at the next `<`, so "<<<<..." costs O(n).
-_HIDDEN_OPEN = re.compile(r"<(script|style|head|blockquote)\b", re.IGNORECASE)
-_BREAK_TAG = re.compile(r"<\s*(br|/p|/div|/tr|/li|/h[1-6])\b[^<>]*>", re.IGNORECASE)
-_SIG = ("-- ", "--")
-_ATTEMPT = re.compile(r'\{\s*"')
 
 _MAX_DEPTH = 8
 _MAX_PARTS = 256
-_MAX_JSON_ATTEMPTS = 256
-_MAX_ADDRESS_HEADER = 4096
 _MAX_ENCODED_SUBJECT = 4096  # longer subjects with encoded-words are not decoded
 
 
@@ -98,10 +79,12 @@ class ParseOptions:
     re_prefix -- "v0.1" (default): a Re:/Fwd: subject is not protocol; "v0.2": strip
                  one or more `Re:` (never `Fwd:`)
     max_bytes -- larger messages are refused (invalid_field) without reading the body
+    profile   -- "strict" (default) or "lenient", the interop profile (`protocol.lenient`)
     """
 
     re_prefix: Literal["v0.1", "v0.2"] = "v0.1"
     max_bytes: int = 10 * 1024 * 1024
+    profile: Literal["strict", "lenient"] = "strict"
 
 
 _DEFAULT_OPTIONS = ParseOptions()
@@ -116,8 +99,32 @@ class _Part:
 @dataclass(slots=True)
 class _Payload:
     json_parts: list[_Part] = field(default_factory=list)
-    plain: list[_Part] = field(default_factory=list)
-    html: list[_Part] = field(default_factory=list)
+    # Everything else in document order: a leaf part, or the raw bytes (and depth) of a
+    # part that cannot be or hold a JSON part, read only if no JSON part wins.
+    others: list[_Part | tuple[bytes, int]] = field(default_factory=list)
+
+    def text_parts(self) -> tuple[list[_Part], list[_Part]]:
+        """(text/plain, text/html) body parts, in order; attachments and others dropped."""
+        plain: list[_Part] = []
+        html_parts: list[_Part] = []
+        for leaf in self.others:
+            part = leaf if isinstance(leaf, _Part) else _Part(*_leaf_split(leaf[0]))
+            mtype, _ = _content_type(part.headers)
+            if mtype.startswith("multipart/") and not isinstance(leaf, _Part):
+                inner = _Payload()  # a deferred container: walk it now, for its text
+                _collect(part.headers, part.body, inner, leaf[1])
+                more_plain, more_html = inner.text_parts()
+                plain += more_plain
+                html_parts += more_html
+                continue
+            disposition = (_one(part.headers, "content-disposition") or "").split(";")[0].strip().lower()
+            if disposition == "attachment" or mtype.startswith("message/"):
+                continue  # an attached text file is not the body; a forward is not a request
+            if mtype == "text/plain":
+                plain.append(part)
+            elif mtype == "text/html":
+                html_parts.append(part)
+        return plain, html_parts
 
 
 class _Stop(Exception):
@@ -190,50 +197,24 @@ def _content_type(headers: dict[str, list[str]]) -> tuple[str, dict[str, str]]:
 # ---------------------------------------------------------------- MIME
 
 
-def _split_multipart(body: bytes, boundary: str) -> list[bytes]:
-    delim = b"--" + boundary.encode("utf-8", "replace")
-    parts: list[bytes] = []
-    current: list[bytes] | None = None
-    for line in body.splitlines(keepends=True):
-        stripped = line.rstrip(b"\r\n").rstrip(b" \t")
-        if stripped.startswith(delim):
-            rest = stripped[len(delim) :]
-            if rest == b"--":
-                if current is not None:
-                    parts.append(b"".join(current))
-                return parts
-            if rest == b"":
-                if current is not None:
-                    parts.append(b"".join(current))
-                current = []
-                if len(parts) >= _MAX_PARTS:
-                    return parts
-                continue
-        if current is not None:
-            current.append(line)
-    if current is not None:  # missing close delimiter: keep what we have (lenient)
-        parts.append(b"".join(current))
-    return parts
-
-
-def _strip_last_newline(data: bytes) -> bytes:
-    # The CRLF before a boundary delimiter belongs to the delimiter (RFC 2046 5.1.1).
-    if data.endswith(b"\r\n"):
-        return data[:-2]
-    if data.endswith(b"\n"):
-        return data[:-1]
-    return data
-
-
 def _collect(headers: dict[str, list[str]], body: bytes, out: _Payload, depth: int) -> None:
     mtype, params = _content_type(headers)
     if mtype.startswith("multipart/"):
         boundary = params.get("boundary")
         if not boundary or depth >= _MAX_DEPTH:
             return
-        for chunk in _split_multipart(body, boundary):
-            sub_headers, sub_body = _split_headers(chunk)
-            _collect(sub_headers, _strip_last_newline(sub_body), out, depth + 1)
+        for chunk in split_multipart(body, boundary, max_parts=_MAX_PARTS):
+            # A JSON part's Content-Type names "json" literally (type and subtype are
+            # tokens), and a container's names "multipart": a part whose header block
+            # names neither, or a container with no "json" anywhere in it, holds no JSON
+            # part, so its headers are read only if no JSON part wins (the fast path).
+            head = head_block(chunk).lower()
+            container = b"multipart" in head
+            if (container and b"json" not in chunk.lower()) or (not container and b"json" not in head):
+                out.others.append((chunk, depth + 1))
+                continue
+            sub_headers, sub_body = _leaf_split(chunk)
+            _collect(sub_headers, sub_body, out, depth + 1)
         return
     if mtype.startswith("message/"):
         return  # never descend into an attached message: a forward is not a request
@@ -241,174 +222,44 @@ def _collect(headers: dict[str, list[str]], body: bytes, out: _Payload, depth: i
     if mtype == "application/json" or (mtype.startswith("application/") and mtype.endswith("+json")):
         out.json_parts.append(part)
         return
-    disposition = (_one(headers, "content-disposition") or "").split(";")[0].strip().lower()
-    if disposition == "attachment":
-        return  # an attached text file is not the message body
-    if mtype == "text/plain":
-        out.plain.append(part)
-    elif mtype == "text/html":
-        out.html.append(part)
+    out.others.append(part)
+
+
+def _leaf_split(chunk: bytes) -> tuple[dict[str, list[str]], bytes]:
+    sub_headers, sub_body = _split_headers(chunk)
+    return sub_headers, strip_last_newline(sub_body)
 
 
 def _decode_part(part: _Part) -> str:
     """Transfer-decode and charset-decode a leaf part. Raises ValueError when undecodable."""
     cte = (_one(part.headers, "content-transfer-encoding") or "7bit").lower()
-    data = part.body
-    if cte == "base64":
-        compact = re.sub(rb"[^A-Za-z0-9+/=]", b"", data).rstrip(b"=")
-        compact += b"=" * (-len(compact) % 4)
-        try:
-            data = binascii.a2b_base64(compact)
-        except binascii.Error as exc:
-            raise ValueError(f"bad base64: {exc}") from exc
-    elif cte == "quoted-printable":
-        data = binascii.a2b_qp(data)
-    _, params = _content_type(part.headers)
-    charset = params.get("charset", "utf-8").strip().lower() or "utf-8"
-    if charset in ("us-ascii", "ascii"):
-        charset = "utf-8"  # a superset; mislabelled 8-bit mail is common
-    try:
-        return data.decode(charset, "replace")
-    except Exception:  # unknown charset, or a non-text codec ("hex", "rot13", ...): read as UTF-8
-        return data.decode("utf-8", "replace")
+    return decode_text(decode_transfer(part.body, cte), _content_type(part.headers)[1].get("charset", ""))
 
 
-def _strip_quotes_and_signature(text: str) -> str:
-    kept: list[str] = []
-    for line in _LINE_SPLIT.split(text):
-        if line in _SIG:
-            break  # everything after a `-- ` signature line is signature
-        if line.lstrip().startswith(">"):
-            continue  # quoted text from an earlier message
-        kept.append(line)
-    return "\n".join(kept)
-
-
-def _drop_hidden(text: str) -> str:
-    """Remove script/style/head/blockquote elements (nesting counted; an unclosed one
-    hides the rest), in one forward pass."""
-    lower = text.lower()
-    out: list[str] = []
-    pos = 0
-    while True:
-        m = _HIDDEN_OPEN.search(text, pos)
-        if m is None:
-            out.append(text[pos:])
-            break
-        out.append(text[pos : m.start()])
-        name = m.group(1).lower()
-        opener = re.compile(rf"<{name}\b", re.IGNORECASE)
-        depth, scan, close = 1, m.end(), -1
-        while depth:
-            if close < scan:  # find each closing tag once: the scan only moves forward
-                close = lower.find("</" + name, scan)
-                if close < 0:
-                    return " ".join(out)
-            nested = opener.search(text, scan, close)
-            if nested is not None:
-                depth, scan = depth + 1, nested.end()
-            else:
-                depth, scan = depth - 1, close + 2
-        end = text.find(">", scan)
-        if end < 0:
-            break
-        pos = end + 1
-    return " ".join(out)
-
-
-def _html_to_text(text: str) -> str:
-    text = _drop_hidden(text)
-    text = _BREAK_TAG.sub("\n", text)
-    text = _TAG.sub("", text)
-    # After the tags go, the same text rules apply: `>` quotes and `-- ` signatures.
-    return _strip_quotes_and_signature(html.unescape(text))
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    # Parsers disagree on which of two equal keys wins ({"amount": "1", "amount": "1000"}):
-    # an ambiguity a signer and a verifier could read differently, so it is refused.
-    obj = dict(pairs)
-    if len(obj) != len(pairs):
-        raise ValueError("duplicate key in a JSON object")
-    return obj
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-_DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys, parse_constant=_no_constant)
-
-
-def _find_object(text: str) -> tuple[dict[str, Any] | None, bool]:
-    """The payload object in prose: (object, attempted).
-
-    The payload is the first JSON object (raw_decode at each `{`) that has `v` or
-    `type`; objects without either, and braces that start no JSON, are prose. A `{`
-    followed by a JSON string that fails to decode is an attempted payload (`attempted`).
-    Two payload-shaped objects are ambiguous: raises _Stop(invalid_json)."""
-    found: dict[str, Any] | None = None
-    attempted = False
-    start = text.find("{")
-    attempts = 0
-    # Failed attempts can each scan far (nested unterminated arrays): bound the total work.
-    budget = 4 * len(text) + 65536
-    while start >= 0 and attempts < _MAX_JSON_ATTEMPTS:
-        attempts += 1
-        try:
-            obj, end = _DECODER.raw_decode(text, start)
-        except Exception as exc:  # JSONDecodeError, RecursionError, int-too-long ValueError
-            attempted = attempted or _ATTEMPT.match(text, start) is not None
-            reached = exc.pos if isinstance(exc, json.JSONDecodeError) else len(text)
-            budget -= max(reached - start, 1)
-            if budget < 0:
-                detail = "too much text that starts JSON and does not parse"
-                raise _Stop(Problem(OopsCode.INVALID_JSON, detail)) from exc
-            start = text.find("{", start + 1)
-            continue
-        if isinstance(obj, dict) and ("v" in obj or "type" in obj):
-            if found is not None:
-                raise _Stop(
-                    Problem(OopsCode.INVALID_JSON, "the body holds more than one Envelopay JSON object")
-                )
-            found = obj
-        start = text.find("{", end)  # an object's inner braces belong to it
-    return found, attempted or found is not None
+def _parts(
+    headers: dict[str, list[str]], body: bytes, *, text: bool = False
+) -> tuple[list[Any], list[TextLeaf], list[Any]]:
+    """(JSON parts, text/plain leaves, HTML parts), each decoded only when called. The
+    text parts are not even listed when a JSON part wins, unless `text` asks for them."""
+    found = _Payload()
+    _collect(headers, body, found, 0)
+    json_parts = [partial(_decode_part, p) for p in found.json_parts]
+    if found.json_parts and not text:
+        return json_parts, [], []
+    plain, html_parts = found.text_parts()
+    return (
+        json_parts,
+        [TextLeaf(partial(_decode_part, p), _content_type(p.headers)[1]) for p in plain],
+        [partial(_decode_part, p) for p in html_parts],
+    )
 
 
 def _extract_body(headers: dict[str, list[str]], body: bytes) -> dict[str, Any] | None:
-    """Payload placement: JSON part, else text/plain, else HTML. Raises _Stop."""
-    payload = _Payload()
-    _collect(headers, body, payload, 0)
-    if payload.json_parts:
-        if len(payload.json_parts) > 1:
-            raise _Stop(Problem(OopsCode.INVALID_JSON, "more than one application/json part"))
-        try:
-            text = _decode_part(payload.json_parts[0])
-            obj = _DECODER.decode(text.removeprefix("\ufeff"))  # a byte-order mark is not content
-        except Exception as exc:  # ValueError, RecursionError
-            detail = f"the application/json part is not JSON: {exc}"
-            raise _Stop(Problem(OopsCode.INVALID_JSON, detail)) from exc
-        if not isinstance(obj, dict):
-            raise _Stop(Problem(OopsCode.INVALID_JSON, "the application/json part is not a JSON object"))
-        return obj
-    # HTML is read only when there is no text/plain part (multipart/alternative gives both).
-    parts, to_text = (
-        (payload.plain, _strip_quotes_and_signature) if payload.plain else (payload.html, _html_to_text)
-    )
-    attempted = False
-    for part in parts:
-        try:
-            text = to_text(_decode_part(part))
-        except ValueError as exc:
-            raise _Stop(Problem(OopsCode.INVALID_JSON, f"undecodable body part: {exc}")) from exc
-        obj, tried = _find_object(text)
-        attempted = attempted or tried
-        if obj is not None:
-            return obj
-    if attempted:
-        raise _Stop(Problem(OopsCode.INVALID_JSON, "the body starts a JSON object that does not parse"))
-    return None
+    """Payload placement: the MIME walk here, the rest in `payload`. Raises _Stop."""
+    try:
+        return extract(*_parts(headers, body))
+    except PayloadError as err:
+        raise _Stop(err.problem) from err
 
 
 # ---------------------------------------------------------------- validation
@@ -442,7 +293,7 @@ def _field_problems(kind: MessageType, err: ValidationError) -> list[Problem]:
 
 
 def _validate(
-    kind: MessageType, body: dict[str, Any], warnings: list[str]
+    kind: MessageType, body: dict[str, Any], warnings: list[str], lenient: bool = False
 ) -> tuple[Message | None, list[Problem]]:
     """Envelope, version and field checks for a body already bound to `kind`."""
     for key in ("v", "type"):
@@ -481,7 +332,7 @@ def _validate(
     other_type = btype.strip().lower() != kind.value
     model = model_for(kind)
     try:
-        message = model.model_validate(data, context={"wire": True})
+        message = model.model_validate(data, context={"wire": True, "lenient": lenient})
     except ValidationError as err:
         problems = _field_problems(kind, err)
         if other_type:
@@ -497,28 +348,9 @@ def _validate(
         return None, problems
     if btype != kind.value:
         warnings.append(f"body type {btype!r} disagrees with the subject; the subject ({kind.keyword}) rules")
+    if isinstance(message, Methods) and any(r.price is None for r in message.rails):
+        warnings.append(f"{LENIENT_PREFIX} METHODS rail without price: price on request")  # L3
     return message, []  # type: ignore[return-value]
-
-
-_ADDR = r'[^\s<>,;:"()@\[\]\\]+@[^\s<>,;:"()@\[\]\\]+'
-# Fast paths for the two common shapes ("a@b" and "Name <a@b>" with a plain name);
-# anything else (quotes, comments, groups, lists) goes through getaddresses.
-_BARE_ADDR = re.compile(rf"\s*({_ADDR})\s*")
-_NAMED_ADDR = re.compile(rf'[^<>,;:"()@\[\]\\]*<({_ADDR})>\s*')
-
-
-def _addresses(value: str | None) -> list[str]:
-    if value is None:
-        return []
-    m = _BARE_ADDR.fullmatch(value) or _NAMED_ADDR.fullmatch(value)
-    if m is not None:
-        return [m.group(1)]
-    if len(value) > _MAX_ADDRESS_HEADER:
-        return []  # the stdlib address parser is slow (and recursive) on long hostile values
-    try:
-        return [addr for _, addr in getaddresses([value]) if "@" in addr]
-    except Exception:  # RecursionError on deeply nested comments, and the like: no address
-        return []
 
 
 def _split_ids(value: str | None) -> tuple[str, ...]:
@@ -547,18 +379,31 @@ def parse(raw: bytes, *, options: ParseOptions | None = None) -> Parsed:
         )
 
 
+def _field_dict(fields: tuple[Field, ...]) -> dict[str, list[str]]:
+    headers: dict[str, list[str]] = {}
+    for f in fields:
+        headers.setdefault(f.name, []).append(f.value)
+    return headers
+
+
 def _parse(raw: bytes, opts: ParseOptions) -> Parsed:
     if not isinstance(raw, bytes):
         raw = bytes(raw) if isinstance(raw, bytearray | memoryview) else str(raw).encode("utf-8", "replace")
-    headers, body = _split_headers(raw)
     problems: list[Problem] = []
     warnings: list[str] = []
 
-    # Stage 1: headers.
-    for name in SINGLETON_HEADERS:
-        values = headers.get(name)
-        if values is not None and len(values) > 1:
-            problems.append(Problem(OopsCode.INVALID_FIELD, f"duplicate {name} header", name))
+    # Stage 1: headers, read by the one reader every component shares (protocol.headers).
+    # A refused block is invalid_field; its fields read before the refusal serve only to
+    # address that answer.
+    read = read_headers(raw)
+    if isinstance(read, HeaderRefusal):
+        headers, body = _field_dict(read.partial), b""
+        problems.append(
+            Problem(OopsCode.INVALID_FIELD, f"header refused ({read.reason}): {read.detail}", read.field)
+        )
+        warnings.append(f"header_refused:{read.reason}")
+    else:
+        headers, body = _field_dict(read.fields), read.body
     decoded: dict[str, str | None] = {}
     for name in _USED_HEADERS:
         value = _one(headers, name)
@@ -576,11 +421,18 @@ def _parse(raw: bytes, opts: ParseOptions) -> Parsed:
             value = re.sub(r"[\r\n\x00]+", " ", value)
         decoded[name] = value
 
-    from_list = _addresses(decoded["from"])
+    from_list = _addresses(decoded["from"]) if len(headers.get("from", ())) <= 1 else []
     if decoded["from"] is not None and len(from_list) != 1:
         problems.append(Problem(OopsCode.INVALID_FIELD, "From must name exactly one address", "from"))
     subject = decoded["subject"]
     form = classify_subject(subject, re_prefix=opts.re_prefix)
+    lenient = opts.profile == "lenient"
+    if lenient and is_reply(subject) and len(raw) <= opts.max_bytes:
+        _, plain, html_parts = _parts(headers, body, text=True)
+        line = type_line(leading_text(plain, html_parts))
+        if line is not None:  # L1 (protocol.lenient)
+            form = line
+            warnings.append(f"{LENIENT_PREFIX} Re: subject read as {line.keyword} from the body's first line")
     xtype = decoded["x-envelopay-type"]
     common: dict[str, Any] = {
         "subject": subject,
@@ -595,7 +447,10 @@ def _parse(raw: bytes, opts: ParseOptions) -> Parsed:
 
     # Stage 2: subject.
     if not form.protocol:
-        return Parsed(protocol=False, type=None, valid=False, oops=None, warnings=tuple(warnings), **common)
+        return Parsed(
+            protocol=False, type=None, valid=False, oops=None, problems=tuple(problems),
+            warnings=tuple(warnings), **common,
+        )
     kind = form.type
     is_oops = kind is MessageType.OOPS
 
@@ -658,7 +513,8 @@ def _parse(raw: bytes, opts: ParseOptions) -> Parsed:
         return done(Problem(OopsCode.MISSING_FIELD, f"{kind.keyword} needs a JSON body"))
 
     # Stages 4-7.
-    message, field_problems = _validate(kind, body_obj, warnings)
+    checked = fill(kind, body_obj, decoded["message-id"], warnings) if lenient else body_obj
+    message, field_problems = _validate(kind, checked, warnings, lenient)
     if message is None:
         return done(None, body_obj, field_problems)
     return Parsed(

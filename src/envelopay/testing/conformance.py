@@ -5,7 +5,9 @@ against another implementation (a live address, another parser).
 Manifest format: SPEC.md, "Conformance corpus". In short, `manifest.json` is
 ``{"format": "envelopay-conformance/1", "vectors": [{"file", "rule", "options",
 "expect", "flow"?}]}``; `expect` holds the `parse --json` keys a conforming parser
-must produce, and only the keys present are compared.
+must produce, and only the keys present are compared. A vector may add
+`expect_lenient` (the outcome under the `lenient` interop profile, when it differs)
+and `lenient_only: true` (valid only under the profile).
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from envelopay.protocol.parse import ParseOptions, parse
 __all__ = [
     "CORE_KEYS",
     "FORMAT",
+    "PROFILES",
     "ParseFn",
+    "Profile",
     "Report",
     "Vector",
     "VectorResult",
@@ -32,6 +36,7 @@ __all__ = [
     "load_manifest",
     "run_manifest",
     "run_vector",
+    "vector_options",
 ]
 
 FORMAT = "envelopay-conformance/1"
@@ -39,7 +44,10 @@ FORMAT = "envelopay-conformance/1"
 CORE_KEYS: tuple[str, ...] = ("protocol", "type", "valid", "oops", "id", "message_id", "body")
 
 ParseFn = Callable[[bytes, Mapping[str, Any]], Mapping[str, Any]]
-"""A parser under test: (raw bytes, vector options) -> its `parse --json` object."""
+"""A parser under test: (raw bytes, vector options) -> its `parse --json` object.
+Under a profile the options carry `"profile": "lenient"`."""
+Profile = Literal["strict", "lenient"]
+PROFILES: tuple[Profile, ...] = ("strict", "lenient")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +61,8 @@ class Vector:
     flow: str | None = None  # name of the flow sequence this message belongs to
     step: int | None = None  # 1-based position within that flow
     root: Path = Path()
+    expect_lenient: Mapping[str, Any] | None = None  # the outcome under `lenient`, when it differs
+    lenient_only: bool = False  # valid only under the `lenient` profile
 
     @property
     def path(self) -> Path:
@@ -116,14 +126,23 @@ def load_manifest(root: Path | None = None) -> list[Vector]:
                 flow=entry.get("flow"),
                 step=entry.get("step"),
                 root=base,
+                expect_lenient=entry.get("expect_lenient"),
+                lenient_only=bool(entry.get("lenient_only", False)),
             )
         )
     return vectors
 
 
-def expected_outcome(vector: Vector) -> Mapping[str, Any]:
+def expected_outcome(vector: Vector, profile: Profile = "strict") -> Mapping[str, Any]:
     """What a conforming parser must report for this vector (the keys to compare)."""
+    if profile == "lenient" and vector.expect_lenient is not None:
+        return vector.expect_lenient
     return vector.expect
+
+
+def vector_options(vector: Vector, profile: Profile = "strict") -> Mapping[str, Any]:
+    """The receiver options a vector runs with under `profile`."""
+    return {**vector.options, "profile": profile} if profile != "strict" else vector.options
 
 
 def compare(expected: Mapping[str, Any], actual: Mapping[str, Any]) -> list[str]:
@@ -141,18 +160,25 @@ def engine_parse(raw: bytes, options: Mapping[str, Any]) -> Mapping[str, Any]:
     re_prefix = options.get("re_prefix", "v0.1")
     if re_prefix not in ("v0.1", "v0.2"):
         raise ValueError(f"unknown re_prefix option {re_prefix!r}")
-    opts = ParseOptions(re_prefix=cast(Literal["v0.1", "v0.2"], re_prefix))
+    profile = options.get("profile", "strict")
+    if profile not in PROFILES:
+        raise ValueError(f"unknown profile {profile!r}")
+    opts = ParseOptions(re_prefix=cast(Literal["v0.1", "v0.2"], re_prefix), profile=cast(Profile, profile))
     return parse(raw, options=opts).to_json()
 
 
-def run_vector(vector: Vector, parse_fn: ParseFn = engine_parse) -> VectorResult:
+def run_vector(vector: Vector, parse_fn: ParseFn = engine_parse, profile: Profile = "strict") -> VectorResult:
     """Run one vector; a parser that raises fails the vector (it must not raise)."""
     try:
-        actual = parse_fn(vector.raw(), vector.options)
+        actual = parse_fn(vector.raw(), vector_options(vector, profile))
     except Exception as exc:  # the parser under test broke; that is a failed vector
         return VectorResult(vector, (f"parser raised {type(exc).__name__}: {exc}",))
-    return VectorResult(vector, tuple(compare(expected_outcome(vector), actual)))
+    return VectorResult(vector, tuple(compare(expected_outcome(vector, profile), actual)))
 
 
-def run_manifest(vectors: Iterable[Vector], parse_fn: ParseFn = engine_parse) -> Report:
-    return Report(tuple(run_vector(v, parse_fn) for v in vectors))
+def run_manifest(
+    vectors: Iterable[Vector], parse_fn: ParseFn = engine_parse, profile: Profile = "strict"
+) -> Report:
+    """Every vector under `profile`: strict checks `expect`; lenient checks
+    `expect_lenient` where a vector has it and `expect` everywhere else."""
+    return Report(tuple(run_vector(v, parse_fn, profile) for v in vectors))

@@ -1,0 +1,79 @@
+"""Splitting and relaxed canonicalization (RFC 6376 3.4) of CRLF message bytes."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from envelopay.errors import UsageError
+from envelopay.protocol.headers import HeaderRefusal, read_headers
+
+_WSP_RUN = re.compile(rb"[\t ]+")
+_TRAILING_WSP = re.compile(rb"[\t ]+\r\n")
+_UNFOLD = re.compile(rb"\r?\n")
+
+
+def to_crlf(raw: bytes) -> bytes:
+    """Every line ending as CRLF (SMTP sends CRLF; signing must see the sent bytes)."""
+    if b"\n" not in raw:
+        return raw
+    return raw.replace(b"\r\n", b"\n").replace(b"\n", b"\r\n")
+
+
+def split_message(raw: bytes) -> tuple[list[tuple[bytes, bytes]], bytes]:
+    """Split CRLF bytes into [(name, value-with-CRLF)] and the body (after the blank line),
+    by the one header reader every component shares (protocol.headers).
+
+    Raises UsageError when that reader refuses the header block."""
+    read = read_headers(raw)
+    if isinstance(read, HeaderRefusal):
+        raise UsageError(f"header refused ({read.reason}): {read.detail}")
+    return read.pairs(), read.body
+
+
+def relaxed_header(name: bytes, value: bytes) -> bytes:
+    """RFC 6376 3.4.2, including the trailing CRLF."""
+    value = _WSP_RUN.sub(b" ", _UNFOLD.sub(b"", value)).strip(b" ")
+    return name.lower().rstrip(b" \t") + b":" + value + b"\r\n"
+
+
+def relaxed_body(body: bytes) -> bytes:
+    """RFC 6376 3.4.4: WSP runs to one SP, none at line ends, no trailing empty lines."""
+    body = _WSP_RUN.sub(b" ", _TRAILING_WSP.sub(b"\r\n", body))
+    if body.endswith(b" "):  # a last line without CRLF may still end in WSP
+        body = body.rstrip(b" ")
+    while body.endswith(b"\r\n"):
+        body = body[:-2]
+    return body + b"\r\n" if body else b""
+
+
+def _select(headers: list[tuple[bytes, bytes]], names: Iterable[str]) -> list[tuple[bytes, bytes]]:
+    """Instances to hash, taking each name's occurrences from the bottom up (RFC 6376 5.4.2)."""
+    positions: dict[bytes, list[int]] = {}
+    for i, (name, _) in enumerate(headers):
+        positions.setdefault(name.lower().rstrip(b" \t"), []).append(i)
+    chosen: list[tuple[bytes, bytes]] = []
+    for n in names:
+        stack = positions.get(n.encode("ascii"))
+        if stack:
+            chosen.append(headers[stack.pop()])
+    return chosen
+
+
+def _fold_list(items: list[str], width: int = 68) -> str:
+    lines: list[str] = []
+    current = ""
+    for item in items:
+        piece = item if not current else ":" + item
+        if current and len(current) + len(piece) > width:
+            lines.append(current + ":")
+            current = item
+        else:
+            current += piece
+    lines.append(current)
+    return "\r\n\t".join(lines)
+
+
+def _fold_b64(value: str, first: int = 60, width: int = 72) -> str:
+    chunks = [value[:first]] + [value[i : i + width] for i in range(first, len(value), width)]
+    return "\r\n\t".join(c for c in chunks if c)

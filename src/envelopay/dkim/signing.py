@@ -1,0 +1,83 @@
+"""Signing: relaxed/relaxed, oversigned, never l=; the returned bytes are the ones to send."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+from collections.abc import Iterable
+
+from envelopay.dkim.canon import (
+    _fold_b64,
+    _fold_list,
+    _select,
+    relaxed_body,
+    relaxed_header,
+    split_message,
+    to_crlf,
+)
+from envelopay.dkim.keys import DkimKey
+from envelopay.errors import UsageError
+
+# Headers oversigned (listed count+1 times) so that none can be added after signing.
+FROZEN_HEADERS: tuple[str, ...] = (
+    "from",
+    "to",
+    "cc",
+    "subject",
+    "date",
+    "message-id",
+    "in-reply-to",
+    "references",
+    "reply-to",
+    "x-envelopay-type",
+)
+# Signed once per occurrence when present: they change how the body is read.
+CONTENT_HEADERS: tuple[str, ...] = ("mime-version", "content-type", "content-transfer-encoding", "sender")
+
+_TAG_SAFE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?")
+
+
+def sign(
+    raw: bytes,
+    *,
+    selector: str,
+    domain: str,
+    key: DkimKey,
+    timestamp: int | None = None,
+    extra_headers: Iterable[str] = (),
+) -> bytes:
+    """Return `raw` (as CRLF) with a DKIM-Signature prepended. Send exactly these bytes.
+
+    timestamp -- the t= value (seconds since the epoch), injected; omitted when None
+    extra_headers -- further header names to sign once per occurrence
+    """
+    if not _TAG_SAFE.fullmatch(selector) or not _TAG_SAFE.fullmatch(domain):
+        raise UsageError(f"DKIM selector/domain must be DNS names: {selector!r}, {domain!r}")
+    msg = to_crlf(raw)
+    if not msg.endswith(b"\r\n"):
+        # SMTP adds the final CRLF anyway; add it here so the signed bytes are the sent ones.
+        msg += b"\r\n"
+    headers, body = split_message(msg)
+    present: dict[str, int] = {}
+    for name, _ in headers:
+        lower = name.lower().rstrip(b" \t").decode("ascii")
+        present[lower] = present.get(lower, 0) + 1
+    signed: list[str] = []
+    for n in FROZEN_HEADERS:
+        signed.extend([n] * (present.get(n, 0) + 1))
+    for n in (*CONTENT_HEADERS, *(h.lower() for h in extra_headers)):
+        if n not in FROZEN_HEADERS and n != "dkim-signature":
+            signed.extend([n] * present.get(n, 0))
+
+    body_hash = base64.b64encode(hashlib.sha256(relaxed_body(body)).digest()).decode("ascii")
+    tags = f"v=1; a={key.algorithm}; c=relaxed/relaxed;\r\n\td={domain}; s={selector};"
+    if timestamp is not None:
+        tags += f" t={int(timestamp)};"
+    value = f" {tags}\r\n\th={_fold_list(signed)};\r\n\tbh={body_hash};\r\n\tb="
+    data = b"".join(relaxed_header(n, v) for n, v in _select(headers, signed))
+    # The signature header itself is hashed with an empty b= and no trailing CRLF.
+    data += relaxed_header(b"DKIM-Signature", value.encode("ascii"))[:-2]
+    signature = base64.b64encode(key._sign_digest_input(data)).decode("ascii")
+    header = f"DKIM-Signature:{value}{_fold_b64(signature)}\r\n".encode("ascii")
+    return header + msg

@@ -1,0 +1,169 @@
+"""Who is sending, inside the garden: per-agent credentials, the From check, and the
+trace header only the garden writes (issue 11, item 9).
+
+All garden agents sign DKIM as one domain, so DKIM cannot tell garden mailboxes apart
+(the walled-garden seed: impersonation is an authentication problem the garden
+solves). Each agent therefore holds its own credential toward the garden and sends
+with LMTP AUTH PLAIN (RFC 4954, RFC 4616) on the loopback or Unix-socket connection.
+The garden then:
+
+- refuses MAIL before AUTH (530), and an envelope sender that is not one of the
+  authenticated account's addresses (553);
+- reads the header block with protocol.headers (the reader the parser and DKIM use) and
+  refuses a block that reader refuses, or a From that is not one of the account's
+  addresses (550 5.7.1, per recipient);
+- removes every inbound Authentication-Results claiming its own authserv-id and
+  prepends its own, `Authentication-Results: <garden>; auth=pass smtp.auth=<user>`
+  (RFC 8601 2.7.4), so that header is one only the garden can have written.
+
+Secrets are 256-bit random tokens; only their SHA-256 is kept (as for enforcer tokens).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import re
+import secrets
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from envelopay.errors import ConfigError
+from envelopay.mail.addresses import require_address
+from envelopay.protocol.headers import HeaderBlock, HeaderRefusal, addresses, read_headers
+
+__all__ = [
+    "GardenAccount",
+    "add_account",
+    "authenticated_sender",
+    "load_accounts",
+    "new_account",
+    "save_accounts",
+    "secret_hash",
+    "stamp",
+]
+
+_USER = re.compile(r"[A-Za-z0-9@._+-]{1,254}")
+_COMMENT = re.compile(r"\([^()]*\)")
+
+
+def secret_hash(secret: str) -> str:
+    return hashlib.sha256(secret.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class GardenAccount:
+    """One credential toward the garden: a login, the hash of its secret, and the
+    addresses it may send as (an agent: its own address; the enforcer: its agents')."""
+
+    user: str
+    secret_sha256: str
+    addresses: frozenset[str]
+
+    def check(self, secret: str) -> bool:
+        return hmac.compare_digest(secret_hash(secret), self.secret_sha256)
+
+    def may_send_as(self, address: str) -> bool:
+        return address.lower() in self.addresses
+
+
+def new_account(user: str, addresses: Iterable[str]) -> tuple[GardenAccount, str]:
+    """A new account and its secret (shown once; only the hash is kept)."""
+    if not _USER.fullmatch(user):
+        raise ConfigError(f"garden account user: 1-254 of A-Z a-z 0-9 @ . _ + - ({user!r})")
+    addrs = frozenset(require_address(a, field="garden account address").lower() for a in addresses)
+    if not addrs:
+        raise ConfigError("a garden account needs at least one address")
+    secret = "gdn_" + secrets.token_urlsafe(32)
+    return GardenAccount(user, secret_hash(secret), addrs), secret
+
+
+def load_accounts(path: Path) -> list[GardenAccount]:
+    """Accounts from a JSON file: [{"user", "secret_sha256", "addresses": [...]}, ...]."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"garden accounts {path}: {exc}") from exc
+    if not isinstance(data, list):
+        raise ConfigError(f"garden accounts {path}: a JSON list is expected")
+    out: list[GardenAccount] = []
+    for item in data:
+        if not isinstance(item, Mapping) or not isinstance(item.get("user"), str):
+            raise ConfigError(f"garden accounts {path}: each entry needs user, secret_sha256, addresses")
+        digest, addrs = item.get("secret_sha256"), item.get("addresses")
+        if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest):
+            raise ConfigError(f"garden accounts {path}: {item['user']}: secret_sha256 must be 64 hex digits")
+        if not isinstance(addrs, list) or not addrs:
+            raise ConfigError(f"garden accounts {path}: {item['user']}: addresses must be a non-empty list")
+        out.append(GardenAccount(item["user"], digest, frozenset(
+            require_address(str(a), field="garden account address").lower() for a in addrs
+        )))
+    return out
+
+
+def save_accounts(path: Path, accounts: Iterable[GardenAccount]) -> None:
+    doc = [
+        {"user": a.user, "secret_sha256": a.secret_sha256, "addresses": sorted(a.addresses)} for a in accounts
+    ]
+    Path(path).write_text(json.dumps(doc, indent=2) + "\n")
+
+
+def add_account(path: Path, user: str, addresses: Iterable[str]) -> str:
+    """Add (or replace) `user` in the accounts file at `path` (created if absent, mode
+    0600); return the new secret."""
+    path = Path(path)
+    kept = [a for a in load_accounts(path) if a.user != user] if path.exists() else []
+    account, secret = new_account(user, addresses)
+    save_accounts(path, [*kept, account])
+    path.chmod(0o600)
+    return secret
+
+
+def _claims(value: bytes, authserv_id: str) -> bool:
+    text = _COMMENT.sub(" ", value.replace(b"\r\n", b"").decode("utf-8", "replace"))
+    first = text.split(";")[0].split()
+    return bool(first) and first[0].lower() == authserv_id.lower()
+
+
+def stamp(raw: bytes, block: HeaderBlock, *, authserv_id: str, user: str | None) -> bytes:
+    """The message as the garden stores it: inbound Authentication-Results claiming
+    `authserv_id` removed, the garden's own prepended when `user` authenticated. `raw`
+    is kept byte for byte unless a forged header had to go."""
+    forged = {
+        id(f) for f in block.fields
+        if f.name == "authentication-results" and _claims(f.raw_value, authserv_id)
+    }
+    if forged:
+        head = b"".join(f.raw_name + b":" + f.raw_value for f in block.fields if id(f) not in forged)
+        raw = head + b"\r\n" + block.body
+    if user is not None:
+        raw = f"Authentication-Results: {authserv_id}; auth=pass smtp.auth={user}\r\n".encode() + raw
+    return raw
+
+
+def from_address(block: HeaderBlock) -> str | None:
+    """The one From address, read as every component reads it; None if not exactly one."""
+    froms = block.get_all("from")
+    found = addresses(froms[0].value) if len(froms) == 1 else []
+    return found[0] if len(found) == 1 else None
+
+
+def authenticated_sender(raw: bytes, *, authserv_id: str) -> str | None:
+    """The sender the garden authenticated, from the topmost Authentication-Results,
+    trusted only when it carries `authserv_id` exactly (the garden strips any inbound
+    copy); None when the message did not come through an authenticating garden."""
+    read = read_headers(raw)
+    if isinstance(read, HeaderRefusal):
+        return None
+    ar = read.get_all("authentication-results")
+    if not ar or not _claims(ar[0].raw_value, authserv_id):
+        return None
+    for part in _COMMENT.sub(" ", ar[0].value).split(";")[1:]:
+        words = part.split()
+        if words and words[0].lower() == "auth=pass":
+            for w in words[1:]:
+                if w.lower().startswith("smtp.auth="):
+                    return w.split("=", 1)[1]
+    return None

@@ -1,0 +1,237 @@
+"""The one reading of a message's header block, shared by every reader of headers:
+the parser, DKIM verification and signing, the enforcer and the garden. Sans-IO.
+
+A message this module refuses is refused everywhere, so no two components can act on
+two different ideas of the same message (issue 11, item 3: a parser that dropped an
+mbox `From ` line and split on a bare CR, and a DKIM verifier that did neither, read
+two different From fields from one message). The rules, decided once:
+
+- line ends    CRLF, or a bare LF (files on Unix disks); a bare CR anywhere in the
+               header block is refused (`bare_cr`): readers disagree on whether it ends
+               a line.
+- the block    ends at the first empty line; a message without one is all header.
+- field line   RFC 5322 3.6.8: field-name = 1*ftext (printable US-ASCII but ":")
+               followed at once by ":". Refused: a line without a colon (`not_a_field`),
+               an mbox `From ` separator line (`mbox_from_line`; strip it before handing
+               the bytes over, if you read an mbox), and white space before the colon,
+               the obsolete `From : x` of RFC 5322 4.5 (`space_before_colon`), which
+               dkimpy skips and others read as From.
+- folding      RFC 5322 2.2.3: a line starting with SP or HTAB continues the field
+               above; unfolding removes only the line breaks. Refused: a continuation
+               before any field (`leading_continuation`) and a continuation line of
+               white space only (`blank_continuation`, RFC 5322 3.2.2: it must not be
+               generated, and some readers take it as the end of the header block).
+- NUL          refused anywhere in the header block (`nul`).
+- duplicates   a field of SINGLETON_HEADERS more than once is refused (`duplicate`):
+               RFC 5322 3.6 allows one, and a second From or Subject is how signed mail
+               gets spoofed (a signature covers one of them, readers take the other).
+- 8-bit bytes  kept: `Field.value` reads them as UTF-8 (RFC 6532), undecodable bytes
+               as U+FFFD. Meaning (addresses, encoded-words) is each reader's business,
+               done on the same `Field`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from email.utils import getaddresses
+
+__all__ = [
+    "SINGLETON_HEADERS",
+    "Field",
+    "HeaderBlock",
+    "HeaderRefusal",
+    "addresses",
+    "read_headers",
+    "split_at_blank_line",
+]
+
+# RFC 5322 3.6 (at most one each), the MIME fields that decide how the body is read
+# (RFC 2045), and the protocol's own type header.
+SINGLETON_HEADERS: frozenset[str] = frozenset(
+    {
+        "date",
+        "from",
+        "sender",
+        "reply-to",
+        "to",
+        "cc",
+        "bcc",
+        "message-id",
+        "in-reply-to",
+        "references",
+        "subject",
+        "mime-version",
+        "content-type",
+        "content-transfer-encoding",
+        "x-envelopay-type",
+    }
+)
+
+_FIELD_NAME = re.compile(rb"[\x21-\x39\x3b-\x7e]+")
+_BLANK = re.compile(rb"[ \t]*")
+_HEADER_END = re.compile(rb"\r?\n\r?\n")
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    """One header field as written.
+
+    raw_name  -- the name's bytes as written (DKIM canonicalization needs them)
+    raw_value -- the bytes after the colon, folded lines included, each line ending
+                 in CRLF (a bare LF in the input is read as CRLF)
+    """
+
+    name: str  # lower-cased ("from")
+    raw_name: bytes
+    raw_value: bytes
+
+    @property
+    def value(self) -> str:
+        """Unfolded (line breaks removed, white space kept), outer white space stripped,
+        read as UTF-8 with undecodable bytes as U+FFFD."""
+        return self.raw_value.replace(b"\r\n", b"").decode("utf-8", "replace").strip()
+
+
+@dataclass(frozen=True, slots=True)
+class HeaderBlock:
+    """A header block every reader accepts, and the body after it (bytes as given)."""
+
+    fields: tuple[Field, ...]
+    body: bytes
+
+    def get_all(self, name: str) -> list[Field]:
+        lower = name.lower()
+        return [f for f in self.fields if f.name == lower]
+
+    def count(self, name: str) -> int:
+        lower = name.lower()
+        return sum(1 for f in self.fields if f.name == lower)
+
+    def one(self, name: str) -> str | None:
+        """The value of the first field called `name` (singletons occur at most once)."""
+        lower = name.lower()
+        for f in self.fields:
+            if f.name == lower:
+                return f.value
+        return None
+
+    def pairs(self) -> list[tuple[bytes, bytes]]:
+        """[(raw name, raw value)] in order: the shape DKIM canonicalization works on."""
+        return [(f.raw_name, f.raw_value) for f in self.fields]
+
+
+@dataclass(frozen=True, slots=True)
+class HeaderRefusal:
+    """Why the header block is refused: a stable `reason` code (see the module rules),
+    a human `detail`, and the 1-based line it was found on (0 for the whole block)."""
+
+    reason: str
+    detail: str
+    line: int = 0
+    partial: tuple[Field, ...] = ()  # the fields read before the refusal (all, for `duplicate`)
+    field: str | None = None  # the field concerned, when there is one (`duplicate`)
+
+    def one(self, name: str) -> str | None:
+        """A field's value from `partial` when it occurs there exactly once: only ever for
+        addressing the refusal itself, never for acting on the message."""
+        lower = name.lower()
+        found = [f for f in self.partial if f.name == lower]
+        return found[0].value if len(found) == 1 else None
+
+
+def split_at_blank_line(raw: bytes) -> tuple[bytes, bytes]:
+    """(header block, body): the body starts after the first empty line (CRLF or LF)."""
+    if raw.startswith(b"\r\n"):
+        return b"", raw[2:]
+    if raw.startswith(b"\n"):
+        return b"", raw[1:]
+    m = _HEADER_END.search(raw)
+    if m is None:
+        return raw, b""
+    return raw[: m.start()], raw[m.end() :]
+
+
+def read_headers(raw: bytes) -> HeaderBlock | HeaderRefusal:
+    """Read the header block of `raw` by the rules above: a HeaderBlock, or the refusal."""
+    head, body = split_at_blank_line(raw)
+    if head.endswith(b"\n"):  # the last header line of a message without a body
+        head = head[:-2] if head.endswith(b"\r\n") else head[:-1]
+    if not head:
+        return HeaderBlock((), body)
+    fields: list[Field] = []
+    pending: list[bytes] = []  # the current field's value lines
+
+    def close() -> None:
+        if pending:
+            last = fields[-1]
+            fields[-1] = Field(last.name, last.raw_name, last.raw_value + b"".join(pending))
+            pending.clear()
+
+    def refuse(reason: str, detail: str, line: int) -> HeaderRefusal:
+        close()
+        return HeaderRefusal(reason, detail, line, tuple(fields))
+
+    if b"\x00" in head:
+        return HeaderRefusal("nul", "NUL byte in the header block")
+    for number, line in enumerate(head.split(b"\n"), 1):
+        if line.endswith(b"\r"):
+            line = line[:-1]
+        if b"\r" in line:
+            return refuse("bare_cr", "a bare CR in a header line", number)
+        if line[:1] in (b" ", b"\t"):
+            if not fields:
+                return refuse("leading_continuation", "the header block starts with a folded line", number)
+            if _BLANK.fullmatch(line):
+                return refuse("blank_continuation", "a folded line of white space only", number)
+            pending.append(line + b"\r\n")
+            continue
+        colon = line.find(b":")
+        name = line[:colon] if colon > 0 else b""
+        if colon > 0 and _FIELD_NAME.fullmatch(name):
+            close()
+            fields.append(Field(name.decode("ascii").lower(), name, line[colon + 1 :] + b"\r\n"))
+            continue
+        if colon > 0 and _FIELD_NAME.fullmatch(name.rstrip(b" \t")):
+            return refuse("space_before_colon", "white space between a field name and its colon", number)
+        if line.startswith(b"From "):
+            return refuse("mbox_from_line", "an mbox 'From ' separator line is not a header", number)
+        return refuse("not_a_field", f"not a header field: {line[:60]!r}", number)
+    close()
+    seen: set[str] = set()
+    for f in fields:
+        if f.name in SINGLETON_HEADERS:
+            if f.name in seen:
+                return HeaderRefusal("duplicate", f"duplicate {f.name} header", 0, tuple(fields), f.name)
+            seen.add(f.name)
+    return HeaderBlock(tuple(fields), body)
+
+
+# ------------------------------------------------------------------ addresses
+
+_ADDR = r'[^\s<>,;:"()@\[\]\\]+@[^\s<>,;:"()@\[\]\\]+'
+# Fast paths for the two common shapes ("a@b" and "Name <a@b>" with a plain name);
+# anything else (quotes, comments, groups, lists) goes through getaddresses.
+_BARE_ADDR = re.compile(rf"\s*({_ADDR})\s*")
+_NAMED_ADDR = re.compile(rf'[^<>,;:"()@\[\]\\]*<({_ADDR})>\s*')
+_MAX_ADDRESS_HEADER = 4096
+
+
+def addresses(value: str | None) -> list[str]:
+    """The addresses of an address field's value (From, To), as every reader takes them.
+
+    An address the stdlib parser assembles from pieces that are not one run of the
+    value ("a@x.test folded" read as "a@x.testfolded") is no address: the value must
+    contain each address as written."""
+    if value is None:
+        return []
+    m = _BARE_ADDR.fullmatch(value) or _NAMED_ADDR.fullmatch(value)
+    if m is not None:
+        return [m.group(1)]
+    if len(value) > _MAX_ADDRESS_HEADER:
+        return []  # the stdlib address parser is slow (and recursive) on long hostile values
+    try:
+        found = [addr for _, addr in getaddresses([value]) if "@" in addr]
+    except Exception:  # RecursionError on deeply nested comments, and the like: no address
+        return []
+    return [a for a in found if a in value]

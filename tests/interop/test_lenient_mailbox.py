@@ -1,0 +1,74 @@
+"""`profile = "lenient"` in the worker config: the mailbox parses with the interop
+profile, and each leniency applied is listed in the Outcome (and its recorded JSON)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ledger"))
+
+import _kimjune01 as them
+import _kit as k
+
+from envelopay.config import config_from_dict
+from envelopay.engine import Outcome
+from envelopay.errors import ConfigError
+from envelopay.node.wiring import AgentNode, build_node
+from envelopay.protocol.compose import compose
+from envelopay.protocol.messages import Invoice
+
+
+def node(tmp_path: Path, profile: str | None) -> AgentNode:
+    agent = {"address": k.WORKER, "domain": "garden.test", "ledger": str(tmp_path / f"{profile}.db")}
+    if profile is not None:
+        agent["profile"] = profile
+    # The garden socket is never reached: these tests hand mail to the engine directly.
+    transport = {"kind": "garden", "garden_socket": str(tmp_path / "garden.sock")}
+    cfg = config_from_dict({"agent": agent, "transport": transport}, base_dir=tmp_path)
+    rail = k.DictRail()
+    rail.txs["tx_l1"] = k.Tx(k.WORKER_WALLET, k.TOKEN, k.PRICE)
+    return build_node(cfg, app=k.WorkerApp(rail), rails={k.CHAIN: rail}, clock=k.Clock())
+
+
+async def _order_then_their_pay(n: AgentNode) -> tuple[Outcome, Outcome]:
+    body = {"v": "0.1.0", "type": "order", "id": "ord_l1", "task": {"op": "echo"}}
+    first = await n.engine.handle(them.request(k.WORKER, "ORDER | echo", body))
+    row = n.store.outbox_get(first.outbox[0]) if first.outbox else None
+    assert row is not None and isinstance(row.outbound.message, Invoice)
+    invoice = compose(row.outbound)
+    pay = {"v": "0.1.0", "type": "pay", "id": "pay_l1", "amount": str(k.PRICE), "token": k.TOKEN,
+           "chain": k.CHAIN, "proof": {"tx": "tx_l1"}, "invoice_ref": row.outbound.message.id}  # fmt: skip
+    their_pay = them.reply(them.receive(invoice), "axiomatic@agentmail.test", "PAY | paid", pay)
+    return first, await n.engine.handle(their_pay)
+
+
+async def test_a_lenient_mailbox_reads_the_reply_and_lists_the_leniency(tmp_path: Path) -> None:
+    n = node(tmp_path, "lenient")
+    try:
+        first, second = await _order_then_their_pay(n)
+        assert first.lenient == ()  # a plain ORDER needs no leniency
+        assert (second.status, second.state) == ("processed", "fulfilled")
+        assert second.lenient == ("lenient: Re: subject read as PAY from the body's first line",)
+        assert second.to_json()["lenient"] == list(second.lenient)
+    finally:
+        await n.close()
+        n.store.close()
+
+
+async def test_a_strict_mailbox_leaves_the_reply_alone(tmp_path: Path) -> None:
+    n = node(tmp_path, None)
+    try:
+        _, second = await _order_then_their_pay(n)
+        assert (second.status, second.lenient) == ("ignored", ())
+    finally:
+        await n.close()
+        n.store.close()
+
+
+def test_an_unknown_profile_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError):
+        node(tmp_path, "loose")
