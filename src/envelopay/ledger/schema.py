@@ -79,10 +79,18 @@ CREATE TABLE ep_events (
     PRIMARY KEY (source, event_id));
 """
 
+# v7: outbox rows are claimed by one drainer at a time (owner and lease), so two
+# workers on one ledger never deliver the same row twice without a crash.
+_V7 = """
+ALTER TABLE ep_outbox ADD COLUMN claimed_by TEXT;
+ALTER TABLE ep_outbox ADD COLUMN claim_until {T};
+"""
+
 MIGRATIONS: tuple[tuple[int, str, str], ...] = (
     (1, "inbound, replay, proofs, flows, log, outbox", _V1),
     (2, "calls; outbox drain index", _V2),
     (5, "outbox bounces; transport events", _V5),
+    (7, "outbox claims (owner, lease)", _V7),
     (9, "deferred proofs", _V9),
 )
 
@@ -275,10 +283,41 @@ _PG_BEGIN_V4 = _PG_BEGIN.replace(
     1,
 )
 
+# v6: a proof held by another message still being handled answers `busy` (that
+# presentation may fail and release it), one held by a message whose claim ran out is
+# taken over; only a spent proof is `proof_replayed`. Same rule as _sql.py.
+_PG_PROOF_V4 = """            SELECT owner_local, owner_message INTO r FROM ep_proofs
+                WHERE chain = p_chain AND proof_key = p_key;
+            IF NOT FOUND OR r.owner_local <> p_local OR r.owner_message <> p_mid THEN
+                RETURN jsonb_build_object('status', 'proof_replayed');
+            END IF;"""
+_PG_PROOF_V6 = """            SELECT p.owner_local, p.owner_message, p.status AS pstatus, i.status AS istatus,
+                   i.lease_until AS ilease
+                INTO r FROM ep_proofs p LEFT JOIN ep_inbound i
+                    ON i.local = p.owner_local AND i.message_id = p.owner_message
+                WHERE p.chain = p_chain AND p.proof_key = p_key FOR UPDATE OF p;
+            IF NOT FOUND THEN
+                RETURN jsonb_build_object('status', 'busy');
+            END IF;
+            IF r.owner_local <> p_local OR r.owner_message <> p_mid THEN
+                IF r.pstatus <> 'held' THEN
+                    RETURN jsonb_build_object('status', 'proof_replayed');
+                END IF;
+                IF r.istatus = 'claimed' AND r.ilease > p_now THEN
+                    RETURN jsonb_build_object('status', 'busy');
+                END IF;
+                UPDATE ep_proofs SET owner_local = p_local, owner_message = p_mid
+                    WHERE chain = p_chain AND proof_key = p_key AND status = 'held';
+            END IF;"""
+assert _PG_PROOF_V4 in _PG_BEGIN_V4
+_PG_BEGIN_V6 = _PG_BEGIN_V4.replace(_PG_PROOF_V4, _PG_PROOF_V6, 1)
+
 # Migrations whose statements differ per dialect, given as ready statement lists.
 DIALECT_MIGRATIONS: dict[int, tuple[str, dict[str, tuple[str, ...]]]] = {
     3: ("server-side step functions (PostgreSQL)", {"sqlite": (), "postgres": (_PG_BEGIN, _PG_COMMIT)}),
     4: ("begin call commits asynchronously (PostgreSQL)", {"sqlite": (), "postgres": (_PG_BEGIN_V4,)}),
+    6: ("a proof held by a live message is busy, not replayed (PostgreSQL)",
+        {"sqlite": (), "postgres": (_PG_BEGIN_V6,)}),
 }
 
 

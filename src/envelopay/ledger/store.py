@@ -201,6 +201,16 @@ class Store(Protocol):
     # -- the outbox (drained by the agent's sender)
     def outbox_pending(self, now: datetime, limit: int = 100) -> list[OutboxRow]: ...
 
+    def outbox_claim(
+        self, owner: str, now: datetime, lease_until: datetime, limit: int = 100
+    ) -> list[OutboxRow]:
+        """Claim due rows for `owner` until `lease_until` (one conditional update); a row
+        under another owner's live claim is never handed out. Marking a row sent or
+        failed ends its claim; a lease that runs out (a crashed drainer) frees it."""
+        ...
+
+    def outbox_release(self, message_id: str, owner: str) -> bool: ...
+
     def outbox_get(self, message_id: str) -> OutboxRow | None: ...
 
     def mark_sent(self, message_id: str, now: datetime) -> bool: ...

@@ -252,12 +252,25 @@ class Pickup:
         async with asyncio.timeout(timeout):  # no task per call, unlike wait_for
             return await self._queue.get()
 
-    def done(self, delivery: Delivery, flags: str = "") -> Path:
-        """Mark a delivery processed: move it to cur/ with Maildir info ':2,<flags>'."""
+    def done(self, delivery: Delivery, flags: str = "") -> Path | None:
+        """Mark a delivery processed: move it to cur/ with Maildir info ':2,<flags>'.
+
+        None when the file is gone already: another process sharing this Maildir
+        picked the same file up and moved it first (both handled it; the consumers are
+        idempotent), so there is nothing left to move."""
         target = delivery.maildir / "cur" / f"{delivery.name}:2,{''.join(sorted(set(flags)))}"
-        os.rename(delivery.path, target)
         self._pending.discard((delivery.maildir, delivery.name))
+        try:
+            os.rename(delivery.path, target)
+        except FileNotFoundError:
+            return None
         return target
+
+    def again(self, delivery: Delivery, after: float) -> None:
+        """Offer a delivery left in new/ again in `after` seconds (if it is still there):
+        another worker held it, and may die holding it."""
+        self._pending.discard((delivery.maildir, delivery.name))
+        asyncio.get_running_loop().call_later(after, self._offer, delivery.maildir, delivery.name)
 
     def _offer(self, maildir: Path, name: str) -> None:
         key = (maildir, name)
