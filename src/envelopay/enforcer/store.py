@@ -57,6 +57,10 @@ _SCHEMA = [
     # queue does not show, are not in it, so a long history of them costs the view nothing.
     "CREATE INDEX IF NOT EXISTS enf_sends_queue ON enf_sends (state, created_at, id)"
     " WHERE decided_at IS NOT NULL OR state = 'PENDING'",
+    # Retention (enforcer/retention.py) walks these: past counter slots, finished sends.
+    "CREATE INDEX IF NOT EXISTS enf_counters_slot ON enf_counters (win, slot)",
+    "CREATE INDEX IF NOT EXISTS enf_sends_done ON enf_sends (updated_at)"
+    " WHERE state IN ('SENT', 'FAILED', 'REJECTED')",
     """CREATE TABLE IF NOT EXISTS enf_outcomes (
         send_id TEXT PRIMARY KEY,
         state TEXT NOT NULL,
