@@ -25,7 +25,12 @@ class GardenCompactReport:
     kept: int = 0
 
     def to_json(self) -> dict[str, float | int]:
-        return {"cutoff": self.cutoff, "addresses": self.addresses, "removed": self.removed, "kept": self.kept}
+        return {
+            "cutoff": self.cutoff,
+            "addresses": self.addresses,
+            "removed": self.removed,
+            "kept": self.kept,
+        }
 
 
 def prune_processed(root: Path, *, older_than: float, now: float) -> GardenCompactReport:
