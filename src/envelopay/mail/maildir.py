@@ -297,34 +297,28 @@ class Pickup:
             self._offer(directory.parent, name)
 
     async def _poll_loop(self) -> None:
+        watched = [(d, os.path.join(d, "new")) for d in self._dirs]  # strings: one stat a tick each
         while True:
             await asyncio.sleep(self._poll)
-            for d in self._dirs:
-                names = self._changed(d)
-                if names is None:
+            racy_before = time.time_ns() - _RACY_NS
+            listed = self._listed
+            for d, new in watched:
+                try:
+                    mtime = os.stat(new).st_mtime_ns
+                except FileNotFoundError:
                     continue
+                if listed.get(d) == mtime and mtime < racy_before:
+                    continue
+                try:
+                    names = os.listdir(new)
+                except FileNotFoundError:
+                    continue
+                listed[d] = mtime
                 present = {(d, n) for n in names}
                 # Forget entries that left new/ by other means, so the set stays bounded.
                 self._pending = {k for k in self._pending if k[0] != d or k in present}
                 for n in sorted(names):
                     self._offer(d, n)
-
-    def _changed(self, d: Path) -> list[str] | None:
-        """new/'s names when its mtime moved since the last listing (or is racy), else None."""
-        new = d / "new"
-        try:
-            mtime = os.stat(new).st_mtime_ns
-        except FileNotFoundError:
-            return None
-        racy = time.time_ns() - mtime < _RACY_NS
-        if self._listed.get(d) == mtime and not racy:
-            return None
-        try:
-            names = os.listdir(new)
-        except FileNotFoundError:
-            return None
-        self._listed[d] = mtime
-        return names
 
 
 # A directory changed this recently may change again within the same mtime tick.

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from envelopay.mail.contacts import ContactBook
 from envelopay.mail.mailbox.attachments import extract, remove_extracted
-from envelopay.mail.mailbox.fts import fts_query, words_query
+from envelopay.mail.mailbox.fts import fts_query
 from envelopay.mail.mailbox.guard import SendGuard
 from envelopay.mail.mailbox.index import MailIndex
 from envelopay.mail.mailbox.inputs import Folder, MailboxError, check_folder, check_id, single_address
@@ -192,11 +192,11 @@ class Mailbox:
     def check(self, folder: str = "inbox", flt: CheckFilter | None = None) -> list[MailRecord]:
         """List a folder, newest first by default, with the seed's filters."""
         flt = flt or CheckFilter()
-        rows = self._index.check(
-            check_folder(folder), flt, words_query(flt.contains) if flt.contains else None
-        )
+        rows = self._index.check(check_folder(folder), flt)
+        newest = flt.sort == "newest"
         if not flt.contains:
-            return [self._whole(r) if flt.truncate == 0 else r for r in rows]
+            listed = [self._whole(r) if flt.truncate == 0 else r for r in rows]
+            return sorted(listed, key=lambda r: r.date, reverse=newest)
         needle = flt.contains.lower()
         out: list[MailRecord] = []
         for r in rows:  # candidates: the text decides
@@ -208,7 +208,7 @@ class Mailbox:
                     out.append(r if flt.truncate else whole)
             if len(out) >= flt.n:
                 break
-        return out
+        return sorted(out, key=lambda r: r.date, reverse=newest)
 
     def search(
         self,

@@ -74,6 +74,10 @@ def fts_query(pattern: str) -> str | None:
     return " ".join(dict.fromkeys(terms)) or None
 
 
-def words_query(text: str) -> str | None:
-    """The MATCH expression for a plain substring (`check --contains`), or None."""
-    return fts_query(re.escape(text))
+def words_query(text: str, columns: str = "") -> str | None:
+    """The MATCH expression for a plain text (`check --from/--subject/--contains`), each
+    term limited to `columns` ("from_addr", "{subject body}") when given, or None."""
+    q = fts_query(re.escape(text))
+    if q is None or not columns:
+        return q
+    return " ".join(f"{columns} : {t}" for t in q.split(" "))

@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from envelopay.mail.mailbox.fts import words_query
 from envelopay.mail.mailbox.interpret import Interpretation
 from envelopay.mail.mailbox.records import Attachment, CheckFilter, MailRecord
 
@@ -115,31 +116,47 @@ def _record(row: sqlite3.Row, truncate: int = 0) -> MailRecord:
     )
 
 
-def _check_query(folder: str, flt: CheckFilter, contains_fts: str | None) -> tuple[str, list[Any]]:
-    """The SQL of `check`: the filter's selectors and its order. `--contains` is confirmed
-    by the caller on the text (its FTS terms only narrow the candidates), so the limit
-    is the caller's too when it is set."""
-    sql = ["SELECT * FROM messages WHERE folder = ?"]
-    args: list[Any] = [folder]
+def _check_query(folder: str, flt: CheckFilter) -> tuple[str, list[Any]]:
+    """The SQL of `check`. With a text filter the full-text index drives: its rows come in
+    index order (which is arrival order, as `ts` is), the lowercase columns confirm
+    `--from`/`--subject` exactly, and the caller confirms `--contains` on the text, so
+    the limit is the caller's then. Without one, the (folder, ts) index does."""
+    parts = [
+        q
+        for q in (
+            words_query(flt.from_, "from_addr") if flt.from_ else None,
+            words_query(flt.subject, "subject") if flt.subject else None,
+            words_query(flt.contains, "{subject body}") if flt.contains else None,
+        )
+        if q
+    ]
+    direction = "DESC" if flt.sort == "newest" else "ASC"
+    if parts:
+        sql = [
+            "SELECT m.* FROM messages_fts f JOIN messages m ON m.seq = f.rowid"
+            " WHERE messages_fts MATCH ? AND m.folder = ?"
+        ]
+        args: list[Any] = [" ".join(parts), folder]
+        order = f"ORDER BY f.rowid {direction}"
+    else:
+        sql = ["SELECT * FROM messages m WHERE m.folder = ?"]
+        args = [folder]
+        order = f"ORDER BY m.ts {direction}, m.seq {direction}"
     for col, value in (("from_lc", flt.from_), ("subject_lc", flt.subject)):
         if value:
-            sql.append(f"AND instr({col}, ?) > 0")
+            sql.append(f"AND instr(m.{col}, ?) > 0")
             args.append(value.lower())
-    if flt.contains and contains_fts is not None:
-        sql.append("AND seq IN (SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?)")
-        args.append(contains_fts)
     if flt.after is not None:
-        sql.append("AND ts > ?")
+        sql.append("AND m.ts > ?")
         args.append(flt.after.timestamp())
     if flt.before is not None:
-        sql.append("AND ts < ?")
+        sql.append("AND m.ts < ?")
         args.append(flt.before.timestamp())
     if flt.unread_only:
-        sql.append("AND read = 0")
+        sql.append("AND m.read = 0")
     if flt.has_attachments is not None:
-        sql.append("AND attachments " + ("!= '[]'" if flt.has_attachments else "= '[]'"))
-    direction = "DESC" if flt.sort == "newest" else "ASC"
-    sql.append(f"ORDER BY ts {direction}, seq {direction}")
+        sql.append("AND m.attachments " + ("!= '[]'" if flt.has_attachments else "= '[]'"))
+    sql.append(order)
     if not flt.contains:
         sql.append("LIMIT ?")
         args.append(flt.n)
@@ -351,8 +368,8 @@ class MailIndex:
         row = self.db.execute("SELECT folder, name, file FROM messages WHERE id = ?", (mid,)).fetchone()
         return row[0], row[1], row[2]
 
-    def check(self, folder: str, flt: CheckFilter, contains_fts: str | None = None) -> Iterator[MailRecord]:
-        sql, args = _check_query(folder, flt, contains_fts)
+    def check(self, folder: str, flt: CheckFilter) -> Iterator[MailRecord]:
+        sql, args = _check_query(folder, flt)
         for r in self.db.execute(sql, args):
             yield _record(r, flt.truncate)
 
