@@ -82,7 +82,7 @@ def test_compaction_keeps_what_refuses_replays(make: Callable[[], SqlStore]) -> 
     report = compact_ledger(store, older_than=timedelta(days=30), now=LATER, batch=50, vacuum=True)
     assert report.flows == 301
     assert report.removed["ep_log"] == 601 and report.removed["ep_outbox"] == 271
-    assert report.trimmed == {"ep_inbound": 301, "ep_replay": 301}
+    assert report.trimmed == {"ep_inbound": 301}
     assert _count(store, "ep_log") == 0 and _count(store, "ep_flow_msgids") == 0
     assert _count(store, "ep_flow_refs") == 0
     assert _count(store, "ep_outbox") == 30  # the pending backlog stays until it is sent
@@ -98,7 +98,8 @@ def test_compaction_keeps_what_refuses_replays(make: Callable[[], SqlStore]) -> 
     assert store.begin_step(_claim("<m1@real.test>", pid="ord-1", key="sig-1")).status == "seen"
     assert store.begin_step(_claim("<m2@real.test>", content="other", pid="ord-1")).status == "duplicate_id"
     again = store.begin_step(_claim("<m3@real.test>", pid="ord-1", key="sig-1"))
-    assert again.status == "retransmission" and again.requeued == ()  # the old reply aged out
+    assert again.status == "retransmission" and again.requeued == ("<r1@x>",)
+    assert store.outbox_get("<r1@x>") is None  # the old reply aged out: nothing is resent
     assert store.begin_step(_claim("<m4@real.test>", pid="ord-new", key="sig-1")).status == "proof_replayed"
     assert store.proof_status(ProofKey("solana", "k7")) == "spent"
 

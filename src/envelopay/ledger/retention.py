@@ -2,12 +2,13 @@
 
 Kept forever (they are what refuses replays; SPEC.md "Retention"):
 - spent proof keys (`ep_proofs`): a proof spent once is refused for good;
-- the (sender, id) pairs (`ep_replay`), with the body's hash: a reused id is refused, a
-  retransmission is still recognised; their recorded outcome shrinks to its status;
+- the (sender, id) pairs (`ep_replay`), with the body's hash and recorded outcome: a
+  reused id is refused, a retransmission is still recognised (its old reply is not
+  sent again once the outbox row aged out);
 - each inbound Message-ID claim (`ep_inbound`): a redelivered message is still `seen`;
-  its outcome shrinks the same way;
+  its outcome shrinks to its status, its lease and worker are cleared;
 - the flow row (`ep_flows`: state, data, version), and a per-flow summary
-  (`ep_flow_summary`: how many log entries, first and last time) of what was deleted.
+  (`ep_flow_summary`: how many log entries were deleted, and when).
 
 Aged out once older than the window the operator gives:
 - outbox rows no longer pending (sent or failed), by `created_at`;
@@ -36,7 +37,7 @@ from envelopay.ledger._sql import Executor, SqlStore
 
 __all__ = ["CompactReport", "compact_ledger", "ledger_bytes"]
 
-_TABLES = ("ep_log", "ep_outbox", "ep_flow_msgids", "ep_flow_refs", "ep_inbound", "ep_replay", "ep_calls")
+_TABLES = ("ep_log", "ep_outbox", "ep_flow_msgids", "ep_flow_refs", "ep_inbound", "ep_calls")
 
 
 @dataclass
@@ -59,12 +60,12 @@ class CompactReport:
 
 
 def _small(outcome: Any) -> dict[str, Any]:
-    """An outcome's smallest form: its status and flow, marked compacted."""
+    """An outcome's smallest form: its status and flow, marked compacted (`status` is
+    what every reader of an outcome needs)."""
     doc = outcome if isinstance(outcome, dict) else {}
-    out: dict[str, Any] = {"compacted": True}
-    for key in ("status", "flow_id", "message_id"):
-        if isinstance(doc.get(key), str):
-            out[key] = doc[key]
+    out: dict[str, Any] = {"status": doc.get("status") or "compacted", "compacted": True}
+    if isinstance(doc.get("flow_id"), str):
+        out["flow_id"] = doc["flow_id"]
     return out
 
 
@@ -98,7 +99,7 @@ def compact_ledger(
     `pause` runs between batches (a sleep, to leave the write lock to workers)."""
     cutoff = now - older_than
     report = CompactReport(cutoff)
-    steps = (_outbox, _flows, _calls, _inbound, _replay)
+    steps = (_outbox, _flows, _calls, _inbound)
     for step in steps:
         while step(store, report, cutoff, now, batch):
             if pause is not None:
@@ -144,16 +145,13 @@ def _flows(store: SqlStore, r: CompactReport, cutoff: datetime, now: datetime, b
         ids = [row[0] for row in rows]
         marks = ",".join("?" * len(ids))
         counts = x.all(
-            f"SELECT flow_id, count(*), min(at), max(at) FROM ep_log WHERE flow_id IN ({marks})"
-            " GROUP BY flow_id",
-            ids,
+            f"SELECT flow_id, count(*) FROM ep_log WHERE flow_id IN ({marks}) GROUP BY flow_id", ids
         )
         x.many(
-            "INSERT INTO ep_flow_summary (flow_id, messages, first_at, last_at, compacted_at)"
-            " VALUES (?, ?, ?, ?, ?) ON CONFLICT (flow_id) DO UPDATE SET"
-            " messages = ep_flow_summary.messages + excluded.messages, last_at = excluded.last_at,"
+            "INSERT INTO ep_flow_summary (flow_id, messages, compacted_at) VALUES (?, ?, ?)"
+            " ON CONFLICT (flow_id) DO UPDATE SET messages = ep_flow_summary.messages + excluded.messages,"
             " compacted_at = excluded.compacted_at",
-            [(fid, int(n), lo, hi, store.t(now)) for fid, n, lo, hi in counts],
+            [(fid, int(n), store.t(now)) for fid, n in counts],
         )
         for table in ("ep_log", "ep_flow_msgids", "ep_flow_refs"):
             r._add(r.removed, table, x.exec(f"DELETE FROM {table} WHERE flow_id IN ({marks})", ids))
@@ -164,50 +162,21 @@ def _flows(store: SqlStore, r: CompactReport, cutoff: datetime, now: datetime, b
 
 
 def _inbound(store: SqlStore, r: CompactReport, cutoff: datetime, now: datetime, batch: int) -> bool:
+    # A claim's lease and worker mean nothing once it is done (begin_step answers `seen`
+    # from the status first); clearing the lease also takes the row out of the index
+    # this walk reads, so compacted claims cost the next run nothing.
     with store.write() as x:
-        mark = _mark(x, "inbound")
-        sql = (
-            "SELECT done_at, local, message_id, outcome FROM ep_inbound"
-            " WHERE status = 'done' AND done_at < ?"
+        rows = x.all(
+            "SELECT local, message_id, outcome FROM ep_inbound WHERE status = 'done'"
+            " AND lease_until IS NOT NULL AND done_at < ? ORDER BY done_at LIMIT ?",
+            (store.t(cutoff), batch),
         )
-        args: list[Any] = [store.t(cutoff)]
-        if mark is not None:
-            sql += " AND (done_at, local, message_id) > (?, ?, ?)"
-            args += [store.t(datetime.fromisoformat(mark[0])), mark[1], mark[2]]
-        rows = x.all(sql + " ORDER BY done_at, local, message_id LIMIT ?", (*args, batch))
-        if not rows:
-            return False
         x.many(
-            "UPDATE ep_inbound SET outcome = ? WHERE local = ? AND message_id = ?",
-            [(store.j(_small(store.uj_opt(o))), loc, mid) for _, loc, mid, o in rows],
+            "UPDATE ep_inbound SET outcome = ?, lease_until = NULL, worker = NULL"
+            " WHERE local = ? AND message_id = ?",
+            [(store.j(_small(store.uj_opt(o))), loc, mid) for loc, mid, o in rows],
         )
-        last = rows[-1]
-        _set_mark(store, x, "inbound", (_text_time(store, last[0]), last[1], last[2]), now)
     r._add(r.trimmed, "ep_inbound", len(rows))
-    return len(rows) >= batch
-
-
-def _replay(store: SqlStore, r: CompactReport, cutoff: datetime, now: datetime, batch: int) -> bool:
-    with store.write() as x:
-        mark = _mark(x, "replay")
-        sql = (
-            "SELECT created_at, local, sender, protocol_id, outcome FROM ep_replay"
-            " WHERE status = 'done' AND created_at < ?"
-        )
-        args: list[Any] = [store.t(cutoff)]
-        if mark is not None:
-            sql += " AND (created_at, local, sender, protocol_id) > (?, ?, ?, ?)"
-            args += [store.t(datetime.fromisoformat(mark[0])), mark[1], mark[2], mark[3]]
-        rows = x.all(sql + " ORDER BY created_at, local, sender, protocol_id LIMIT ?", (*args, batch))
-        if not rows:
-            return False
-        x.many(
-            "UPDATE ep_replay SET outcome = ? WHERE local = ? AND sender = ? AND protocol_id = ?",
-            [(store.j(_small(store.uj_opt(o))), loc, snd, pid) for _, loc, snd, pid, o in rows],
-        )
-        last = rows[-1]
-        _set_mark(store, x, "replay", (_text_time(store, last[0]), last[1], last[2], last[3]), now)
-    r._add(r.trimmed, "ep_replay", len(rows))
     return len(rows) >= batch
 
 

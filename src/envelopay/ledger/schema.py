@@ -65,7 +65,8 @@ CREATE INDEX ep_outbox_pending ON ep_outbox (status, seq);
 # primary key and filter, 268 ms a drain at 1M rows), no other plan is cheaper, and the
 # index stays as small as the backlog. Flow listings page on (updated_at, flow_id), with
 # or without a local address. Retention (ledger/retention.py) walks the `done` indexes
-# from the cursor it keeps in ep_retention, and leaves a row per flow in ep_flow_summary.
+# (a compacted claim drops out of ep_inbound_done: its lease is cleared), keeps its flow
+# cursor in ep_retention, and leaves a row per flow in ep_flow_summary.
 _V5_PLANS = """
 CREATE INDEX ep_outbox_due ON ep_outbox (seq) WHERE status = 'pending';
 DROP INDEX ep_outbox_pending;
@@ -73,14 +74,11 @@ CREATE INDEX ep_outbox_done ON ep_outbox (created_at, seq) WHERE status <> 'pend
 CREATE INDEX ep_flows_recent ON ep_flows (updated_at, flow_id);
 CREATE INDEX ep_flows_local_recent ON ep_flows (local, updated_at, flow_id);
 DROP INDEX ep_flows_local;
-CREATE INDEX ep_inbound_done ON ep_inbound (done_at, local, message_id) WHERE status = 'done';
-CREATE INDEX ep_replay_done ON ep_replay (created_at, local, sender, protocol_id) WHERE status = 'done';
+CREATE INDEX ep_inbound_done ON ep_inbound (done_at) WHERE status = 'done' AND lease_until IS NOT NULL;
 CREATE INDEX ep_flow_refs_flow ON ep_flow_refs (flow_id);
 CREATE INDEX ep_flow_msgids_flow ON ep_flow_msgids (flow_id);
 CREATE INDEX ep_calls_resolved ON ep_calls (resolved_at, call_id) WHERE status <> 'pending';
-CREATE TABLE ep_flow_summary (
-    flow_id TEXT PRIMARY KEY, messages INTEGER NOT NULL, first_at {T}, last_at {T},
-    compacted_at {T} NOT NULL);
+CREATE TABLE ep_flow_summary (flow_id TEXT PRIMARY KEY, messages INTEGER NOT NULL, compacted_at {T} NOT NULL);
 CREATE TABLE ep_retention (name TEXT PRIMARY KEY, mark TEXT NOT NULL, at {T} NOT NULL)
 """
 

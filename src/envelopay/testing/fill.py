@@ -39,7 +39,7 @@ _TABLES: tuple[tuple[str, str, str], ...] = (
     (
         "ep_inbound",
         "local, message_id, content_hash, status, worker, lease_until, outcome, flow_id, created_at, done_at",
-        "'{L}', '<in' || {i} || '@fill.test>', '{H}', 'done', 'w1', NULL,"
+        "'{L}', '<in' || {i} || '@fill.test>', '{H}', 'done', 'w1', {T}({i}),"
         " {J<}'{\"status\":\"processed\",\"flow_id\":\"f' || {i} || '\","
         "\"outbox\":[\"<out' || {i} || '@fill.test>\"]}'{J>},"
         " 'f' || {i}, {T}({i}), {T}({i})",
