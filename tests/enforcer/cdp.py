@@ -7,6 +7,8 @@ import asyncio
 import contextlib
 import itertools
 import json
+import os
+import signal
 import subprocess
 import tempfile
 from collections.abc import AsyncIterator
@@ -96,6 +98,7 @@ async def chromium() -> AsyncIterator[Page]:
         proc = subprocess.Popen(
             ["/usr/bin/chromium", *FLAGS, f"--user-data-dir={profile}", "about:blank"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True,  # its own process group: renderers and zygote die with it
         )
         try:
             port_file = Path(profile) / "DevToolsActivePort"
@@ -117,9 +120,12 @@ async def chromium() -> AsyncIterator[Page]:
                 finally:
                     page.reader.cancel()
         finally:
-            proc.terminate()
-            try:
+            # Chromium's helper processes outlive the browser process and keep writing into
+            # the profile; the whole group must be gone before the profile is removed.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

@@ -9,24 +9,8 @@ from typing import Annotated, Any
 
 import typer
 
-from envelopay.cli.output import fail
-
-_TYPES = ("which", "methods", "pay", "order", "fulfill", "invoice", "offer", "accept", "oops")
-
-
-def _json_or_text(value: str) -> Any:
-    """An option that takes a JSON value, or plain text when it is not JSON."""
-    try:
-        return json.loads(value)
-    except ValueError:
-        return value
-
-
-def _json_option(name: str, value: str) -> Any:
-    try:
-        return json.loads(value)
-    except ValueError as exc:
-        fail(f"--{name}: not JSON ({exc})")
+from envelopay.cli.options import JsonObjectOpt
+from envelopay.cli.output import answers, fail
 
 
 def register(app: typer.Typer) -> None:
@@ -35,7 +19,7 @@ def register(app: typer.Typer) -> None:
     @app.command("parse")
     def parse_cmd(
         file: Annotated[str, typer.Argument(help="A raw .eml file, or - for stdin.")] = "-",
-        as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+        as_json: JsonObjectOpt = False,
         re_v02: Annotated[
             bool, typer.Option("--re-v0.2", help="Apply v0.2.0's rule: strip Re: prefixes (never Fwd:).")
         ] = False,
@@ -118,16 +102,12 @@ def register(app: typer.Typer) -> None:
         """Compose a message from options or a JSON file and write the .eml."""
         from datetime import UTC, datetime
 
-        from pydantic import ValidationError
-
         from envelopay.errors import UsageError
         from envelopay.protocol.compose import compose_message
-        from envelopay.protocol.messages import MessageType, model_for
+        from envelopay.protocol.fields import message_from_fields, message_type
 
-        kind_name = type_.lower()
-        if kind_name not in _TYPES:
-            fail(f"TYPE: {type_!r} is not one of {', '.join(t.upper() for t in _TYPES)}")
-        kind = MessageType(kind_name)
+        with answers():
+            kind = message_type(type_)
         data: dict[str, Any] = {}
         if json_file is not None:
             try:
@@ -144,31 +124,15 @@ def register(app: typer.Typer) -> None:
             "wallet": wallet, "ref": ref, "order_ref": order_ref, "invoice_ref": invoice_ref,
             "offer_ref": offer_ref, "which_ref": which_ref, "due": due, "fallback": fallback,
         }  # fmt: skip
-        data.update({k: val for k, val in plain.items() if val is not None})
-        for name, raw_value in (("proof", proof), ("rails", rails), ("give", give), ("want", want)):
-            if raw_value is not None:
-                data[name] = _json_option(name, raw_value)
-        if task is not None:
-            data["task"] = _json_or_text(task)
-        if result is not None:
-            data["result"] = _json_or_text(result)
-        if code is not None:
-            error = data.get("error")
-            data["error"] = {**(error if isinstance(error, dict) else {}), "code": code}
-        data.setdefault("v", "0.1.0")
-        data["type"] = kind.value
-        try:
-            message = model_for(kind).model_validate(data, context={"wire": True})
-        except ValidationError as exc:
-            lines = []
-            for e in exc.errors(include_url=False):
-                where = ".".join(str(x) for x in e["loc"] if not (isinstance(x, str) and "[" in x))
-                lines.append(f"{where or 'body'}: {e['msg']}")
-            fail(f"invalid {kind.keyword} fields:\n  " + "\n  ".join(lines))
+        with answers():
+            message = message_from_fields(
+                kind, data, plain=plain, code=code, json_or_text={"task": task, "result": result},
+                json_fields={"proof": proof, "rails": rails, "give": give, "want": want},
+            )
         msg_domain = domain or (sender.rsplit("@", 1)[-1] if "@" in sender else "")
         try:
             raw, _ = compose_message(
-                message,  # type: ignore[arg-type]
+                message,
                 sender=sender,
                 recipient=recipient,
                 domain=msg_domain,

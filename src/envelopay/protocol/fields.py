@@ -1,0 +1,75 @@
+"""A message from loose fields, the way a front end gathers them: a JSON object of body
+fields, options given one by one over it, values that are JSON or plain text. Pure (no
+I/O); every refusal is a UsageError naming the field.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from envelopay.errors import UsageError
+from envelopay.protocol.messages import Message, MessageType, model_for
+
+__all__ = ["TYPE_NAMES", "message_from_fields", "message_type"]
+
+TYPE_NAMES = ("which", "methods", "pay", "order", "fulfill", "invoice", "offer", "accept", "oops")
+
+
+def message_type(name: str) -> MessageType:
+    """One of the nine types, in any case."""
+    if name.lower() not in TYPE_NAMES:
+        raise UsageError(f"TYPE: {name!r} is not one of {', '.join(t.upper() for t in TYPE_NAMES)}")
+    return MessageType(name.lower())
+
+
+def _json(name: str, value: str) -> Any:
+    try:
+        return json.loads(value)
+    except ValueError as exc:
+        raise UsageError(f"--{name}: not JSON ({exc})") from exc
+
+
+def _json_or_text(value: str) -> Any:
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
+
+
+def message_from_fields(
+    kind: MessageType,
+    base: Mapping[str, Any],
+    *,
+    plain: Mapping[str, str | None],
+    json_fields: Mapping[str, str | None],
+    json_or_text: Mapping[str, str | None],
+    code: str | None,
+) -> Message:
+    """`base` overridden by the given fields (`plain` as they are, `json_fields` parsed
+    as JSON, `json_or_text` as JSON when it parses, else text; `code` into `error`),
+    validated with the wire rules (version defaults to 0.1.0)."""
+    data = dict(base)
+    data.update({k: v for k, v in plain.items() if v is not None})
+    for name, raw in json_fields.items():
+        if raw is not None:
+            data[name] = _json(name, raw)
+    for name, raw in json_or_text.items():
+        if raw is not None:
+            data[name] = _json_or_text(raw)
+    if code is not None:
+        error = data.get("error")
+        data["error"] = {**(error if isinstance(error, dict) else {}), "code": code}
+    data.setdefault("v", "0.1.0")
+    data["type"] = kind.value
+    try:
+        return model_for(kind).model_validate(data, context={"wire": True})  # type: ignore[return-value]
+    except ValidationError as exc:
+        lines = []
+        for e in exc.errors(include_url=False):
+            where = ".".join(str(x) for x in e["loc"] if not (isinstance(x, str) and "[" in x))
+            lines.append(f"{where or 'body'}: {e['msg']}")
+        raise UsageError(f"invalid {kind.keyword} fields:\n  " + "\n  ".join(lines)) from exc
