@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
-from envelopay.cli.output import FAILED, OK, answers, emit, table
+from envelopay.cli.options import AfterOpt, LimitOpt
+from envelopay.cli.output import FAILED, OK, answers, emit, next_page, table
 
 if TYPE_CHECKING:
     from envelopay.client.commands import Act
@@ -303,17 +304,19 @@ def _register_client(app: typer.Typer) -> None:
             _client(config, False, 0.0, c.send(msg, to, flow))
 
     @app.command("flows")
-    def flows_cmd(config: _Config = Path("envelopay.toml"),
-                  limit: Annotated[int, typer.Option("--limit")] = 50) -> None:
-        """A table of this agent's flows and their states."""
+    def flows_cmd(
+        config: _Config = Path("envelopay.toml"), limit: LimitOpt = 50, after: AfterOpt = None
+    ) -> None:
+        """A table of this agent's flows and their states, newest first, one page."""
         from envelopay.client import commands as c
 
         with answers():
             cfg = _load(config)
-            rows = c.flows(cfg, limit)
+            rows, nxt = c.flows(cfg, limit, after)
         table(("flow", "peer", "kind", "side", "state", "updated"),
               [(f.flow_id, f.peer, f.kind, f.side, f.state, f.updated_at.isoformat(timespec="seconds"))
                for f in rows], title=f"flows of {cfg.agent.address}")
+        next_page(nxt, f"envelopay flows --config {config}")
 
     @app.command("show")
     def show(flow: str, config: _Config = Path("envelopay.toml")) -> None:

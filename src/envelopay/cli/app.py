@@ -11,6 +11,7 @@ import typer
 from envelopay.cli import (
     agent_cmds,
     enforcer_cmds,
+    ledger_cmds,
     mail_cmds,
     protocol_cmds,
     rails_cmds,
@@ -37,7 +38,7 @@ def version() -> None:
     typer.echo(__version__)
 
 
-for _module in (protocol_cmds, rails_cmds, mail_cmds, agent_cmds, enforcer_cmds):
+for _module in (protocol_cmds, rails_cmds, mail_cmds, agent_cmds, enforcer_cmds, ledger_cmds):
     _module.register(app)
 
 

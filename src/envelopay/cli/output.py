@@ -8,6 +8,7 @@ Exit codes (README "Exit codes"): 0 ok; 1 the peer or the chain said no, or a ti
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, NoReturn
@@ -92,3 +93,9 @@ def table(
     console.print(out)
     if empty is not None and count == 0:
         console.print(empty)
+
+
+def next_page(token: str | None, command: str) -> None:
+    """Under a page: how to get the next one (nothing after the last page)."""
+    if token is not None:
+        typer.echo(f"more: {command} --after {shlex.quote(token)}", err=True)
