@@ -2,9 +2,9 @@
 
 Kept forever (they are what refuses replays; SPEC.md "Retention"):
 - spent proof keys (`ep_proofs`): a proof spent once is refused for good;
-- the (sender, id) pairs (`ep_replay`), with the body's hash and recorded outcome: a
-  reused id is refused, a retransmission is still recognised (its old reply is not
-  sent again once the outbox row aged out);
+- the (sender, id) pairs (`ep_replay`), with the body's hash: a reused id is refused, a
+  retransmission is still recognised; when its flow is compacted the recorded outcome
+  shrinks like a claim's (its outbox rows are gone: nothing is sent again);
 - each inbound Message-ID claim (`ep_inbound`): a redelivered message is still `seen`;
   its outcome shrinks to its status, its lease and worker are cleared;
 - the flow row (`ep_flows`: state, data, version), and a per-flow summary
@@ -153,12 +153,36 @@ def _flows(store: SqlStore, r: CompactReport, cutoff: datetime, now: datetime, b
             " compacted_at = excluded.compacted_at",
             [(fid, int(n), store.t(now)) for fid, n in counts],
         )
+        _shrink_replays(store, x, ids, marks)
         for table in ("ep_log", "ep_flow_msgids", "ep_flow_refs"):
             r._add(r.removed, table, x.exec(f"DELETE FROM {table} WHERE flow_id IN ({marks})", ids))
         last = rows[-1]
         _set_mark(store, x, "flows", (_text_time(store, last[1]), last[0]), now)
     r.flows += len(ids)
     return len(rows) >= batch
+
+
+def _shrink_replays(store: SqlStore, x: Executor, ids: list[str], marks: str) -> None:
+    """The (sender, id) pairs of the flows' inbound messages keep their row; the recorded
+    outcome shrinks (its outbox rows are gone: a retransmission now requeues nothing)."""
+    pairs = x.all(
+        "SELECT DISTINCT f.local, l.sender, l.protocol_id FROM ep_log l"
+        " JOIN ep_flows f ON f.flow_id = l.flow_id"
+        f" WHERE l.flow_id IN ({marks}) AND l.direction = 'in' AND l.protocol_id IS NOT NULL"
+        " AND l.sender IS NOT NULL",
+        ids,
+    )
+    for local, sender, pid in pairs:
+        row = x.one(
+            "SELECT outcome FROM ep_replay WHERE local = ? AND sender = ? AND protocol_id = ?"
+            " AND status = 'done'",
+            (local, sender, pid),
+        )
+        if row is not None:
+            x.exec(
+                "UPDATE ep_replay SET outcome = ? WHERE local = ? AND sender = ? AND protocol_id = ?",
+                (store.j(_small(store.uj_opt(row[0]))), local, sender, pid),
+            )
 
 
 def _inbound(store: SqlStore, r: CompactReport, cutoff: datetime, now: datetime, batch: int) -> bool:
