@@ -232,9 +232,12 @@ def test_postgres_drain_plan_survives_a_drained_backlog(pg_dsn: str) -> None:
         plan = _pg_plan(conn, sql, (NOW, 100), ", ANALYZE, BUFFERS")
         assert {n.get("Index Name") for n in _pg_nodes(plan)} >= {"ep_outbox_due"}
         assert plan["Actual Rows"] == 0
-        assert plan["Shared Hit Blocks"] + plan["Shared Read Blocks"] < 200
-        # The detector: without the partial index the same statistics give a walk.
+        used = plan["Shared Hit Blocks"] + plan["Shared Read Blocks"]
+        # The detector: without the partial index the same statistics give a walk. (The
+        # two are compared, not held to a fixed count: a transaction elsewhere on the
+        # server can keep VACUUM from removing the drained rows' dead index entries.)
         conn.execute("DROP INDEX ep_outbox_due")
         walked = _pg_plan(conn, sql, (NOW, 100), ", ANALYZE, BUFFERS")
-        assert walked["Shared Hit Blocks"] + walked["Shared Read Blocks"] > 200
+        assert "ep_outbox_due" not in {n.get("Index Name") for n in _pg_nodes(walked)}
+        assert walked["Shared Hit Blocks"] + walked["Shared Read Blocks"] > 2 * used
     store.close()
