@@ -28,7 +28,7 @@ from envelopay.mail.mailbox.fts import fts_query
 from envelopay.mail.mailbox.guard import SendGuard
 from envelopay.mail.mailbox.index import MailIndex
 from envelopay.mail.mailbox.inputs import Folder, MailboxError, check_folder, check_id, single_address
-from envelopay.mail.mailbox.interpret import interpret
+from envelopay.mail.mailbox.interpret import body_text, interpret
 from envelopay.mail.mailbox.outgoing import PlainDraft, compose_plain
 from envelopay.mail.mailbox.records import CheckFilter, MailRecord, OutgoingMail, SendFn, SendResult
 from envelopay.mail.mailbox.scan import Progress, scan_folders
@@ -168,7 +168,7 @@ class Mailbox:
         if rec.body_complete:
             return rec
         if body is None:
-            body = interpret(self._path_of(rec).read_bytes()).body
+            body = body_text(self._path_of(rec).read_bytes())
         cut = len(rec.preview.rstrip("…")) if rec.preview.endswith("…") else 0
         preview = body if not cut or cut >= len(body) else body[:cut] + "…"
         return replace(rec, body=body, preview=preview, body_complete=True)
