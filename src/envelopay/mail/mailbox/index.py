@@ -125,7 +125,8 @@ def _check_query(folder: str, flt: CheckFilter) -> tuple[str, list[Any]]:
         q
         for q in (
             words_query(flt.from_, "from_addr") if flt.from_ else None,
-            words_query(flt.subject, "subject") if flt.subject else None,
+            # A sender is the narrower term; the subject column then confirms exactly.
+            words_query(flt.subject, "subject") if flt.subject and not flt.from_ else None,
             words_query(flt.contains, "{subject body}") if flt.contains else None,
         )
         if q
@@ -381,15 +382,45 @@ class MailIndex:
         if fts is None:
             sql = f"SELECT * FROM messages WHERE folder IN ({marks}) ORDER BY ts DESC, seq DESC"
             rows = self.db.execute(sql, list(folders))
-        else:
-            order = "f.rank" if rank else "f.rowid DESC"
+        elif not rank:  # the FTS walk in rowid (arrival) order streams: no sort
             sql = (
                 "SELECT m.* FROM messages_fts f JOIN messages m ON m.seq = f.rowid"
-                f" WHERE messages_fts MATCH ? AND m.folder IN ({marks}) ORDER BY {order}"
+                f" WHERE messages_fts MATCH ? AND m.folder IN ({marks}) ORDER BY f.rowid DESC"
             )
             rows = self.db.execute(sql, [fts, *folders])
+        else:
+            yield from self._ranked(fts, folders, truncate)
+            return
         for r in rows:
             yield _record(r, truncate)
+
+    def _ranked(self, fts: str, folders: Sequence[str], truncate: int) -> Iterator[MailRecord]:
+        """Best first: BM25 over the full-text index alone, then the message rows of one
+        window of it at a time (not every match's row)."""
+        window, offset = 64, 0
+        while True:
+            ids = [
+                r[0]
+                for r in self.db.execute(
+                    "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?"
+                    " ORDER BY rank LIMIT ? OFFSET ?",
+                    (fts, window, offset),
+                )
+            ]
+            if ids:
+                marks = ",".join("?" * len(ids))
+                found = {
+                    r["seq"]: r
+                    for r in self.db.execute(f"SELECT * FROM messages WHERE seq IN ({marks})", ids)
+                    if r["folder"] in folders
+                }
+                for i in ids:
+                    if i in found:
+                        yield _record(found[i], truncate)
+            if len(ids) < window:
+                return
+            offset += window
+            window *= 2
 
     def thread(self, mid: str, truncate: int) -> list[MailRecord]:
         """Every message of `mid`'s thread, oldest first."""
