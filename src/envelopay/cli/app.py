@@ -13,6 +13,7 @@ from envelopay.cli import (
     client_cmds,
     devnet_cmds,
     enforcer_cmds,
+    ledger_cmds,
     mail_cmds,
     protocol_cmds,
     rails_cmds,
@@ -39,7 +40,8 @@ def version() -> None:
     typer.echo(__version__)
 
 
-for _module in (protocol_cmds, rails_cmds, mail_cmds, agent_cmds, client_cmds, enforcer_cmds, devnet_cmds):
+for _module in (protocol_cmds, rails_cmds, mail_cmds, agent_cmds, client_cmds, enforcer_cmds, ledger_cmds,
+                devnet_cmds):
     _module.register(app)
 
 

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
-from envelopay.cli.options import CLIENT, LEDGER, ClientOptions
-from envelopay.cli.output import answers, emit, table
+from envelopay.cli.options import CLIENT, LEDGER, AfterOpt, ClientOptions, LimitOpt
+from envelopay.cli.output import answers, emit, next_page, table
 
 if TYPE_CHECKING:
     from envelopay.client.commands import Act
@@ -218,18 +218,19 @@ def _register_reading(app: typer.Typer) -> None:
 
     @app.command("flows")
     @LEDGER
-    def flows_cmd(o: ClientOptions, limit: Annotated[int, typer.Option("--limit", min=1)] = 50) -> None:
-        """This agent's flows (ids first, never cut) and their states."""
+    def flows_cmd(o: ClientOptions, limit: LimitOpt = 50, after: AfterOpt = None) -> None:
+        """This agent's flows (ids first, never cut) and their states, newest first, one page."""
         from envelopay.client import commands as c
 
         with answers(as_json=o.as_json):
             cfg = _load(o)
-            rows = c.flows(cfg, limit)
+            rows, nxt = c.flows(cfg, limit, after)
         if o.as_json:
-            emit(v.flows_doc(cfg.agent.address, rows))
+            emit(v.flows_doc(cfg.agent.address, rows, nxt))
             return
         table(v.FLOW_COLUMNS, v.flows_rows(rows), title=f"flows of {cfg.agent.address}", overflow=True,
               empty="no flows yet")
+        next_page(nxt, f"envelopay flows --config {o.config}")
 
     @app.command("show")
     @LEDGER

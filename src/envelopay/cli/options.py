@@ -62,6 +62,17 @@ def option(name: str, annotation: Any, default: Any = None) -> inspect.Parameter
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
 
 
+# -- one page of a list that grows (agents, approvals, flows) ---------------------------------
+
+LimitOpt = Annotated[int, typer.Option("--limit", min=1, max=500, help="Rows in this page (1-500).")]
+AfterOpt = Annotated[
+    str | None, typer.Option("--after", help="Go on after this page token (printed under the previous page).")
+]
+OlderThanOpt = Annotated[
+    float, typer.Option("--older-than", min=0.0, help="Retention window in days: older than this goes.")
+]
+
+
 # -- the agent mailbox (`envelopay mail ...`) --------------------------------------------------
 
 DirOpt = Annotated[

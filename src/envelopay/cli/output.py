@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, NoReturn
@@ -115,3 +116,9 @@ def table(
     console.print(out)
     if empty is not None and count == 0:
         console.print(empty)
+
+
+def next_page(token: str | None, command: str) -> None:
+    """Under a page: how to get the next one (nothing after the last page)."""
+    if token is not None:
+        typer.echo(f"more: {command} --after {shlex.quote(token)}", err=True)

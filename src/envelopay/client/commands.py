@@ -14,6 +14,7 @@ import asyncio
 import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -308,15 +309,27 @@ def execute(
                          checked=checked or None)
 
 
-def flows(cfg: WorkerConfig, limit: int) -> list[FlowRecord]:
-    """This agent's flows, most recently updated first."""
+def flows(cfg: WorkerConfig, limit: int, after: str | None = None) -> tuple[list[FlowRecord], str | None]:
+    """One page of this agent's flows, most recently updated first, and the token of the
+    next page (None: the last). A token is `updated_at|flow_id` of a page's last flow."""
     from envelopay.node.wiring import open_store
 
+    before = None
+    if after is not None:
+        stamp, _, flow_id = after.partition("|")
+        try:
+            before = (datetime.fromisoformat(stamp), flow_id)
+        except ValueError as exc:
+            raise UsageError(f"not a flows page token: {after!r}") from exc
+        if not flow_id or before[0].tzinfo is None:
+            raise UsageError(f"not a flows page token: {after!r}")
     store = open_store(cfg.agent.ledger, Path(cfg.base_dir))
     try:
-        return store.list_flows(cfg.agent.address, limit)
+        rows = store.list_flows(cfg.agent.address, limit + 1, before=before)
     finally:
         store.close()
+    last = rows[limit - 1] if len(rows) > limit else None
+    return rows[:limit], (f"{last.updated_at.isoformat()}|{last.flow_id}" if last else None)
 
 
 def flow_thread(cfg: WorkerConfig, flow_id: str) -> tuple[FlowRecord, list[LogEntry]]:

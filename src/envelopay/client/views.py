@@ -28,9 +28,10 @@ def flow_doc(f: FlowRecord) -> dict[str, Any]:
             "updated": _at(f.updated_at)}
 
 
-def flows_doc(address: str, records: Iterable[FlowRecord]) -> dict[str, Any]:
+def flows_doc(address: str, records: Iterable[FlowRecord], next_token: str | None = None) -> dict[str, Any]:
+    """One page of flows; `next` is the --after token of the next page (None: the last)."""
     return {"command": "flows", "ok": True, "exit": 0, "address": address,
-            "flows": [flow_doc(f) for f in records]}
+            "flows": [flow_doc(f) for f in records], "next": next_token}
 
 
 def flows_rows(records: Iterable[FlowRecord]) -> list[tuple[str, ...]]:

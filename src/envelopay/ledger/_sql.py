@@ -428,19 +428,23 @@ class SqlStore(DeferralsMixin, ABC):
             row = x.one(f"SELECT {_FLOW_COLS} FROM ep_flows f WHERE f.flow_id = ?", (flow_id,))
         return self._flow(row) if row else None
 
-    def list_flows(self, local: str | None = None, limit: int = 100) -> list[FlowRecord]:
+    def list_flows(
+        self, local: str | None = None, limit: int = 100, before: tuple[datetime, str] | None = None
+    ) -> list[FlowRecord]:
+        # Newest first, one page: an index walk on (updated_at, flow_id), with or without
+        # `local`, that stops after `limit` rows; `before` is the last row of the previous page.
+        where, args = [], []
+        if local is not None:
+            where.append("f.local = ?")
+            args.append(local.lower())
+        if before is not None:
+            where.append("(f.updated_at, f.flow_id) < (?, ?)")
+            args += [self.t(before[0]), before[1]]
+        sql = f"SELECT {_FLOW_COLS} FROM ep_flows f"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
         with self.read() as x:
-            if local is None:
-                rows = x.all(
-                    f"SELECT {_FLOW_COLS} FROM ep_flows f ORDER BY f.updated_at DESC, f.flow_id LIMIT ?",
-                    (limit,),
-                )
-            else:
-                rows = x.all(
-                    f"SELECT {_FLOW_COLS} FROM ep_flows f WHERE f.local = ?"
-                    " ORDER BY f.updated_at DESC, f.flow_id LIMIT ?",
-                    (local.lower(), limit),
-                )
+            rows = x.all(sql + " ORDER BY f.updated_at DESC, f.flow_id DESC LIMIT ?", (*args, limit))
         return [self._flow(r) for r in rows]
 
     def flow_log(self, flow_id: str) -> list[LogEntry]:

@@ -86,11 +86,34 @@ ALTER TABLE ep_outbox ADD COLUMN claimed_by TEXT;
 ALTER TABLE ep_outbox ADD COLUMN claim_until {T};
 """
 
+# v8 (issue 17): plans that cannot flip. The drain reads a partial index holding only
+# pending rows, in seq order: whatever ANALYZE saw (a 3% backlog made PostgreSQL walk the
+# primary key and filter, 268 ms a drain at 1M rows), no other plan is cheaper, and the
+# index stays as small as the backlog. Flow listings page on (updated_at, flow_id), with
+# or without a local address. Retention (ledger/retention.py) walks the `done` indexes
+# (a compacted claim drops out of ep_inbound_done: its lease is cleared), keeps its flow
+# cursor in ep_retention, and leaves a row per flow in ep_flow_summary.
+_V8_PLANS = """
+CREATE INDEX ep_outbox_due ON ep_outbox (seq) WHERE status = 'pending';
+DROP INDEX ep_outbox_pending;
+CREATE INDEX ep_outbox_done ON ep_outbox (created_at, seq) WHERE status <> 'pending';
+CREATE INDEX ep_flows_recent ON ep_flows (updated_at, flow_id);
+CREATE INDEX ep_flows_local_recent ON ep_flows (local, updated_at, flow_id);
+DROP INDEX ep_flows_local;
+CREATE INDEX ep_inbound_done ON ep_inbound (done_at) WHERE status = 'done' AND lease_until IS NOT NULL;
+CREATE INDEX ep_flow_refs_flow ON ep_flow_refs (flow_id);
+CREATE INDEX ep_flow_msgids_flow ON ep_flow_msgids (flow_id);
+CREATE INDEX ep_calls_resolved ON ep_calls (resolved_at, call_id) WHERE status <> 'pending';
+CREATE TABLE ep_flow_summary (flow_id TEXT PRIMARY KEY, messages INTEGER NOT NULL, compacted_at {T} NOT NULL);
+CREATE TABLE ep_retention (name TEXT PRIMARY KEY, mark TEXT NOT NULL, at {T} NOT NULL)
+"""
+
 MIGRATIONS: tuple[tuple[int, str, str], ...] = (
     (1, "inbound, replay, proofs, flows, log, outbox", _V1),
     (2, "calls; outbox drain index", _V2),
     (5, "outbox bounces; transport events", _V5),
     (7, "outbox claims (owner, lease)", _V7),
+    (8, "partial drain index; paging and retention indexes", _V8_PLANS),
     (9, "deferred proofs", _V9),
 )
 

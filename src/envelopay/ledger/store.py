@@ -184,7 +184,12 @@ class Store(Protocol):
     # -- reading
     def get_flow(self, flow_id: str) -> FlowRecord | None: ...
 
-    def list_flows(self, local: str | None = None, limit: int = 100) -> list[FlowRecord]: ...
+    def list_flows(
+        self, local: str | None = None, limit: int = 100, before: tuple[datetime, str] | None = None
+    ) -> list[FlowRecord]:
+        """Newest first (updated_at, then flow_id, descending); `before` = (updated_at, flow_id)
+        of the previous page's last flow."""
+        ...
 
     def flow_log(self, flow_id: str) -> list[LogEntry]: ...
 
