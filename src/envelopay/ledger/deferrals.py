@@ -11,7 +11,7 @@ engine again. A row whose message got its outcome is skipped by `deferrals_take`
 removed by `deferral_clear`.
 
 `DeferralsMixin` implements it for every `SqlStore` (SQLite and PostgreSQL) with the
-portable SQL of schema v5.
+portable SQL of schema v9.
 """
 
 from __future__ import annotations

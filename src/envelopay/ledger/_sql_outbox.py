@@ -1,0 +1,222 @@
+"""The outbox, transport-event and email-as-tool call queries of `SqlStore`, shared by
+the SQLite and PostgreSQL backends (split from `_sql.py` to keep each module readable in
+one sitting). Same conventions: `?` placeholders, single conditional writes."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from envelopay.ledger.store import CallRecord, CallStatus, OutboxRow
+
+if TYPE_CHECKING:
+    from envelopay.ledger._sql import Executor, Row
+
+__all__ = ["OutboxCallsMixin"]
+
+_OUTBOX_COLS = (
+    "message_id, flow_id, sender, recipient, type, body, date, in_reply_to, refs, note, status, attempts, "
+    "created_at, next_attempt, sent_at, last_error, bounce_status"
+)
+_CALL_COLS = "call_id, local, peer, message_id, deadline, status, request, result, created_at, resolved_at"
+
+
+class OutboxCallsMixin(ABC):
+    """Provided by SqlStore: the executor, the value codecs and the row decoders."""
+
+    skip_locked: str  # the backend's row-claim clause (SqlStore)
+
+    @abstractmethod
+    def write(self) -> AbstractContextManager[Executor]: ...
+
+    @abstractmethod
+    def read(self) -> AbstractContextManager[Executor]: ...
+
+    @abstractmethod
+    def t(self, dt: datetime | None) -> Any: ...
+
+    @abstractmethod
+    def ut(self, value: Any) -> datetime: ...
+
+    @abstractmethod
+    def j(self, obj: Any) -> Any: ...
+
+    @abstractmethod
+    def uj(self, value: Any) -> Any: ...
+
+    @abstractmethod
+    def _outbox(self, row: Row) -> OutboxRow: ...
+
+    @abstractmethod
+    def _call(self, row: Row) -> CallRecord: ...
+
+    def outbox_pending(self, now: datetime, limit: int = 100) -> list[OutboxRow]:
+        with self.read() as x:
+            rows = x.all(
+                f"SELECT {_OUTBOX_COLS} FROM ep_outbox WHERE status = 'pending'"
+                " AND (next_attempt IS NULL OR next_attempt <= ?) ORDER BY seq LIMIT ?",
+                (self.t(now), limit),
+            )
+        return [self._outbox(r) for r in rows]
+
+    def outbox_claim(
+        self, owner: str, now: datetime, lease_until: datetime, limit: int = 100
+    ) -> list[OutboxRow]:
+        """Claim the due rows for `owner` until `lease_until`, in one conditional UPDATE:
+        a row is claimable when pending, due, and not under another live claim, and no
+        earlier row of its flow is under another drainer's live claim (a flow's rows
+        go out in order). Two drainers never hold one row at once."""
+        n = self.t(now)
+        with self.write() as x:
+            rows = x.all(
+                "UPDATE ep_outbox SET claimed_by = ?, claim_until = ?"
+                " WHERE status = 'pending' AND (next_attempt IS NULL OR next_attempt <= ?)"
+                " AND (claim_until IS NULL OR claim_until <= ? OR claimed_by = ?)"
+                " AND seq IN (SELECT o.seq FROM ep_outbox o"
+                " WHERE o.status = 'pending' AND (o.next_attempt IS NULL OR o.next_attempt <= ?)"
+                " AND (o.claim_until IS NULL OR o.claim_until <= ? OR o.claimed_by = ?)"
+                " AND NOT EXISTS (SELECT 1 FROM ep_outbox e WHERE e.flow_id = o.flow_id AND e.seq < o.seq"
+                " AND e.status = 'pending' AND e.claimed_by <> ? AND e.claim_until > ?)"
+                f" ORDER BY o.seq LIMIT ?{self.skip_locked})"
+                f" RETURNING {_OUTBOX_COLS}, seq",
+                (owner, self.t(lease_until), n, n, owner, n, n, owner, owner, n, limit),
+            )
+        rows.sort(key=lambda r: int(r[-1]))
+        return [self._outbox(r) for r in rows]
+
+    def outbox_release(self, message_id: str, owner: str) -> bool:
+        """Give a claimed row back unsent (the drainer stopped before sending it)."""
+        with self.write() as x:
+            n = x.exec(
+                "UPDATE ep_outbox SET claimed_by = NULL, claim_until = NULL"
+                " WHERE message_id = ? AND claimed_by = ?",
+                (message_id, owner),
+            )
+        return n > 0
+
+    def outbox_get(self, message_id: str) -> OutboxRow | None:
+        with self.read() as x:
+            row = x.one(f"SELECT {_OUTBOX_COLS} FROM ep_outbox WHERE message_id = ?", (message_id,))
+        return self._outbox(row) if row else None
+
+    def mark_sent(self, message_id: str, now: datetime) -> bool:
+        with self.write() as x:
+            n = x.exec(
+                "UPDATE ep_outbox SET status = 'sent', sent_at = ?, attempts = attempts + 1,"
+                " next_attempt = NULL, claimed_by = NULL, claim_until = NULL"
+                " WHERE message_id = ?",
+                (self.t(now), message_id),
+            )
+        return n > 0
+
+    def mark_failed(
+        self, message_id: str, now: datetime, error: str, retry_at: datetime | None = None
+    ) -> bool:
+        with self.write() as x:
+            n = x.exec(
+                "UPDATE ep_outbox SET status = ?, attempts = attempts + 1, last_error = ?, next_attempt = ?,"
+                " claimed_by = NULL, claim_until = NULL WHERE message_id = ?",
+                ("pending" if retry_at is not None else "failed", error[:2000], self.t(retry_at), message_id),
+            )
+        return n > 0
+
+    def mark_bounced(self, message_id: str, now: datetime, status: str, detail: str) -> bool:
+        with self.write() as x:
+            n = x.exec(
+                "UPDATE ep_outbox SET status = 'bounced', bounce_status = ?, last_error = ?,"
+                " next_attempt = NULL WHERE message_id = ? AND status <> 'bounced'",
+                (status[:32], detail[:2000], message_id),
+            )
+        return n > 0
+
+    # -- transport events
+    def event_done(
+        self, source: str, event_id: str, now: datetime, data: Mapping[str, Any] | None = None
+    ) -> bool:
+        with self.write() as x:
+            n = x.exec(
+                "INSERT INTO ep_events (source, event_id, done_at, data) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT DO NOTHING",
+                (source, event_id, self.t(now), None if data is None else self.j(data)),
+            )
+        return n > 0
+
+    def event_data(self, source: str, event_id: str) -> Mapping[str, Any] | None:
+        with self.read() as x:
+            row = x.one("SELECT data FROM ep_events WHERE source = ? AND event_id = ?", (source, event_id))
+        if row is None or row[0] is None:
+            return None
+        data = self.uj(row[0])
+        return data if isinstance(data, dict) else None
+
+    def event_seen(self, source: str, event_id: str) -> bool:
+        with self.read() as x:
+            row = x.one("SELECT 1 FROM ep_events WHERE source = ? AND event_id = ?", (source, event_id))
+        return row is not None
+
+    # -- calls
+    def call_add(self, call: CallRecord) -> None:
+        with self.write() as x:
+            x.exec(
+                f"INSERT INTO ep_calls ({_CALL_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    call.call_id,
+                    call.local.lower(),
+                    call.peer.lower(),
+                    call.message_id,
+                    self.t(call.deadline),
+                    call.status,
+                    self.j(dict(call.request)),
+                    self.j(dict(call.result)) if call.result is not None else None,
+                    self.t(call.created_at or call.deadline),
+                    self.t(call.resolved_at),
+                ),
+            )
+
+    def call_get(self, call_id: str) -> CallRecord | None:
+        with self.read() as x:
+            row = x.one(f"SELECT {_CALL_COLS} FROM ep_calls WHERE call_id = ?", (call_id,))
+        return self._call(row) if row else None
+
+    def call_for_reply(self, local: str, in_reply_to: str) -> CallRecord | None:
+        with self.read() as x:
+            row = x.one(
+                f"SELECT {_CALL_COLS} FROM ep_calls WHERE local = ? AND message_id = ?",
+                (local.lower(), in_reply_to),
+            )
+        return self._call(row) if row else None
+
+    def call_resolve(
+        self, call_id: str, status: CallStatus, result: Mapping[str, Any] | None, now: datetime
+    ) -> bool:
+        with self.write() as x:
+            n = x.exec(
+                "UPDATE ep_calls SET status = ?, result = ?, resolved_at = ? WHERE call_id = ?"
+                " AND status = 'pending'",
+                (status, self.j(dict(result)) if result is not None else None, self.t(now), call_id),
+            )
+        return n > 0
+
+    def calls_pending(self, local: str | None = None) -> list[CallRecord]:
+        with self.read() as x:
+            if local is None:
+                rows = x.all(f"SELECT {_CALL_COLS} FROM ep_calls WHERE status = 'pending' ORDER BY deadline")
+            else:
+                rows = x.all(
+                    f"SELECT {_CALL_COLS} FROM ep_calls WHERE status = 'pending' AND local = ?"
+                    " ORDER BY deadline",
+                    (local.lower(),),
+                )
+        return [self._call(r) for r in rows]
+
+    def calls_expire(self, now: datetime) -> list[CallRecord]:
+        with self.write() as x:
+            rows = x.all(
+                f"UPDATE ep_calls SET status = 'timeout', resolved_at = ? WHERE status = 'pending'"
+                f" AND deadline < ? RETURNING {_CALL_COLS}",
+                (self.t(now), self.t(now)),
+            )
+        return [self._call(r) for r in rows]
