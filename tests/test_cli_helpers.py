@@ -12,7 +12,7 @@ import typer.main
 from typer.testing import CliRunner
 
 from envelopay.cli.options import OptionSet, option
-from envelopay.cli.output import FAILED, USAGE, answers, emit_or_say, fail
+from envelopay.cli.output import ENVIRONMENT, FAILED, USAGE, answers, emit_or_say, fail
 from envelopay.errors import ConfigError, TransportError, UsageError
 
 
@@ -76,7 +76,8 @@ def test_an_option_set_goes_after_or_before_the_commands_own_options() -> None:
 
 def test_errors_become_exit_codes_and_a_json_error_document() -> None:
     runner = CliRunner()
-    for kind, code, text in (("usage", USAGE, "error: --x: bad"), ("config", USAGE, "error: config: bad"),
+    for kind, code, text in (("usage", USAGE, "error: --x: bad"),
+                             ("config", ENVIRONMENT, "error: config: bad"),
                              ("transport", FAILED, "error: transport: down")):
         res = runner.invoke(_app(), ["boom", kind])
         assert res.exit_code == code
@@ -84,5 +85,6 @@ def test_errors_become_exit_codes_and_a_json_error_document() -> None:
         assert res.stdout == ""
     res = runner.invoke(_app(), ["boom", "none"])
     assert res.exit_code == USAGE
-    assert json.loads(res.stdout) == {"error": "invalid_field", "field": "y", "detail": "--y: wrong"}
+    assert json.loads(res.stdout) == {"error": "invalid_field", "field": "y", "detail": "--y: wrong",
+                                      "exit": USAGE}
     assert res.stderr.strip() == "error: --y: wrong"

@@ -13,6 +13,7 @@ Example (what `envelopay init` writes)::
     dkim_selector = "ep1"
     dkim_key = "keys/dkim.pem"
     dkim_policy = "prefer"            # required | prefer | off
+    proof_binding = "solicited"       # required | solicited (SPEC.md "Proof binding")
     profile = "strict"                # strict | lenient (interop profile, SPEC.md)
 
     [transport]
@@ -81,6 +82,9 @@ class AgentSection(_Section):
     # the devnet at devnet_home (envelopay.devnet.registry)
     dkim_dns: Literal["table", "resolver", "devnet"] = "table"
     devnet_home: str | None = None
+    # SPEC.md "Proof binding": "required" refuses every unbound proof; "solicited" lets an
+    # unbound one pay our own INVOICE / OFFER (v0.1 payers).
+    proof_binding: Literal["required", "solicited"] = "solicited"
     worker_id: str | None = None  # stable across restarts of one worker process
     # The parse profile of this mailbox: "lenient" reads peers that bend the spec (SPEC.md
     # "Interop profile `lenient`"); each reading applied is listed in the Outcome.

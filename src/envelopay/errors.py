@@ -6,7 +6,8 @@ bad input (that is a value: a Parsed with problems, a Verdict, a disposition)::
     ├── UsageError         a caller passed something invalid (CLI exit 2)
     ├── TransportError     SMTP / IMAP / LMTP / RPC unreachable or broken
     ├── StoreError         the ledger failed (not a constraint we asked about)
-    └── RailError          a rail could not carry out a payment
+    ├── RailError          a rail could not carry out a payment
+    └── Refused            the peer has not agreed to what we were about to pay (CLI exit 1)
 """
 
 from __future__ import annotations
@@ -39,3 +40,7 @@ class RailError(EnvelopayError):
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason = reason
         self.detail = detail
+
+
+class Refused(EnvelopayError):
+    """The peer has not said it takes what we were about to pay for; nothing was paid."""

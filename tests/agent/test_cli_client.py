@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import tempfile
 import threading
@@ -106,7 +107,15 @@ def test_which_order_free_and_priced_then_flows_and_show(pair: tuple[Path, Path]
         (["pay", WORKER, "--amount", "1.5", "--token", "USDC", "--chain", "solana-local"], "--amount"),
         (["pay", WORKER, "--amount", "10", "--token", "USDC", "--chain", "solana-local"], "--wallet"),
         (["pay", WORKER, "--amount", "10", "--token", "USDC", "--chain", "doge", "--wallet", "x"], "--chain"),
-        (["oops", WORKER, "--code", "", "--note", "x"], "--error.code"),
+        (["oops", WORKER, "--code", "", "--note", "x", "--flow", "flow_x"], "--code"),
+        (["oops", WORKER, "--code", "notacode", "--note", "x", "--flow", "flow_x"], "--code"),
+        (["oops", WORKER, "--code", "tx_not_found", "--note", "x"], "--flow"),
+        (["oops", WORKER, "--code", "tx_not_found", "--note", "x", "--ref", "pay_nope"], "--ref"),
+        (["order", WORKER, "--task", "{}", "--wait", "--timeout", "-1"], "--timeout"),
+        (["pay", WORKER, "--token", "USDC", "--chain", "solana-local", "--wallet", "x"], "--amount"),
+        (["pay", WORKER, "--invoice", "inv_nope"], "--invoice"),
+        (["pay", WORKER, "--amount", "10", "--token", "DOGE", "--chain", "solana-local",
+          "--wallet", "11111111111111111111111111111111"], "--token: unknown token"),
         (["invoice", WORKER, "--amount", "5", "--token", "DAI", "--chain", "ethereum"], "--wallet"),
     ],
 )
@@ -127,11 +136,13 @@ def test_bad_input_names_the_field_and_sends_nothing(
 
 
 def test_pay_without_funds_fails_before_sending(pair: tuple[Path, Path]) -> None:
+    """insufficient_funds is the environment's fault: exit 3, not 2 (issue 15)."""
     _, ccfg = pair
     res = runner.invoke(app, ["pay", WORKER, "--amount", "10", "--token", "USDC", "--chain", "solana-local",
-                              "--wallet", "11111111111111111111111111111111", "-c", str(ccfg)])
-    assert res.exit_code == 2, res.output
-    assert "nothing was sent" in res.output
+                              "--wallet", "11111111111111111111111111111111", "-c", str(ccfg), "--json"])
+    assert res.exit_code == 3, res.output
+    doc = json.loads(res.stdout)
+    assert doc["exit"] == 3 and "nothing was sent" in doc["detail"]
 
 
 def test_conformance_against_our_own_worker(pair: tuple[Path, Path]) -> None:
@@ -230,3 +241,102 @@ def test_call_the_kv_responder_from_the_cli(pair: tuple[Path, Path]) -> None:
     assert res.exit_code == 1 and '"code": "not_found"' in res.output
     res = runner.invoke(app, ["call", "kv@garden.local", "--request", "[1]", "-c", str(ccfg)])
     assert res.exit_code == 2 and "--request" in res.output
+
+
+SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "schemas" / "cli-output.schema.json").read_text())
+
+
+def _doc(args: list[str], code: int) -> dict[str, object]:
+    """Run one command with --json: exactly one JSON document on stdout, valid against the schema."""
+    import jsonschema
+
+    res = runner.invoke(app, [*args, "--json"])
+    assert res.exit_code == code, (args, res.stdout, res.stderr)
+    doc = json.loads(res.stdout)  # one document, nothing else on stdout
+    jsonschema.validate(doc, SCHEMA)
+    assert doc["exit"] == code
+    return doc  # type: ignore[no-any-return]
+
+
+def test_every_command_answers_one_json_document_with_its_exit_code(pair: tuple[Path, Path],
+                                                                     tmp_path: Path) -> None:
+    _, ccfg = pair
+    c = ["-c", str(ccfg)]
+    res = runner.invoke(app, ["which", WORKER, *c, "--wait", "--timeout", "60"])
+    assert res.exit_code == 0 and res.output.count("sent WHICH") == 1, res.output  # not twice
+    doc = _doc(["which", WORKER, *c, "--wait", "--timeout", "60"], 0)
+    assert doc["answer"]["type"] == "methods" and doc["oops"] is None  # type: ignore[index]
+    # An OOPS answer exits 1 and carries its code (it exited 0 before).
+    doc = _doc(["order", WORKER, "--task", '{"name": "nope"}', *c, "--wait", "--timeout", "60"], 1)
+    assert doc["oops"]["code"] == "unknown_task"  # type: ignore[index]
+    doc = _doc(["order", WORKER, "--task", '{"name": "digest", "text": 1}', *c, "--wait"], 1)
+    assert doc["oops"]["code"] == "invalid_field"  # type: ignore[index]
+    task = '{"name": "word_count", "text": "a b", "rail": "solana-local/USDC"}'
+    doc = _doc(["order", WORKER, "--task", task, *c, "--wait", "--timeout", "60"], 0)
+    inv = doc["answer"]["id"]  # type: ignore[index]
+    flow = doc["flow"]["id"]  # type: ignore[index]
+    assert doc["flow"]["state"] == "invoiced"  # type: ignore[index]
+    # pay --invoice: a flag that contradicts the INVOICE is refused before anything moves, named.
+    err = _doc(["pay", WORKER, "--invoice", inv, "--chain", "base-local", *c], 2)
+    assert err["field"] == "--chain" and "solana-local" in str(err["detail"])
+    err = _doc(["pay", WORKER, "--invoice", inv, "--wallet", "11111111111111111111111111111111", *c], 2)
+    assert err["field"] == "--wallet"
+    err = _doc(["pay", WORKER, "--invoice", inv, "--amount", "1", *c], 2)
+    assert err["field"] == "--amount"
+    # offer toward a worker without [[exchange]]: it asks first and pays nothing.
+    err = _doc(["offer", WORKER, "--give-amount", "1000000", "--give-token", "USDC", "--give-chain",
+                "solana-local", "--give-to", "11111111111111111111111111111111", "--want-amount", "1",
+                "--want-token", "USDC", "--want-chain", "base-local", *c, "--timeout", "60"], 1)
+    assert err["error"] == "refused" and "nothing was paid" in str(err["detail"])
+    flows = _doc(["flows", *c], 0)
+    assert flow in {f["id"] for f in flows["flows"]}  # type: ignore[attr-defined]
+    assert not any(f["kind"] == "exchange" for f in flows["flows"])  # type: ignore[attr-defined]
+    shown = _doc(["show", flow, *c], 0)
+    assert [m["type"] for m in shown["messages"]][:2] == ["order", "invoice"]  # type: ignore[attr-defined]
+    doc = _doc(["oops", WORKER, "--code", "tx_not_found", "--note", "never mind", "--ref", inv, *c], 0)
+    assert doc["flow"]["id"] == flow  # type: ignore[index]
+    _doc(["invoice", WORKER, "--amount", "5", "--token", "USDC", "--chain", "solana-local", *c], 0)
+    _doc(["fulfill", WORKER, "--order", "ord_x", "--result", '{"a": 1}', "--flow", "flow_new", *c], 2)
+    assert _doc(["outbox", *c], 0)["queued"] == []
+    _doc(["drain", *c], 0)
+    _doc(["show", "flow_nope", *c], 2)
+    _doc(["order", WORKER, "--task", "{}", "--wait", "--timeout", "-1", *c], 2)
+    _doc(["init", "--dir", str(tmp_path / "new")], 0)
+    _doc(["call", "kv@garden.local", "--request", '{"key": "spec.version"}', *c], 0)
+    res = runner.invoke(app, ["order", WORKER, "--task", "[1]", *c])
+    assert res.exit_code == 2 and "--task" in res.output and "Input should" not in res.output, res.output
+
+
+def test_a_permanent_550_is_reported_as_failed_not_queued(pair: tuple[Path, Path]) -> None:
+    _, ccfg = pair
+    doc = _doc(["which", "nobody@garden.local", "-c", str(ccfg)], 1)
+    assert doc["delivery"] == "failed" and doc["queued"] is False
+    assert "550" in str(doc["delivery_error"])
+    res = runner.invoke(app, ["which", "nobody@garden.local", "-c", str(ccfg)])
+    assert res.exit_code == 1 and "refused for good" in res.output and "queued" not in res.output
+
+
+def test_an_oops_after_pay_leaves_the_flow_open_for_an_honest_retry(pair_rpc: tuple[Path, Path]) -> None:
+    """Issue 15: PAY to the wrong wallet → OOPS recipient_mismatch → exit 1, the client's flow
+    back to `invoiced` with the payment recorded; the honest PAY is then accepted."""
+    _, ccfg = pair_rpc
+    c = ["-c", str(ccfg)]
+    task = '{"name": "word_count", "text": "one two three", "rail": "base-local/USDC"}'
+    doc = _doc(["order", WORKER, "--task", task, *c, "--wait", "--timeout", "60"], 0)
+    inv, flow = doc["answer"]["id"], doc["flow"]["id"]  # type: ignore[index]
+    wrong = "0x000000000000000000000000000000000000dEaD"
+    doc = first = _doc(["pay", WORKER, "--invoice", inv, "--wallet", wrong, "--override", *c, "--wait",
+                        "--timeout", "60"], 1)
+    assert doc["overrides"] == ["wallet"] and doc["paid"]["to"] == wrong  # type: ignore[index]
+    assert doc["oops"]["code"] == "recipient_mismatch"  # type: ignore[index]
+    assert doc["flow"] == {"id": flow, "state": "invoiced"}
+    doc = _doc(["pay", WORKER, "--invoice", inv, *c, "--wait", "--timeout", "60"], 0)
+    assert doc["answer"]["type"] == "fulfill" and doc["flow"]["state"] == "fulfilled"  # type: ignore[index]
+    shown = _doc(["show", flow, *c], 0)
+    statuses = [p["status"] for p in shown["payments"]]  # type: ignore[attr-defined]
+    assert statuses == ["refused (recipient_mismatch)", "paid"]
+    refused = shown["payments"][0]  # type: ignore[index]
+    assert (refused["id"], refused["amount"], refused["proof"]) == (first["sent"]["id"], "250000",  # type: ignore[index]
+                                                                   first["paid"]["proof"])  # type: ignore[index]
+    res = runner.invoke(app, ["show", flow, *c])
+    assert "payments in this flow" in res.output and "refused" in res.output

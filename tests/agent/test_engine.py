@@ -200,26 +200,26 @@ async def test_prepaid_order(world: World) -> None:
         chain=k.CHAIN,
         proof={"tx": "pre1"},
     )
-    o = await world.worker.handle(k.raw(order))
+    o = await world.worker.handle(k.raw(k.bind(order)))
     assert (o.status, o.state) == ("processed", "fulfilled")
     assert isinstance(world.reply(o), Fulfill)
     # Paid, but below the price: the application refuses; the proof stays spent.
     world.pay_tx("pre2", amount=10)
     cheap = order.model_copy(update={"id": "ord_q", "amount": 10, "proof": {"tx": "pre2"}})
-    c = await world.worker.handle(k.raw(cheap))
+    c = await world.worker.handle(k.raw(k.bind(cheap)))
     assert c.oops is OopsCode.AMOUNT_MISMATCH
     assert world.store.proof_status(ProofKey(k.CHAIN, "pre2")) == "spent"
     # A proof that does not show what the ORDER claims.
     world.pay_tx("pre3", amount=99)
     lie = order.model_copy(update={"id": "ord_r", "proof": {"tx": "pre3"}})
-    r = await world.worker.handle(k.raw(lie))
+    r = await world.worker.handle(k.raw(k.bind(lie)))
     assert (r.status, r.oops, r.flow_id) == ("refused", OopsCode.AMOUNT_MISMATCH, None)
     assert world.app.fulfilled == ["ord_p"]
 
 
 async def test_unsolicited_pay_and_exchange(world: World) -> None:
     world.pay_tx("u1")
-    p = await world.worker.handle(k.raw(k.pay("pay_u", "u1")))
+    p = await world.worker.handle(k.raw(k.bind(k.pay("pay_u", "u1"))))
     assert (p.status, p.state, p.outbox) == ("processed", "paid", ())
     assert [n.message.type for n in world.app.notices] == ["pay"]
     world.pay_tx("g1", amount=7)
@@ -229,7 +229,7 @@ async def test_unsolicited_pay_and_exchange(world: World) -> None:
         want=Want(amount=3, token=k.TOKEN, chain=k.CHAIN),
         wallet=k.BUYER_WALLET,
     )
-    o = await world.worker.handle(k.raw(offer))
+    o = await world.worker.handle(k.raw(k.bind(offer)))
     assert (o.status, o.state) == ("processed", "accepted")
     acc = world.reply(o)
     assert isinstance(acc, Accept) and acc.offer_ref == "ofr_1" and acc.amount == 3
@@ -241,12 +241,12 @@ async def test_unsolicited_pay_and_exchange(world: World) -> None:
             "give": offer.give.model_copy(update={"to": "W-stranger", "proof": {"tx": "g2"}}),
         }
     )
-    b = await world.worker.handle(k.raw(bad))
+    b = await world.worker.handle(k.raw(k.bind(bad)))
     assert b.oops is OopsCode.RECIPIENT_MISMATCH and world.app.accepted == ["ofr_1"]
 
 
 async def test_buyer_side_verifies_the_accept(world: World) -> None:
-    world.buyer_rail.txs["give1"] = k.Tx(k.WORKER_WALLET, k.TOKEN, 7)
+    world.buyer_rail.txs["give1"] = k.Tx(k.WORKER_WALLET, k.TOKEN, 7, payer=k.BUYER_WALLET)
     offer = Offer(
         id="ofr_9",
         give=Give(amount=7, token=k.TOKEN, chain=k.CHAIN, to=k.WORKER_WALLET, proof={"tx": "give1"}),
@@ -293,28 +293,28 @@ async def test_same_raw_twice_is_one_effect_and_the_same_reply(world: World) -> 
 
 async def test_a_proof_is_spent_forever_whoever_presents_it(world: World) -> None:
     world.pay_tx("tx1")
-    a = await world.worker.handle(k.raw(k.pay("pay_1", "tx1")))
+    a = await world.worker.handle(k.raw(k.bind(k.pay("pay_1", "tx1"))))
     assert a.status == "processed"
     b = await world.worker.handle(k.raw(k.pay("pay_2", "TX1"), sender="mallory@evil.test"))
     assert (b.status, b.oops) == ("refused", OopsCode.PROOF_REPLAYED)
     assert isinstance(world.reply(b), Oops)
-    # A rejected proof stays spent too.
+    # A rejected proof stays spent when its presenter showed it is theirs (bound).
     world.pay_tx("tx-short", amount=1)
-    c = await world.worker.handle(k.raw(k.pay("pay_3", "tx-short")))
+    c = await world.worker.handle(k.raw(k.bind(k.pay("pay_3", "tx-short"))))
     assert c.oops is OopsCode.AMOUNT_MISMATCH
-    d = await world.worker.handle(k.raw(k.pay("pay_4", "tx-short", amount=1)))
+    d = await world.worker.handle(k.raw(k.bind(k.pay("pay_4", "tx-short", amount=1))))
     assert d.oops is OopsCode.PROOF_REPLAYED
 
 
 async def test_pending_verdict_releases_for_a_retry(world: World) -> None:
     world.pay_tx("slow", status="pending")
-    raw1 = k.raw(k.pay("pay_s", "slow"), message_id="<s1@client.test>")
+    raw1 = k.raw(k.bind(k.pay("pay_s", "slow")), message_id="<s1@client.test>")
     a = await world.worker.handle(raw1)
     assert (a.status, a.oops) == ("refused", OopsCode.NOT_FINAL)
     assert world.store.proof_status(ProofKey(k.CHAIN, "slow")) is None
     world.rail.txs["slow"].status = "ok"
     # The same PAY sent again later (same id and content, new Message-ID) is judged afresh.
-    b = await world.worker.handle(k.raw(k.pay("pay_s", "slow"), message_id="<s2@client.test>"))
+    b = await world.worker.handle(k.raw(k.bind(k.pay("pay_s", "slow")), message_id="<s2@client.test>"))
     assert (b.status, b.state, b.repeat) == ("processed", "paid", None)
 
 
@@ -395,12 +395,12 @@ async def test_application_failure_is_task_failed(world: World) -> None:
 async def test_dkim_required_for_proofs(world: World) -> None:
     strict = world.engine(k.WORKER, world.app, world.rail, "s", dkim_policy="required")
     world.pay_tx("d1")
-    raw = k.raw(k.pay("pay_d", "d1"), message_id="<d1@client.test>")
+    raw = k.raw(k.bind(k.pay("pay_d", "d1")), message_id="<d1@client.test>")
     forged = await strict.handle(raw, dkim=DkimResult("none"))
     assert forged.oops is OopsCode.DKIM_FAILED
     # Nothing was reserved: the real sender's PAY with the same id and proof goes through.
     ok = await strict.handle(
-        k.raw(k.pay("pay_d", "d1"), message_id="<d2@client.test>"),
+        k.raw(k.bind(k.pay("pay_d", "d1")), message_id="<d2@client.test>"),
         dkim=DkimResult("pass", "client.test", aligned=True),
     )
     assert (ok.status, ok.state) == ("processed", "paid")
@@ -489,7 +489,7 @@ async def test_first_contact_then_prepaid_order(world: World) -> None:
     sent = await world.buyer.send(Which(id="wch_p"), k.WORKER)
     await world.deliver()  # WHICH → worker, METHODS written
     await world.deliver()  # METHODS → buyer
-    world.rail.txs["pre-fc"] = k.Tx(k.WORKER_WALLET, k.TOKEN, k.PRICE)
+    world.rail.txs["pre-fc"] = k.Tx(k.WORKER_WALLET, k.TOKEN, k.PRICE, payer=k.BUYER_WALLET)
     order = Order(
         v="0.2.0",
         id="ord_fc",
@@ -562,5 +562,5 @@ async def test_proof_window_bounds_every_proof(world: World) -> None:
     world.worker = world.engine(k.WORKER, world.app, world.rail, "w3", proof_window=timedelta(minutes=5))
     world.clock.now = k.T0 + timedelta(minutes=30)
     world.pay_tx("unsolicited", time=k.T0)
-    p = await world.worker.handle(k.raw(k.pay("pay_u", "unsolicited"), message_id="<pu@client.test>"))
+    p = await world.worker.handle(k.raw(k.bind(k.pay("pay_u", "unsolicited")), message_id="<pu@client.test>"))
     assert (p.status, p.oops) == ("refused", OopsCode.STALE_PROOF)

@@ -83,7 +83,7 @@ async def _offer(c: Case) -> str:
         want=Want(amount=3, token=k.TOKEN, chain=k.CHAIN),
         wallet=k.BUYER_WALLET,
     )
-    return (await c.engine.handle(k.raw(offer))).flow_id or ""
+    return (await c.engine.handle(k.raw(k.bind(offer)))).flow_id or ""
 
 
 async def _prepaid(c: Case) -> str:
@@ -96,11 +96,11 @@ async def _prepaid(c: Case) -> str:
         chain=k.CHAIN,
         proof={"tx": "t2"},
     )
-    return (await c.engine.handle(k.raw(order))).flow_id or ""
+    return (await c.engine.handle(k.raw(k.bind(order)))).flow_id or ""
 
 
 async def _pay(c: Case) -> str:
-    return (await c.engine.handle(k.raw(k.pay("pay_u", "t3")))).flow_id or ""
+    return (await c.engine.handle(k.raw(k.bind(k.pay("pay_u", "t3"))))).flow_id or ""
 
 
 SETUPS: dict[str, tuple[Setup, FlowKind, str]] = {

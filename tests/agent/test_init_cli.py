@@ -51,12 +51,12 @@ def test_init_bad_address_names_the_field(tmp_path: Path) -> None:
     assert not (tmp_path / "envelopay.toml").exists()
 
 
-def test_worker_serve_and_client_with_a_bad_config_exit_2(tmp_path: Path) -> None:
+def test_worker_serve_and_client_with_a_bad_config_exit_3(tmp_path: Path) -> None:
     res = runner.invoke(app, ["worker", "serve", "--config", str(tmp_path / "missing.toml")])
-    assert res.exit_code == 2 and "cannot read config" in res.output
+    assert res.exit_code == 3 and "cannot read config" in res.output  # config error: the environment
     (tmp_path / "bad.toml").write_text('[agent]\naddress = "x@y.example"\ndomain = "y.example"\nbogus = 1\n')
     res = runner.invoke(app, ["which", "w@y.example", "--config", str(tmp_path / "bad.toml")])
-    assert res.exit_code == 2 and "agent.bogus" in res.output
+    assert res.exit_code == 3 and "agent.bogus" in res.output
 
 
 def test_client_with_the_garden_down_queues_and_says_so(tmp_path: Path) -> None:
@@ -65,5 +65,15 @@ def test_client_with_the_garden_down_queues_and_says_so(tmp_path: Path) -> None:
     cfg.write_text(cfg.read_text().replace('garden_root = "var/garden"',
                                            'garden_root = "var/garden"\nlmtp_port = 9'))
     res = runner.invoke(app, ["which", "worker@garden.local", "--config", str(cfg)])
-    assert res.exit_code == 1, res.output
+    assert res.exit_code == 3, res.output  # the transport is down: the environment (issue 15)
     assert "queued WHICH" in res.output and "not delivered yet" in res.output
+    res = runner.invoke(app, ["which", "worker@garden.local", "--config", str(cfg), "--json"])
+    assert res.exit_code == 3
+    doc = json.loads(res.stdout)
+    assert doc["queued"] is True and doc["delivery"] == "queued" and doc["exit"] == 3
+    res = runner.invoke(app, ["outbox", "--config", str(cfg), "--json"])
+    assert res.exit_code == 0
+    queued = json.loads(res.stdout)["queued"]
+    assert doc["sent"]["message_id"] in {q["message_id"] for q in queued} and len(queued) == 2
+    res = runner.invoke(app, ["drain", "--config", str(cfg), "--json"])
+    assert res.exit_code == 3 and len(json.loads(res.stdout)["retry"]) >= 1

@@ -361,8 +361,11 @@ async def test_their_pay_is_verified_by_our_worker(ours: Ours) -> None:
         "proof": {"tx": "tx_t3"},
     }
     out = await ours.worker.handle(them.request(k.WORKER, "PAY | tip", pay))
-    assert (out.status, out.state) == ("processed", "paid")
-    assert out.verdict is not None and out.verdict["status"] == "ok"
+    # An unsolicited v0.1 PAY carries no binding (SPEC.md "Proof binding"): refused with
+    # payer_mismatch, which they read as an OOPS, and the transfer is not spent.
+    assert (out.status, out.oops) == ("refused", OopsCode.PAYER_MISMATCH)
+    kind, body = them.read_reply(ours.replies(out)[0])
+    assert kind == "OOPS" and "payer_sig" in body["note"]
 
 
 async def test_their_offer_gets_our_accept_and_they_read_it(ours: Ours) -> None:
@@ -374,9 +377,10 @@ async def test_their_offer_gets_our_accept_and_they_read_it(ours: Ours) -> None:
         "want": {"amount": "3", "token": k.TOKEN, "chain": k.CHAIN},
     }  # fmt: skip
     out = await ours.worker.handle(them.request(k.WORKER, "OFFER | swap", offer))
-    assert (out.status, out.state) == ("processed", "accepted")
-    kind, body = them.read_reply(ours.replies(out)[0])
-    assert kind == "ACCEPT" and body["offer_ref"] == "ofr_t4" and body["proof"]["tx"].startswith("paid-")
+    # An unbound give leg never buys a counter-payment (SPEC.md "Proof binding").
+    assert (out.status, out.oops) == ("refused", OopsCode.PAYER_MISMATCH)
+    kind, _body = them.read_reply(ours.replies(out)[0])
+    assert kind == "OOPS"
 
 
 async def test_our_invoice_is_read_by_their_exchange_and_their_pay_settles_it(ours: Ours) -> None:

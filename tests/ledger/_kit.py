@@ -3,11 +3,16 @@ subprocesses of the reliability tests).
 
 `DictRail` is a TEST RAIL: a deterministic proof source over a dict of "transactions".
 The real chains (LiteSVM, eth-tester) are the rails' own business and tested there;
-here we need a proof source whose verdicts we control exactly.
+here we need a proof source whose verdicts we control exactly. Its wallets sign
+bindings (envelopay.rails.binding) with HMAC-SHA256 under a key derived from the wallet
+name and a fixed test secret: only code that asks `wallet_sig` for a wallet can sign
+as it, which is what a test's attacker never does.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,7 +35,16 @@ from envelopay.protocol.messages import (
     Which,
 )
 from envelopay.protocol.outbound import Outbound
+from envelopay.rails.binding import PAYER_FIELD, SIG_FIELD, statement
 from envelopay.rails.interface import AssetInfo, Expectation, Reason, Verdict
+
+_TEST_WALLET_SECRET = b"envelopay test wallets (not a key)"
+
+
+def wallet_sig(wallet: str, message: bytes) -> str:
+    """The test wallet `wallet`'s signature of `message`."""
+    key = hmac.new(_TEST_WALLET_SECRET, wallet.encode(), hashlib.sha256).digest()
+    return hmac.new(key, message, hashlib.sha256).hexdigest()
 
 CHAIN = "testchain"
 TOKEN = "TOK"
@@ -76,6 +90,12 @@ class DictRail:
             raise ValueError("proof needs a 'tx' string")
         return tx.strip().lower()  # one spelling per transaction
 
+    def sign_statement(self, message: bytes) -> tuple[str, str] | None:
+        return self.wallet, wallet_sig(self.wallet, message)
+
+    def check_payer_sig(self, payer: str, message: bytes, signature: str) -> bool:
+        return hmac.compare_digest(wallet_sig(payer, message), signature)
+
     async def verify(self, proof: dict[str, Any], expectation: Expectation) -> Verdict:
         self.verify_calls += 1
         key = self.proof_key(proof)
@@ -94,6 +114,8 @@ class DictRail:
             return Verdict.rejected(Reason.TOKEN_MISMATCH)
         if tx.to != expectation.recipient:
             return Verdict.rejected(Reason.RECIPIENT_MISMATCH)
+        if expectation.payer is not None and tx.payer != expectation.payer:
+            return Verdict.rejected(Reason.PAYER_MISMATCH, f"paid by {tx.payer}")
         if tx.amount != expectation.amount:
             return Verdict.rejected(Reason.AMOUNT_MISMATCH)
         if expectation.not_before is not None and tx.time < expectation.not_before:
@@ -213,6 +235,19 @@ def raw(
 
 def order(oid: str = "ord_1", op: str = "echo") -> Order:
     return Order(id=oid, task={"op": op})
+
+
+def bind(
+    message: Message, *, wallet: str = "W-someone", sender: str = BUYER, to: str = WORKER
+) -> Message:
+    """`message` with its proof bound to `sender` by `wallet`'s signature."""
+    leg: Any = message.give if isinstance(message, Offer) else message
+    key = str(leg.proof["tx"]).strip().lower()
+    said = statement(payee=to, payer=sender, message_id=message.id, chain=leg.chain, tx=key)  # type: ignore[union-attr]
+    proof = {**leg.proof, PAYER_FIELD: wallet, SIG_FIELD: wallet_sig(wallet, said)}
+    if isinstance(message, Offer):
+        return message.model_copy(update={"give": message.give.model_copy(update={"proof": proof})})
+    return message.model_copy(update={"proof": proof})
 
 
 def pay(

@@ -83,7 +83,8 @@ def _buyer(i: int) -> str:
     return f"buyer{i % 7}@client.test"
 
 
-def _prepaid(i: int, tx: str, sender: str, mid: str) -> bytes:
+def _prepaid(i: int, tx: str, sender: str, mid: str, wallet: str = "W-someone") -> bytes:
+    # Bound by `wallet` (the test transactions are all paid by "W-someone").
     order = Order(
         v="0.2.0",
         id=f"ord_pp{i}",
@@ -93,15 +94,12 @@ def _prepaid(i: int, tx: str, sender: str, mid: str) -> bytes:
         chain=k.CHAIN,
         proof={"tx": tx},
     )
-    return k.raw(order, sender=sender, message_id=mid)
+    return k.raw(k.bind(order, wallet=wallet, sender=sender), sender=sender, message_id=mid)
 
 
-def _unsolicited(i: int, tx: str, sender: str, mid: str) -> bytes:
-    return k.raw(
-        Pay(id=f"pay_u{i}", amount=k.PRICE, token=k.TOKEN, chain=k.CHAIN, proof={"tx": tx}),
-        sender=sender,
-        message_id=mid,
-    )
+def _unsolicited(i: int, tx: str, sender: str, mid: str, wallet: str = "W-someone") -> bytes:
+    pay = Pay(id=f"pay_u{i}", amount=k.PRICE, token=k.TOKEN, chain=k.CHAIN, proof={"tx": tx})
+    return k.raw(k.bind(pay, wallet=wallet, sender=sender), sender=sender, message_id=mid)
 
 
 # ------------------------------------------------------------------- invariants
@@ -258,7 +256,9 @@ def test_four_processes_2000_messages(target: Target, tmp_path: Path) -> None:
         raws.append(maker(i, f"tx-{i}", _buyer(i), f"<c{i}@client.test>"))
     for r in range(n_replay):  # 10%: a proof already presented, by someone else
         j = rng.randrange(n_unique)
-        raws.append(_prepaid(10_000 + r, f"TX-{j}", f"mallory{r % 3}@evil.test", f"<r{r}@evil.test>"))
+        raws.append(
+            _prepaid(10_000 + r, f"TX-{j}", f"mallory{r % 3}@evil.test", f"<r{r}@evil.test>", "W-mallory")
+        )
     for _ in range(n_redeliver):  # 5%: the same mail delivered again
         raws.append(raws[rng.randrange(n_unique)])
     order = list(range(len(raws)))
@@ -286,15 +286,14 @@ def test_four_processes_2000_messages(target: Target, tmp_path: Path) -> None:
     mids = {f"<c{i}@client.test>" for i in range(n_unique)} | {f"<r{r}@evil.test>" for r in range(n_replay)}
     stats = _check_invariants(target, mids)
     assert stats["accepted"] == n_unique  # each proof accepted exactly once, by one message
-    refused = [
-        r[0] for r in target.rows("SELECT outcome FROM ep_inbound") if r[0].get("oops") == "proof_replayed"
-    ]
-    assert len(refused) == n_replay
-    # The FULFILLs went to exactly the accepted prepaid ORDERs (odd <c..> and the <r..> replays).
-    winners = [
-        r[0]["message_id"]
-        for r in target.rows("SELECT outcome FROM ep_inbound")
-        if r[0].get("verdict") and r[0]["verdict"]["status"] == "ok"
-    ]
-    prepaid_winners = [m for m in winners if m.startswith("<r") or int(m[2:].split("@")[0]) % 2]
-    assert stats["fulfilled"] == len(prepaid_winners)
+    # A replay is refused: proof_replayed when the owner's message came first, else
+    # payer_mismatch (the transfer is not Mallory's) and the proof left for its owner.
+    outcomes = {r[0]: r[1] for r in target.rows("SELECT message_id, outcome FROM ep_inbound")}
+    assert {outcomes[f"<r{r}@evil.test>"]["oops"] for r in range(n_replay)} <= {
+        "proof_replayed",
+        "payer_mismatch",
+    }
+    # The FULFILLs went to exactly the prepaid ORDERs (odd <c..>), never to a replay.
+    winners = [m for m, o in outcomes.items() if o.get("verdict") and o["verdict"]["status"] == "ok"]
+    assert all(m.startswith("<c") for m in winners)
+    assert stats["fulfilled"] == n_unique // 2

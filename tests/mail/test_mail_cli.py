@@ -85,6 +85,7 @@ def test_usage_errors_exit_2_naming_the_field(agent_dir: Path) -> None:
         "error": "invalid_regex",
         "field": "query",
         "detail": json.loads(out)["detail"],
+        "exit": 2,
     }
 
 

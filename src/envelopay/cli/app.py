@@ -10,8 +10,10 @@ import typer
 
 from envelopay.cli import (
     agent_cmds,
+    client_cmds,
     devnet_cmds,
     enforcer_cmds,
+    ledger_cmds,
     mail_cmds,
     protocol_cmds,
     rails_cmds,
@@ -38,7 +40,8 @@ def version() -> None:
     typer.echo(__version__)
 
 
-for _module in (protocol_cmds, rails_cmds, mail_cmds, agent_cmds, enforcer_cmds, devnet_cmds):
+for _module in (protocol_cmds, rails_cmds, mail_cmds, agent_cmds, client_cmds, enforcer_cmds, ledger_cmds,
+                devnet_cmds):
     _module.register(app)
 
 

@@ -15,8 +15,17 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
-from envelopay.cli.options import DEFAULT_TOKEN_FILE, OPERATOR, OperatorOptions, TokenFileOpt
-from envelopay.cli.output import FAILED, answers, fail
+from envelopay.cli.options import (
+    DEFAULT_TOKEN_FILE,
+    OPERATOR,
+    AfterOpt,
+    JsonObjectOpt,
+    LimitOpt,
+    OlderThanOpt,
+    OperatorOptions,
+    TokenFileOpt,
+)
+from envelopay.cli.output import FAILED, USAGE, answers, emit_or_say, fail, next_page
 from envelopay.cli.spend_cmds import (
     PayeeOpt,
     PayeeWalletOpt,
@@ -55,7 +64,7 @@ def _ask(where: OperatorOptions, call: Callable[[OperatorClient], Awaitable[T]])
     from envelopay.enforcer.client import OperatorClient
     from envelopay.enforcer.launch import operator_token
 
-    with answers():
+    with answers(config=USAGE):  # a missing/unreadable --operator-token-file: exit 2 as before
         op_token = operator_token(where.token_file)
 
     async def go() -> T:
@@ -116,6 +125,33 @@ def register(app: typer.Typer) -> None:
         _run(lambda: serve(launch, host=host, port=port, socket=socket, spend=spend,
                            listening=lambda where: typer.echo(f"enforcer listening on {where}", err=True)))
 
+    @enforcer_app.command("compact")
+    def compact(
+        db: Annotated[str, typer.Option("--db", help="The enforcer's store, as given to serve.")],
+        older_than: OlderThanOpt = 30.0,
+        as_json: JsonObjectOpt = False,
+    ) -> None:
+        """Retention: delete finished sends older than the window and past cap counters.
+        Runs beside a serving enforcer (short statements on the same store)."""
+        import time
+
+        from envelopay.enforcer.retention import compact_enforcer
+        from envelopay.enforcer.store import open_store
+
+        async def go() -> dict[str, Any]:
+            store = open_store(db)
+            await store.open()
+            try:
+                report = await compact_enforcer(store, older_than=older_than * 86_400, now=time.time())
+            finally:
+                await store.close()
+            return report.to_json()
+
+        with answers():
+            doc = _run(go)
+        emit_or_say(as_json, doc, f"removed {doc['sends']} sends, {doc['outcomes']} outcomes,"
+                                  f" {doc['counters']} counters")
+
     _register_agents(agent_app)
     register_spend(agent_app)
     _register_approvals(approvals_app)
@@ -175,11 +211,12 @@ def _register_agents(agent_app: typer.Typer) -> None:
 
     @agent_app.command("list")
     @OPERATOR
-    def agent_list(where: OperatorOptions) -> None:
-        """List agents: address, status and policy."""
-        _listing(_ask(where, lambda op: op.list_agents()),
-                 "no agents (create one with: envelopay agent create NAME --address ADDR)",
+    def agent_list(where: OperatorOptions, limit: LimitOpt = 100, after: AfterOpt = None) -> None:
+        """List agents by name, one page: address, status and policy."""
+        rows, nxt = _ask(where, lambda op: op.agents_page(limit, after))
+        _listing(rows, "no agents (create one with: envelopay agent create NAME --address ADDR)",
                  lambda a: f"{a['name']:<20} {a['address']:<32} {a['status']:<7} {a['summary']}")
+        next_page(nxt, "envelopay agent list")
 
     @agent_app.command("kill")
     @OPERATOR
@@ -212,9 +249,11 @@ _DECISIONS = {
 def _register_approvals(approvals_app: typer.Typer) -> None:
     @approvals_app.command("list")
     @OPERATOR
-    def approvals_list(where: OperatorOptions) -> None:
-        """The approval queue, pending first."""
-        _listing(_ask(where, lambda op: op.list_approvals()), "approval queue is empty", _approval_line)
+    def approvals_list(where: OperatorOptions, limit: LimitOpt = 100, after: AfterOpt = None) -> None:
+        """The approval queue, pending first, one page."""
+        rows, nxt = _ask(where, lambda op: op.approvals_page(limit, after))
+        _listing(rows, "approval queue is empty", _approval_line)
+        next_page(nxt, "envelopay approvals list")
 
     for action, doc in _DECISIONS.items():
         approvals_app.command(action)(OPERATOR(_decision(action, doc)))

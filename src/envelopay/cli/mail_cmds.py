@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from envelopay.cli.options import MAILBOX, MAILBOX_AS, MailboxOptions
+from envelopay.cli.options import MAILBOX, MAILBOX_AS, JsonObjectOpt, MailboxOptions, OlderThanOpt
 from envelopay.cli.output import FAILED, emit, emit_or_say, fail, table
 
 if TYPE_CHECKING:
@@ -144,10 +144,13 @@ def search(
     query: Annotated[str, typer.Argument(help="A regular expression (sender, subject, body).")],
     folder: Annotated[str | None, typer.Option(help="One folder (default: inbox and sent).")] = None,
     truncate: _Truncate = 500,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=1000, help="At most this many results.")] = 50,
+    rank: Annotated[bool, typer.Option("--rank", help="Best matches first (BM25), not newest.")] = False,
 ) -> None:
-    """Regex search over sender, subject and body."""
+    """Regex search over sender, subject and body (the pattern's first word starts a word)."""
     with _opened(where) as box:
-        _show(box.search(query, folder, truncate=truncate), where.as_json, title=f"search {query}")
+        found = box.search(query, folder, truncate=truncate, limit=limit, rank=rank)
+        _show(found, where.as_json, title=f"search {query}")
 
 
 @mail.command("read")
@@ -350,6 +353,23 @@ def _register_garden(app: typer.Typer) -> None:
         help="The walled garden: LMTP on loopback into per-address Maildirs.", no_args_is_help=True
     )
     app.add_typer(garden, name="garden")
+
+    @garden.command("compact")
+    def compact(
+        root: Annotated[Path, typer.Option("--root", help="Directory holding one Maildir per address.")],
+        older_than: OlderThanOpt = 30.0,
+        as_json: JsonObjectOpt = False,
+    ) -> None:
+        """Retention: delete processed mail (cur/) older than the window; new/ is never touched."""
+        import time
+
+        from envelopay.mail.retention import prune_processed
+
+        if not root.is_dir():
+            fail(f"--root: no such directory: {root}")
+        report = prune_processed(root, older_than=older_than * 86_400, now=time.time())
+        emit_or_say(as_json, report.to_json(),
+                    f"removed {report.removed} processed messages from {report.addresses} addresses")
 
     @garden.command("serve")
     def serve(

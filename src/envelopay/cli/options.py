@@ -62,6 +62,17 @@ def option(name: str, annotation: Any, default: Any = None) -> inspect.Parameter
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
 
 
+# -- one page of a list that grows (agents, approvals, flows) ---------------------------------
+
+LimitOpt = Annotated[int, typer.Option("--limit", min=1, max=500, help="Rows in this page (1-500).")]
+AfterOpt = Annotated[
+    str | None, typer.Option("--after", help="Go on after this page token (printed under the previous page).")
+]
+OlderThanOpt = Annotated[
+    float, typer.Option("--older-than", min=0.0, help="Retention window in days: older than this goes.")
+]
+
+
 # -- the agent mailbox (`envelopay mail ...`) --------------------------------------------------
 
 DirOpt = Annotated[
@@ -163,3 +174,35 @@ def payment_options(chain_help: str, token_help: str) -> OptionSet[PaymentOption
         PaymentOptions,
         first=True,
     )
+
+
+# -- the client messages (`which`, `order`, `pay`, ...) ---------------------------------------
+
+ClientConfigOpt = Annotated[Path, typer.Option("--config", "-c", help="Agent configuration (TOML).")]
+WaitOpt = Annotated[bool, typer.Option("--wait", help="Follow the flow until the answer arrives "
+                                       "(progress on stderr).")]
+TimeoutOpt = Annotated[float, typer.Option("--timeout", help="Seconds to wait with --wait (positive).")]
+ClientJsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document (README \"Output\").")]
+
+
+@dataclass(frozen=True)
+class ClientOptions:
+    """Which agent a client command runs as, whether it waits, and how it answers."""
+
+    config: Path
+    as_json: bool
+    wait: bool
+    timeout: float
+
+
+# --config --json --wait --timeout
+CLIENT = OptionSet(
+    (option("config", ClientConfigOpt, Path("envelopay.toml")), option("as_json", ClientJsonOpt, False),
+     option("wait", WaitOpt, False), option("timeout", TimeoutOpt, 60.0)),
+    ClientOptions,
+)
+# --config --json (the commands that read the ledger)
+LEDGER = OptionSet(
+    (option("config", ClientConfigOpt, Path("envelopay.toml")), option("as_json", ClientJsonOpt, False)),
+    lambda config, as_json: ClientOptions(config, as_json, False, 0.0),
+)

@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from envelopay.cli.options import JsonObjectOpt, PaymentOptions, payment_options
-from envelopay.cli.output import FAILED, OK, answers, emit
+from envelopay.cli.output import FAILED, OK, USAGE, answers, emit
 
 _Rpc = Annotated[str | None, typer.Option("--rpc", envvar="ENVELOPAY_RPC_URL", help="JSON-RPC URL.")]
 
@@ -66,7 +66,7 @@ def register(app: typer.Typer) -> None:
         """Verify one payment proof on chain and print the verdict as JSON (exit 0 ok, 1 not ok)."""
         from envelopay.rails.once import verify_once
 
-        with answers():
+        with answers(config=USAGE):  # the rail named by --chain is input here
             chain, verdict = verify_once(
                 tx, rpc=rpc, chain=pay.chain, token=pay.token, amount=pay.amount, to=pay.to,
                 at_least=at_least, payer=payer, commitment=commitment, confirmations=confirmations,
@@ -87,7 +87,7 @@ def register(app: typer.Typer) -> None:
         from envelopay.errors import RailError, TransportError
         from envelopay.rails.once import chain_name, pay_once, positive_amount
 
-        with answers():
+        with answers(config=USAGE):  # the rail named by --chain is input here
             value = positive_amount(pay.amount)
             try:
                 answer = pay_once(chain=pay.chain, token=pay.token, amount=value, to=pay.to, rpc=rpc,

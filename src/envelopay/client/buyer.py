@@ -25,6 +25,8 @@ from envelopay.protocol.messages import Message
 from envelopay.rails.finality import progress_text, wait_final
 from envelopay.rails.interface import Expectation
 
+PROGRESS_EVERY = 5  # seconds between two "waiting ... s left" lines
+
 __all__ = ["Answer", "ClientApp", "build", "check_address", "follow", "parse_json_option", "pay_first"]
 
 
@@ -60,8 +62,32 @@ def build(model: type[Message], field_prefix: str = "", **fields: Any) -> Messag
         return model.model_validate(clean, strict=False)
     except ValidationError as exc:
         err = exc.errors()[0]
-        where = ".".join(str(x) for x in err["loc"]) or model.__name__.lower()
-        raise UsageError(f"--{field_prefix}{where.replace('_', '-')}: {err['msg']}") from exc
+        # Drop pydantic's union tags ("dict[str,any]", "function-after[...]") from the path.
+        loc = [str(x) for x in err["loc"] if isinstance(x, int) or ("[" not in str(x) and str(x) != "str")]
+        where = ".".join(loc) or model.__name__.lower()
+        raise UsageError(f"--{field_prefix}{where.replace('_', '-')}: {_wanted(err)}") from exc
+
+
+_WANTED = {
+    "dict_type": "must be a JSON object",
+    "string_type": "must be text",
+    "int_type": "must be a whole number",
+    "missing": "is required",
+    "json_invalid": "must be valid JSON",
+}
+
+
+def _wanted(err: Any) -> str:
+    """What the field wants, in the project's words rather than pydantic's."""
+    kind = str(err.get("type", ""))
+    if kind in _WANTED:
+        return _WANTED[kind]
+    if kind == "string_too_long":
+        return f"is too long (at most {err.get('ctx', {}).get('max_length')} characters)"
+    if kind == "string_too_short":
+        return f"is too short (at least {err.get('ctx', {}).get('min_length')} characters)"
+    msg = str(err.get("msg", "is not valid"))
+    return msg.removeprefix("Value error, ").removeprefix("Assertion failed, ")
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,22 +110,39 @@ def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+def _option_of(message: str, prefix: str, wallet: str) -> str:
+    """The option a rail's complaint is about (the rail speaks of tokens, amounts, recipients)."""
+    text = message.lower()
+    for word, option in (("token", "token"), ("amount", "amount"), ("recipient", wallet),
+                         ("address", wallet), ("wallet", wallet)):
+        if word in text:
+            return f"--{prefix}{option}" if option != wallet else f"--{wallet}"
+    return f"--{prefix}chain"
+
+
 async def pay_first(
-    node: AgentNode, *, chain: str, token: str, amount: int, recipient: str,
-    final_wait: float = FINAL_WAIT, progress: Callable[[str], Any] = _stderr,
+    node: AgentNode, *, chain: str, token: str, amount: int, recipient: str, prefix: str = "",
+    wallet_option: str = "wallet", final_wait: float = FINAL_WAIT,
+    progress: Callable[[str], Any] = _stderr,
 ) -> dict[str, Any]:
     """Move the money before the mail is composed (spec: "Settlement model"), then wait
     until our own transaction is final by the rule the counterparty applies by default
     (Solana `confirmed`, EVM 2 confirmations), showing progress, so the proof we send
-    is one it can accept at once. `final_wait=0` sends as soon as the chain took it."""
+    is one it can accept at once. `final_wait=0` sends as soon as the chain took it.
+    A rail's refusal of the input names the option (`--token`, `--give-amount`, `--wallet`, ...)."""
     rail = node.rails.get(chain)
     if rail is None:
         known = ", ".join(sorted(node.rails)) or "none"
-        raise UsageError(f"--chain: no rail configured for {chain!r} (configured: {known})")
+        raise UsageError(f"--{prefix}chain: no rail configured for {chain!r} (configured: {known})")
     try:
         proof = await rail.pay(chain=chain, token=token, amount=amount, recipient=recipient)
+    except UsageError as exc:
+        raise UsageError(f"{_option_of(str(exc), prefix, wallet_option)}: {exc} (on {chain}); "
+                         "nothing was paid") from exc
     except RailError as exc:
-        raise UsageError(f"payment on {chain} failed: {exc}; nothing was sent") from exc
+        # The environment's fault (funds, RPC), not the input's: CLI exit 3.
+        raise RailError(exc.reason, f"payment on {chain} failed: {exc.detail or exc.reason}; "
+                        "nothing was sent") from exc
     if final_wait <= 0:
         return proof
     expectation = Expectation(chain=chain, token=token, amount=amount, recipient=recipient)
@@ -126,11 +169,16 @@ async def follow(
     stop = asyncio.Event()
     cursor = node.received
     task = asyncio.create_task(node.serve(stop))
-    progress(f"sent {sent.outbound.message.type.upper()} {sent.message_id}; waiting for the answer")
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
+    said = -1
     try:
         while loop.time() < deadline:
+            left = int(deadline - loop.time())
+            if said < 0 or said - left >= PROGRESS_EVERY:
+                said = left
+                progress(f"waiting for the answer to {sent.outbound.message.type.upper()} {sent.message_id} "
+                         f"(flow {sent.flow_id}): {left} s left")
             for outcome in node.outcomes_since(cursor):
                 # waiting: its proof is not final yet; the answer is the step after it.
                 if outcome.flow_id == sent.flow_id and outcome.status != "waiting":

@@ -14,6 +14,7 @@ import asyncio
 import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,31 +27,42 @@ from envelopay.client.buyer import (
     parse_json_option,
     pay_first,
 )
+from envelopay.client.preflight import PayTerms, check_timeout, oops_code
 from envelopay.config import WorkerConfig
 from envelopay.errors import UsageError
 
 if TYPE_CHECKING:
+    from envelopay.client.report import Report
     from envelopay.endpoints.calls import CallResult
     from envelopay.engine import Sent
-    from envelopay.ledger.store import FlowRecord, LogEntry
+    from envelopay.engine.outbox import DrainReport
+    from envelopay.ledger.store import FlowRecord, LogEntry, OutboxRow
     from envelopay.node.wiring import AgentNode
     from envelopay.protocol.messages import Accept, Message, Offer, Pay
 
 __all__ = [
     "Act",
     "ClientRun",
+    "PayTerms",
     "accept",
     "billing_wallet",
     "call_endpoint",
     "call_request",
     "check_address",
+    "check_timeout",
     "draft",
+    "drain",
+    "execute",
     "flow_thread",
     "flows",
     "new_id",
     "offer",
+    "oops_code",
+    "oops_flow",
+    "outbox",
     "parse_json_option",
     "pay",
+    "pay_terms",
     "return_wallet",
     "run",
     "send",
@@ -102,12 +114,22 @@ def pay(message: Pay, to: str, *, wallet: str | None, invoice: str | None, flow:
     return act
 
 
-def offer(message: Offer, to: str) -> Act:
-    """Pay the give leg, then send the OFFER with its proof."""
+def offer(
+    message: Offer, to: str, *, check: bool = True, timeout: float = 60.0,
+    progress: Callable[[str], None] = lambda _: None, checked: dict[str, Any] | None = None,
+) -> Act:
+    """Learn that `to` takes the pair (a fresh METHODS on record, else a WHICH now), then
+    pay the give leg and send the OFFER with its proof. `check` False skips the first
+    step (--no-check); `checked` receives what the check found."""
 
     async def act(node: AgentNode) -> Sent:
         g = message.give
-        proof = await pay_first(node, chain=g.chain, token=g.token, amount=g.amount, recipient=g.to)
+        if check:
+            found = await _learn_pair(node, to, message, timeout, progress)
+            if checked is not None:
+                checked.update(found)
+        proof = await pay_first(node, chain=g.chain, token=g.token, amount=g.amount, recipient=g.to,
+                                prefix="give-", wallet_option="give-to")
         give = g.model_copy(update={"proof": proof})
         return await node.send(message.model_copy(update={"give": give}), to)
 
@@ -124,6 +146,41 @@ def accept(message: Accept, to: str, *, wallet: str | None, offer_ref: str, flow
         return await node.send(message.model_copy(update={"proof": proof}), to, flow_id=flow)
 
     return act
+
+
+async def _learn_pair(
+    node: AgentNode, to: str, message: Offer, timeout: float, progress: Callable[[str], None]
+) -> dict[str, Any]:
+    """What `to` said about the pair: its METHODS on record, or its answer to a WHICH
+    sent now. Not taken (or no answer) → Refused; a different give wallet → UsageError."""
+    from envelopay.client.preflight import accepts_pair, exchange_query, fresh_methods
+    from envelopay.errors import Refused
+    from envelopay.protocol.messages import Which
+
+    g, w = message.give, message.want
+    give, want = f"{g.chain}/{g.token}", f"{w.chain}/{w.token}"
+    rec = fresh_methods(node.store, node.address, to, give, want)
+    source = "on record"
+    methods: Any = rec.data.get("methods") if rec is not None else None
+    flow = rec.flow_id if rec is not None else None
+    if rec is None:
+        which = Which(id=new_id("wch", None), task=exchange_query(give, want))
+        sent = await node.send(which, to)
+        flow, source = sent.flow_id, "asked now"
+        progress(f"asking {to} whether it takes {give} for {want} (WHICH {sent.message_id})")
+        answer = await follow(node, sent, timeout=timeout, progress=progress)
+        methods = answer.message.model_dump(mode="json") if answer.message is not None else None
+        if answer.timed_out:
+            raise Refused(f"{to} did not say within {timeout:g} s whether it takes {give} for {want}; "
+                          "nothing was paid (--no-check offers anyway)")
+    rail = accepts_pair(methods, give, want)
+    if rail is None:
+        said = (methods or {}).get("note") if isinstance(methods, dict) else None
+        raise Refused(f"{to} has not said it takes {give} for {want} (its METHODS: {said!r}); "
+                      "nothing was paid (--no-check offers anyway)")
+    if str(rail.get("wallet")) != g.to:
+        raise UsageError(f"--give-to: {to} takes {give} into wallet {rail.get('wallet')}, not {g.to}")
+    return {"source": source, "flow": flow, "note": methods.get("note"), "wallet": rail.get("wallet")}
 
 
 def _invoice_wallet(node: AgentNode, peer: str, invoice: str | None) -> str:
@@ -146,6 +203,13 @@ def _their_wallet(node: AgentNode, peer: str, ref: str, kind: str) -> str:
 
 
 Then = Callable[["AgentNode", Answer], Awaitable["Sent | None"]]
+
+
+def max_amount_option(value: str | None) -> int | None:
+    """`--max-amount`: digits in the asset's smallest unit, or absent."""
+    if value is not None and not (value.isascii() and value.isdigit()):
+        raise UsageError("--max-amount: digits, in the asset's smallest unit")
+    return int(value) if value is not None else None
 
 
 def pay_the_invoice(to: str, max_amount: int | None) -> Then:
@@ -180,6 +244,7 @@ class ClientRun:
     sent: Sent
     queued: str | None = None
     answer: Answer | None = None
+    failed: bool = False  # the transport refused it for good (e.g. 550): no retry
 
 
 def run(
@@ -206,7 +271,8 @@ def run(
             done = ClientRun(sent.outbound.message.type.upper(), sent)
             if row is not None and row.status != "sent":
                 # Recorded in its flow and the outbox; a later drain delivers it (same bytes).
-                return ClientRun(done.kind, sent, queued=row.last_error or row.status)
+                return ClientRun(done.kind, sent, queued=row.last_error or row.status,
+                                 failed=row.status == "failed")
             on_sent(done)
             if not wait:
                 return done
@@ -227,15 +293,43 @@ def run(
     return asyncio.run(main())
 
 
-def flows(cfg: WorkerConfig, limit: int) -> list[FlowRecord]:
-    """This agent's flows, most recently updated first."""
+def execute(
+    command: str, cfg: WorkerConfig, act: Act, *, wait: bool, timeout: float,
+    progress: Callable[[str], None] = lambda _: None, overrides: tuple[str, ...] = (),
+    recipient: str | None = None, checked: dict[str, Any] | None = None, then: Then | None = None,
+) -> Report:
+    """Run one client command and classify it (client.report): document, exit code, lines."""
+    from envelopay.client.preflight import check_timeout
+    from envelopay.client.report import client_report
+
+    if wait:
+        check_timeout(timeout)
+    done = run(cfg, act, wait=wait, timeout=timeout, progress=progress, then=then)
+    return client_report(command, done, timeout=timeout, overrides=overrides, recipient=recipient,
+                         checked=checked or None)
+
+
+def flows(cfg: WorkerConfig, limit: int, after: str | None = None) -> tuple[list[FlowRecord], str | None]:
+    """One page of this agent's flows, most recently updated first, and the token of the
+    next page (None: the last). A token is `updated_at|flow_id` of a page's last flow."""
     from envelopay.node.wiring import open_store
 
+    before = None
+    if after is not None:
+        stamp, _, flow_id = after.partition("|")
+        try:
+            before = (datetime.fromisoformat(stamp), flow_id)
+        except ValueError as exc:
+            raise UsageError(f"not a flows page token: {after!r}") from exc
+        if not flow_id or before[0].tzinfo is None:
+            raise UsageError(f"not a flows page token: {after!r}")
     store = open_store(cfg.agent.ledger, Path(cfg.base_dir))
     try:
-        return store.list_flows(cfg.agent.address, limit)
+        rows = store.list_flows(cfg.agent.address, limit + 1, before=before)
     finally:
         store.close()
+    last = rows[limit - 1] if len(rows) > limit else None
+    return rows[:limit], (f"{last.updated_at.isoformat()}|{last.flow_id}" if last else None)
 
 
 def flow_thread(cfg: WorkerConfig, flow_id: str) -> tuple[FlowRecord, list[LogEntry]]:
@@ -285,3 +379,69 @@ def call_endpoint(cfg: WorkerConfig, to: str, payload: dict[str, Any], timeout: 
             store.close()
 
     return asyncio.run(main())
+
+
+def outbox(cfg: WorkerConfig) -> list[OutboxRow]:
+    """The mail waiting in this agent's outbox (every pending row, due or backing off)."""
+    from datetime import UTC, datetime, timedelta
+
+    from envelopay.node.wiring import open_store
+
+    store = open_store(cfg.agent.ledger, Path(cfg.base_dir))
+    try:
+        return store.outbox_pending(datetime.now(UTC) + timedelta(days=3650), limit=1000)
+    finally:
+        store.close()
+
+
+def drain(cfg: WorkerConfig) -> DrainReport:
+    """Send what the outbox holds now (same bytes as first composed; at-least-once)."""
+    from envelopay.node.wiring import build_node
+
+    wallets = {(a.chain, a.token): a.wallet for a in cfg.accept}
+
+    async def main() -> DrainReport:
+        node = build_node(cfg, app=ClientApp(wallets))
+        try:
+            return await node.drain()
+        finally:
+            await node.close()
+            node.store.close()
+
+    return asyncio.run(main())
+
+
+def pay_terms(
+    cfg: WorkerConfig, to: str, invoice: str | None, *, amount: str | None, token: str | None,
+    chain: str | None, wallet: str | None, override: bool,
+) -> PayTerms:
+    """What `pay` pays: the INVOICE's terms (client.preflight), or the flags when no INVOICE."""
+    from envelopay.client.preflight import PayTerms, invoice_terms
+
+    if invoice is not None:
+        return invoice_terms(cfg, to, invoice, amount=amount, token=token, chain=chain, wallet=wallet,
+                             override=override)
+    for name, value in (("amount", amount), ("token", token), ("chain", chain)):
+        if value is None:
+            raise UsageError(f"--{name}: required unless --invoice names the INVOICE to pay")
+    assert amount is not None and token is not None and chain is not None
+    return PayTerms(amount, token, chain, wallet)
+
+
+def oops_flow(cfg: WorkerConfig, to: str, flow: str | None, ref: str | None) -> str:
+    """The flow an OOPS joins: --flow, else the flow of the message --ref names."""
+    from envelopay.node.wiring import open_store
+
+    if flow is not None:
+        return flow
+    if ref is None:
+        raise UsageError("--flow: an OOPS joins a flow; give --flow FLOW or --ref ID (see `envelopay flows`)")
+    store = open_store(cfg.agent.ledger, Path(cfg.base_dir))
+    try:
+        rec = (store.flow_for_ref(cfg.agent.address, to, to, ref)
+               or store.flow_for_ref(cfg.agent.address, to, cfg.agent.address, ref))
+    finally:
+        store.close()
+    if rec is None:
+        raise UsageError(f"--ref: no message {ref!r} in a flow with {to}; give --flow")
+    return rec.flow_id

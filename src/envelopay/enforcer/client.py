@@ -122,16 +122,30 @@ class OperatorClient(_Http):
         )
         return data["agent"], data["token"]
 
-    async def list_agents(self) -> list[dict[str, Any]]:
-        return list((await self._ok("GET", "/v1/agents"))["agents"])
+    async def list_agents(self, limit: int = 100, after: str | None = None) -> list[dict[str, Any]]:
+        return (await self.agents_page(limit, after))[0]
+
+    async def agents_page(
+        self, limit: int = 100, after: str | None = None
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """One page of agents by name, and the `after` of the next page (None: no more)."""
+        data = await self._ok("GET", "/v1/agents?" + _query(limit, after))
+        return list(data["agents"]), data.get("next")
 
     async def kill_agent(self, name: str) -> dict[str, Any] | None:
         data = await self._ok("POST", f"/v1/agents/{name}/kill", accept=(200, 404))
         agent = data.get("agent")
         return agent if isinstance(agent, dict) else None
 
-    async def list_approvals(self) -> list[dict[str, Any]]:
-        return list((await self._ok("GET", "/v1/approvals"))["approvals"])
+    async def list_approvals(self, limit: int = 100, after: str | None = None) -> list[dict[str, Any]]:
+        return (await self.approvals_page(limit, after))[0]
+
+    async def approvals_page(
+        self, limit: int = 100, after: str | None = None
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """One page of the queue, pending first, and the token of the next (None: no more)."""
+        data = await self._ok("GET", "/v1/approvals?" + _query(limit, after))
+        return list(data["approvals"]), data.get("next")
 
     async def decide(self, send_id: str, action: str) -> tuple[int, dict[str, Any]]:
         """approve | reject | retry → (HTTP status, decision): 200 taken, 409 conflict, 404 missing."""
@@ -141,3 +155,9 @@ class OperatorClient(_Http):
         if status not in (200, 404, 409) or not isinstance(data, dict):
             raise TransportError(f"enforcer answered HTTP {status}: {data!r}")
         return status, data
+
+
+def _query(limit: int, after: str | None) -> str:
+    from urllib.parse import urlencode
+
+    return urlencode({"limit": limit} if after is None else {"limit": limit, "after": after})

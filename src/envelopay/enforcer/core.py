@@ -35,7 +35,7 @@ from envelopay.enforcer.model import (
     SendRequest,
 )
 from envelopay.enforcer.policy import allowlisted, check_request, check_sender, fingerprint, valid_address
-from envelopay.enforcer.store import EnforcerStore
+from envelopay.enforcer.store import EnforcerStore, QueueCursor
 from envelopay.errors import StoreError, TransportError, UsageError
 from envelopay.protocol.headers import HeaderRefusal, read_headers
 
@@ -355,8 +355,13 @@ class Enforcer:
             raise UsageError(f"agent {name!r} already exists")
         return agent, token
 
-    async def list_agents(self) -> list[Agent]:
-        return await self.store.list_agents()
+    async def list_agents(self, limit: int = 1000, after: str | None = None) -> list[Agent]:
+        return await self.store.list_agents(limit, after)
+
+    async def agents_page(self, limit: int, after: str | None = None) -> tuple[list[Agent], str | None]:
+        """One page of agents by name and the `after` of the next page (None: the last page)."""
+        rows = await self.store.list_agents(limit + 1, after)
+        return rows[:limit], (rows[limit - 1].name if len(rows) > limit else None)
 
     async def kill_agent(self, name: str) -> Agent | None:
         """Terminal: nothing in envelopay writes ACTIVE back."""
@@ -364,6 +369,18 @@ class Enforcer:
 
     async def list_approvals(self, limit: int = 200) -> list[QueueRow]:
         return await self.store.list_sends(limit)
+
+    async def approvals_page(self, limit: int, after: str | None = None) -> tuple[list[QueueRow], str | None]:
+        """One page of the queue (pending first) and the token of the next (None: the last
+        page). A token that is not one this wrote is a UsageError."""
+        cursor = None
+        if after is not None:
+            cursor = QueueCursor.parse(after)
+            if cursor is None:
+                raise UsageError(f"not a queue page token: {after!r}")
+        rows = await self.store.list_sends(limit + 1, cursor)
+        more = len(rows) > limit
+        return rows[:limit], (QueueCursor.of(rows[limit - 1]).token() if more else None)
 
     async def _observed(self, send_id: str) -> str:
         row = await self.store.get_send(send_id)

@@ -85,9 +85,22 @@ def _decision(decision: Decision) -> web.Response:  # or a PaymentDecision (same
     return _json(decision.to_json(), status=status)
 
 
+PAGE_MAX = 500  # the most rows one page of agents or approvals holds
+
+
+def _limit(request: web.Request, default: int = 100) -> int:
+    raw = request.query.get("limit", str(default))
+    if not raw.isdigit() or not 1 <= int(raw) <= PAGE_MAX:
+        raise UsageError(f"limit must be an integer from 1 to {PAGE_MAX}")
+    return int(raw)
+
+
 async def _agents(request: web.Request) -> web.Response:
-    agents = await request.app[ENFORCER].list_agents()
-    return _json({"agents": [a.to_json() for a in agents]})
+    try:
+        agents, nxt = await request.app[ENFORCER].agents_page(_limit(request), request.query.get("after"))
+    except UsageError as exc:
+        return _json({"error": str(exc)}, status=400)
+    return _json({"agents": [a.to_json() for a in agents], "next": nxt})
 
 
 async def _create_agent(request: web.Request) -> web.Response:
@@ -118,12 +131,17 @@ async def _kill(request: web.Request) -> web.Response:
 
 
 async def _approvals(request: web.Request) -> web.Response:
-    rows = await request.app[ENFORCER].list_approvals()
+    try:
+        rows, nxt = await request.app[ENFORCER].approvals_page(_limit(request), request.query.get("after"))
+    except UsageError as exc:
+        return _json({"error": str(exc)}, status=400)
     from envelopay.enforcer.payment_routes import PAYMENTS
 
     payments = request.app.get(PAYMENTS)
-    held = [] if payments is None else [i.to_json() for i in await payments.store.queue()]
-    return _json({"approvals": [r.to_json() for r in rows] + held})
+    # Held payments come with the first page of the queue (they are few: each waits on a person).
+    first = request.query.get("after") is None
+    held = [i.to_json() for i in await payments.store.queue()] if payments is not None and first else []
+    return _json({"approvals": [r.to_json() for r in rows] + held, "next": nxt})
 
 
 async def _decide(request: web.Request) -> web.Response:
@@ -177,6 +195,18 @@ def _button(action: str, target: str, csrf: str, label: str) -> str:
     )
 
 
+CONSOLE_PAGE = 50  # rows of each table the console shows at once
+
+
+def _more(param: str, token: str | None, ident: str, label: str) -> str:
+    """A link to the next page of one table (the other table starts over)."""
+    if token is None:
+        return ""
+    from urllib.parse import quote
+
+    return f"<p><a id='{ident}' href='/console?{param}={quote(token)}'>{label}</a></p>"
+
+
 async def _console(request: web.Request) -> web.Response:
     csrf = _session(request)
     if csrf is None:
@@ -187,8 +217,13 @@ async def _console(request: web.Request) -> web.Response:
             "</label> <button id='login' type='submit'>Sign in</button></form>",
         )
     enforcer = request.app[ENFORCER]
-    agents = await enforcer.list_agents()
-    rows = await enforcer.list_approvals()
+    try:
+        agents, agents_next = await enforcer.agents_page(CONSOLE_PAGE, request.query.get("agents_after"))
+        rows, queue_next = await enforcer.approvals_page(CONSOLE_PAGE, request.query.get("queue_after"))
+    except UsageError as exc:
+        return _page(
+            "envelopay enforcer", f"<p id='msg'>{html.escape(str(exc))}</p><a href='/console'>Back</a>"
+        )
     msg = request.query.get("msg", "")
     parts = ["<h1>Enforcer console</h1>"]
     if msg:
@@ -208,6 +243,7 @@ async def _console(request: web.Request) -> web.Response:
                 f"<td>{html.escape(a.policy.summary())}</td><td>{kill}</td></tr>"
             )
         parts.append("</table>")
+        parts.append(_more("agents_after", agents_next, "more-agents", "More agents"))
     parts.append("<h2>Approval queue</h2><table id='queue'><tr><th>Send</th><th>Reason</th><th>Status</th>"
                  "<th>Actions</th></tr>")
     for r in rows:  # pending first: the store sorts by status priority
@@ -221,8 +257,9 @@ async def _console(request: web.Request) -> web.Response:
             f"<td class='{r.state}'>{r.state}</td><td>{actions}</td></tr>"
         )
     parts.extend(await _payment_rows(request, csrf))
+    parts.append("</table>" + _more("queue_after", queue_next, "more-queue", "More of the queue"))
     parts.append(
-        "</table><form method='post' action='/console/logout'>"
+        "<form method='post' action='/console/logout'>"
         f"<input type='hidden' name='csrf' value='{csrf}'><button id='logout' type='submit'>Sign out</button>"
         "</form>"
     )

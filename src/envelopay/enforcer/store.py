@@ -12,13 +12,14 @@ import json
 import sqlite3
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from envelopay.enforcer.model import Agent, Policy, QueueRow, QueueState, SendRequest
 from envelopay.errors import StoreError
 
-__all__ = ["EnforcerStore", "PostgresStore", "SqliteStore", "open_store"]
+__all__ = ["QUEUE_ORDER", "EnforcerStore", "PostgresStore", "QueueCursor", "SqliteStore", "open_store"]
 
 _SCHEMA = [
     """CREATE TABLE IF NOT EXISTS enf_agents (
@@ -62,6 +63,14 @@ _SCHEMA = [
         send_id TEXT NOT NULL,
         at DOUBLE PRECISION NOT NULL,
         PRIMARY KEY (agent_id, kind, claim_key))""",
+    # The queue view pages state by state on this (pending first): direct sends, which the
+    # queue does not show, are not in it, so a long history of them costs the view nothing.
+    "CREATE INDEX IF NOT EXISTS enf_sends_queue ON enf_sends (state, created_at, id)"
+    " WHERE decided_at IS NOT NULL OR state = 'PENDING'",
+    # Retention (enforcer/retention.py) walks these: past counter slots, finished sends.
+    "CREATE INDEX IF NOT EXISTS enf_counters_slot ON enf_counters (win, slot)",
+    "CREATE INDEX IF NOT EXISTS enf_sends_done ON enf_sends (updated_at)"
+    " WHERE state IN ('SENT', 'FAILED', 'REJECTED')",
     """CREATE TABLE IF NOT EXISTS enf_outcomes (
         send_id TEXT PRIMARY KEY,
         state TEXT NOT NULL,
@@ -117,6 +126,38 @@ def _row(row: Sequence[Any]) -> QueueRow:
     )
 
 
+QUEUE_ORDER: tuple[QueueState, ...] = ("PENDING", "APPROVED", "FAILED", "REJECTED", "SENT")
+
+
+@dataclass(frozen=True, slots=True)
+class QueueCursor:
+    """Where a page of the queue view ended: its last row's state, time and id."""
+
+    state: QueueState
+    created_at: float
+    id: str
+
+    def token(self) -> str:
+        return f"{self.state}:{self.created_at!r}:{self.id}"
+
+    @classmethod
+    def of(cls, row: QueueRow) -> QueueCursor:
+        return cls(row.state, row.created_at, row.id)
+
+    @classmethod
+    def parse(cls, token: str) -> QueueCursor | None:
+        """The cursor a `token()` wrote, or None for anything else."""
+        state, _, rest = token.partition(":")
+        stamp, _, send_id = rest.partition(":")
+        if state not in QUEUE_ORDER or not send_id:
+            return None
+        try:
+            at = float(stamp)
+        except ValueError:
+            return None
+        return cls(state, at, send_id)
+
+
 # (statement, parameters) pairs, written once with '?' placeholders.
 _SQL = {
     "insert_agent": f"INSERT INTO enf_agents ({_AGENT_COLS}, token_hash, created_at)"
@@ -124,7 +165,8 @@ _SQL = {
     "agent_by_token": f"SELECT {_AGENT_COLS} FROM enf_agents WHERE token_hash = ?",
     "agent_by_name": f"SELECT {_AGENT_COLS} FROM enf_agents WHERE name = ?",
     "agent_by_id": f"SELECT {_AGENT_COLS} FROM enf_agents WHERE id = ?",
-    "list_agents": f"SELECT {_AGENT_COLS} FROM enf_agents ORDER BY name",
+    "list_agents": f"SELECT {_AGENT_COLS} FROM enf_agents ORDER BY name LIMIT ?",
+    "list_agents_after": f"SELECT {_AGENT_COLS} FROM enf_agents WHERE name > ? ORDER BY name LIMIT ?",
     # The only statement that writes an agent's status, and it writes a literal.
     "kill": f"UPDATE enf_agents SET status = 'KILLED' WHERE name = ? RETURNING {_AGENT_COLS}",
     "take_slot": "INSERT INTO enf_counters (agent_id, win, slot, sends) VALUES (?, ?, ?, 1)"
@@ -141,10 +183,12 @@ _SQL = {
     " WHERE s.id = ?",
     "send_by_message_id": f"SELECT {_SEND_COLS} FROM enf_sends s LEFT JOIN enf_agents a"
     " ON a.id = s.agent_id WHERE s.agent_id = ? AND s.message_id = ? ORDER BY s.created_at LIMIT 1",
-    "list_sends": f"SELECT {_SEND_COLS} FROM enf_sends s LEFT JOIN enf_agents a ON a.id = s.agent_id"
-    " WHERE (s.decided_at IS NOT NULL OR s.state = 'PENDING')"  # queue rows, not direct sends
-    " ORDER BY CASE s.state WHEN 'PENDING' THEN 0 WHEN 'APPROVED' THEN 1 WHEN 'FAILED' THEN 2"
-    " WHEN 'REJECTED' THEN 3 ELSE 4 END, s.created_at DESC LIMIT ?",
+    "queue_state": f"SELECT {_SEND_COLS} FROM enf_sends s LEFT JOIN enf_agents a ON a.id = s.agent_id"
+    " WHERE (s.decided_at IS NOT NULL OR s.state = 'PENDING') AND s.state = ?"
+    " ORDER BY s.created_at DESC, s.id DESC LIMIT ?",
+    "queue_state_before": f"SELECT {_SEND_COLS} FROM enf_sends s LEFT JOIN enf_agents a ON a.id = s.agent_id"
+    " WHERE (s.decided_at IS NOT NULL OR s.state = 'PENDING') AND s.state = ?"
+    " AND (s.created_at, s.id) < (?, ?) ORDER BY s.created_at DESC, s.id DESC LIMIT ?",
     # A decision: one conditional UPDATE; approval also requires the agent to be ACTIVE.
     "approve": "UPDATE enf_sends SET state = 'APPROVED', decided_by = ?, decided_at = ?, updated_at = ?"
     " WHERE id = ? AND state = 'PENDING'"
@@ -219,8 +263,13 @@ class EnforcerStore(ABC):
         rows = await self.execute("agent_by_id", (agent_id,))
         return _agent(rows[0]) if rows else None
 
-    async def list_agents(self) -> list[Agent]:
-        return [_agent(r) for r in await self.execute("list_agents", ())]
+    async def list_agents(self, limit: int = 1000, after: str | None = None) -> list[Agent]:
+        """Agents by name, one page: those after `after` (the previous page's last name)."""
+        if after is None:
+            rows = await self.execute("list_agents", (limit,))
+        else:
+            rows = await self.execute("list_agents_after", (after, limit))
+        return [_agent(r) for r in rows]
 
     async def kill_agent(self, name: str) -> Agent | None:
         rows = await self.execute("kill", (name,))
@@ -256,8 +305,22 @@ class EnforcerStore(ABC):
         rows = await self.execute("send_by_message_id", (agent_id, message_id))
         return _row(rows[0]) if rows else None
 
-    async def list_sends(self, limit: int = 200) -> list[QueueRow]:
-        return [_row(r) for r in await self.execute("list_sends", (limit,))]
+    async def list_sends(self, limit: int = 200, after: QueueCursor | None = None) -> list[QueueRow]:
+        """The queue view, one page: pending first, then approved, failed, rejected and sent,
+        newest first within a state; `after` is the previous page's last row. Each state is
+        an index walk that stops when the page is full."""
+        out: list[QueueRow] = []
+        start = QUEUE_ORDER.index(after.state) if after is not None else 0
+        for state in QUEUE_ORDER[start:]:
+            want = limit - len(out)
+            if want <= 0:
+                break
+            if after is not None and state == after.state:
+                rows = await self.execute("queue_state_before", (state, after.created_at, after.id, want))
+            else:
+                rows = await self.execute("queue_state", (state, want))
+            out += [_row(r) for r in rows]
+        return out
 
     async def approve(self, send_id: str, by: str, now: float) -> bool:
         return bool(await self.execute("approve", (by, now, now, send_id)))

@@ -31,9 +31,11 @@ from typing import Any, Literal
 
 from envelopay import flows
 from envelopay.dkim import DkimResult, apply_policy
+from envelopay.engine.alignment import _dkim_label, acted_on, dkim_label
 from envelopay.engine.application import Application, Context, Notice, Refuse
 from envelopay.engine.bounces import bounce_of, bounce_outcome
 from envelopay.engine.outcome import Outcome
+from envelopay.engine.poison import clean_parsed, unstorable_body
 from envelopay.engine.records import (
     INVOICE_SKEW,
     MAX_CONFLICT_RETRIES,
@@ -41,13 +43,12 @@ from envelopay.engine.records import (
     content_hash,
     order_of,
     out_entry,
-    proof_of,
     reply_headers,
     stamp_invoice,
     typed_refs,
 )
 from envelopay.engine.refusals import Refusals
-from envelopay.engine.verify import verify_proof
+from envelopay.engine.verify import ProofBinding, verify_proof
 from envelopay.engine.waiting import park
 from envelopay.flows import Action, Direction, FlowKind, FlowState, Side, Step
 from envelopay.ledger.store import (
@@ -63,7 +64,9 @@ from envelopay.ledger.store import (
 from envelopay.protocol.codes import OopsCode
 from envelopay.protocol.lenient import lenient_warnings
 from envelopay.protocol.messages import (
+    Invoice,
     Message,
+    Methods,
     Offer,
     Oops,
     Order,
@@ -72,6 +75,7 @@ from envelopay.protocol.messages import (
     is_proof_carrying,
 )
 from envelopay.protocol.parsed import Parsed
+from envelopay.rails.binding import BINDING_SCHEME
 from envelopay.rails.finality import WaitPolicy
 from envelopay.rails.interface import Rail
 
@@ -116,6 +120,7 @@ class Engine(Refusals):
         proof_window: timedelta | None = None,
         invoice_skew: timedelta | None = INVOICE_SKEW,
         wait: WaitPolicy | None = None,
+        proof_binding: ProofBinding = "solicited",
     ) -> None:
         self.store = store
         self.address = address.lower()
@@ -133,6 +138,7 @@ class Engine(Refusals):
         self.proof_window = proof_window
         self.invoice_skew = invoice_skew
         self.wait = wait  # None: a pending/unavailable proof is refused at once
+        self.proof_binding: ProofBinding = proof_binding
 
     # ------------------------------------------------------------------ inbound
     async def handle(self, raw: bytes, *, dkim: DkimResult | None = None) -> Outcome:
@@ -152,7 +158,18 @@ class Engine(Refusals):
         raw: bytes | None = None,
     ) -> Outcome:
         """`raw`, when given, lets a proof that is not final yet wait in the ledger."""
-        outcome = await self._handle_parsed(parsed, dkim, fallback_message_id, raw)
+        parsed = clean_parsed(parsed, fallback_message_id)
+        try:
+            outcome = await self._handle_parsed(parsed, dkim, fallback_message_id, raw)
+        except Exception as exc:
+            message_id = parsed.message_id or fallback_message_id
+            sender = parsed.from_addr.lower() if parsed.from_addr else None
+            if message_id is None:
+                raise
+            _log.exception("handling %s raised; quarantined", message_id)
+            proof = self._proof_key(parsed.message)[0] if parsed.valid and parsed.message else None
+            reason = f"handling raised {type(exc).__name__}: {exc}"
+            return self._quarantine(parsed, message_id, sender, reason, proof)
         applied = lenient_warnings(parsed.warnings)  # counted per mailbox (profile = "lenient")
         return replace(outcome, lenient=applied) if applied and not outcome.lenient else outcome
 
@@ -168,18 +185,24 @@ class Engine(Refusals):
         message = parsed.message if parsed.valid else None
 
         early: tuple[OopsCode, str] | None = None
-        if message is None:
+        poison = unstorable_body(message, parsed.id) if message is not None else None
+        if poison is not None:
+            message, early = None, (OopsCode.INVALID_FIELD, poison)  # answered, nothing reserved
+        elif message is None:
             if parsed.oops is not None:
                 early = (parsed.oops, "; ".join(p.detail for p in parsed.problems)[:500])
         else:
             decision = apply_policy(
-                dkim or DkimResult("none"), self.dkim_policy, proof_carrying=is_proof_carrying(message)
+                acted_on(dkim or DkimResult("none"), sender),
+                self.dkim_policy,
+                proof_carrying=is_proof_carrying(message),
             )
             if decision.action == "defer":
                 return Outcome("deferred", message_id, detail=decision.reason)
             if decision.action == "reject":
                 early = (OopsCode.DKIM_FAILED, decision.reason)
 
+        _dkim_label.set(dkim_label(dkim, sender))
         proof_key: ProofKey | None = None
         if message is not None and early is None:
             proof_key, problem = self._proof_key(message)
@@ -241,26 +264,6 @@ class Engine(Refusals):
                 return result
         raise RuntimeError(f"flow kept changing under {message_id}; gave up after retries")
 
-    @staticmethod
-    def _thread(parsed: Parsed) -> tuple[str, ...]:
-        ids: list[str] = []
-        if parsed.in_reply_to:
-            ids.append(parsed.in_reply_to)
-        ids.extend(r for r in reversed(parsed.references) if r not in ids)
-        return tuple(ids)
-
-    def _proof_key(self, message: Message) -> tuple[ProofKey | None, tuple[OopsCode, str] | None]:
-        if not is_proof_carrying(message):
-            return None, None
-        chain, proof = proof_of(message)
-        rail = self.rails.get(chain)
-        if rail is None:
-            return None, (OopsCode.UNSUPPORTED_RAIL, f"no rail for chain {chain!r} here")
-        try:
-            return ProofKey(chain, rail.proof_key(proof)), None
-        except ValueError as exc:
-            return None, (OopsCode.INVALID_FIELD, f"proof: {exc}")
-
     # ------------------------------------------------------------------ step
     def _resolve(
         self, message: Message, sender: str, begin: Begin, parsed: Parsed
@@ -309,7 +312,11 @@ class Engine(Refusals):
                     record = None
                 else:
                     work = Work(fs, record.flow_id, record.version, sender)
-            if work is None:
+            if work is None and opened is not None and begin.missing_refs and is_proof_carrying(message):
+                # Spec: a typed ref that names none of our messages is unknown_ref; its
+                # proof is not judged (so not spent), nor is the PAY taken as unsolicited.
+                refusal = (OopsCode.UNKNOWN_REF, f"no message of ours has id {begin.missing_refs[0][:80]!r}")
+            elif work is None:
                 if opened is None:
                     unknown = begin.missing_refs or parsed.in_reply_to
                     missing = OopsCode.UNKNOWN_REF if unknown else OopsCode.UNEXPECTED_MESSAGE
@@ -362,7 +369,9 @@ class Engine(Refusals):
             verdict=work.verdict,
         )
 
-    async def _verify(self, message: Message, step: Step, work: Work) -> tuple[OopsCode, str] | None:
+    async def _verify(
+        self, message: Message, step: Step, work: Work, proof_key: ProofKey | None
+    ) -> tuple[OopsCode, str] | None:
         return await verify_proof(
             message,
             step,
@@ -372,6 +381,9 @@ class Engine(Refusals):
             clock=self.clock,
             proof_window=self.proof_window,
             invoice_skew=self.invoice_skew,
+            local=self.address,
+            proof_key=proof_key.key if proof_key is not None else None,
+            binding=self.proof_binding,
         )
 
     async def _ask(self, fn: Callable[[], Awaitable[Any]]) -> Any:
@@ -401,7 +413,7 @@ class Engine(Refusals):
         for action in step.actions:
             decision: Any = None
             if action is Action.VERIFY_PROOF:
-                failed = await self._verify(message, step, work)
+                failed = await self._verify(message, step, work, proof_key)
                 if failed is not None:
                     work.oops, work.detail = failed
                     work.persist = False  # the message did not happen, as far as the flow goes
@@ -451,6 +463,10 @@ class Engine(Refusals):
             work.replies.append(self._reply(parsed, work.peer, oops, now))
             work.oops, work.detail = decision.code, decision.note
             return
+        decision = self.bind_proof(decision, work.peer)  # an ACCEPT's counter-payment
+        if isinstance(decision, Invoice | Methods) and decision.binding is None:
+            # Tell the payer what binding its proof must carry (SPEC.md "Proof binding").
+            decision = decision.model_copy(update={"binding": BINDING_SCHEME})
         out_step = flows.step(work.fs, decision, Direction.OUT)
         if not out_step.ok:
             _log.error(

@@ -2,8 +2,14 @@
 
 The engine writes replies into the ledger's outbox in the same transaction as the
 state change; this drains them afterwards. A row's Message-ID and Date were fixed at
-write time, so composing it again yields the same bytes: a resend after a crash is
-recognisably the same mail.
+write time, and the DKIM signature's t= is that Date (both algorithms we sign with are
+deterministic), so composing and signing it again yields the same bytes: a resend after
+a crash is the same mail, byte for byte, while the signing key is the same.
+
+Rows are claimed before they are sent (`Store.outbox_claim`: one conditional update
+with an owner and a lease), so two drainers on one ledger, in one process or in
+several, never send the same row twice; only a drainer that dies between the send and
+the mark leaves its claim to run out, and then the row goes again (at least once).
 
 The send hook is where policy plugs in. `DirectHook` signs and delivers itself;
 an enforcer hook hands the composed message to the send enforcer, which holds the
@@ -19,6 +25,7 @@ credential and answers with a verdict. Verdicts (as the enforcer's):
 from __future__ import annotations
 
 import asyncio
+import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -30,7 +37,16 @@ from envelopay.ledger.store import OutboxRow, Store
 from envelopay.protocol.compose import compose
 from envelopay.protocol.outbound import Outbound
 
-__all__ = ["DirectHook", "DrainReport", "EnforcerHook", "OutboxDrainer", "SendHook", "SendResult", "Signer"]
+__all__ = [
+    "DirectHook",
+    "DkimSigner",
+    "DrainReport",
+    "EnforcerHook",
+    "OutboxDrainer",
+    "SendHook",
+    "SendResult",
+    "Signer",
+]
 
 SendStatus = Literal["sent", "pending_approval", "blocked", "failed", "unknown"]
 Signer = Callable[[bytes], bytes]
@@ -55,7 +71,10 @@ class DirectHook:
     signer: Signer | None = None
 
     async def __call__(self, out: Outbound, raw: bytes) -> SendResult:
-        signed = self.signer(raw) if self.signer is not None else raw
+        if isinstance(self.signer, DkimSigner):
+            signed = self.signer.sign_at(raw, out.date)  # t= fixed by the row
+        else:
+            signed = self.signer(raw) if self.signer is not None else raw
         try:
             await self.transport.send(signed, out.sender, out.recipient)
         except TransportError as exc:
@@ -83,15 +102,31 @@ class EnforcerHook:
         return SendResult(status, verdict.reason or "", permanent=status == "blocked")
 
 
-def dkim_signer(*, selector: str, domain: str, key_pem: bytes, clock: Callable[[], datetime]) -> Signer:
+@dataclass
+class DkimSigner:
+    """Signs outgoing mail. `sign_at` stamps t= from the outbox row's Date, so a row
+    signed again (a resend) gets the very same signature; calling it plainly stamps
+    the clock's time (mail that has no row)."""
+
+    selector: str
+    domain: str
+    key: Any  # envelopay.dkim.DkimKey
+    clock: Callable[[], datetime]
+
+    def sign_at(self, raw: bytes, at: datetime) -> bytes:
+        from envelopay import dkim
+
+        return dkim.sign(raw, selector=self.selector, domain=self.domain, key=self.key,
+                         timestamp=int(at.timestamp()))
+
+    def __call__(self, raw: bytes) -> bytes:
+        return self.sign_at(raw, self.clock())
+
+
+def dkim_signer(*, selector: str, domain: str, key_pem: bytes, clock: Callable[[], datetime]) -> DkimSigner:
     from envelopay import dkim
 
-    key = dkim.DkimKey.load(key_pem)
-
-    def sign(raw: bytes) -> bytes:
-        return dkim.sign(raw, selector=selector, domain=domain, key=key, timestamp=int(clock().timestamp()))
-
-    return sign
+    return DkimSigner(selector, domain, dkim.DkimKey.load(key_pem), clock)
 
 
 @dataclass
@@ -117,6 +152,8 @@ class OutboxDrainer:
         backoff: Callable[[int], timedelta] = lambda n: timedelta(seconds=min(300, 2**n)),
         on_sent: Callable[[Outbound, bytes], Awaitable[None]] | None = None,
         parallel: int = 1,
+        owner: str | None = None,
+        lease: timedelta = timedelta(minutes=5),
     ) -> None:
         if parallel < 1:
             raise ValueError("parallel must be at least 1")
@@ -130,15 +167,20 @@ class OutboxDrainer:
         # e.g. a pool of connections); the rows of one flow always go one after another,
         # in outbox order.
         self.parallel = parallel
-        # One drain at a time per process: two overlapping drains would both read the
-        # same pending rows and send them twice. A drain asked for while one runs just
-        # makes the running one look again.
+        # The claim's owner and how long a claimed row stays ours: longer than one send
+        # takes (a row whose send outlives it may go twice).
+        self.owner = owner or f"d-{secrets.token_hex(6)}"
+        self.lease = lease
+        # One drain at a time per process (the claims keep drains apart anyway; this
+        # saves claiming nothing). A drain asked for while one runs just makes the
+        # running one look again.
         self._lock = asyncio.Lock()
         self._again = False
 
     async def drain_once(self, limit: int = 100) -> DrainReport:
         report = DrainReport()
-        rows = self.store.outbox_pending(self.clock(), limit)
+        now = self.clock()
+        rows = self.store.outbox_claim(self.owner, now, now + self.lease, limit)
         if self.parallel == 1 or len(rows) < 2:
             for row in rows:
                 await self._one(row, report)

@@ -23,6 +23,7 @@ OutcomeStatus = Literal[
     "busy",  # another worker holds this message's claim; leave it for later
     "deferred",  # DKIM key lookup failed temporarily; leave it for later
     "waiting",  # the proof is not final yet: parked in the ledger, looked at again (engine/waiting.py)
+    "quarantined",  # handling it raised (a bug, or poison we did not foresee): recorded, never retried
 ]
 Repeat = Literal["message_id", "retransmission"]
 
@@ -44,6 +45,7 @@ class Outcome:
     # warnings, SPEC.md "Interop profile `lenient`"); empty under strict.
     lenient: tuple[str, ...] = ()
     retry_at: datetime | None = None  # waiting: when the message is looked at again (not recorded)
+    dkim: str | None = None  # the DKIM verdict against the From acted on (engine.alignment)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -56,6 +58,7 @@ class Outcome:
             "outbox": list(self.outbox),
             "verdict": dict(self.verdict) if self.verdict is not None else None,
             "lenient": list(self.lenient),
+            **({"dkim": self.dkim} if self.dkim is not None else {}),
         }
 
     @classmethod
@@ -71,6 +74,7 @@ class Outcome:
             verdict=data.get("verdict"),
             repeat=repeat,
             lenient=tuple(data.get("lenient", ())),
+            dkim=data.get("dkim"),
         )
 
 

@@ -9,16 +9,18 @@ the rest of a step (envelopay.engine.inbound), so a redelivery gets the same ans
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
+from envelopay.engine.alignment import _dkim_label
 from envelopay.engine.outcome import Outcome
-from envelopay.engine.records import Work, out_entry, reply_headers
+from envelopay.engine.poison import storable
+from envelopay.engine.records import Work, out_entry, proof_of, reply_headers
 from envelopay.engine.send import Sending
 from envelopay.flows import Step
-from envelopay.ledger.store import Commit, LogEntry, ProofKey
+from envelopay.ledger.store import Claim, Commit, LogEntry, ProofKey
 from envelopay.protocol.codes import OopsCode
 from envelopay.protocol.grammar import KEYWORDS
-from envelopay.protocol.messages import Message, MessageType, Oops, OopsError
+from envelopay.protocol.messages import Message, MessageType, Oops, OopsError, is_proof_carrying
 from envelopay.protocol.outbound import Outbound
 from envelopay.protocol.parsed import Parsed
 
@@ -29,11 +31,14 @@ class Refusals(Sending):
     """The refusal half of an Engine; `Engine.__init__` sets `worker_id`."""
 
     worker_id: str
+    lease: timedelta
 
     def _oops(self, code: OopsCode, note: str, ref: str | None) -> Oops:
+        # A received id becomes our `ref` only when it is a valid id (it may be "", huge,
+        # or not valid Unicode); building an OOPS must never raise.
+        safe_ref = ref if isinstance(ref, str) and 0 < len(ref) <= 256 and storable(ref) else None
+        note = note.encode("utf-8", "replace").decode("utf-8").replace("\x00", "")
         text = f"{code.value}: {note}" if note else code.value
-        # A received id becomes our `ref` only when it is a valid id (it may be "" or huge).
-        safe_ref = ref if isinstance(ref, str) and 0 < len(ref) <= 256 else None
         if code is OopsCode.UNKNOWN_TYPE:
             # Spec: reply OOPS with unknown_type "and the list of supported types".
             error = OopsError(code=code.value, supported=list(KEYWORDS))
@@ -94,7 +99,45 @@ class Refusals(Sending):
         )
         return self._finish(commit, outcome, message_id)
 
+    def _quarantine(
+        self, parsed: Parsed, message_id: str, sender: str | None, reason: str, proof: ProofKey | None
+    ) -> Outcome:
+        """Record a message whose handling raised as quarantined, with the reason, and
+        finish its reservations: the (sender, id) answers retransmissions with this
+        outcome (never `busy` forever), a proof it reserved is released (never judged).
+        Raises when even that cannot be written (the ledger is down: retry later)."""
+        now = self.clock()
+        outcome = Outcome("quarantined", message_id, detail=reason[:500])
+        owns = sender is not None and parsed.id is not None
+        commit = Commit(
+            local=self.address,
+            now=now,
+            outcome=outcome.to_json(),
+            message_id=message_id,
+            worker=self.worker_id,
+            sender=sender if owns else None,
+            protocol_id=parsed.id if owns else None,
+            replay_fate="done" if owns else None,
+            proof=proof,
+            proof_fate="release" if proof is not None else None,
+        )
+        for _ in range(2):
+            if self.store.commit_step(commit) == "ok":
+                return outcome
+            recorded = self.store.inbound_outcome(self.address, message_id)
+            if recorded is not None:
+                return Outcome.from_json(recorded, repeat="message_id")
+            # It raised before the claim was taken: take one (nothing else) and record.
+            claim = Claim(self.address, message_id, "quarantined", self.worker_id, now, now + self.lease)
+            self.store.begin_step(claim)
+            commit = replace(commit, sender=None, protocol_id=None, replay_fate=None)
+        return outcome
+
     def _finish(self, commit: Commit, outcome: Outcome, message_id: str) -> Outcome | None:
+        label = _dkim_label.get()
+        if label is not None:  # recorded with the outcome, e.g. "pass, not aligned with From"
+            outcome = replace(outcome, dkim=label)
+            commit = replace(commit, outcome={**commit.outcome, "dkim": label})
         result = self.store.commit_step(commit)
         if result == "ok":
             return outcome
@@ -149,3 +192,25 @@ class Refusals(Sending):
             replay_fate="done",
         )
         return self._finish(commit, outcome, message_id)
+
+    # Shared by the inbound path and its refusals: the thread a message names, and the
+    # replay key of the proof it carries.
+    @staticmethod
+    def _thread(parsed: Parsed) -> tuple[str, ...]:
+        ids: list[str] = []
+        if parsed.in_reply_to:
+            ids.append(parsed.in_reply_to)
+        ids.extend(r for r in reversed(parsed.references) if r not in ids)
+        return tuple(ids)
+
+    def _proof_key(self, message: Message) -> tuple[ProofKey | None, tuple[OopsCode, str] | None]:
+        if not is_proof_carrying(message):
+            return None, None
+        chain, proof = proof_of(message)
+        rail = self.rails.get(chain)
+        if rail is None:
+            return None, (OopsCode.UNSUPPORTED_RAIL, f"no rail for chain {chain!r} here")
+        try:
+            return ProofKey(chain, rail.proof_key(proof)), None
+        except ValueError as exc:
+            return None, (OopsCode.INVALID_FIELD, f"proof: {exc}")

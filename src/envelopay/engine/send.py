@@ -17,8 +17,10 @@ from envelopay.engine.records import MAX_CONFLICT_RETRIES, REF_FIELDS, out_entry
 from envelopay.errors import UsageError
 from envelopay.flows import Direction, FlowKind, FlowState, Side
 from envelopay.ledger.store import Commit, FlowRecord, FlowWrite, Store
-from envelopay.protocol.messages import Message
+from envelopay.protocol.messages import Message, Offer, is_proof_carrying
 from envelopay.protocol.outbound import Outbound
+from envelopay.rails.binding import PAYER_FIELD, SIG_FIELD, BindingRail, declared_binding, statement
+from envelopay.rails.interface import Rail
 
 __all__ = ["Sending"]
 
@@ -31,6 +33,7 @@ class Sending:
     domain: str
     clock: Callable[[], datetime]
     id_factory: Callable[[], str]
+    rails: dict[str, Rail]
 
     def new_id(self, prefix: str) -> str:
         return f"{prefix}_{self.id_factory()}"
@@ -55,6 +58,7 @@ class Sending:
         refuses raises UsageError (nothing is written). Threading headers default to a
         reply to the flow's latest inbound message."""
         to = to.lower()
+        message = self.bind_proof(message, to)
         for _ in range(MAX_CONFLICT_RETRIES):
             now = self.clock()
             record = self._outbound_flow(message, to, flow_id, in_reply_to)
@@ -129,6 +133,32 @@ class Sending:
             if self.store.commit_step(commit) == "ok":
                 return Sent(fid, step.state, ob.message_id, ob)
         raise RuntimeError("flow kept changing while sending; gave up after retries")
+
+    def bind_proof(self, message: Message, to: str) -> Message:
+        """Add the payer's binding (envelopay.rails.binding) to a proof we present, when
+        our rail for its chain holds the paying key; a proof already bound is kept."""
+        if not is_proof_carrying(message):
+            return message
+        leg = message.give if isinstance(message, Offer) else message
+        chain, proof = getattr(leg, "chain", None), getattr(leg, "proof", None)
+        pid = getattr(message, "id", None)
+        rail = self.rails.get(chain) if isinstance(chain, str) else None
+        if not isinstance(rail, BindingRail) or not isinstance(proof, dict) or not isinstance(pid, str):
+            return message
+        if declared_binding(proof) is not None:
+            return message
+        try:
+            key = rail.proof_key(proof)
+        except ValueError:
+            return message  # the payee answers a malformed proof; nothing to bind
+        said = statement(payee=to, payer=self.address, message_id=pid, chain=chain, tx=key)
+        signed = rail.sign_statement(said)
+        if signed is None:
+            return message
+        bound = {**proof, PAYER_FIELD: signed[0], SIG_FIELD: signed[1]}
+        if isinstance(message, Offer):
+            return message.model_copy(update={"give": message.give.model_copy(update={"proof": bound})})
+        return message.model_copy(update={"proof": bound})
 
     def _joins_by_ref(self, message: Message) -> bool:
         return any(getattr(message, f, None) for f in REF_FIELDS)

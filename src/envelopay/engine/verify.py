@@ -1,4 +1,13 @@
-"""The VerifyProof action: one rail verification, and the earliest transfer it may accept.
+"""The VerifyProof action: the proof's binding, one rail verification, and the earliest
+transfer it may accept.
+
+A proof is bound to the presentation by the payer's signature (envelopay.rails.binding;
+SPEC.md "Proof binding"): the signing wallet becomes the Expectation's payer, so the
+rail also checks that this wallet authorised the transfer. An unbound proof pays only
+a PAY against our INVOICE or an ACCEPT of our OFFER (v0.1 interop, `proof_binding`
+"solicited"); with "required", never. A proof whose presentation fails is released
+(never spent) unless it was bound to the presenter, so nobody can burn someone
+else's transfer by presenting it wrongly.
 
 A Verdict is a value; a rail that raises is a bug or a broken transport, so the proof
 is left unjudged (retry later, never spent).
@@ -9,15 +18,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from envelopay.engine.records import INVOICE_ISSUED_AT, Work
 from envelopay.flows import Step
 from envelopay.protocol.codes import OopsCode
-from envelopay.protocol.messages import Message, Offer, Pay
-from envelopay.rails.interface import Expectation, Rail, Verdict
+from envelopay.protocol.messages import Accept, Message, Offer, Pay
+from envelopay.rails.binding import BindingRail, declared_binding, statement
+from envelopay.rails.interface import Expectation, Rail, Reason, Verdict
 
-__all__ = ["not_before", "verify_proof"]
+__all__ = ["ProofBinding", "binding_check", "not_before", "verify_proof"]
+
+ProofBinding = Literal["required", "solicited"]
 
 _log = logging.getLogger(__name__)
 
@@ -32,14 +44,23 @@ async def verify_proof(
     clock: Callable[[], datetime],
     proof_window: timedelta | None,
     invoice_skew: timedelta | None,
+    local: str = "",
+    proof_key: str | None = None,
+    binding: ProofBinding = "solicited",
 ) -> tuple[OopsCode, str] | None:
-    """The VerifyProof action: ask the rail, record the verdict and the proof's fate on
-    `work`; None when the proof pays, else the OOPS code and detail."""
+    """The VerifyProof action: check the binding, ask the rail, record the verdict and
+    the proof's fate on `work`; None when the proof pays, else the OOPS code and detail."""
     check = step.proof
     assert check is not None
     rail = rails.get(check.chain)
     if rail is None:
         return OopsCode.UNSUPPORTED_RAIL, f"no rail for chain {check.chain!r}"
+    payer, refused = binding_check(
+        message, work, rail, local=local, chain=check.chain, proof=check.proof, key=proof_key, policy=binding
+    )
+    if refused is not None:
+        work.proof_fate = "release"  # not the presenter's to burn
+        return refused
     ours = wallet(check.chain, check.token)
     recipient = check.recipient
     if recipient is None:
@@ -55,6 +76,7 @@ async def verify_proof(
         token=check.token,
         amount=check.amount,
         recipient=recipient,
+        payer=payer,
         not_before=not_before(message, work.fs.data, now, proof_window, invoice_skew),
     )
     try:
@@ -70,10 +92,50 @@ async def verify_proof(
         # Not judged: the proof may be presented again, and so may the (sender, id).
         work.proof_fate = "release"
         work.replay_fate = "release"
+    elif payer is not None and verdict.reason is not Reason.PAYER_MISMATCH:
+        work.proof_fate = "spend"  # rejected, and shown to be the presenter's: stays spent
     else:
-        work.proof_fate = "spend"  # a rejected proof stays spent
+        work.proof_fate = "release"  # rejected, and nobody showed it is theirs
     code = verdict.oops or OopsCode.RAIL_UNAVAILABLE
     return code, verdict.detail or code.value
+
+
+def _solicited(message: Message, data: Mapping[str, Any]) -> bool:
+    """A PAY settling the INVOICE we issued in this flow, or an ACCEPT of our OFFER: the
+    amount and the moment were ours to name (the v0.1 flows)."""
+    if isinstance(message, Pay):
+        return isinstance(data.get(INVOICE_ISSUED_AT), str)
+    return isinstance(message, Accept)
+
+
+def binding_check(
+    message: Message,
+    work: Work,
+    rail: Rail,
+    *,
+    local: str,
+    chain: str,
+    proof: Mapping[str, Any],
+    key: str | None,
+    policy: ProofBinding,
+) -> tuple[str | None, tuple[OopsCode, str] | None]:
+    """(the payer wallet the rail must see authorise the transfer, or None for an
+    accepted unbound proof; the refusal when the binding is missing or wrong)."""
+    declared = declared_binding(proof)
+    pid = getattr(message, "id", None)
+    if declared is not None and isinstance(rail, BindingRail) and key is not None and isinstance(pid, str):
+        wallet, sig = declared
+        said = statement(payee=local, payer=work.peer, message_id=pid, chain=chain, tx=key)
+        if not rail.check_payer_sig(wallet, said, sig):
+            detail = "payer_sig is not the payer wallet's signature of this presentation"
+            return None, (OopsCode.PAYER_MISMATCH, detail)
+        return wallet, None
+    if policy == "solicited" and _solicited(message, work.fs.data):
+        return None, None
+    return None, (
+        OopsCode.PAYER_MISMATCH,
+        "unbound proof: add payer and payer_sig to the proof (binding payer_sig, see SPEC.md)",
+    )
 
 
 def not_before(

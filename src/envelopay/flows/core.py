@@ -104,6 +104,8 @@ class Action(StrEnum):
     RECORD_ORDER = "record_order"
     RECORD_INVOICE = "record_invoice"
     RECORD_OFFER = "record_offer"
+    RECORD_PAYMENT = "record_payment"  # our PAY/OFFER/ACCEPT: what we paid, until answered
+    RECORD_REFUSAL = "record_refusal"  # their OOPS to it: the payment moves to `refused`
     # engine actions
     VERIFY_PROOF = "verify_proof"  # rail.verify against the ProofCheck of this step
     DECIDE_METHODS = "decide_methods"  # ask the application for METHODS
@@ -130,6 +132,8 @@ RECORDS = frozenset(
         Action.RECORD_ORDER,
         Action.RECORD_INVOICE,
         Action.RECORD_OFFER,
+        Action.RECORD_PAYMENT,
+        Action.RECORD_REFUSAL,
     }
 )
 
@@ -147,13 +151,23 @@ class Row:
 Table = tuple[Row, ...]
 
 
-def oops_rows(states: Iterable[str]) -> tuple[Row, ...]:
+def oops_rows(states: Iterable[str], back: Mapping[tuple[str, Side], str] | None = None) -> tuple[Row, ...]:
     """OOPS may arrive or leave in any state: recorded, never a state change (spec:
-    "No message requires a response. Silence is always valid. OOPS is a courtesy")."""
+    "No message requires a response. Silence is always valid. OOPS is a courtesy").
+
+    `back` names the exceptions: an OOPS answering the payment we just made, in
+    (state, our side), returns the flow to the state given, from which an honest retry
+    (a new proof) is accepted; the refused payment stays recorded (`refused`)."""
     rows: list[Row] = []
+    back = back or {}
     for state in states:
         for side in Side:
-            rows.append(Row(state, Event.OOPS, Direction.IN, side, state, (Action.NOTIFY,)))
+            to = back.get((state, side))
+            if to is not None:
+                refused = (Action.RECORD_REFUSAL, Action.NOTIFY)
+                rows.append(Row(state, Event.OOPS, Direction.IN, side, to, refused))
+            else:
+                rows.append(Row(state, Event.OOPS, Direction.IN, side, state, (Action.NOTIFY,)))
             rows.append(Row(state, Event.OOPS, Direction.OUT, side, state, ()))
     return tuple(rows)
 
@@ -267,6 +281,25 @@ def _record(action: Action, message: Message, data: dict[str, Any]) -> None:
         data["invoice"] = body
     elif action is Action.RECORD_OFFER:
         data["offer"] = body
+    elif action is Action.RECORD_PAYMENT:
+        data["payment"] = _payment(message)
+    elif action is Action.RECORD_REFUSAL:
+        assert isinstance(message, Oops)
+        payment = data.pop("payment", None)
+        if payment is not None:
+            code = message.error.code if message.error is not None else None
+            data["refused"] = [*data.get("refused", ()), {**payment, "oops": code, "note": message.note}]
+
+
+def _payment(message: Message) -> dict[str, Any]:
+    """What one of our paying messages moved on chain, as the flow remembers it."""
+    if isinstance(message, Offer):
+        g = message.give
+        return {"message": message.type, "id": message.id, "chain": g.chain, "token": g.token,
+                "amount": str(g.amount), "to": g.to, "proof": dict(g.proof)}
+    assert isinstance(message, (Pay, Accept))
+    return {"message": message.type, "id": message.id, "chain": message.chain, "token": message.token,
+            "amount": str(message.amount), "proof": dict(message.proof)}
 
 
 def _proof_check(message: Message, data: Mapping[str, Any], direction: Direction) -> ProofCheck | None:

@@ -23,12 +23,14 @@ PAYER, PAYEE = Side.PAYER, Side.PAYEE
 
 TRANSITIONS: Table = (
     Row("start", Event.OFFER, IN, PAYEE, "offered", (A.RECORD_OFFER, A.VERIFY_PROOF, A.DECIDE_OFFER)),
-    Row("offered", Event.ACCEPT, OUT, PAYEE, "accepted", (A.OFFER_REF, A.OFFER_TERMS)),
-    Row("start", Event.OFFER, OUT, PAYER, "offered", (A.RECORD_OFFER,)),
+    Row("offered", Event.ACCEPT, OUT, PAYEE, "accepted", (A.OFFER_REF, A.OFFER_TERMS, A.RECORD_PAYMENT)),
+    Row("start", Event.OFFER, OUT, PAYER, "offered", (A.RECORD_OFFER, A.RECORD_PAYMENT)),
+    Row("refused", Event.OFFER, OUT, PAYER, "offered", (A.RECORD_OFFER, A.RECORD_PAYMENT)),
     Row(
         "offered", Event.ACCEPT, IN, PAYER, "accepted", (A.OFFER_REF, A.OFFER_TERMS, A.VERIFY_PROOF, A.NOTIFY)
     ),
-    *oops_rows(["offered", "accepted"]),
+    *oops_rows(["offered", "accepted", "refused"],
+              back={("offered", PAYER): "refused"}),
 )
 
 KIND = FlowKind.EXCHANGE

@@ -24,8 +24,8 @@ TRANSITIONS: Table = (
     Row("start", Event.INVOICE, OUT, PAYEE, "invoiced", (A.RECORD_INVOICE,)),
     Row("invoiced", Event.PAY, IN, PAYEE, "paid", (A.INVOICE_REF, A.INVOICE_TERMS, A.VERIFY_PROOF, A.NOTIFY)),
     Row("start", Event.INVOICE, IN, PAYER, "invoiced", (A.RECORD_INVOICE, A.NOTIFY)),
-    Row("invoiced", Event.PAY, OUT, PAYER, "paid", (A.INVOICE_REF, A.INVOICE_TERMS)),
-    *oops_rows(["invoiced", "paid"]),
+    Row("invoiced", Event.PAY, OUT, PAYER, "paid", (A.INVOICE_REF, A.INVOICE_TERMS, A.RECORD_PAYMENT)),
+    *oops_rows(["invoiced", "paid"], back={("paid", PAYER): "invoiced"}),
 )
 
 KIND = FlowKind.INVOICE

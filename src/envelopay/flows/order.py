@@ -34,9 +34,9 @@ TRANSITIONS: Table = (
     Row("start", Event.ORDER, OUT, PAYER, "ordered", (A.RECORD_ORDER,)),
     Row("ordered", Event.INVOICE, IN, PAYER, "invoiced", (A.ORDER_REF, A.RECORD_INVOICE, A.NOTIFY)),
     Row("ordered", Event.FULFILL, IN, PAYER, "fulfilled", (A.ORDER_REF, A.NOTIFY)),
-    Row("invoiced", Event.PAY, OUT, PAYER, "paid", (A.INVOICE_REF, A.INVOICE_TERMS)),
+    Row("invoiced", Event.PAY, OUT, PAYER, "paid", (A.INVOICE_REF, A.INVOICE_TERMS, A.RECORD_PAYMENT)),
     Row("paid", Event.FULFILL, IN, PAYER, "fulfilled", (A.ORDER_REF, A.NOTIFY)),
-    *oops_rows(["ordered", "invoiced", "paid", "fulfilled"]),
+    *oops_rows(["ordered", "invoiced", "paid", "fulfilled"], back={("paid", PAYER): "invoiced"}),
 )
 
 KIND = FlowKind.ORDER

@@ -22,8 +22,9 @@ PAYER, PAYEE = Side.PAYER, Side.PAYEE
 
 TRANSITIONS: Table = (
     Row("start", Event.PAY, IN, PAYEE, "paid", (A.VERIFY_PROOF, A.NOTIFY)),
-    Row("start", Event.PAY, OUT, PAYER, "paid"),
-    *oops_rows(["paid"]),
+    Row("start", Event.PAY, OUT, PAYER, "paid", (A.RECORD_PAYMENT,)),
+    Row("refused", Event.PAY, OUT, PAYER, "paid", (A.RECORD_PAYMENT,)),
+    *oops_rows(["paid", "refused"], back={("paid", PAYER): "refused"}),
 )
 
 KIND = FlowKind.PAY

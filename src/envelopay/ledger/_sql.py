@@ -69,6 +69,7 @@ _CALL_COLS = "call_id, local, peer, message_id, deadline, status, request, resul
 
 class SqlStore(DeferralsMixin, ABC):
     lock_clause = ""  # " FOR UPDATE" where the backend has row locks
+    skip_locked = ""  # " FOR UPDATE SKIP LOCKED" where it has them (claims)
 
     # -- backend hooks
     @abstractmethod
@@ -186,16 +187,42 @@ class SqlStore(DeferralsMixin, ABC):
                     (c.proof.chain, c.proof.key, c.local, c.message_id, self.t(c.now)),
                 )
                 if got is None:
-                    row = x.one(
-                        "SELECT owner_local, owner_message FROM ep_proofs WHERE chain = ? AND proof_key = ?",
-                        (c.proof.chain, c.proof.key),
-                    )
-                    # Spent (or held) by another message: refused, forever, whoever presents it.
-                    if row is None or (row[0], row[1]) != (c.local, c.message_id):
-                        return Begin("proof_replayed")
+                    held = self._proof_held_elsewhere(x, c)
+                    if held is not None:
+                        return held
             ref_flows, missing = self._ref_flows(x, c)
             thread_flows = self._thread_flows(x, c)
         return Begin("new", ref_flows=ref_flows, thread_flows=thread_flows, missing_refs=missing)
+
+    def _proof_held_elsewhere(self, x: Executor, c: Claim) -> Begin | None:
+        """The proof's row exists: None if it is ours (or now ours), else the answer.
+
+        Spent by another message: `proof_replayed`, forever, whoever presents it. Held
+        by another message still being handled (its claim's lease is live): `busy`, for
+        that presentation may yet fail and release it (a thief's doomed presentation
+        must not make the owner's own final answer `proof_replayed`). Held by a message
+        whose handler died (lease run out): taken over, and this message goes on."""
+        assert c.proof is not None
+        row = x.one(
+            "SELECT p.owner_local, p.owner_message, p.status, i.status, i.lease_until FROM ep_proofs p"
+            " LEFT JOIN ep_inbound i ON i.local = p.owner_local AND i.message_id = p.owner_message"
+            " WHERE p.chain = ? AND p.proof_key = ?" + (" FOR UPDATE OF p" if self.lock_clause else ""),
+            (c.proof.chain, c.proof.key),
+        )
+        if row is None:
+            return Begin("busy")  # released between our insert and this read: try again
+        if (row[0], row[1]) == (c.local, c.message_id):
+            return None
+        if row[2] != "held":
+            return Begin("proof_replayed")
+        if row[3] == "claimed" and row[4] is not None and self.ut(row[4]) > c.now:
+            return Begin("busy")
+        x.exec(
+            "UPDATE ep_proofs SET owner_local = ?, owner_message = ? WHERE chain = ? AND proof_key = ?"
+            " AND status = 'held'",
+            (c.local, c.message_id, c.proof.chain, c.proof.key),
+        )
+        return None
 
     def _reserve_id(self, x: Executor, c: Claim) -> Begin | None:
         got = x.one(
@@ -401,19 +428,23 @@ class SqlStore(DeferralsMixin, ABC):
             row = x.one(f"SELECT {_FLOW_COLS} FROM ep_flows f WHERE f.flow_id = ?", (flow_id,))
         return self._flow(row) if row else None
 
-    def list_flows(self, local: str | None = None, limit: int = 100) -> list[FlowRecord]:
+    def list_flows(
+        self, local: str | None = None, limit: int = 100, before: tuple[datetime, str] | None = None
+    ) -> list[FlowRecord]:
+        # Newest first, one page: an index walk on (updated_at, flow_id), with or without
+        # `local`, that stops after `limit` rows; `before` is the last row of the previous page.
+        where, args = [], []
+        if local is not None:
+            where.append("f.local = ?")
+            args.append(local.lower())
+        if before is not None:
+            where.append("(f.updated_at, f.flow_id) < (?, ?)")
+            args += [self.t(before[0]), before[1]]
+        sql = f"SELECT {_FLOW_COLS} FROM ep_flows f"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
         with self.read() as x:
-            if local is None:
-                rows = x.all(
-                    f"SELECT {_FLOW_COLS} FROM ep_flows f ORDER BY f.updated_at DESC, f.flow_id LIMIT ?",
-                    (limit,),
-                )
-            else:
-                rows = x.all(
-                    f"SELECT {_FLOW_COLS} FROM ep_flows f WHERE f.local = ?"
-                    " ORDER BY f.updated_at DESC, f.flow_id LIMIT ?",
-                    (local.lower(), limit),
-                )
+            rows = x.all(sql + " ORDER BY f.updated_at DESC, f.flow_id DESC LIMIT ?", (*args, limit))
         return [self._flow(r) for r in rows]
 
     def flow_log(self, flow_id: str) -> list[LogEntry]:
@@ -484,6 +515,41 @@ class SqlStore(DeferralsMixin, ABC):
             )
         return [self._outbox(r) for r in rows]
 
+    def outbox_claim(
+        self, owner: str, now: datetime, lease_until: datetime, limit: int = 100
+    ) -> list[OutboxRow]:
+        """Claim the due rows for `owner` until `lease_until`, in one conditional UPDATE:
+        a row is claimable when pending, due, and not under another live claim, and no
+        earlier row of its flow is under another drainer's live claim (a flow's rows
+        go out in order). Two drainers never hold one row at once."""
+        n = self.t(now)
+        with self.write() as x:
+            rows = x.all(
+                "UPDATE ep_outbox SET claimed_by = ?, claim_until = ?"
+                " WHERE status = 'pending' AND (next_attempt IS NULL OR next_attempt <= ?)"
+                " AND (claim_until IS NULL OR claim_until <= ? OR claimed_by = ?)"
+                " AND seq IN (SELECT o.seq FROM ep_outbox o"
+                " WHERE o.status = 'pending' AND (o.next_attempt IS NULL OR o.next_attempt <= ?)"
+                " AND (o.claim_until IS NULL OR o.claim_until <= ? OR o.claimed_by = ?)"
+                " AND NOT EXISTS (SELECT 1 FROM ep_outbox e WHERE e.flow_id = o.flow_id AND e.seq < o.seq"
+                " AND e.status = 'pending' AND e.claimed_by <> ? AND e.claim_until > ?)"
+                f" ORDER BY o.seq LIMIT ?{self.skip_locked})"
+                f" RETURNING {_OUTBOX_COLS}, seq",
+                (owner, self.t(lease_until), n, n, owner, n, n, owner, owner, n, limit),
+            )
+        rows.sort(key=lambda r: int(r[-1]))
+        return [self._outbox(r) for r in rows]
+
+    def outbox_release(self, message_id: str, owner: str) -> bool:
+        """Give a claimed row back unsent (the drainer stopped before sending it)."""
+        with self.write() as x:
+            n = x.exec(
+                "UPDATE ep_outbox SET claimed_by = NULL, claim_until = NULL"
+                " WHERE message_id = ? AND claimed_by = ?",
+                (message_id, owner),
+            )
+        return n > 0
+
     def outbox_get(self, message_id: str) -> OutboxRow | None:
         with self.read() as x:
             row = x.one(f"SELECT {_OUTBOX_COLS} FROM ep_outbox WHERE message_id = ?", (message_id,))
@@ -493,7 +559,7 @@ class SqlStore(DeferralsMixin, ABC):
         with self.write() as x:
             n = x.exec(
                 "UPDATE ep_outbox SET status = 'sent', sent_at = ?, attempts = attempts + 1,"
-                " next_attempt = NULL"
+                " next_attempt = NULL, claimed_by = NULL, claim_until = NULL"
                 " WHERE message_id = ?",
                 (self.t(now), message_id),
             )
@@ -504,8 +570,8 @@ class SqlStore(DeferralsMixin, ABC):
     ) -> bool:
         with self.write() as x:
             n = x.exec(
-                "UPDATE ep_outbox SET status = ?, attempts = attempts + 1, last_error = ?, next_attempt = ?"
-                " WHERE message_id = ?",
+                "UPDATE ep_outbox SET status = ?, attempts = attempts + 1, last_error = ?, next_attempt = ?,"
+                " claimed_by = NULL, claim_until = NULL WHERE message_id = ?",
                 ("pending" if retry_at is not None else "failed", error[:2000], self.t(retry_at), message_id),
             )
         return n > 0

@@ -57,6 +57,7 @@ class _Cursor(Executor):
 
 class PostgresStore(SqlStore):
     lock_clause = " FOR UPDATE"
+    skip_locked = " FOR UPDATE SKIP LOCKED"
 
     def __init__(self, dsn: str, *, min_size: int = 1, max_size: int = 4, migrate: bool = True) -> None:
         self.dsn = dsn

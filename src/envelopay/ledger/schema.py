@@ -79,10 +79,41 @@ CREATE TABLE ep_events (
     PRIMARY KEY (source, event_id));
 """
 
+# v7: outbox rows are claimed by one drainer at a time (owner and lease), so two
+# workers on one ledger never deliver the same row twice without a crash.
+_V7 = """
+ALTER TABLE ep_outbox ADD COLUMN claimed_by TEXT;
+ALTER TABLE ep_outbox ADD COLUMN claim_until {T};
+"""
+
+# v8 (issue 17): plans that cannot flip. The drain reads a partial index holding only
+# pending rows, in seq order: whatever ANALYZE saw (a 3% backlog made PostgreSQL walk the
+# primary key and filter, 268 ms a drain at 1M rows), no other plan is cheaper, and the
+# index stays as small as the backlog. Flow listings page on (updated_at, flow_id), with
+# or without a local address. Retention (ledger/retention.py) walks the `done` indexes
+# (a compacted claim drops out of ep_inbound_done: its lease is cleared), keeps its flow
+# cursor in ep_retention, and leaves a row per flow in ep_flow_summary.
+_V8_PLANS = """
+CREATE INDEX ep_outbox_due ON ep_outbox (seq) WHERE status = 'pending';
+DROP INDEX ep_outbox_pending;
+CREATE INDEX ep_outbox_done ON ep_outbox (created_at, seq) WHERE status <> 'pending';
+CREATE INDEX ep_flows_recent ON ep_flows (updated_at, flow_id);
+CREATE INDEX ep_flows_local_recent ON ep_flows (local, updated_at, flow_id);
+DROP INDEX ep_flows_local;
+CREATE INDEX ep_inbound_done ON ep_inbound (done_at) WHERE status = 'done' AND lease_until IS NOT NULL;
+CREATE INDEX ep_flow_refs_flow ON ep_flow_refs (flow_id);
+CREATE INDEX ep_flow_msgids_flow ON ep_flow_msgids (flow_id);
+CREATE INDEX ep_calls_resolved ON ep_calls (resolved_at, call_id) WHERE status <> 'pending';
+CREATE TABLE ep_flow_summary (flow_id TEXT PRIMARY KEY, messages INTEGER NOT NULL, compacted_at {T} NOT NULL);
+CREATE TABLE ep_retention (name TEXT PRIMARY KEY, mark TEXT NOT NULL, at {T} NOT NULL)
+"""
+
 MIGRATIONS: tuple[tuple[int, str, str], ...] = (
     (1, "inbound, replay, proofs, flows, log, outbox", _V1),
     (2, "calls; outbox drain index", _V2),
     (5, "outbox bounces; transport events", _V5),
+    (7, "outbox claims (owner, lease)", _V7),
+    (8, "partial drain index; paging and retention indexes", _V8_PLANS),
     (9, "deferred proofs", _V9),
 )
 
@@ -275,10 +306,41 @@ _PG_BEGIN_V4 = _PG_BEGIN.replace(
     1,
 )
 
+# v6: a proof held by another message still being handled answers `busy` (that
+# presentation may fail and release it), one held by a message whose claim ran out is
+# taken over; only a spent proof is `proof_replayed`. Same rule as _sql.py.
+_PG_PROOF_V4 = """            SELECT owner_local, owner_message INTO r FROM ep_proofs
+                WHERE chain = p_chain AND proof_key = p_key;
+            IF NOT FOUND OR r.owner_local <> p_local OR r.owner_message <> p_mid THEN
+                RETURN jsonb_build_object('status', 'proof_replayed');
+            END IF;"""
+_PG_PROOF_V6 = """            SELECT p.owner_local, p.owner_message, p.status AS pstatus, i.status AS istatus,
+                   i.lease_until AS ilease
+                INTO r FROM ep_proofs p LEFT JOIN ep_inbound i
+                    ON i.local = p.owner_local AND i.message_id = p.owner_message
+                WHERE p.chain = p_chain AND p.proof_key = p_key FOR UPDATE OF p;
+            IF NOT FOUND THEN
+                RETURN jsonb_build_object('status', 'busy');
+            END IF;
+            IF r.owner_local <> p_local OR r.owner_message <> p_mid THEN
+                IF r.pstatus <> 'held' THEN
+                    RETURN jsonb_build_object('status', 'proof_replayed');
+                END IF;
+                IF r.istatus = 'claimed' AND r.ilease > p_now THEN
+                    RETURN jsonb_build_object('status', 'busy');
+                END IF;
+                UPDATE ep_proofs SET owner_local = p_local, owner_message = p_mid
+                    WHERE chain = p_chain AND proof_key = p_key AND status = 'held';
+            END IF;"""
+assert _PG_PROOF_V4 in _PG_BEGIN_V4
+_PG_BEGIN_V6 = _PG_BEGIN_V4.replace(_PG_PROOF_V4, _PG_PROOF_V6, 1)
+
 # Migrations whose statements differ per dialect, given as ready statement lists.
 DIALECT_MIGRATIONS: dict[int, tuple[str, dict[str, tuple[str, ...]]]] = {
     3: ("server-side step functions (PostgreSQL)", {"sqlite": (), "postgres": (_PG_BEGIN, _PG_COMMIT)}),
     4: ("begin call commits asynchronously (PostgreSQL)", {"sqlite": (), "postgres": (_PG_BEGIN_V4,)}),
+    6: ("a proof held by a live message is busy, not replayed (PostgreSQL)",
+        {"sqlite": (), "postgres": (_PG_BEGIN_V6,)}),
 }
 
 

@@ -184,7 +184,12 @@ class Store(Protocol):
     # -- reading
     def get_flow(self, flow_id: str) -> FlowRecord | None: ...
 
-    def list_flows(self, local: str | None = None, limit: int = 100) -> list[FlowRecord]: ...
+    def list_flows(
+        self, local: str | None = None, limit: int = 100, before: tuple[datetime, str] | None = None
+    ) -> list[FlowRecord]:
+        """Newest first (updated_at, then flow_id, descending); `before` = (updated_at, flow_id)
+        of the previous page's last flow."""
+        ...
 
     def flow_log(self, flow_id: str) -> list[LogEntry]: ...
 
@@ -200,6 +205,16 @@ class Store(Protocol):
 
     # -- the outbox (drained by the agent's sender)
     def outbox_pending(self, now: datetime, limit: int = 100) -> list[OutboxRow]: ...
+
+    def outbox_claim(
+        self, owner: str, now: datetime, lease_until: datetime, limit: int = 100
+    ) -> list[OutboxRow]:
+        """Claim due rows for `owner` until `lease_until` (one conditional update); a row
+        under another owner's live claim is never handed out. Marking a row sent or
+        failed ends its claim; a lease that runs out (a crashed drainer) frees it."""
+        ...
+
+    def outbox_release(self, message_id: str, owner: str) -> bool: ...
 
     def outbox_get(self, message_id: str) -> OutboxRow | None: ...
 

@@ -11,7 +11,10 @@ tmp/: a reader never sees a partial file (the Maildir protocol; `mailbox.Maildir
 reads these files unchanged). The file name is `<seconds>.M<micro>P<pid>Q<n>R<rand>.<host>`.
 
 `Pickup` hands each new file to a consumer as soon as it appears: inotify on every
-new/ directory (ctypes; Linux), or a short poll where inotify is unavailable. The
+new/ directory (ctypes; Linux), or a short poll where inotify is unavailable: the poll
+stats each new/ and lists only those whose mtime moved (or moved within the last
+second, where a coarse clock could hide a second change), so an idle pickup over 1,000
+addresses costs 1,000 stat calls a tick, not 1,000 listings. The
 consumer calls `done()` after it has committed the message, which moves the file to
 cur/ with the Maildir ":2,<flags>" suffix; until then the message stays in new/ and a
 restarted pickup yields it again (nothing received is lost).
@@ -206,6 +209,7 @@ class Pickup:
         self._pending: set[tuple[Path, str]] = set()  # yielded or queued, not yet done
         self._notify: _Inotify | None = None
         self._poller: asyncio.Task[None] | None = None
+        self._listed: dict[Path, int] = {}  # new/ mtime (ns) when the poll last listed it
         self.mode = "inotify"
 
     async def __aenter__(self) -> Pickup:
@@ -252,12 +256,25 @@ class Pickup:
         async with asyncio.timeout(timeout):  # no task per call, unlike wait_for
             return await self._queue.get()
 
-    def done(self, delivery: Delivery, flags: str = "") -> Path:
-        """Mark a delivery processed: move it to cur/ with Maildir info ':2,<flags>'."""
+    def done(self, delivery: Delivery, flags: str = "") -> Path | None:
+        """Mark a delivery processed: move it to cur/ with Maildir info ':2,<flags>'.
+
+        None when the file is gone already: another process sharing this Maildir
+        picked the same file up and moved it first (both handled it; the consumers are
+        idempotent), so there is nothing left to move."""
         target = delivery.maildir / "cur" / f"{delivery.name}:2,{''.join(sorted(set(flags)))}"
-        os.rename(delivery.path, target)
         self._pending.discard((delivery.maildir, delivery.name))
+        try:
+            os.rename(delivery.path, target)
+        except FileNotFoundError:
+            return None
         return target
+
+    def again(self, delivery: Delivery, after: float) -> None:
+        """Offer a delivery left in new/ again in `after` seconds (if it is still there):
+        another worker held it, and may die holding it."""
+        self._pending.discard((delivery.maildir, delivery.name))
+        asyncio.get_running_loop().call_later(after, self._offer, delivery.maildir, delivery.name)
 
     def _offer(self, maildir: Path, name: str) -> None:
         key = (maildir, name)
@@ -293,13 +310,29 @@ class Pickup:
             self._offer(directory.parent, name)
 
     async def _poll_loop(self) -> None:
+        watched = [(d, os.path.join(d, "new")) for d in self._dirs]  # strings: one stat a tick each
         while True:
             await asyncio.sleep(self._poll)
-            present: set[tuple[Path, str]] = set()
-            for d in self._dirs:
-                with contextlib.suppress(FileNotFoundError):
-                    present.update((d, n) for n in os.listdir(d / "new"))
-            # Forget entries that left new/ by other means, so the set stays bounded.
-            self._pending &= present
-            for d, n in sorted(present):
-                self._offer(d, n)
+            racy_before = time.time_ns() - _RACY_NS
+            listed = self._listed
+            for d, new in watched:
+                try:
+                    mtime = os.stat(new).st_mtime_ns
+                except FileNotFoundError:
+                    continue
+                if listed.get(d) == mtime and mtime < racy_before:
+                    continue
+                try:
+                    names = os.listdir(new)
+                except FileNotFoundError:
+                    continue
+                listed[d] = mtime
+                present = {(d, n) for n in names}
+                # Forget entries that left new/ by other means, so the set stays bounded.
+                self._pending = {k for k in self._pending if k[0] != d or k in present}
+                for n in sorted(names):
+                    self._offer(d, n)
+
+
+# A directory changed this recently may change again within the same mtime tick.
+_RACY_NS = 1_000_000_000

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from envelopay.errors import ConfigError
 from envelopay.mail.mailbox import CheckFilter, Mailbox, MailboxError
+from envelopay.mail.mailbox.scan import terminal_progress
 
 if TYPE_CHECKING:
     from envelopay.mail.imap import ImapConfig
@@ -74,7 +75,7 @@ def open_site(site: MailboxSite) -> Iterator[Mailbox]:
             f"dir: cannot open the mailbox under {site.root}: {exc.strerror or exc}", "dir"
         ) from exc
     try:
-        box.refresh()
+        box.refresh(progress=terminal_progress())
         yield box
     finally:
         box.close()

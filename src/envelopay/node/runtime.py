@@ -27,12 +27,18 @@ Consumer = Callable[[Path, bytes], Awaitable[bool | None]]
 log = logging.getLogger(__name__)
 
 
-async def pump(maildirs: Iterable[Path], consume: Consumer, *, stop: asyncio.Event) -> None:
+async def pump(
+    maildirs: Iterable[Path], consume: Consumer, *, stop: asyncio.Event, again_after: float = 5.0
+) -> None:
     """Feed every message landing in `maildirs` to `consume(maildir, raw)` until `stop`.
 
     A consumer that raises (a bug, never someone's bad input) must not stop the loop:
     the message is logged and filed with the Maildir "F" (flagged) mark instead of "S",
-    so an operator can find it and deliver it again once the bug is fixed."""
+    so an operator can find it and deliver it again once the bug is fixed. A message
+    the consumer leaves (False: another worker holds it) is offered again after
+    `again_after` seconds, so it is served even if that worker dies holding it. Several
+    processes may share one Maildir: the one that moves a file second just moves on.
+    Nothing else ends the loop but `stop` (or cancellation)."""
     from envelopay.mail.maildir import Pickup
 
     async with Pickup(list(maildirs)) as pickup:
@@ -45,11 +51,17 @@ async def pump(maildirs: Iterable[Path], consume: Consumer, *, stop: asyncio.Eve
             try:
                 if await consume(delivery.maildir, delivery.raw) is False:
                     log.warning("left %s in new/ for a later attempt", delivery.path)
+                    pickup.again(delivery, again_after)
                     continue
             except Exception:
                 log.exception("consumer failed on %s; filed as flagged", delivery.path)
                 flags = "F"
-            pickup.done(delivery, flags=flags)
+            try:
+                pickup.done(delivery, flags=flags)
+            except OSError:
+                # The Maildir itself is in trouble (permissions, a full disk): say so and
+                # keep serving; the file stays in new/ for the next start.
+                log.exception("could not file %s", delivery.path)
 
 
 async def serve_responders(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import signal
 from collections.abc import Callable
 from typing import Any
@@ -17,6 +18,8 @@ from envelopay.node.transports import GardenTransport
 from envelopay.node.wiring import build_node
 
 __all__ = ["serve_worker"]
+
+_log = logging.getLogger(__name__)
 
 
 async def serve_worker(
@@ -66,18 +69,44 @@ async def serve_worker(
         rt = node.transport or transport or garden_transport(cfg)
         tasks.append(asyncio.create_task(serve_responders(mapping, rt, domain=cfg.agent.domain, stop=stop)))
     tasks.append(asyncio.create_task(_retry_loop(node.drain, stop, retry_interval)))
-    echo(f"{cfg.agent.address} serving {len(cfg.tasks)} task(s), {len(responders)} responder(s); "
-         f"ledger {cfg.agent.ledger}")
+    echo(
+        f"{cfg.agent.address} serving {len(cfg.tasks)} task(s), {len(responders)} responder(s); "
+        f"ledger {cfg.agent.ledger}"
+    )
     if ready is not None:
         ready(garden)
+    died: list[asyncio.Task[Any]] = []
     try:
-        await stop.wait()
+        died = await _until_stop_or_death(stop, tasks)
     finally:
+        stop.set()
         await asyncio.gather(*tasks, return_exceptions=True)
         await node.close()
         node.store.close()
         if garden is not None:
             await garden.stop()
+    if died:
+        # A loop that ends on its own is a bug; never serve on silently without it.
+        # The process exits non-zero, so a supervisor restarts it.
+        raise RuntimeError(f"{cfg.agent.address}: {len(died)} serving loop(s) died; stopped")
+
+
+async def _until_stop_or_death(
+    stop: asyncio.Event, tasks: list[asyncio.Task[Any]]
+) -> list[asyncio.Task[Any]]:
+    """Wait for `stop`; if a serving task ends first, log why and return the dead ones."""
+    stopper = asyncio.create_task(stop.wait())
+    try:
+        await asyncio.wait([stopper, *tasks], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopper.cancel()
+    if stop.is_set():
+        return []
+    died = [t for t in tasks if t.done()]
+    for t in died:
+        exc = None if t.cancelled() else t.exception()
+        _log.error("serving loop %s ended while serving", t.get_coro(), exc_info=exc)
+    return died
 
 
 def _garden_accounts(
@@ -113,5 +142,3 @@ def _signal_stop() -> asyncio.Event:
         with contextlib.suppress(RuntimeError, ValueError):  # not the main thread: no signals
             loop.add_signal_handler(sig, stop.set)
     return stop
-
-

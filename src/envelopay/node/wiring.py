@@ -304,6 +304,7 @@ def build_node(
         rails=rails,
         app=app,
         dkim_policy=cfg.agent.dkim_policy,
+        proof_binding=cfg.agent.proof_binding,
         clock=clock,
         worker_id=cfg.agent.worker_id,
         wait=wait_policy(cfg),
@@ -312,7 +313,7 @@ def build_node(
     # A pool of garden connections lets the drain deliver replies of several flows at
     # once (each delivery waits for the garden's fsync); other hooks get one at a time.
     parallel = transport.size if isinstance(transport, GardenPool) and isinstance(hook, DirectHook) else 1
-    drainer = OutboxDrainer(store, hook, clock=clock, parallel=parallel)
+    drainer = OutboxDrainer(store, hook, clock=clock, parallel=parallel, owner=engine.worker_id)
     if maildir is None and cfg.transport.kind == "garden":
         from envelopay.mail.maildir import mailbox_path
 

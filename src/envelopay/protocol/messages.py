@@ -163,6 +163,8 @@ class Methods(_Body):
     which_ref: Ident | None = None
     note: Text | None = None
     fallback: Text | None = None
+    # Additive (SPEC.md "Proof binding"): the binding the payer's proof must carry.
+    binding: Token | None = None
 
 
 class Pay(_Body):
@@ -220,6 +222,7 @@ class Invoice(_Body):
     due: Text | None = None
     order_ref: Ident | None = None
     note: Text | None = None
+    binding: Token | None = None  # additive, as Methods.binding
 
 
 class Give(_Wire):

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from envelopay.errors import RailError
 from envelopay.protocol.codes import OopsCode
+from envelopay.rails.binding import BindingRail, statement
 from envelopay.rails.interface import Expectation, Rail, Reason, Verdict
 
 
@@ -204,6 +205,29 @@ async def check_payer_binding(h: RailHarness) -> None:
                          Reason.PAYER_MISMATCH)
 
 
+async def check_payer_sig(h: RailHarness) -> None:
+    """The binding (envelopay.rails.binding): the paying key signs a statement naming the
+    presentation; the rail accepts that signature for its wallet only, and nothing else."""
+    rail = h.rail
+    assert isinstance(rail, BindingRail), "payer_sig: the rail signs and checks bindings"
+    to, amount = h.new_wallet(), h.amount(h.native)
+    proof = await _pay(h, h.native, amount, to)
+    said = statement(payee="w@example.test", payer="b@example.test", message_id="pay_1",
+                     chain=h.chain, tx=rail.proof_key(proof))
+    signed = rail.sign_statement(said)
+    assert signed is not None, "payer_sig: a rail with a paying key signs"
+    wallet, sig = signed
+    assert rail.check_payer_sig(wallet, said, sig), "payer_sig: our own signature checks"
+    v = await rail.verify(proof, _expect(h, h.native, amount, to, payer=wallet))
+    _assert_ok("payer_sig[payer is the transfer's authority]", v, amount)
+    other = said.replace(b"payer:b@", b"payer:m@")
+    assert not rail.check_payer_sig(wallet, other, sig), "payer_sig: another statement fails"
+    assert not rail.check_payer_sig(h.new_wallet(), said, sig), "payer_sig: another wallet fails"
+    for junk in ("", "zz", sig[:-4], "0x" + "00" * 65, "\udcff"):
+        assert not rail.check_payer_sig(wallet, said, junk), f"payer_sig: junk {junk[:12]!r} fails"
+    assert not rail.check_payer_sig("not a wallet", said, sig), "payer_sig: a junk wallet fails"
+
+
 async def check_freshness(h: RailHarness) -> None:
     to, amount = h.new_wallet(), h.amount(h.native)
     proof = await _pay(h, h.native, amount, to)
@@ -310,6 +334,7 @@ RAIL_CHECKS: dict[str, Check] = {
     "token_mismatch": check_token_mismatch,
     "unsupported_asset_and_chain": check_unsupported_asset_and_chain,
     "payer_binding": check_payer_binding,
+    "payer_sig": check_payer_sig,
     "freshness": check_freshness,
     "tx_failed": check_tx_failed,
     "tx_not_found": check_tx_not_found,

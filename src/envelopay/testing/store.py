@@ -176,8 +176,17 @@ def check_proof_keys(factory: Callable[[], Store]) -> None:
     assert s.begin_step(_claim(local, "<p1>", proof=p)).status == "new"
     assert s.proof_status(p) == "held"
     assert s.begin_step(_claim(local, "<p1>", proof=p)).status == "new"  # own reservation
-    # Held by an unfinished message: another presenter is refused.
-    assert s.begin_step(_claim(local, "<p2>", proof=p)).status == "proof_replayed"
+    # Held by an unfinished message: another presenter waits (that presentation may
+    # still fail and release it); only a spent proof is refused.
+    assert s.begin_step(_claim(local, "<p2>", proof=p)).status == "busy"
+    # Held by a message whose claim ran out (its handler died): taken over.
+    r = ProofKey("solana", f"sig-{next(_seq)}")
+    assert s.begin_step(_claim(local, "<t1>", proof=r)).status == "new"
+    assert s.begin_step(_claim(local, "<t2>", proof=r, worker="w2")).status == "busy"
+    later = T0 + timedelta(seconds=61)
+    taken = _claim(local, "<t3>", proof=r, worker="w2", now=later, lease_until=later + timedelta(seconds=60))
+    assert s.begin_step(taken).status == "new"
+    assert s.proof_status(r) == "held"
     spend = Commit(
         local,
         T0,

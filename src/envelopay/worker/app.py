@@ -129,6 +129,9 @@ class WorkerApp:
             return Refusal(OopsCode.MISSING_WALLET, "this worker has no accepted rail configured")
         req: TaskRequest | None = None
         note = "Indicative prices"
+        pair = _exchange_pair(which.task)
+        if pair is not None:
+            return self._exchange_methods(which, *pair)
         if which.task is not None:
             resolved, _ = self._resolve(which.task)
             if isinstance(resolved, TaskRequest):
@@ -150,6 +153,25 @@ class WorkerApp:
             rails=rails,
             note=f"{note}; tasks: {tasks}" if tasks else note,
         )
+
+    def _exchange_methods(self, which: Which, give: str, want: str) -> Methods | Refusal:
+        """WHICH asking "do you trade GIVE for WANT?" (SPEC.md "Client checks before
+        paying"): yes → METHODS with the give rail, the wallet to pay it into and the
+        note `exchange GIVE for WANT: ...`; no → the ordinary METHODS, noting it."""
+        chain, _, token = give.partition("/")
+        for p in self.config.exchange:
+            if p.give.lower() == give.lower() and p.want.lower() == want.lower():
+                wallet = self.wallet_for(chain, token)
+                if wallet is None:
+                    break
+                rail = RailMethod(chain=chain, token=token, wallet=wallet, price=int(p.give_unit))
+                rate = f"at most {p.want_per_unit} {want} units per {p.give_unit} {give} units"
+                return Methods(id=self.new_id("mth"), which_ref=which.id, rails=[rail],
+                               note=f"exchange {give} for {want}: {rate}"[:200])
+        plain = self.methods(which.model_copy(update={"task": None}))
+        if isinstance(plain, Refusal):
+            return plain
+        return plain.model_copy(update={"note": f"no exchange of {give} for {want} here"[:200]})
 
     # -- orders --------------------------------------------------------------------
     def decide_order(self, order: Order) -> Invoice | FreeResult | Refusal:
@@ -342,3 +364,14 @@ class WorkerApplication:
 
     async def notify(self, notice: Notice) -> None:
         return None
+
+
+def _exchange_pair(task: Any) -> tuple[str, str] | None:
+    """The (give, want) of a WHICH task `{"exchange": {"give": "c/T", "want": "c/T"}}`."""
+    ex = task.get("exchange") if isinstance(task, dict) else None
+    if not isinstance(ex, dict):
+        return None
+    give, want = ex.get("give"), ex.get("want")
+    if isinstance(give, str) and isinstance(want, str) and "/" in give and "/" in want:
+        return give, want
+    return None

@@ -110,6 +110,29 @@ class BaseRail:
     async def aclose(self) -> None:
         await self.backend.aclose()
 
+    # -- binding (envelopay.rails.binding): EIP-191 personal_sign over the statement ----
+
+    def sign_statement(self, message: bytes) -> tuple[str, str] | None:
+        if self._key is None:
+            return None
+        from eth_account import Account
+        from eth_account.messages import encode_defunct
+
+        signed = Account.sign_message(encode_defunct(primitive=message), private_key=self._key)
+        return norm_address(str(Account.from_key(self._key).address)), "0x" + bytes(signed.signature).hex()
+
+    def check_payer_sig(self, payer: str, message: bytes, signature: str) -> bool:
+        from eth_account import Account
+        from eth_account.messages import encode_defunct
+
+        if not is_address(payer):
+            return False
+        try:
+            signer = Account.recover_message(encode_defunct(primitive=message), signature=signature)
+        except Exception:  # eth_account raises several types for a malformed signature
+            return False
+        return norm_address(str(signer)) == norm_address(payer)
+
     async def verify(self, proof: dict[str, Any], expectation: Expectation) -> Verdict:
         try:
             tx_hash = canonical_tx_hash(proof)

@@ -117,6 +117,19 @@ class SolanaRail:
     def payer(self) -> str | None:
         return str(self.keypair.pubkey()) if self.keypair is not None else None
 
+    # -- binding (envelopay.rails.binding): ed25519 over the statement's bytes --------
+
+    def sign_statement(self, message: bytes) -> tuple[str, str] | None:
+        if self.keypair is None:
+            return None
+        return str(self.keypair.pubkey()), str(self.keypair.sign_message(message))
+
+    def check_payer_sig(self, payer: str, message: bytes, signature: str) -> bool:
+        try:
+            return bool(Signature.from_string(signature).verify(Pubkey.from_string(payer), message))
+        except (ValueError, TypeError):
+            return False
+
     # -- verify -----------------------------------------------------------------------
 
     async def verify(self, proof: dict[str, Any], expectation: Expectation) -> Verdict:

@@ -17,26 +17,23 @@ from __future__ import annotations
 import re
 import secrets
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from envelopay.mail.contacts import ContactBook
 from envelopay.mail.mailbox.attachments import extract, remove_extracted
+from envelopay.mail.mailbox.fts import fts_query
 from envelopay.mail.mailbox.guard import SendGuard
 from envelopay.mail.mailbox.index import MailIndex
 from envelopay.mail.mailbox.inputs import Folder, MailboxError, check_folder, check_id, single_address
-from envelopay.mail.mailbox.interpret import interpret
+from envelopay.mail.mailbox.interpret import body_text, interpret
 from envelopay.mail.mailbox.outgoing import PlainDraft, compose_plain
 from envelopay.mail.mailbox.records import CheckFilter, MailRecord, OutgoingMail, SendFn, SendResult
+from envelopay.mail.mailbox.scan import Progress, scan_folders
 from envelopay.mail.mailbox.storage import MailFolders, base_name
-from envelopay.mail.mailbox.threads import (
-    oldest_first,
-    reply_recipients,
-    reply_subject,
-    thread_groups,
-    thread_headers,
-)
+from envelopay.mail.mailbox.threads import oldest_first, reply_recipients, reply_subject, thread_headers
 
 if TYPE_CHECKING:  # imap imports aioimaplib lazily; the mailbox works without it
     from envelopay.mail.imap import ImapMessage, Processed
@@ -120,14 +117,15 @@ class Mailbox:
         rec = self.deliver(bytes(msg.raw), "inbox")
         return Processed(frozenset({MALFORMED_FLAG})) if rec.status == "malformed" else True
 
-    def refresh(self) -> list[MailRecord]:
-        """Index Maildir files that arrived by other means (garden delivery, restores)."""
-        known = self._index.names()
-        return [
-            self._index_file(folder, path)
-            for folder, path in self._files.files()
-            if base_name(path.name) not in known
-        ]
+    def refresh(self, progress: Progress | None = None) -> list[MailRecord]:
+        """Index Maildir files that arrived by other means (garden delivery, restores).
+
+        Only directories whose mtime moved since their last listing are listed (see
+        envelopay.mail.mailbox.scan), so on an unchanged mailbox this reads no listing.
+        The first open streams: files are indexed in batches of one transaction each, so
+        an interrupted refresh (Ctrl-C, a kill) keeps what it did and the next one goes
+        on from there; `progress(done, total)` is called after each batch."""
+        return scan_folders(self._files, self._index, self._index_file, progress)
 
     def _index_file(self, folder: str, path: Path) -> MailRecord:
         name = base_name(path.name)
@@ -143,13 +141,16 @@ class Mailbox:
             atts = extract(target, self.agent_dir, info.attachment_parts)
         else:
             atts = list(info.attachment_meta)
-        if not self._index.add(mid, folder, name, info, atts, ts=self._now().timestamp()):
+        added = self._index.add(
+            mid, folder, name, info, atts, ts=self._now().timestamp(), file=self._files.rel(path)
+        )
+        if not added:
             # Another process (a concurrent refresh) indexed this file first: keep its record.
             remove_extracted(target, ignore_errors=True)
             existing = self._index.by_name(name)
             assert existing is not None
             return existing
-        return self._get(mid)
+        return self._whole(self._index.get(mid), info.body)
 
     # ------------------------------------------------------------------ reading
     def _get(self, mid: str, truncate: int = 0) -> MailRecord:
@@ -158,33 +159,90 @@ class Mailbox:
             raise MailboxError(
                 "not_found", f"no message {mid!r} in this mailbox (ids come from check/search)", "id"
             )
-        return rec
+        return self._whole(rec) if truncate == 0 or truncate > len(rec.body) else rec
+
+    def _whole(self, rec: MailRecord | None, body: str | None = None) -> MailRecord:
+        """The record with its whole body: the index keeps the first characters, the
+        Maildir file the rest (read only when the body is longer than the index's part)."""
+        assert rec is not None
+        if rec.body_complete:
+            return rec
+        if body is None:
+            body = body_text(self._path_of(rec).read_bytes())
+        cut = len(rec.preview.rstrip("…")) if rec.preview.endswith("…") else 0
+        preview = body if not cut or cut >= len(body) else body[:cut] + "…"
+        return replace(rec, body=body, preview=preview, body_complete=True)
 
     def get(self, mid: str) -> MailRecord:
         return self._get(check_id(mid))
 
     def raw(self, mid: str) -> bytes:
         """The exact stored bytes of a message."""
-        return self._path_of(self._get(check_id(mid))).read_bytes()
+        return self._path_of(self._get(check_id(mid), truncate=1)).read_bytes()
 
     def _path_of(self, rec: MailRecord) -> Path:
-        path = self._files.find(rec.folder, self._index.name_of(rec.id))
+        folder, name, last_seen = self._index.location(rec.id)
+        path = self._files.locate(folder, name, last_seen)
         if path is None:
             raise MailboxError("not_found", f"message file for {rec.id} is missing from {rec.folder}", "id")
+        if self._files.rel(path) != last_seen:
+            self._index.moved(rec.id, self._files.rel(path))
         return path
 
     def check(self, folder: str = "inbox", flt: CheckFilter | None = None) -> list[MailRecord]:
         """List a folder, newest first by default, with the seed's filters."""
-        return self._index.check(check_folder(folder), flt or CheckFilter())
+        flt = flt or CheckFilter()
+        rows = self._index.check(check_folder(folder), flt)
+        newest = flt.sort == "newest"
+        if not flt.contains:
+            listed = [self._whole(r) if flt.truncate == 0 else r for r in rows]
+            return sorted(listed, key=lambda r: r.date, reverse=newest)
+        needle = flt.contains.lower()
+        out: list[MailRecord] = []
+        for r in rows:  # candidates: the text decides
+            if needle in r.subject.lower() or needle in r.body.lower():
+                out.append(r if flt.truncate else self._whole(r))
+            elif not r.body_complete:
+                whole = self._whole(r)
+                if needle in whole.body.lower():
+                    out.append(r if flt.truncate else whole)
+            if len(out) >= flt.n:
+                break
+        return sorted(out, key=lambda r: r.date, reverse=newest)
 
-    def search(self, query: str, folder: str | None = None, *, truncate: int = 500) -> list[MailRecord]:
-        """Regex over sender, subject and body; without a folder: inbox and sent."""
+    def search(
+        self,
+        query: str,
+        folder: str | None = None,
+        *,
+        truncate: int = 500,
+        limit: int = 50,
+        rank: bool = False,
+    ) -> list[MailRecord]:
+        """Regex over sender, subject and body; without a folder: inbox and sent. At most
+        `limit` results, newest first, or best first by BM25 with `rank`. The full-text
+        index picks the candidates (envelopay.mail.mailbox.fts); the regex decides."""
         try:
             pattern = re.compile(query, re.IGNORECASE)
         except re.error as exc:
             raise MailboxError("invalid_regex", f"not a valid regular expression: {exc}", "query") from exc
+        if limit < 1:
+            raise MailboxError("invalid_filter", "must be at least 1", "limit")
         folders = (check_folder(folder),) if folder is not None else ("inbox", "sent")
-        return self._index.search(pattern, folders, truncate=truncate)
+        out: list[MailRecord] = []
+        for r in self._index.search(fts_query(query), folders, truncate=truncate, rank=rank):
+            if (
+                pattern.search(r.from_addr)
+                or pattern.search(r.subject)
+                or pattern.search(r.body)
+                or (not r.body_complete and pattern.search(self._whole(r).body))
+            ):
+                out.append(r)
+            if len(out) >= limit:
+                break
+        if not rank:
+            out.sort(key=lambda r: r.date, reverse=True)
+        return [self._whole(r) if truncate == 0 else r for r in out]
 
     def read(self, ids: Sequence[str]) -> list[MailRecord]:
         """Full records; inbox messages among them become read."""
@@ -214,8 +272,8 @@ class Mailbox:
         """Move inbox messages to archive (the file is renamed; the read mark is dropped)."""
         recs = self._in_folders(ids, ("inbox",), "wrong_folder", "archived")
         for r in recs:
-            self._files.move(self._path_of(r), "archive")
-            self._index.refile(r.id, "archive", read=False)
+            dst = self._files.move(self._path_of(r), "archive")
+            self._index.refile(r.id, "archive", read=False, file=self._files.rel(dst))
         return [self._get(r.id) for r in recs]
 
     def delete(self, ids: Sequence[str]) -> int:
@@ -230,20 +288,19 @@ class Mailbox:
     # ------------------------------------------------------------------ threads
     def thread(self, mid: str, *, truncate: int = 500) -> list[MailRecord]:
         """Every message (all folders) in the same References thread, oldest first."""
-        rec = self._get(check_id(mid))
-        groups = thread_groups(self._index.thread_links())
-        key = groups.get(rec.id, rec.id)
-        return oldest_first(self._get(i, truncate) for i, root in groups.items() if root == key)
+        rec = self._get(check_id(mid), truncate=1)
+        return oldest_first(self._index.thread(rec.id, truncate))
 
-    def threads(self, folder: str | None = None) -> list[list[MailRecord]]:
-        """All threads (each oldest first), most recently active first."""
-        by_root: dict[str, list[MailRecord]] = {}
-        for i, root in thread_groups(self._index.thread_links()).items():
-            by_root.setdefault(root, []).append(self._get(i))
-        out = [oldest_first(v) for v in by_root.values()]
-        if folder is not None:
-            f = check_folder(folder)
-            out = [t for t in out if any(r.folder == f for r in t)]
+    def threads(self, folder: str | None = None, *, limit: int | None = None) -> list[list[MailRecord]]:
+        """Threads (each oldest first), most recently active first; `limit` of them."""
+        f = check_folder(folder) if folder is not None else None
+        out: list[list[MailRecord]] = []
+        for key in self._index.recent_threads():
+            t = oldest_first(self._whole(r) for r in self._index.thread_rows(key))
+            if t and (f is None or any(r.folder == f for r in t)):
+                out.append(t)
+                if limit is not None and len(out) >= limit:
+                    break
         return sorted(out, key=lambda t: t[-1].date, reverse=True)
 
     # ------------------------------------------------------------------ sending
@@ -297,8 +354,10 @@ class Mailbox:
             result = SendResult("failed", f"{type(exc).__name__}: {exc}")
         self._guard.log(out.recipients, body, result.status, out.message_id)
         if result.status == "sent":
-            self._files.move(self._path_of(queued), "sent", flags="S")
-            self._index.refile(queued.id, "sent", read=True, ts=self._now().timestamp())
+            dst = self._files.move(self._path_of(queued), "sent", flags="S")
+            self._index.refile(
+                queued.id, "sent", read=True, file=self._files.rel(dst), ts=self._now().timestamp()
+            )
         elif result.status in ("blocked", "failed"):
             # Not sent and never will be from here: drop the outbox copy, keep the log row.
             self._path_of(queued).unlink()

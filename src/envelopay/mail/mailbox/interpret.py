@@ -17,7 +17,7 @@ from email.utils import getaddresses, parsedate_to_datetime
 from envelopay.mail.mailbox.inputs import MSGID_RE
 from envelopay.mail.mailbox.records import Attachment
 
-__all__ = ["Interpretation", "interpret"]
+__all__ = ["Interpretation", "body_text", "interpret"]
 
 # Problems that make a message `malformed` besides parser defects and a failed parse.
 _STRUCTURAL = {"from_not_single", "multipart_without_parts", "undecodable_subject"}
@@ -98,6 +98,17 @@ def interpret(raw: bytes) -> Interpretation:
     )
     info.status = "malformed" if bad else "ok"
     return info
+
+
+def body_text(raw: bytes) -> str:
+    """The text body alone, exactly as `interpret` finds it (no protocol view): what the
+    mailbox reads from a file when the index holds only the body's first characters."""
+    info = Interpretation(problems=[])
+    try:
+        _read_headers_and_body(raw, info)
+    except Exception:  # as interpret: the raw text stands in
+        info.body = raw.decode("utf-8", errors="replace")
+    return info.body
 
 
 def _read_headers_and_body(raw: bytes, info: Interpretation) -> None:

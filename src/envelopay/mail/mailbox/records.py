@@ -31,7 +31,8 @@ class Attachment:
 
 @dataclass(frozen=True, slots=True)
 class MailRecord:
-    """One indexed message. `body` is the text body; `preview` its possibly truncated form."""
+    """One indexed message. `body` is the text body (see `body_complete`); `preview` its
+    possibly truncated form."""
 
     id: str
     folder: str
@@ -52,6 +53,9 @@ class MailRecord:
     problems: tuple[str, ...]
     protocol_type: str | None
     preview: str = ""
+    # False when `body` holds only the index's first characters (a listing); the
+    # mailbox reads the file when a caller wants the whole body (read, truncate 0).
+    body_complete: bool = True
 
     def as_dict(self, *, with_body: bool = True) -> dict[str, Any]:
         out: dict[str, Any] = {

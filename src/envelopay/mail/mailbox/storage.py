@@ -55,14 +55,37 @@ class MailFolders:
         """Write raw bytes into the folder's new/ atomically; return the file."""
         return deliver_file(self.path(folder), raw)
 
-    def files(self) -> Iterator[tuple[Folder, Path]]:
-        """Every message file, folder by folder, new/ then cur/, in name order."""
+    def dirs(self) -> Iterator[tuple[Folder, Path]]:
+        """Every directory that holds message files: each folder's new/ then cur/."""
         for folder in FOLDERS:
             base = self.path(folder)
             for sub in ("new", "cur"):
-                for entry in sorted(os.listdir(base / sub)):
-                    if not entry.startswith("."):
-                        yield folder, base / sub / entry
+                yield folder, base / sub
+
+    def files(self) -> Iterator[tuple[Folder, Path]]:
+        """Every message file, folder by folder, new/ then cur/, in name order."""
+        for folder, directory in self.dirs():
+            for entry in sorted(os.listdir(directory)):
+                if not entry.startswith("."):
+                    yield folder, directory / entry
+
+    def at(self, folder: str, file: str) -> Path:
+        """The path of `file` ("new/NAME" or "cur/NAME:2,FLAGS") in the folder."""
+        return self.path(folder) / file
+
+    @staticmethod
+    def rel(path: Path) -> str:
+        """A file's place within its folder: "new/NAME" or "cur/NAME:2,FLAGS"."""
+        return f"{path.parent.name}/{path.name}"
+
+    def locate(self, folder: str, name: str, last_seen: str) -> Path | None:
+        """The file with base name `name`: where it was last seen, where a reader moves it
+        (new/ → cur/ with ":2," or ":2,S"), and only then a listing (`find`)."""
+        base = self.path(folder)
+        for rel in (last_seen, f"cur/{name}:2,", f"cur/{name}:2,S", f"new/{name}"):
+            if os.path.exists(base / rel):
+                return base / rel
+        return self.find(folder, name)
 
     def find(self, folder: str, name: str) -> Path | None:
         """The file with base name `name` in the folder (cur/ first), flags whatever they are."""

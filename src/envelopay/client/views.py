@@ -1,0 +1,120 @@
+"""The documents and table rows of the reading commands: `flows`, `show`, `outbox`,
+`drain` (schemas/cli-output.schema.json). Pure: records in, plain data out."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from envelopay.engine.outbox import DrainReport
+    from envelopay.ledger.store import FlowRecord, LogEntry, OutboxRow
+
+__all__ = ["drain_doc", "flow_doc", "flows_doc", "flows_rows", "money_rows", "outbox_doc", "outbox_rows",
+           "show_doc", "show_rows", "verdict_text"]
+
+FLOW_COLUMNS = ("flow", "state", "kind", "side", "peer", "updated")
+SHOW_COLUMNS = ("at", "dir", "type", "id", "proof verdict", "oops", "Message-ID")
+MONEY_COLUMNS = ("payment", "chain", "token", "amount", "to", "proof", "status")
+OUTBOX_COLUMNS = ("Message-ID", "flow", "to", "type", "status", "attempts", "next attempt", "last error")
+
+
+def _at(value: Any) -> str | None:
+    return value.isoformat(timespec="seconds") if value is not None else None
+
+
+def flow_doc(f: FlowRecord) -> dict[str, Any]:
+    return {"id": f.flow_id, "state": f.state, "kind": f.kind, "side": f.side, "peer": f.peer,
+            "updated": _at(f.updated_at)}
+
+
+def flows_doc(address: str, records: Iterable[FlowRecord], next_token: str | None = None) -> dict[str, Any]:
+    """One page of flows; `next` is the --after token of the next page (None: the last)."""
+    return {"command": "flows", "ok": True, "exit": 0, "address": address,
+            "flows": [flow_doc(f) for f in records], "next": next_token}
+
+
+def flows_rows(records: Iterable[FlowRecord]) -> list[tuple[str, ...]]:
+    """Ids first, never cut (the table folds instead)."""
+    return [(f.flow_id, f.state, f.kind, f.side, f.peer, _at(f.updated_at) or "") for f in records]
+
+
+def verdict_text(verdict: Mapping[str, Any] | None) -> str:
+    if not verdict:
+        return ""
+    text = str(verdict.get("status"))
+    if verdict.get("reason"):
+        text += f" ({verdict['reason']})"
+    return text
+
+
+def _payments(rec: FlowRecord) -> list[dict[str, Any]]:
+    """Where our money went in this flow: the payment awaiting its answer and the refused ones."""
+    out: list[dict[str, Any]] = []
+    for p in rec.data.get("refused", ()):
+        out.append({**p, "status": f"refused ({p.get('oops')})"})
+    current = rec.data.get("payment")
+    if isinstance(current, Mapping):
+        done = rec.state in ("fulfilled", "accepted")
+        out.append({**current, "status": "paid" if done else "awaiting answer"})
+    return out
+
+
+def show_doc(rec: FlowRecord, log: Sequence[LogEntry]) -> dict[str, Any]:
+    return {
+        "command": "show", "ok": True, "exit": 0, "flow": flow_doc(rec),
+        "messages": [{"at": _at(e.at), "direction": e.direction, "type": e.type, "id": e.protocol_id,
+                      "message_id": e.message_id, "verdict": dict(e.verdict) if e.verdict else None,
+                      "oops": e.oops, "body": dict(e.body) if e.body is not None else None} for e in log],
+        "payments": _payments(rec),
+    }
+
+
+def show_rows(log: Sequence[LogEntry]) -> list[tuple[str, ...]]:
+    return [(_at(e.at) or "", e.direction, e.type.upper(), e.protocol_id or "", verdict_text(e.verdict),
+             _oops_of(e), e.message_id or "") for e in log]
+
+
+def _oops_of(e: LogEntry) -> str:
+    if e.oops:
+        return e.oops
+    if e.type == "oops" and isinstance(e.body, Mapping):
+        err = e.body.get("error")
+        return str(err.get("code")) if isinstance(err, Mapping) else "oops"
+    return ""
+
+
+def money_rows(rec: FlowRecord) -> list[tuple[str, ...]]:
+    return [(f"{str(p.get('message', '')).upper()} {p.get('id', '')}", str(p.get("chain")),
+             str(p.get("token")), str(p.get("amount")), str(p.get("to") or ""), _proof_text(p.get("proof")),
+             str(p["status"]))
+            for p in _payments(rec)]
+
+
+def _proof_text(proof: Any) -> str:
+    if isinstance(proof, Mapping):
+        return ", ".join(f"{k}={v}" for k, v in proof.items())
+    return str(proof or "")
+
+
+def _row_doc(r: OutboxRow) -> dict[str, Any]:
+    out = r.outbound
+    return {"message_id": out.message_id, "flow": r.flow_id, "to": out.recipient, "type": out.message.type,
+            "status": r.status, "attempts": r.attempts, "next_attempt": _at(r.next_attempt),
+            "last_error": r.last_error}
+
+
+def outbox_doc(rows: Iterable[OutboxRow]) -> dict[str, Any]:
+    return {"command": "outbox", "ok": True, "exit": 0, "queued": [_row_doc(r) for r in rows]}
+
+
+def outbox_rows(rows: Iterable[OutboxRow]) -> list[tuple[str, ...]]:
+    return [(r.outbound.message_id, r.flow_id or "", r.outbound.recipient, r.outbound.message.type.upper(),
+             r.status, str(r.attempts), _at(r.next_attempt) or "", r.last_error or "") for r in rows]
+
+
+def drain_doc(report: DrainReport) -> dict[str, Any]:
+    ok = not report.failed and not report.retry
+    return {"command": "drain", "ok": ok, "exit": 0 if ok else (1 if report.failed else 3),
+            "sent": list(report.sent), "held": list(report.held), "retry": list(report.retry),
+            "failed": list(report.failed)}

@@ -1,0 +1,80 @@
+"""The CLI of retention and paging: `flows` pages, `ledger compact`, `enforcer compact`,
+`garden compact` — real ledgers, stores and Maildirs."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from envelopay.cli.app import app
+from envelopay.config import load_config
+from envelopay.mail.maildir import deliver_file, ensure_maildir
+from envelopay.node.init import init_agent
+from envelopay.node.wiring import open_store
+from envelopay.testing.fill import LOCAL, fill_ledger
+
+runner = CliRunner()
+
+
+def _agent(tmp_path: Path, flows: int) -> Path:
+    init_agent(tmp_path / "agent", address=LOCAL)
+    cfg_path = tmp_path / "agent" / "envelopay.toml"
+    cfg = load_config(cfg_path)
+    store = open_store(cfg.agent.ledger, Path(cfg.base_dir))
+    fill_ledger(store, flows)  # type: ignore[arg-type]
+    store.close()
+    return cfg_path
+
+
+def test_flows_pages_then_ledger_compact(tmp_path: Path) -> None:
+    cfg = _agent(tmp_path, 120)
+    seen: list[str] = []
+    args = ["flows", "-c", str(cfg), "--limit", "50"]
+    pages = 0
+    while True:
+        res = runner.invoke(app, args)
+        assert res.exit_code == 0, res.output
+        table = "\n".join(line for line in res.output.splitlines() if not line.startswith("more:"))
+        seen += re.findall(r"\bf\d+\b", table)
+        pages += 1
+        more = re.search(r"more: .* --after (\S+)", res.output)
+        if more is None:
+            break
+        args = ["flows", "-c", str(cfg), "--limit", "50", "--after", more.group(1).strip("'")]
+    assert pages == 3 and seen == [f"f{i}" for i in range(120, 0, -1)]
+    bad = runner.invoke(app, ["flows", "-c", str(cfg), "--after", "yesterday"])
+    assert bad.exit_code == 2 and "not a flows page token" in bad.output
+
+    res = runner.invoke(app, ["ledger", "compact", "-c", str(cfg), "--older-than", "30", "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    assert doc["flows"] == 120 and doc["removed"]["ep_log"] == 240 and doc["trimmed"] == {"ep_inbound": 120}
+    again = runner.invoke(app, ["ledger", "compact", "-c", str(cfg), "--json"])
+    assert json.loads(again.output)["flows"] == 0
+    assert runner.invoke(app, ["ledger", "compact", "-c", str(cfg), "--older-than", "-1"]).exit_code == 2
+
+
+def test_enforcer_and_garden_compact(tmp_path: Path) -> None:
+    db = tmp_path / "enf.db"
+    res = runner.invoke(app, ["enforcer", "compact", "--db", str(db), "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output) | {"cutoff": 0} == {"cutoff": 0, "sends": 0, "outcomes": 0, "counters": 0}
+    short = runner.invoke(app, ["enforcer", "compact", "--db", str(db), "--older-than", "0.001"])
+    assert short.exit_code == 2 and "duplicate window" in short.output
+
+    box = ensure_maildir(tmp_path / "garden" / "a@garden.test")
+    path = deliver_file(box, b"Subject: x\r\n\r\nx\r\n")
+    done = box / "cur" / f"{path.name}:2,S"
+    os.rename(path, done)
+    old = time.time() - 40 * 86400
+    os.utime(done, (old, old))
+    res = runner.invoke(app, ["garden", "compact", "--root", str(tmp_path / "garden"), "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["removed"] == 1 and not done.exists()
+    missing = runner.invoke(app, ["garden", "compact", "--root", str(tmp_path / "nowhere")])
+    assert missing.exit_code == 2
