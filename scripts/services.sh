@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Make sure the real components the tests talk to are installed and running:
-# PostgreSQL on 127.0.0.1:5432 (database `test`, trust auth) and Dovecot's binaries
-# (the tests start their own unprivileged Dovecot on loopback).
+# PostgreSQL on 127.0.0.1:5432 (database `test`, trust auth), Dovecot's and Postfix's
+# binaries (the tests start their own private instances on loopback), Chromium, and anvil
+# (from npm into tools/node_modules; npm itself from apt when missing).
 set -euo pipefail
 
 need_apt=()
@@ -47,7 +48,12 @@ fi
 # tools/node_modules (gitignored); envelopay_base.anvil.find_anvil() looks there first.
 tools_dir="$(cd "$(dirname "$0")/.." && pwd)/tools"
 if [ ! -x "$tools_dir/node_modules/.bin/anvil" ]; then
-  command -v npm >/dev/null 2>&1 || { echo "npm is needed to install anvil (apt-get install npm)" >&2; exit 1; }
+  if ! command -v npm >/dev/null 2>&1; then
+    # A fresh Debian machine has no npm: install it like the other packages above.
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq npm >/dev/null
+  fi
   (cd "$tools_dir" && npm ci --no-audit --no-fund --silent)
 fi
 "$tools_dir/node_modules/.bin/anvil" --version >/dev/null || { echo "anvil does not run" >&2; exit 1; }

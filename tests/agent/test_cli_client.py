@@ -117,6 +117,7 @@ def test_which_order_free_and_priced_then_flows_and_show(pair: tuple[Path, Path]
         (["pay", WORKER, "--amount", "10", "--token", "DOGE", "--chain", "solana-local",
           "--wallet", "11111111111111111111111111111111"], "--token: unknown token"),
         (["invoice", WORKER, "--amount", "5", "--token", "DAI", "--chain", "ethereum"], "--wallet"),
+        (["fulfill", WORKER, "--order", "ord_nope", "--result", "{}"], "--order: no message 'ord_nope'"),
     ],
 )
 def test_bad_input_names_the_field_and_sends_nothing(
@@ -133,6 +134,22 @@ def test_bad_input_names_the_field_and_sends_nothing(
         assert store.outbox_pending(datetime.now(UTC)) == []
     finally:
         store.close()
+
+
+def test_fulfill_joins_the_flow_of_its_order(pair: tuple[Path, Path]) -> None:
+    # README's `envelopay fulfill ADDRESS --order ID --result ...` has no --flow: the ORDER
+    # it names must pick the flow (it used to fail with "give flow_id or in_reply_to").
+    _, ccfg = pair
+    task = '{"name": "word_count", "text": "a b"}'
+    res = runner.invoke(app, ["order", WORKER, "--task", task, "-c", str(ccfg), "--wait", "--timeout", "60"])
+    assert res.exit_code == 0, res.output
+    order = re.search(r'"order_ref": "(ord_\w+)"', res.output)
+    assert order is not None
+    args = ["fulfill", WORKER, "--order", order.group(1), "--result", "{}"]
+    res = runner.invoke(app, [*args, "-c", str(ccfg)])
+    # The flow was found (the refusal is the flow table's, for the payer side of an invoiced flow).
+    assert res.exit_code == 2, res.output
+    assert "state invoiced" in res.output and "flow_id" not in res.output
 
 
 def test_pay_without_funds_fails_before_sending(pair: tuple[Path, Path]) -> None:

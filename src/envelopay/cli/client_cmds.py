@@ -191,7 +191,7 @@ def register(app: typer.Typer) -> None:
             to = c.check_address(address)
             msg = c.draft("fulfill", id=c.new_id("ful", id), order_ref=order_ref,
                           result=c.parse_json_option(result, "--result"), note=note)
-            _client("fulfill", o, c.send(msg, to, flow))
+            _client("fulfill", o, c.send(msg, to, c.fulfill_flow(_load(o), to, flow, order_ref)))
 
     @app.command("oops")
     @CLIENT

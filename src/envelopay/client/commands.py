@@ -430,12 +430,22 @@ def pay_terms(
 
 def oops_flow(cfg: WorkerConfig, to: str, flow: str | None, ref: str | None) -> str:
     """The flow an OOPS joins: --flow, else the flow of the message --ref names."""
-    from envelopay.node.wiring import open_store
-
     if flow is not None:
         return flow
     if ref is None:
         raise UsageError("--flow: an OOPS joins a flow; give --flow FLOW or --ref ID (see `envelopay flows`)")
+    return flow_of_ref(cfg, to, ref, "--ref")
+
+
+def fulfill_flow(cfg: WorkerConfig, to: str, flow: str | None, order_ref: str) -> str:
+    """The flow a FULFILL joins: --flow, else the flow of the ORDER --order names."""
+    return flow if flow is not None else flow_of_ref(cfg, to, order_ref, "--order")
+
+
+def flow_of_ref(cfg: WorkerConfig, to: str, ref: str, option: str) -> str:
+    """The flow with `to` holding the message whose protocol id is `ref` (UsageError naming `option`)."""
+    from envelopay.node.wiring import open_store
+
     store = open_store(cfg.agent.ledger, Path(cfg.base_dir))
     try:
         rec = (store.flow_for_ref(cfg.agent.address, to, to, ref)
@@ -443,5 +453,5 @@ def oops_flow(cfg: WorkerConfig, to: str, flow: str | None, ref: str | None) -> 
     finally:
         store.close()
     if rec is None:
-        raise UsageError(f"--ref: no message {ref!r} in a flow with {to}; give --flow")
+        raise UsageError(f"{option}: no message {ref!r} in a flow with {to}; give --flow")
     return rec.flow_id
