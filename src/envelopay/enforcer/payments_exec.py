@@ -44,6 +44,12 @@ async def run(
         p._active.add(i.id)
         try:
             async with p.lock_for(i.wallet_id):
+                if not live:
+                    # Another enforcer process on this store may have advanced it while this
+                    # one waited for the wallet: go on from the recorded state. (A live
+                    # intent was just made or claimed by this call; the conditional
+                    # transitions still refuse any stale step.)
+                    i = await _reread(p, i)
                 i = await _advance(p, i, live)
             if i.state == "PAID":
                 if live:

@@ -12,10 +12,12 @@ import json
 import sqlite3
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
 from envelopay.enforcer.model import Agent, Policy, QueueRow, QueueState, SendRequest
+from envelopay.enforcer.wallet_locks import file_lock, pg_advisory_lock
 from envelopay.errors import StoreError
 
 __all__ = ["EnforcerStore", "PostgresStore", "SqliteStore", "open_store"]
@@ -198,6 +200,11 @@ class EnforcerStore(ABC):
     @abstractmethod
     async def execute_sql(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]: ...
 
+    @abstractmethod
+    def wallet_lock(self, name: str) -> AbstractAsyncContextManager[None]:
+        """An exclusive lock on `name` held across every process on this store, released
+        when its holder dies (enforcer/wallet_locks.py)."""
+
     async def create_agent(self, agent: Agent, token_hash: str, now: float) -> bool:
         p = agent.policy
         rows = await self.execute(
@@ -327,6 +334,11 @@ class SqliteStore(EnforcerStore):
         except sqlite3.Error as exc:
             raise StoreError(f"sqlite: {exc}") from exc
 
+    def wallet_lock(self, name: str) -> AbstractAsyncContextManager[None]:
+        if self.path == ":memory:" or self.path.startswith("file::memory:"):
+            return nullcontext()  # no other process can open this store
+        return file_lock(self.path + "-wallet-locks", name)
+
 
 class PostgresStore(EnforcerStore):
     """PostgreSQL through a psycopg async pool; every statement autocommits."""
@@ -379,6 +391,11 @@ class PostgresStore(EnforcerStore):
                 return [tuple(r) for r in await cur.fetchall()]
         except psycopg.Error as exc:
             raise StoreError(f"postgres: {exc}") from exc
+
+    def wallet_lock(self, name: str) -> AbstractAsyncContextManager[None]:
+        if self._pool is None:
+            raise StoreError("store is not open")
+        return pg_advisory_lock(self._pool, name)
 
 
 def open_store(url: str) -> SqliteStore | PostgresStore:
