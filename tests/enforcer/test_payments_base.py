@@ -92,7 +92,7 @@ async def test_a_signed_payment_whose_nonce_was_used_ends_expired_and_moves_noth
     with contextlib.suppress(SystemExit):
         await payments.submit("pay", token, req)
     (row,) = await enforcer.store.execute_sql("SELECT id, state, tx_id FROM enf_payments", ())
-    assert row[1] == "SIGNED" and row[2]
+    assert row[1] == "BROADCAST" and row[2]  # the tx id recorded, the bytes never sent
     # The same key pays someone else first, with the same (next) nonce.
     sealed = await store.sealed(wallet.id, wallet.agent_id)
     assert sealed is not None
