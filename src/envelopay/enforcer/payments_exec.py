@@ -215,9 +215,15 @@ async def _deliver(p: Payments, i: Intent, live: bool, agent: Agent | None) -> I
     prior = None if live else await p.enforcer.store.send_by_message_id(agent.id, i.message_id)
     if prior is None or prior.state != "SENT":
         now = p.clock()
-        # The one check of what compose accepts, then sign, re-check kill, deliver.
+        # The one check of what compose accepts, then sign and deliver.
         composed = p.enforcer._compose(agent, req, i.message_id, now)
-        problem = composed if isinstance(composed, str) else await p.enforcer._transmit(agent, req, composed)
+        # The money moved before any kill that could stop it (BROADCAST requires ACTIVE): the
+        # PAY carrying its proof goes out even if the agent was killed since (at least once).
+        problem = (
+            composed
+            if isinstance(composed, str)
+            else await p.enforcer._transmit(agent, req, composed, recheck_kill=False)
+        )
         if problem:
             await p.store.note(i.id, "PAID", f"paid; the email is not delivered yet: {problem}"[:500], now)
             return await _reread(p, i)
