@@ -8,6 +8,7 @@ into `failed`); a condition that did not hold is a plain False / None.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 from abc import ABC, abstractmethod
@@ -345,8 +346,11 @@ class PostgresStore(EnforcerStore):
 
     def __init__(self, dsn: str, *, max_size: int = 10) -> None:
         self.dsn = dsn
-        self.max_size = max_size
+        self.max_size = max(2, max_size)  # a wallet-lock holder pins one, its statements need another
         self._pool: Any = None
+        # A held wallet lock pins a pooled connection; at most half the pool does, so the
+        # holders' own statements always find a connection.
+        self._lock_slots = asyncio.Semaphore(self.max_size // 2)
 
     async def open(self) -> None:
         import psycopg
@@ -395,7 +399,7 @@ class PostgresStore(EnforcerStore):
     def wallet_lock(self, name: str) -> AbstractAsyncContextManager[None]:
         if self._pool is None:
             raise StoreError("store is not open")
-        return pg_advisory_lock(self._pool, name)
+        return pg_advisory_lock(self._pool, name, self._lock_slots)
 
 
 def open_store(url: str) -> SqliteStore | PostgresStore:

@@ -58,14 +58,15 @@ async def file_lock(directory: str, name: str) -> AsyncIterator[None]:
 
 
 @contextlib.asynccontextmanager
-async def pg_advisory_lock(pool: Any, name: str) -> AsyncIterator[None]:
+async def pg_advisory_lock(pool: Any, name: str, slots: asyncio.Semaphore) -> AsyncIterator[None]:
     """A session advisory lock on one pooled connection, held for the block. If the unlock
-    fails the pool drops the broken connection, and the session's end releases the lock."""
+    fails the pool drops the broken connection, and the session's end releases the lock.
+    `slots` bounds how many connections lock holders pin at once."""
     import psycopg
 
     key = advisory_key(name)
     try:
-        async with pool.connection() as conn:
+        async with slots, pool.connection() as conn:
             await conn.execute("SELECT pg_advisory_lock(%s)", (key,))
             try:
                 yield
