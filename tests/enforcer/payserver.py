@@ -1,6 +1,8 @@
 """An enforcer process with the spend enforcer, for the crash tests (run as a script):
 
-    python payserver.py DB_PATH SOCKET SMTP_PORT RPC_URL
+    python payserver.py STORE SOCKET SMTP_PORT RPC_URL
+
+STORE is a SQLite path or a postgresql:// DSN (enforcer.store.open_store).
 
 It recovers every in-flight intent, then serves on the Unix socket and prints "ready".
 ENVELOPAY_ENFORCER_CRASH_AT (payments.CRASH_ENV) names the point where it SIGKILLs itself.
@@ -20,12 +22,12 @@ async def main(db: str, sock: str, smtp_port: int, rpc_url: str) -> None:
     from envelopay.enforcer.payments import Payments
     from envelopay.enforcer.payments_exec import recover
     from envelopay.enforcer.server import start_server
-    from envelopay.enforcer.store import SqliteStore
+    from envelopay.enforcer.store import open_store
     from envelopay.mail.smtp import SmtpConfig
     from envelopay_solana.custody import SolanaPayer
     from envelopay_solana.rail import make_rail
 
-    store = SqliteStore(db)
+    store = open_store(db)
     await store.open()
     enforcer = Enforcer(
         store,

@@ -101,7 +101,7 @@ async def test_a_signed_payment_whose_blockhash_expired_ends_expired(enforcer: E
     with contextlib.suppress(SystemExit):
         await kit.payments.submit("pay", tok, pay_req(to, key="exp"))
     intent = await kit.payments.store.by_key((await enforcer.store.agent_by_name("buyer")).id, "exp")  # type: ignore[union-attr]
-    assert intent is not None and intent.state == "SIGNED" and intent.tx_id
+    assert intent is not None and intent.state == "BROADCAST" and intent.tx_id  # recorded, never sent
     # Another transaction on the chain: the local chain turns its blockhash, so the recorded
     # bytes can never land.
     other = kit.chain.new_wallet(sol=10**9)

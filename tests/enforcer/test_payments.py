@@ -220,7 +220,7 @@ async def test_a_kill_racing_an_approval_never_pays_after_the_kill(enforcer: Enf
         count[0] += 1
         rows = await inner(sql, params)
         if rows and sql.startswith("UPDATE enf_payments SET state = 'BROADCAST'"):
-            log.append(f"claim:{params[1]}")
+            log.append(f"claim:{params[-1]}")
         return rows
 
     enforcer.store.execute_sql = logged  # type: ignore[method-assign]

@@ -257,7 +257,9 @@ class Enforcer:
             return Disposition(status="failed", reason=f"store error: {exc}")
         return Disposition(status="pending_approval", reason=reason, approval_id=send_id, id=send_id)
 
-    async def _transmit(self, agent: Agent, req: SendRequest, raw: bytes) -> str:
+    async def _transmit(
+        self, agent: Agent, req: SendRequest, raw: bytes, *, recheck_kill: bool = True
+    ) -> str:
         """Sign, re-check the kill switch, deliver. Returns "" on success, KILLED when the
         kill switch was thrown meanwhile, or the failure reason."""
         try:
@@ -268,12 +270,14 @@ class Enforcer:
         # Kill is re-checked here, the last step before delivery (DESIGN: "kill is
         # re-checked at execute"): a kill that commits while this send was between its
         # caps and here stops it.
-        try:
-            current = await self.store.agent_by_id(agent.id)
-        except StoreError as exc:
-            return f"store error before delivery: {exc}"
-        if current is None or current.killed:
-            return KILLED
+        # (Not for the proof of a payment already committed: recheck_kill=False.)
+        if recheck_kill:
+            try:
+                current = await self.store.agent_by_id(agent.id)
+            except StoreError as exc:
+                return f"store error before delivery: {exc}"
+            if current is None or current.killed:
+                return KILLED
         try:
             await self.deliverer.deliver(raw, sender=req.sender, recipient=req.to)
         except TransportError as exc:

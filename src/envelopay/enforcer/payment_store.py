@@ -241,6 +241,10 @@ _SQL = {
     f"{_ACTIVE} RETURNING id",
     "signed": "UPDATE enf_payments SET state = 'SIGNED', tx_id = ?, tx_blob = ?, updated_at = ?"
     f" WHERE id = ? AND state = 'RESERVED'{_ACTIVE} RETURNING id",
+    # The live path's one write between signing and broadcasting: the signed tx id and
+    # bytes recorded, and the broadcast claimed, in one statement that requires ACTIVE.
+    "signed_broadcast": "UPDATE enf_payments SET state = 'BROADCAST', tx_id = ?, tx_blob = ?, updated_at = ?"
+    f" WHERE id = ? AND state = 'RESERVED'{_ACTIVE} RETURNING id",
     "broadcast": "UPDATE enf_payments SET state = 'BROADCAST', updated_at = ?"
     " WHERE id = ? AND state = 'SIGNED'"
     f"{_ACTIVE} RETURNING id",
@@ -273,7 +277,7 @@ class PaymentStore:
             # it. FOR SHARE makes a concurrent kill wait for this statement (or this
             # statement wait for the kill, then see KILLED). SQLite runs one writer at a
             # time, so its statements are already ordered.
-            for name in ("approve", "claim", "signed", "broadcast"):
+            for name in ("approve", "claim", "signed", "signed_broadcast", "broadcast"):
                 self._sql[name] = self._sql[name].replace(_ACTIVE_SUB, _ACTIVE_SUB + " FOR SHARE")
 
     async def open(self) -> None:
@@ -397,6 +401,9 @@ class PaymentStore:
 
     async def mark_signed(self, intent_id: str, tx_id: str, blob: bytes, now: float) -> bool:
         return bool(await self._x("signed", (tx_id, blob.hex(), now, intent_id)))
+
+    async def mark_signed_broadcast(self, intent_id: str, tx_id: str, blob: bytes, now: float) -> bool:
+        return bool(await self._x("signed_broadcast", (tx_id, blob.hex(), now, intent_id)))
 
     async def mark_broadcast(self, intent_id: str, now: float) -> bool:
         return bool(await self._x("broadcast", (now, intent_id)))

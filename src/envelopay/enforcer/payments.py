@@ -14,11 +14,12 @@ payment is at least once (payments_exec.py).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -456,10 +457,13 @@ class Payments:
         await self.store.put_policy(agent.id, policy, self.clock())
         return True
 
-    def lock_for(self, wallet_id: str) -> asyncio.Lock:
+    @contextlib.asynccontextmanager
+    async def lock_for(self, wallet_id: str) -> AsyncIterator[None]:
         # One payment at a time per wallet between "latest blockhash" and "broadcast": two
-        # payments signed against one blockhash could be one transaction.
-        return self._locks.setdefault(wallet_id, asyncio.Lock())
+        # payments signed against one blockhash could be one transaction. The asyncio lock
+        # orders this process's tasks; the store's lock orders the processes sharing it.
+        async with self._locks.setdefault(wallet_id, asyncio.Lock()), self.store.store.wallet_lock(wallet_id):
+            yield
 
 
 def _decimals(payer: CustodialPayer, symbol: str) -> int:

@@ -3,12 +3,14 @@
 State machine (SPEC.md "Spend enforcer"):
 
   PENDING --approve--> APPROVED --claim--> RESERVED      PENDING --reject--> REJECTED
-  (allowed call) ----------------------->  RESERVED --sign, record tx id--> SIGNED
-  SIGNED --record "broadcast"--> BROADCAST --chain confirms--> PAID --email--> SENT
+  (allowed call) ----------------------->  RESERVED --sign; record tx id + claim broadcast--> BROADCAST
+  BROADCAST --chain confirms--> PAID --email--> SENT
+  (SIGNED --record "broadcast"--> BROADCAST: intents recorded by earlier versions only)
   RESERVED | SIGNED | APPROVED --(killed)--> FAILED;  BROADCAST --(tx expired or failed)--> FAILED
 
-claim, SIGNED and BROADCAST each require the agent to be ACTIVE in the same statement, and
-BROADCAST is committed before the bytes leave: a kill committed first always wins.
+claim and the RESERVED → BROADCAST write (tx id, bytes and broadcast claim in one statement)
+each require the agent to be ACTIVE in the same statement, and BROADCAST is committed before
+the bytes leave: a kill committed first always wins.
 Recovery of a BROADCAST intent asks the chain first and only ever re-sends the recorded
 bytes; nothing signs a second payment for an intent. The email is at least once: a crash
 between delivery and its record sends it again with the same Message-ID.
@@ -44,6 +46,12 @@ async def run(
         p._active.add(i.id)
         try:
             async with p.lock_for(i.wallet_id):
+                if not live:
+                    # Another enforcer process on this store may have advanced it while this
+                    # one waited for the wallet: go on from the recorded state. (A live
+                    # intent was just made or claimed by this call; the conditional
+                    # transitions still refuse any stale step.)
+                    i = await _reread(p, i)
                 i = await _advance(p, i, live)
             if i.state == "PAID":
                 if live:
@@ -77,8 +85,12 @@ async def _advance(p: Payments, i: Intent, live: bool) -> Intent:
         if i.state == "RESERVED":
             if payer is None:
                 return await _fail(p, i, "unknown_asset", f"no rail pays on {i.chain} here")
-            i = await _sign(p, payer, i, live)
-            if i.state == "RESERVED":
+            i, fresh = await _sign(p, payer, i, live)
+            if fresh:  # recorded as BROADCAST with its bytes just now: send them
+                i = await _broadcast(p, payer, i, live)
+                if i.state == "BROADCAST":
+                    return i
+            elif i.state == "RESERVED":
                 return i  # nothing signed (cannot happen: _sign ends RESERVED only by failing)
         elif i.state == "SIGNED":
             # Never broadcast yet: BROADCAST is recorded before the bytes leave.
@@ -111,34 +123,39 @@ async def _advance(p: Payments, i: Intent, live: bool) -> Intent:
             return i
 
 
-async def _sign(p: Payments, payer: CustodialPayer, i: Intent, live: bool) -> Intent:
-    # The kill check is the recording of the signature itself (SIGNED requires ACTIVE):
-    # bytes signed for an agent killed meanwhile are dropped unsent.
+async def _sign(p: Payments, payer: CustodialPayer, i: Intent, live: bool) -> tuple[Intent, bool]:
+    """(intent, True) when the signed bytes were just recorded with the broadcast claimed.
+
+    One statement records the tx id and bytes and claims the broadcast (RESERVED →
+    BROADCAST, requiring ACTIVE), so the tx id is durable before the bytes leave and the
+    kill is re-checked at that last write: bytes signed for an agent killed meanwhile are
+    dropped unsent. Recovery of a BROADCAST intent asks the chain first, then re-sends only
+    these bytes. (SIGNED remains for intents recorded by earlier versions.)"""
     sealed = await p.store.sealed(i.wallet_id, i.agent_id)
     if p.vault is None or sealed is None:
-        return await _fail(p, i, "custody", "the wallet's key is not available to this enforcer")
+        return await _fail(p, i, "custody", "the wallet's key is not available to this enforcer"), False
     try:
         secret = p.vault.open_secret(sealed, agent_id=i.agent_id, wallet_id=i.wallet_id)
     except VaultError as exc:
-        return await _fail(p, i, "custody", str(exc))
+        return await _fail(p, i, "custody", str(exc)), False
     try:
         signed = await payer.prepare(secret, token=i.token, amount=i.amount, recipient=i.wallet)
     except RailError as exc:
-        return await _fail(p, i, exc.reason, str(exc)[:300])
+        return await _fail(p, i, exc.reason, str(exc)[:300]), False
     except UsageError as exc:
-        return await _fail(p, i, "invalid_request", str(exc)[:300])
+        return await _fail(p, i, "invalid_request", str(exc)[:300]), False
     except TransportError as exc:
-        return await _fail(p, i, "rail_unavailable", f"nothing was signed: {exc}"[:300])
+        return await _fail(p, i, "rail_unavailable", f"nothing was signed: {exc}"[:300]), False
     finally:
         del secret
-    if not await p.store.mark_signed(i.id, signed.tx_id, signed.blob, p.clock()):
+    if not await p.store.mark_signed_broadcast(i.id, signed.tx_id, signed.blob, p.clock()):
         i = await _reread(p, i)
         if i.state == "RESERVED":  # killed meanwhile: the signed bytes are dropped unsent
-            return await _fail(p, i, "killed", "agent killed before the payment was recorded")
-        return i
+            return await _fail(p, i, "killed", "agent killed before the payment was recorded"), False
+        return i, False
     if live:
         p.crash("after_sign")
-    return replace(i, state="SIGNED", tx_id=signed.tx_id, tx_blob=signed.blob)
+    return replace(i, state="BROADCAST", tx_id=signed.tx_id, tx_blob=signed.blob), True
 
 
 async def _broadcast(p: Payments, payer: CustodialPayer | None, i: Intent, live: bool) -> Intent:
@@ -198,9 +215,15 @@ async def _deliver(p: Payments, i: Intent, live: bool, agent: Agent | None) -> I
     prior = None if live else await p.enforcer.store.send_by_message_id(agent.id, i.message_id)
     if prior is None or prior.state != "SENT":
         now = p.clock()
-        # The one check of what compose accepts, then sign, re-check kill, deliver.
+        # The one check of what compose accepts, then sign and deliver.
         composed = p.enforcer._compose(agent, req, i.message_id, now)
-        problem = composed if isinstance(composed, str) else await p.enforcer._transmit(agent, req, composed)
+        # The money moved before any kill that could stop it (BROADCAST requires ACTIVE): the
+        # PAY carrying its proof goes out even if the agent was killed since (at least once).
+        problem = (
+            composed
+            if isinstance(composed, str)
+            else await p.enforcer._transmit(agent, req, composed, recheck_kill=False)
+        )
         if problem:
             await p.store.note(i.id, "PAID", f"paid; the email is not delivered yet: {problem}"[:500], now)
             return await _reread(p, i)

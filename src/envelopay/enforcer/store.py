@@ -8,15 +8,18 @@ into `failed`); a condition that did not hold is a plain False / None.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from envelopay.enforcer.model import Agent, Policy, QueueRow, QueueState, SendRequest
+from envelopay.enforcer.wallet_locks import file_lock, pg_advisory_lock
 from envelopay.errors import StoreError
 
 __all__ = ["QUEUE_ORDER", "EnforcerStore", "PostgresStore", "QueueCursor", "SqliteStore", "open_store"]
@@ -242,6 +245,11 @@ class EnforcerStore(ABC):
     @abstractmethod
     async def execute_sql(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]: ...
 
+    @abstractmethod
+    def wallet_lock(self, name: str) -> AbstractAsyncContextManager[None]:
+        """An exclusive lock on `name` held across every process on this store, released
+        when its holder dies (enforcer/wallet_locks.py)."""
+
     async def create_agent(self, agent: Agent, token_hash: str, now: float) -> bool:
         p = agent.policy
         rows = await self.execute(
@@ -390,14 +398,22 @@ class SqliteStore(EnforcerStore):
         except sqlite3.Error as exc:
             raise StoreError(f"sqlite: {exc}") from exc
 
+    def wallet_lock(self, name: str) -> AbstractAsyncContextManager[None]:
+        if self.path == ":memory:" or self.path.startswith("file::memory:"):
+            return nullcontext()  # no other process can open this store
+        return file_lock(self.path + "-wallet-locks", name)
+
 
 class PostgresStore(EnforcerStore):
     """PostgreSQL through a psycopg async pool; every statement autocommits."""
 
     def __init__(self, dsn: str, *, max_size: int = 10) -> None:
         self.dsn = dsn
-        self.max_size = max_size
+        self.max_size = max(2, max_size)  # a wallet-lock holder pins one, its statements need another
         self._pool: Any = None
+        # A held wallet lock pins a pooled connection; at most half the pool does, so the
+        # holders' own statements always find a connection.
+        self._lock_slots = asyncio.Semaphore(self.max_size // 2)
 
     async def open(self) -> None:
         import psycopg
@@ -442,6 +458,11 @@ class PostgresStore(EnforcerStore):
                 return [tuple(r) for r in await cur.fetchall()]
         except psycopg.Error as exc:
             raise StoreError(f"postgres: {exc}") from exc
+
+    def wallet_lock(self, name: str) -> AbstractAsyncContextManager[None]:
+        if self._pool is None:
+            raise StoreError("store is not open")
+        return pg_advisory_lock(self._pool, name, self._lock_slots)
 
 
 def open_store(url: str) -> SqliteStore | PostgresStore:
