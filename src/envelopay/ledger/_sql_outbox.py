@@ -87,6 +87,11 @@ class OutboxCallsMixin(ABC):
         rows.sort(key=lambda r: int(r[-1]))
         return [self._outbox(r) for r in rows]
 
+    def outbox_expedite(self) -> int:
+        with self.write() as x:
+            return x.exec("UPDATE ep_outbox SET next_attempt = NULL"
+                          " WHERE status = 'pending' AND next_attempt IS NOT NULL")
+
     def outbox_release(self, message_id: str, owner: str) -> bool:
         """Give a claimed row back unsent (the drainer stopped before sending it)."""
         with self.write() as x:

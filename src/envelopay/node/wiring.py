@@ -9,6 +9,7 @@ the client role: record the message in its flow, then drain. `serve()` pumps a M
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -168,7 +169,7 @@ class AgentNode:
         try:
             await pump([self.maildir], consume, stop=stop)
         finally:
-            await waiting
+            await _end_beside(waiting, stop)
             await self.settle()
 
     async def serve_imap(self, config: Any, stop: asyncio.Event) -> None:
@@ -185,7 +186,7 @@ class AgentNode:
         try:
             await ImapSource(config).run(consume, stop)
         finally:
-            await waiting
+            await _end_beside(waiting, stop)
 
     async def close(self) -> None:
         if self.transport is not None:
@@ -473,3 +474,13 @@ def _rail_options(cfg: WorkerConfig, opts: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(key, str):
         out["keypair"] = str(cfg.path(key))
     return out
+
+
+async def _end_beside(task: asyncio.Task[None], stop: asyncio.Event) -> None:
+    """End the deferral loop beside a serving loop: wait for it after a clean stop, cancel
+    it when the serving loop ended on its own (an error), so that error reaches serve_worker
+    instead of hanging behind a loop that only stops with `stop`."""
+    if not stop.is_set():
+        task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
