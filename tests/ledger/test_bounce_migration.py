@@ -14,10 +14,13 @@ from envelopay.protocol.outbound import Outbound
 from envelopay.testing.store import T0
 
 
-def _row_at_v4(store: Store) -> str:
+def _row_at_v4(store: SqliteStore | PostgresStore) -> str:
     ob = Outbound("w@v4.test", "b@v4.test", Which(note="what do you take?"), "<v4.out@v4.test>", T0)
     assert store.commit_step(Commit("w@v4.test", T0, {"status": "sent"}, outbox=((ob, None),))) == "ok"
-    assert store.mark_sent(ob.message_id, T0)
+    # Marked sent in v4's own terms: today's mark_sent also clears the v7 claim columns.
+    with store.write() as x:
+        assert x.exec("UPDATE ep_outbox SET status = 'sent', sent_at = ? WHERE message_id = ?",
+                      (store.t(T0), ob.message_id)) == 1
     return ob.message_id
 
 

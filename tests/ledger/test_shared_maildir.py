@@ -11,7 +11,6 @@ Message-IDs, and the inbox is empty.
 
 from __future__ import annotations
 
-import json
 import random
 import signal
 import subprocess
@@ -28,6 +27,7 @@ import _kit as k
 from test_reliability import Target
 
 from envelopay.mail.maildir import deliver_file, ensure_maildir
+from envelopay.protocol.parse import parse
 
 SCRIPT = Path(__file__).resolve().parent / "_maildir_worker.py"
 
@@ -54,14 +54,10 @@ def _delivered(replies: Path) -> list[tuple[str, str, str]]:
     """(Message-ID, type, order_ref) of each reply file delivered."""
     out = []
     for f in (replies / "new").iterdir():
-        head, _, body = f.read_bytes().partition(b"\r\n\r\n")
-        mid = next(
-            line.split(b":", 1)[1].strip().decode()
-            for line in head.split(b"\r\n")
-            if line.lower().startswith(b"message-id:")
-        )
-        doc = json.loads(body[body.index(b"{") : body.rindex(b"}") + 1])
-        out.append((mid, doc["type"], doc["order_ref"]))
+        # Read as any receiver does: our parser (the body holds the JSON more than once).
+        got = parse(f.read_bytes())
+        assert got.valid and got.message_id is not None and got.type is not None, f.name
+        out.append((got.message_id, str(got.type.value), str(getattr(got.message, "order_ref", ""))))
     return out
 
 

@@ -150,6 +150,12 @@ class NextBlockRail:
         await self._dev.mine(1)
         return proof
 
+    def sign_statement(self, message: bytes) -> tuple[str, str] | None:
+        return self.inner.sign_statement(message)
+
+    def check_payer_sig(self, payer: str, message: bytes, signature: str) -> bool:
+        return self.inner.check_payer_sig(payer, message, signature)
+
     async def aclose(self) -> None:
         await self.inner.aclose()
 
