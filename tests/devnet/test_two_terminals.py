@@ -70,7 +70,7 @@ def test_two_terminals(tmp_path: Path) -> None:
         base = run(on_base)
         assert "received FULFILL" in base.stdout, base.stdout + base.stderr
         assert "base-local: final (" in base.stderr, base.stderr
-        fulfilled = json.loads(base.stdout[base.stdout.rindex("{\n"):])
+        fulfilled = json.loads(base.stdout[base.stdout.index("\n{\n") + 1:])  # the answer, as printed
         assert fulfilled["type"] == "fulfill" and fulfilled["result"] == {"characters": 13, "words": 2}
     finally:
         if worker is not None:
