@@ -70,3 +70,20 @@ async def test_wait_final_reports_progress_until_confirmed() -> None:
     assert lines and all("needs finalized" in line for line in lines)
     assert lines[0].startswith("transaction at processed")
     assert lines[-1].startswith("transaction at confirmed")
+
+
+def test_the_cap_is_per_chain_family() -> None:
+    # Solana looks at most every 100 ms (a quarter slot); other chains every 200 ms.
+    policy = WaitPolicy()
+    assert [policy.delay(n, "solana-local").total_seconds() for n in range(1, 5)] == [0.05, 0.1, 0.1, 0.1]
+    assert [policy.delay(n, "base-local").total_seconds() for n in range(1, 5)] == [0.05, 0.1, 0.2, 0.2]
+    assert policy.next_look("solana", T0, 5, T0) == T0 + timedelta(seconds=0.1)
+    assert policy.next_look("base", T0, 5, T0) == T0 + timedelta(seconds=0.2)
+    p = WaitPolicy.from_options({"cap_solana_local": 0.5, "cap_base": 1})
+    assert p.delay(9, "solana-local") == timedelta(seconds=0.5)
+    assert p.delay(9, "solana") == timedelta(seconds=0.1)  # the family default stays
+    assert p.delay(9, "base-local") == timedelta(seconds=1)
+    everywhere = WaitPolicy.from_options({"cap": 2})
+    assert everywhere.delay(9, "solana") == everywhere.delay(9, "tron") == timedelta(seconds=2)
+    with pytest.raises(ValueError):
+        WaitPolicy.from_options({"cap_solana": 0.01})  # below `first`

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import logging
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from envelopay.ledger.deferrals import DeferralStore
@@ -38,10 +39,12 @@ async def serve_deferrals(node: AgentNode, stop: asyncio.Event, *, scan: float =
     running: set[asyncio.Task[Any]] = set()
     while not stop.is_set():
         now = clock()
-        due_hint = node.next_deferral is not None and node.next_deferral <= now
+        hints = node.deferral_hints
+        due_hint = bool(hints) and hints[0] <= now
         if due_hint or loop.time() - last_scan >= scan:
             last_scan = loop.time()
-            node.next_deferral = None
+            while hints and hints[0] <= now:  # served by this take; later hints stay
+                heapq.heappop(hints)
             for d in store.deferrals_take(node.address, now, now + HOLD):
                 task = loop.create_task(_again(node, store, d.message_id, d.raw))
                 running.add(task)
@@ -61,8 +64,3 @@ async def _again(node: AgentNode, store: DeferralStore, message_id: str, raw: by
     if outcome.status not in ("waiting", "busy", "deferred"):
         store.deferral_clear(node.address, message_id)
 
-
-def earliest(current: datetime | None, candidate: datetime | None) -> datetime | None:
-    if candidate is None:
-        return current
-    return candidate if current is None or candidate < current else current

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import logging
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -33,7 +34,6 @@ from envelopay.engine.outbox import (
 from envelopay.engine.transport import Transport
 from envelopay.errors import ConfigError
 from envelopay.ledger.store import Store
-from envelopay.node.deferrals import earliest
 from envelopay.node.transports import GardenTransport
 from envelopay.protocol.messages import Message
 from envelopay.protocol.parse import ParseOptions, parse
@@ -63,7 +63,9 @@ class AgentNode:
     _waiters: dict[str, asyncio.Future[Outcome]] = field(default_factory=dict)
     _seen: dict[str, Outcome] = field(default_factory=dict)
     _draining: set[asyncio.Task[Any]] = field(default_factory=set)
-    next_deferral: datetime | None = None  # the earliest look again this node asked for
+    # Every look again this node asked for (a min-heap): the wait loop wakes at the earliest,
+    # and a later one is not forgotten when an earlier one is served.
+    deferral_hints: list[datetime] = field(default_factory=list)
 
     @property
     def address(self) -> str:
@@ -96,8 +98,8 @@ class AgentNode:
                 self._drain_behind()
             else:
                 await self.drainer.drain()
-        if outcome.status == "waiting":
-            self.next_deferral = earliest(self.next_deferral, outcome.retry_at)
+        if outcome.status == "waiting" and outcome.retry_at is not None:
+            heapq.heappush(self.deferral_hints, outcome.retry_at)
         if outcome.message_id is not None and outcome.status not in ("busy", "deferred", "waiting"):
             self._seen[outcome.message_id] = outcome
             if len(self._seen) > RECENT:

@@ -27,6 +27,10 @@ __all__ = ["DEFAULT_WINDOWS", "WaitPolicy", "progress_text", "wait_final"]
 # Seconds a worker waits for a proof to become final, by chain family (the rail name).
 DEFAULT_WINDOWS: Mapping[str, float] = {"solana": 60.0, "base": 120.0}
 FALLBACK_WINDOW = 120.0
+# The longest pause between looks, by chain family: a quarter of a Solana slot (400 ms),
+# so a commitment reached between two looks is seen within 100 ms; other chains `cap`.
+DEFAULT_CAPS: Mapping[str, float] = {"solana": 0.1}
+DEFAULT_CAP = 0.2
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,42 +41,56 @@ class WaitPolicy:
     fallback: float = FALLBACK_WINDOW
     first: float = 0.05  # the first look again, after the first verdict
     factor: float = 2.0
-    cap: float = 0.2  # never wait longer than this between looks: the added latency is bounded by it
+    cap: float = DEFAULT_CAP  # never wait longer than this between looks: the added latency is bounded by it
+    caps: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_CAPS))  # per chain or family
 
     def __post_init__(self) -> None:
-        if self.first <= 0 or self.factor < 1 or self.cap < self.first:
+        if self.first <= 0 or self.factor < 1 or any(c < self.first for c in (self.cap, *self.caps.values())):
             raise ValueError("wait policy: first > 0, factor >= 1, cap >= first")
         if self.fallback < 0 or any(v < 0 for v in self.windows.values()):
             raise ValueError("wait policy: windows are seconds >= 0")
 
     def window(self, chain: str) -> timedelta:
-        family = chain.split("-", 1)[0]
-        return timedelta(seconds=self.windows.get(chain, self.windows.get(family, self.fallback)))
+        return timedelta(seconds=_by_chain(self.windows, chain, self.fallback))
 
-    def delay(self, attempts: int) -> timedelta:
-        """The pause after the `attempts`-th look (1 = after the first)."""
-        return timedelta(seconds=min(self.cap, self.first * self.factor ** max(0, attempts - 1)))
+    def delay(self, attempts: int, chain: str | None = None) -> timedelta:
+        """The pause after the `attempts`-th look (1 = after the first) on `chain`."""
+        cap = self.cap if chain is None else _by_chain(self.caps, chain, self.cap)
+        return timedelta(seconds=min(cap, self.first * self.factor ** max(0, attempts - 1)))
 
     def next_look(self, chain: str, first_seen: datetime, attempts: int, now: datetime) -> datetime | None:
         """When to look again, or None when the window is over (answer the verdict now)."""
         deadline = first_seen + self.window(chain)
         if now >= deadline:
             return None
-        return min(now + self.delay(attempts), deadline)
+        return min(now + self.delay(attempts, chain), deadline)
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> WaitPolicy:
-        """From a config table: window (all chains) or window_<chain>, first, factor, cap."""
-        windows = dict(DEFAULT_WINDOWS)
-        fallback = FALLBACK_WINDOW
-        if "window" in options:
-            fallback = float(options["window"])
-            windows = {k: fallback for k in windows}
-        for key, value in options.items():
-            if key.startswith("window_"):
-                windows[key.removeprefix("window_").replace("_", "-")] = float(value)
-        kw = {k: float(options[k]) for k in ("first", "factor", "cap") if k in options}
-        return cls(windows=windows, fallback=fallback, **kw)
+        """From a config table: window (all chains) or window_<chain>, cap (all chains) or
+        cap_<chain>, first, factor."""
+        windows, fallback = _per_chain(options, "window", DEFAULT_WINDOWS, FALLBACK_WINDOW)
+        caps, cap = _per_chain(options, "cap", DEFAULT_CAPS, DEFAULT_CAP)
+        kw = {k: float(options[k]) for k in ("first", "factor") if k in options}
+        return cls(windows=windows, fallback=fallback, cap=cap, caps=caps, **kw)
+
+
+def _by_chain(values: Mapping[str, float], chain: str, default: float) -> float:
+    """The value for `chain` ("solana-local"), else for its family ("solana"), else `default`."""
+    return values.get(chain, values.get(chain.split("-", 1)[0], default))
+
+
+def _per_chain(options: Mapping[str, Any], name: str, defaults: Mapping[str, float],
+               fallback: float) -> tuple[dict[str, float], float]:
+    """`name` sets every chain; `name_<chain>` one chain or family (underscores for dashes)."""
+    values = dict(defaults)
+    if name in options:
+        fallback = float(options[name])
+        values = {k: fallback for k in values}
+    for key, value in options.items():
+        if key.startswith(f"{name}_"):
+            values[key.removeprefix(f"{name}_").replace("_", "-")] = float(value)
+    return values, fallback
 
 
 def progress_text(verdict: Verdict, expectation: Expectation) -> str:
