@@ -207,3 +207,51 @@ async def test_node_down_past_the_window_gives_the_oops_and_releases_the_proof(w
         statuses = [o.status for o in outcomes_of(worker, paid.message_id)]
         assert "waiting" in statuses and statuses[-1] == "refused"
         assert worker.store.proof_status(ProofKey("solana-local", proof["tx"])) is None  # released
+
+
+async def _worker_process(world: World) -> asyncio.subprocess.Process:
+    import sys
+
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "envelopay.cli", "worker", "serve", "-c", "envelopay.toml",
+        cwd=world.dirs[WORKER], stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+
+
+async def test_a_worker_process_killed_while_it_waits_restarts_and_fulfills(world: World) -> None:
+    """SIGKILL of a real `worker serve` process with the PAY parked in its ledger; a new
+    process on the same ledger serves it once the chain confirms: FULFILL, no OOPS."""
+    from envelopay.ledger.deferrals import DeferralStore
+    from envelopay.ledger.sqlite import SqliteStore
+
+    ledger = load_config(world.dirs[WORKER] / "envelopay.toml").agent.ledger
+    first = await _worker_process(world)
+    try:
+        async with buyer_node(world) as buyer:
+            sent, invoice = await invoice_from(buyer)
+            proof, paid = await pay_at_once(buyer, sent, invoice)
+            view = SqliteStore(world.dirs[WORKER] / ledger)
+            try:
+                assert isinstance(view, DeferralStore)
+                await until(lambda: view.deferrals_count(WORKER) == 1, "the worker to park the PAY")
+                first.kill()  # SIGKILL, mid-wait
+                await first.wait()
+                following = asyncio.create_task(follow(buyer, paid, timeout=60))
+                world.tick(CONFIRMED_AFTER)
+                second = await _worker_process(world)
+                try:
+                    answer = await following
+                finally:
+                    second.terminate()
+                    await second.wait()
+                assert isinstance(answer.message, Fulfill), answer
+                flow = view.flow_for_message(WORKER, paid.message_id)
+                assert flow is not None and flow.state == "fulfilled"
+                assert all(e.oops is None and e.type != "oops" for e in view.flow_log(flow.flow_id))
+                assert view.proof_status(ProofKey("solana-local", proof["tx"])) == "spent"
+                assert view.deferrals_count(WORKER) == 0
+            finally:
+                view.close()
+    finally:
+        if first.returncode is None:
+            first.kill()
+            await first.wait()
