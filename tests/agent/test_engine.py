@@ -3,23 +3,16 @@ flows, threading, replay protection, idempotency, DKIM policy, bad input."""
 
 from __future__ import annotations
 
-import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
 
-import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ledger"))
-
 import _kit as k
+import pytest
 
 from envelopay.dkim import DkimResult
 from envelopay.engine import Engine, Outcome
 from envelopay.errors import UsageError
-from envelopay.ledger.postgres import PostgresStore
-from envelopay.ledger.sqlite import SqliteStore
 from envelopay.ledger.store import ProofKey, Store
 from envelopay.protocol.codes import OopsCode
 from envelopay.protocol.compose import compose
@@ -36,16 +29,6 @@ from envelopay.protocol.messages import (
     Want,
     Which,
 )
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    if request.param == "sqlite":
-        s: Store = SqliteStore(tmp_path / "ledger.db")
-    else:
-        s = PostgresStore(request.getfixturevalue("pg_dsn"), max_size=2)
-    yield s
-    s.close()
 
 
 class World:

@@ -4,18 +4,14 @@ an OOPS), and the stored flow is unchanged. Cases are generated from the tables.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ledger"))
-
 import _kit as k
+import pytest
+from _engines import worker
 
 from envelopay import flows
-from envelopay.engine import Engine
 from envelopay.flows import ILLEGAL, Direction, FlowKind, FlowState, Side
 from envelopay.ledger.sqlite import SqliteStore
 from envelopay.protocol.messages import (
@@ -39,15 +35,7 @@ class Case:
         self.store = SqliteStore(tmp / "ledger.db")
         self.rail = k.DictRail({f"t{i}": k.Tx(k.WORKER_WALLET, k.TOKEN, k.PRICE) for i in range(5)})
         self.rail.txs["give"] = k.Tx(k.WORKER_WALLET, k.TOKEN, 7)
-        self.engine = Engine(
-            self.store,
-            address=k.WORKER,
-            domain="garden.test",
-            rails={k.CHAIN: self.rail},
-            app=k.WorkerApp(self.rail),
-            clock=k.Clock(),
-            id_factory=k.counter_ids("x"),
-        )
+        self.engine = worker(self.store, self.rail, "x")
 
 
 Setup = Callable[[Case], Awaitable[str]]
