@@ -1,4 +1,5 @@
-"""The worker engine most engine tests drive (import after putting tests/ledger on
+"""What the engine tests share: the worker engine most of them drive, a prepaid ORDER
+(import after putting tests/ledger on
 sys.path, as the tests here do for `_kit`)."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import _kit as k
 
 from envelopay.engine import Engine
 from envelopay.ledger.store import Store
+from envelopay.protocol.messages import Order
 
 
 def worker(store: Store, rail: k.DictRail, prefix: str | None = "w", **kw: Any) -> Engine:
@@ -21,4 +23,11 @@ def worker(store: Store, rail: k.DictRail, prefix: str | None = "w", **kw: Any) 
         kw["app"] = k.WorkerApp(rail)
     return Engine(
         store, address=k.WORKER, domain="garden.test", rails={k.CHAIN: rail}, clock=k.Clock(), **kw
+    )
+
+
+def prepaid(oid: str, tx: str, amount: int = k.PRICE) -> Order:
+    """A v0.2 prepaid ORDER of the echo task, paid by the test rail's transaction `tx`."""
+    return Order(
+        v="0.2.0", id=oid, task={"op": "echo"}, amount=amount, token=k.TOKEN, chain=k.CHAIN, proof={"tx": tx}
     )

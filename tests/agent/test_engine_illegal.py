@@ -9,7 +9,7 @@ from pathlib import Path
 
 import _kit as k
 import pytest
-from _engines import worker
+from _engines import prepaid, worker
 
 from envelopay import flows
 from envelopay.flows import ILLEGAL, Direction, FlowKind, FlowState, Side
@@ -23,7 +23,6 @@ from envelopay.protocol.messages import (
     Methods,
     Offer,
     Oops,
-    Order,
     RailMethod,
     Want,
     Which,
@@ -75,15 +74,7 @@ async def _offer(c: Case) -> str:
 
 
 async def _prepaid(c: Case) -> str:
-    order = Order(
-        v="0.2.0",
-        id="ord_p",
-        task={"op": "echo"},
-        amount=k.PRICE,
-        token=k.TOKEN,
-        chain=k.CHAIN,
-        proof={"tx": "t2"},
-    )
+    order = prepaid("ord_p", "t2")
     return (await c.engine.handle(k.raw(k.bind(order)))).flow_id or ""
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import _kit as k
 import pytest
-from _engines import worker
+from _engines import prepaid, worker
 
 from envelopay.engine import Engine
 from envelopay.engine.outbox import OutboxDrainer, SendResult
@@ -73,17 +73,7 @@ class BuggyApp(k.WorkerApp):
 async def test_a_step_that_raises_is_quarantined_and_releases_its_proof(store: Store) -> None:
     rail = k.DictRail({"t1": k.Tx(k.WORKER_WALLET, k.TOKEN, k.PRICE)})
     eng = worker(store, rail, None, app=BuggyApp(rail))
-    order = k.bind(
-        Order(
-            v="0.2.0",
-            id="ord_q",
-            task={"op": "echo"},
-            amount=k.PRICE,
-            token=k.TOKEN,
-            chain=k.CHAIN,
-            proof={"tx": "t1"},
-        )
-    )
+    order = k.bind(prepaid("ord_q", "t1"))
     out = await eng.handle(k.raw(order, message_id="<q1@client.test>"))
     assert out.status == "quarantined" and "AttributeError" in out.detail
     recorded = store.inbound_outcome(k.WORKER, "<q1@client.test>")

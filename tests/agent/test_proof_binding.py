@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import _kit as k
-from _engines import worker
+from _engines import prepaid, worker
 
 from envelopay.engine import BaseApplication, Context, Engine
 from envelopay.ledger.store import ProofKey, Store
@@ -25,12 +25,6 @@ from envelopay.rails.binding import BINDING_SCHEME
 MALLORY = "mallory@evil.test"
 MALLORY_WALLET = "W-mallory"
 VICTIM_WALLET = "W-victim"
-
-
-def prepaid(oid: str, tx: str, amount: int = k.PRICE) -> Order:
-    return Order(
-        v="0.2.0", id=oid, task={"op": "echo"}, amount=amount, token=k.TOKEN, chain=k.CHAIN, proof={"tx": tx}
-    )
 
 
 def reply(store: Store, outcome: Any) -> Message:
