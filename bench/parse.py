@@ -23,24 +23,13 @@ from email import policy
 from email.message import Message
 from pathlib import Path
 
-from envelopay.protocol import Outbound, Pay, compose, parse
+from _pay import pay_message
+
+import envelopay.protocol
+from envelopay.protocol import parse
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "fixtures" / "conformance"
-
-
-def pay_message() -> bytes:
-    pay = Pay(
-        id="pay_5e6f",
-        amount=30_000_000,
-        token="USDC",
-        chain="base",
-        proof={"tx": "0x7a3f" + "0" * 58},
-        invoice_ref="inv_9mN3",
-        note="Dinner - my half",
-    )
-    when = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
-    return compose(Outbound("alice@agents.test", "bob@worker.test", pay, "<pay.1@agents.test>", when))
 
 
 def _json_from(msg: Message, decode: Callable[[Message], str]) -> object:
@@ -102,7 +91,7 @@ def main() -> int:
     ap.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     args = ap.parse_args()
 
-    pay = pay_message()
+    pay = pay_message(envelopay.protocol)
     assert parse(pay).valid
     manifest = json.loads((CORPUS / "manifest.json").read_text(encoding="utf-8"))
     corpus = [(CORPUS / v["file"]).read_bytes() for v in manifest["vectors"]]

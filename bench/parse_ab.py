@@ -21,6 +21,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from _pay import pay_message
+
 HERE = Path(__file__).resolve().parents[1] / "src"
 
 
@@ -29,21 +31,10 @@ def _load(src: Path) -> tuple[Callable[[bytes], Any], bytes]:
         del sys.modules[name]
     sys.path.insert(0, str(src))
     try:
-        from envelopay.protocol import Outbound, Pay, compose, parse
+        import envelopay.protocol as protocol
     finally:
         sys.path.remove(str(src))
-    pay = Pay(
-        id="pay_5e6f",
-        amount=30_000_000,
-        token="USDC",
-        chain="base",
-        proof={"tx": "0x7a3f" + "0" * 58},
-        invoice_ref="inv_9mN3",
-        note="Dinner - my half",
-    )
-    when = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
-    raw = compose(Outbound("alice@agents.test", "bob@worker.test", pay, "<pay.1@agents.test>", when))
-    return parse, raw
+    return protocol.parse, pay_message(protocol)
 
 
 def main() -> int:

@@ -9,23 +9,15 @@ verifier's own `aligned` and fulfilled the PAY, sending the FULFILL to the buyer
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
-import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ledger"))
-
 import _kit as k
+from _engines import worker
 
 from envelopay import dkim
 from envelopay.engine import Engine
 from envelopay.engine.alignment import dkim_aligned
-from envelopay.ledger.postgres import PostgresStore
-from envelopay.ledger.sqlite import SqliteStore
 from envelopay.ledger.store import Store
 from envelopay.protocol.codes import OopsCode
 from envelopay.protocol.messages import Fulfill, Invoice
@@ -34,29 +26,9 @@ KEY = dkim.DkimKey.generate_ed25519()
 DNS = dkim.table_dns({"s1._domainkey.evil.test": KEY.dns_txt_record()})
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    if request.param == "sqlite":
-        s: Store = SqliteStore(tmp_path / "ledger.db")
-    else:
-        s = PostgresStore(request.getfixturevalue("pg_dsn"), max_size=2)
-    yield s
-    s.close()
-
-
 def engine(store: Store, policy: Any, prefix: str) -> tuple[Engine, k.DictRail]:
     rail = k.DictRail({"t1": k.Tx(k.WORKER_WALLET, k.TOKEN, k.PRICE, time=k.T0 + timedelta(hours=1))})
-    eng = Engine(
-        store,
-        address=k.WORKER,
-        domain="garden.test",
-        rails={k.CHAIN: rail},
-        app=k.WorkerApp(rail),
-        clock=k.Clock(),
-        id_factory=k.counter_ids(prefix),
-        dkim_policy=policy,
-    )
-    return eng, rail
+    return worker(store, rail, prefix, dkim_policy=policy), rail
 
 
 async def evil_verdict(raw_as_mallory: bytes) -> dkim.DkimResult:

@@ -3,23 +3,17 @@ flows, threading, replay protection, idempotency, DKIM policy, bad input."""
 
 from __future__ import annotations
 
-import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
 
-import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ledger"))
-
 import _kit as k
+import pytest
+from _engines import prepaid
 
 from envelopay.dkim import DkimResult
 from envelopay.engine import Engine, Outcome
 from envelopay.errors import UsageError
-from envelopay.ledger.postgres import PostgresStore
-from envelopay.ledger.sqlite import SqliteStore
 from envelopay.ledger.store import ProofKey, Store
 from envelopay.protocol.codes import OopsCode
 from envelopay.protocol.compose import compose
@@ -36,16 +30,6 @@ from envelopay.protocol.messages import (
     Want,
     Which,
 )
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    if request.param == "sqlite":
-        s: Store = SqliteStore(tmp_path / "ledger.db")
-    else:
-        s = PostgresStore(request.getfixturevalue("pg_dsn"), max_size=2)
-    yield s
-    s.close()
 
 
 class World:
@@ -191,15 +175,7 @@ async def test_send_refuses_what_the_flow_does_not_allow(world: World) -> None:
 
 async def test_prepaid_order(world: World) -> None:
     world.pay_tx("pre1")
-    order = Order(
-        v="0.2.0",
-        id="ord_p",
-        task={"op": "echo"},
-        amount=k.PRICE,
-        token=k.TOKEN,
-        chain=k.CHAIN,
-        proof={"tx": "pre1"},
-    )
+    order = prepaid("ord_p", "pre1")
     o = await world.worker.handle(k.raw(k.bind(order)))
     assert (o.status, o.state) == ("processed", "fulfilled")
     assert isinstance(world.reply(o), Fulfill)
@@ -490,15 +466,7 @@ async def test_first_contact_then_prepaid_order(world: World) -> None:
     await world.deliver()  # WHICH → worker, METHODS written
     await world.deliver()  # METHODS → buyer
     world.rail.txs["pre-fc"] = k.Tx(k.WORKER_WALLET, k.TOKEN, k.PRICE, payer=k.BUYER_WALLET)
-    order = Order(
-        v="0.2.0",
-        id="ord_fc",
-        task={"op": "echo"},
-        amount=k.PRICE,
-        token=k.TOKEN,
-        chain=k.CHAIN,
-        proof={"tx": "pre-fc"},
-    )
+    order = prepaid("ord_fc", "pre-fc")
     o = await world.buyer.send(order, k.WORKER, flow_id=sent.flow_id)
     assert o.state == "prepaid"
     [at_worker] = await world.deliver()

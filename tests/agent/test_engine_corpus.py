@@ -5,14 +5,11 @@ never answers an OOPS or non-protocol mail, and every reply it writes composes."
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ledger"))
-
 import _kit as k
+from _engines import worker
 
-from envelopay.engine import Engine
 from envelopay.ledger.sqlite import SqliteStore
 from envelopay.protocol.codes import OopsCode
 from envelopay.protocol.compose import compose
@@ -28,15 +25,7 @@ async def test_every_corpus_vector_is_handled_as_a_value(tmp_path: Path) -> None
     assert len(vectors) > 300
     store = SqliteStore(tmp_path / "ledger.db")
     rail = k.DictRail()
-    engine = Engine(
-        store,
-        address=k.WORKER,
-        domain="garden.test",
-        rails={k.CHAIN: rail},
-        app=k.WorkerApp(rail),
-        clock=k.Clock(),
-        id_factory=k.counter_ids("c"),
-    )
+    engine = worker(store, rail, "c")
     answered = silent = 0
     for vec in vectors:
         raw = (CORPUS / vec["file"]).read_bytes()

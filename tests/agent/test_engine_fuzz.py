@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ledger"))
 
 import _kit as k
 import engine_fuzz as fz
+from _engines import worker
 
-from envelopay.engine import Engine
 from envelopay.ledger.sqlite import SqliteStore
 from envelopay.ledger.store import Store
 from envelopay.protocol.compose import compose
@@ -40,14 +40,7 @@ def _rail() -> k.DictRail:
 
 async def _run(store: Store, raws: list[bytes]) -> dict[str, Any]:
     rail = _rail()
-    eng = Engine(
-        store,
-        address=k.WORKER,
-        domain="garden.test",
-        rails={k.CHAIN: rail},
-        app=k.WorkerApp(rail),
-        clock=k.Clock(),
-    )
+    eng = worker(store, rail, None)
     statuses: Counter[str] = Counter()
     codes: Counter[str] = Counter()
     unrecorded: list[int] = []

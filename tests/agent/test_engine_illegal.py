@@ -4,18 +4,14 @@ an OOPS), and the stored flow is unchanged. Cases are generated from the tables.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ledger"))
-
 import _kit as k
+import pytest
+from _engines import prepaid, worker
 
 from envelopay import flows
-from envelopay.engine import Engine
 from envelopay.flows import ILLEGAL, Direction, FlowKind, FlowState, Side
 from envelopay.ledger.sqlite import SqliteStore
 from envelopay.protocol.messages import (
@@ -27,7 +23,6 @@ from envelopay.protocol.messages import (
     Methods,
     Offer,
     Oops,
-    Order,
     RailMethod,
     Want,
     Which,
@@ -39,15 +34,7 @@ class Case:
         self.store = SqliteStore(tmp / "ledger.db")
         self.rail = k.DictRail({f"t{i}": k.Tx(k.WORKER_WALLET, k.TOKEN, k.PRICE) for i in range(5)})
         self.rail.txs["give"] = k.Tx(k.WORKER_WALLET, k.TOKEN, 7)
-        self.engine = Engine(
-            self.store,
-            address=k.WORKER,
-            domain="garden.test",
-            rails={k.CHAIN: self.rail},
-            app=k.WorkerApp(self.rail),
-            clock=k.Clock(),
-            id_factory=k.counter_ids("x"),
-        )
+        self.engine = worker(self.store, self.rail, "x")
 
 
 Setup = Callable[[Case], Awaitable[str]]
@@ -87,15 +74,7 @@ async def _offer(c: Case) -> str:
 
 
 async def _prepaid(c: Case) -> str:
-    order = Order(
-        v="0.2.0",
-        id="ord_p",
-        task={"op": "echo"},
-        amount=k.PRICE,
-        token=k.TOKEN,
-        chain=k.CHAIN,
-        proof={"tx": "t2"},
-    )
+    order = prepaid("ord_p", "t2")
     return (await c.engine.handle(k.raw(k.bind(order)))).flow_id or ""
 
 

@@ -4,26 +4,11 @@ SQLite ledger; the demo worker trades SOL on solana-local for USDC on base-local
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
-import pytest
-
 from envelopay.client.demo import DemoWorld
 from envelopay.client.preflight import accepts_pair, exchange_query
 from envelopay.protocol.messages import Methods, Which
 
 GIVE, WANT = "solana-local/SOL", "base-local/USDC"
-
-
-@pytest.fixture
-async def world(tmp_path: Path) -> AsyncIterator[DemoWorld]:
-    w = DemoWorld(tmp_path, None)
-    await w.setup()
-    try:
-        yield w
-    finally:
-        await w.teardown()
 
 
 async def test_a_traded_pair_is_answered_with_its_rail_and_wallet(world: DemoWorld) -> None:

@@ -9,35 +9,18 @@ reserved, so a retransmission stayed `busy` forever.
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ledger"))
-
 import _kit as k
+import pytest
+from _engines import prepaid, worker
 
 from envelopay.engine import Engine
 from envelopay.engine.outbox import OutboxDrainer, SendResult
-from envelopay.ledger.postgres import PostgresStore
-from envelopay.ledger.sqlite import SqliteStore
 from envelopay.ledger.store import ProofKey, Store
 from envelopay.protocol.codes import OopsCode
 from envelopay.protocol.messages import Oops, Order
 from envelopay.protocol.outbound import Outbound
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    if request.param == "sqlite":
-        s: Store = SqliteStore(tmp_path / "ledger.db")
-    else:
-        s = PostgresStore(request.getfixturevalue("pg_dsn"), max_size=2)
-    yield s
-    s.close()
 
 
 def mail(body: str, mid: str, subject: str = "ORDER") -> bytes:
@@ -89,25 +72,8 @@ class BuggyApp(k.WorkerApp):
 
 async def test_a_step_that_raises_is_quarantined_and_releases_its_proof(store: Store) -> None:
     rail = k.DictRail({"t1": k.Tx(k.WORKER_WALLET, k.TOKEN, k.PRICE)})
-    eng = Engine(
-        store,
-        address=k.WORKER,
-        domain="garden.test",
-        rails={k.CHAIN: rail},
-        app=BuggyApp(rail),
-        clock=k.Clock(),
-    )
-    order = k.bind(
-        Order(
-            v="0.2.0",
-            id="ord_q",
-            task={"op": "echo"},
-            amount=k.PRICE,
-            token=k.TOKEN,
-            chain=k.CHAIN,
-            proof={"tx": "t1"},
-        )
-    )
+    eng = worker(store, rail, None, app=BuggyApp(rail))
+    order = k.bind(prepaid("ord_q", "t1"))
     out = await eng.handle(k.raw(order, message_id="<q1@client.test>"))
     assert out.status == "quarantined" and "AttributeError" in out.detail
     recorded = store.inbound_outcome(k.WORKER, "<q1@client.test>")

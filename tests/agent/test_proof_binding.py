@@ -9,20 +9,13 @@ going through. The last test runs the binding over the real Solana rail (LiteSVM
 from __future__ import annotations
 
 import asyncio
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ledger"))
-
 import _kit as k
+from _engines import prepaid, worker
 
 from envelopay.engine import BaseApplication, Context, Engine
-from envelopay.ledger.postgres import PostgresStore
-from envelopay.ledger.sqlite import SqliteStore
 from envelopay.ledger.store import ProofKey, Store
 from envelopay.protocol.codes import OopsCode
 from envelopay.protocol.compose import compose
@@ -32,35 +25,6 @@ from envelopay.rails.binding import BINDING_SCHEME
 MALLORY = "mallory@evil.test"
 MALLORY_WALLET = "W-mallory"
 VICTIM_WALLET = "W-victim"
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    if request.param == "sqlite":
-        s: Store = SqliteStore(tmp_path / "ledger.db")
-    else:
-        s = PostgresStore(request.getfixturevalue("pg_dsn"), max_size=2)
-    yield s
-    s.close()
-
-
-def worker(store: Store, rail: k.DictRail, prefix: str = "w", **kw: Any) -> Engine:
-    return Engine(
-        store,
-        address=k.WORKER,
-        domain="garden.test",
-        rails={k.CHAIN: rail},
-        app=k.WorkerApp(rail),
-        clock=k.Clock(),
-        id_factory=k.counter_ids(prefix),
-        **kw,
-    )
-
-
-def prepaid(oid: str, tx: str, amount: int = k.PRICE) -> Order:
-    return Order(
-        v="0.2.0", id=oid, task={"op": "echo"}, amount=amount, token=k.TOKEN, chain=k.CHAIN, proof={"tx": tx}
-    )
 
 
 def reply(store: Store, outcome: Any) -> Message:

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import pytest
 
 from envelopay.client.demo import PRICE, WORKER, DemoWorld
@@ -20,16 +17,6 @@ from envelopay.protocol.messages import (
     Want,
     Which,
 )
-
-
-@pytest.fixture
-async def world(tmp_path: Path) -> AsyncIterator[DemoWorld]:
-    w = DemoWorld(tmp_path, None)
-    await w.setup()
-    try:
-        yield w
-    finally:
-        await w.teardown()
 
 
 def _code(msg: object) -> str | None:

@@ -85,6 +85,13 @@ _log = logging.getLogger(__name__)
 
 DkimPolicy = Literal["required", "prefer", "off"]
 
+# begin_step statuses refused at once: ((code, detail), whether this message owns its
+# (sender, id) reservation; a reused id belongs to the message that used it first).
+_BEGIN_REFUSALS: dict[str, tuple[tuple[OopsCode, str], bool]] = {
+    "duplicate_id": ((OopsCode.DUPLICATE_ID, "id reused with other content"), False),
+    "proof_replayed": ((OopsCode.PROOF_REPLAYED, "this proof was already presented"), True),
+}
+
 
 def _default_parser(raw: bytes) -> Parsed:
     from envelopay.protocol.parse import parse
@@ -240,24 +247,9 @@ class Engine(Refusals):
                 )
             if early is not None or message is None:
                 result = await self._refuse_early(parsed, message_id, sender, early, claimable, now)
-            elif begin.status == "duplicate_id":
-                result = await self._refuse_early(
-                    parsed,
-                    message_id,
-                    sender,
-                    (OopsCode.DUPLICATE_ID, "id reused with other content"),
-                    False,
-                    now,
-                )
-            elif begin.status == "proof_replayed":
-                result = await self._refuse_early(
-                    parsed,
-                    message_id,
-                    sender,
-                    (OopsCode.PROOF_REPLAYED, "this proof was already presented"),
-                    True,
-                    now,
-                )
+            elif begin.status in _BEGIN_REFUSALS:
+                problem, owns_replay = _BEGIN_REFUSALS[begin.status]
+                result = await self._refuse_early(parsed, message_id, sender, problem, owns_replay, now)
             else:
                 result = await self._step(parsed, message, message_id, sender, begin, proof_key, now, raw)
             if result is not None:
@@ -343,8 +335,14 @@ class Engine(Refusals):
             message.model_dump(mode="json"),
         )
         if not step.ok:
-            return await self._commit_refusal(
-                parsed, message, message_id, sender, work, step, proof_key, in_entry, now
+            # A message that does not fit: its code (or silence), the state as it was. It is
+            # logged in an existing flow; a flow it would have opened is not created.
+            return self._commit_refused(
+                parsed, message_id, sender, work, in_entry, now,
+                state=work.fs.state, oops=step.oops, detail=step.detail,
+                answer=not isinstance(message, Oops),
+                proof=proof_key,
+                proof_fate="release" if proof_key is not None else None,  # never judged: not spent
             )
 
         await self._run_actions(parsed, message, step, work, proof_key, now)
@@ -499,37 +497,13 @@ class Engine(Refusals):
         if not work.persist:
             # Verification failed: OOPS, no state change; the proof's fate is recorded.
             assert work.oops is not None
-            replies = [self._reply(parsed, sender, self._oops(work.oops, work.detail, parsed.id), now)]
-            existing = work.version > 0
             as_read = work.start if work.start is not None else work.fs  # nothing was written
-            outcome = Outcome(
-                "refused",
-                message_id,
-                flow_id=work.flow_id if existing else None,
-                state=as_read.state if existing else None,
-                oops=work.oops,
-                detail=work.detail,
-                outbox=tuple(r.message_id for r in replies),
+            return self._commit_refused(
+                parsed, message_id, sender, work, in_entry, now,
+                state=as_read.state, oops=work.oops, detail=work.detail, answer=True,
+                proof=proof_key, proof_fate=work.proof_fate, replay_fate=work.replay_fate,
                 verdict=verdict_json,
             )
-            log = [replace(in_entry, verdict=verdict_json, oops=work.oops.value)]
-            log += [out_entry(work.flow_id, r, now) for r in replies]
-            commit = Commit(
-                local=self.address,
-                now=now,
-                outcome=outcome.to_json(),
-                message_id=message_id,
-                worker=self.worker_id,
-                log=tuple(log) if existing else (),
-                outbox=tuple((r, work.flow_id if existing else None) for r in replies),
-                proof=proof_key,
-                proof_fate=work.proof_fate,
-                proof_verdict=verdict_json,
-                sender=sender,
-                protocol_id=parsed.id,
-                replay_fate=work.replay_fate,
-            )
-            return self._finish(commit, outcome, message_id)
 
         unchanged = work.version > 0 and work.fs == work.start
         record = FlowRecord(

@@ -1,22 +1,24 @@
 """Every way the inbound path says no: an OOPS reply (or silence), recorded in one commit.
 
 `_refuse_early` refuses before any flow is touched (parse problems, DKIM, replays,
-threading); `_commit_refusal` refuses a message its flow's table does not accept. Both
-write the outcome, the reply and the replay/proof fates in the same transaction as
-the rest of a step (envelopay.engine.inbound), so a redelivery gets the same answer.
+threading); `_commit_refused` refuses inside a flow (a message its table does not
+accept, a proof that fails its check). Both write the outcome, the reply and the
+replay/proof fates in the same transaction as the rest of a step
+(envelopay.engine.inbound), so a redelivery gets the same answer.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
+from typing import Any, Literal
 
 from envelopay.engine.alignment import _dkim_label
 from envelopay.engine.outcome import Outcome
 from envelopay.engine.poison import storable
 from envelopay.engine.records import Work, out_entry, proof_of, reply_headers
 from envelopay.engine.send import Sending
-from envelopay.flows import Step
 from envelopay.ledger.store import Claim, Commit, LogEntry, ProofKey
 from envelopay.protocol.codes import OopsCode
 from envelopay.protocol.grammar import KEYWORDS
@@ -84,7 +86,25 @@ class Refusals(Sending):
             detail=detail,
             outbox=tuple(r.message_id for r in replies),
         )
-        commit = Commit(
+        commit = self._flowless_commit(
+            parsed, outcome, message_id, sender, owns_replay, release, now, replies
+        )
+        return self._finish(commit, outcome, message_id)
+
+    def _flowless_commit(
+        self,
+        parsed: Parsed,
+        outcome: Outcome,
+        message_id: str,
+        sender: str | None,
+        owns_replay: bool,
+        release: ProofKey | None,
+        now: datetime,
+        replies: tuple[Outbound, ...] = (),
+    ) -> Commit:
+        """A refusal touching no flow: the outcome and replies, the (sender, id) finished
+        when this message owns it, a proof it reserved released (never judged)."""
+        return Commit(
             local=self.address,
             now=now,
             outcome=outcome.to_json(),
@@ -97,7 +117,6 @@ class Refusals(Sending):
             proof=release,
             proof_fate="release" if release is not None else None,
         )
-        return self._finish(commit, outcome, message_id)
 
     def _quarantine(
         self, parsed: Parsed, message_id: str, sender: str | None, reason: str, proof: ProofKey | None
@@ -109,18 +128,7 @@ class Refusals(Sending):
         now = self.clock()
         outcome = Outcome("quarantined", message_id, detail=reason[:500])
         owns = sender is not None and parsed.id is not None
-        commit = Commit(
-            local=self.address,
-            now=now,
-            outcome=outcome.to_json(),
-            message_id=message_id,
-            worker=self.worker_id,
-            sender=sender if owns else None,
-            protocol_id=parsed.id if owns else None,
-            replay_fate="done" if owns else None,
-            proof=proof,
-            proof_fate="release" if proof is not None else None,
-        )
+        commit = self._flowless_commit(parsed, outcome, message_id, sender, owns, proof, now)
         for _ in range(2):
             if self.store.commit_step(commit) == "ok":
                 return outcome
@@ -148,34 +156,41 @@ class Refusals(Sending):
             return Outcome("busy", message_id, detail="claim lost to another worker")
         return None  # version conflict: the caller redoes the step
 
-    async def _commit_refusal(
+    def _commit_refused(
         self,
         parsed: Parsed,
-        message: Message,
         message_id: str,
         sender: str,
         work: Work,
-        step: Step,
-        proof_key: ProofKey | None,
         in_entry: LogEntry,
         now: datetime,
+        *,
+        state: str,
+        oops: OopsCode | None,
+        detail: str,
+        answer: bool,
+        proof: ProofKey | None,
+        proof_fate: Literal["spend", "release"] | None,
+        replay_fate: Literal["done", "release"] | None = "done",
+        verdict: Mapping[str, Any] | None = None,
     ) -> Outcome | None:
-        # A message that does not fit: its code (or silence), the state as it was. It is
-        # logged in an existing flow; a flow it would have opened is not created.
+        """A refusal in a flow (a table's no, or a failed proof): the OOPS (when `answer`
+        and there is a code) and the log, in an existing flow only; `state` unchanged."""
         replies: list[Outbound] = []
-        if step.oops is not None and not isinstance(message, Oops):
-            replies.append(self._reply(parsed, sender, self._oops(step.oops, step.detail, parsed.id), now))
+        if oops is not None and answer:
+            replies.append(self._reply(parsed, sender, self._oops(oops, detail, parsed.id), now))
         existing = work.version > 0
         outcome = Outcome(
             "refused",
             message_id,
             flow_id=work.flow_id if existing else None,
-            state=work.fs.state if existing else None,
-            oops=step.oops,
-            detail=step.detail,
+            state=state if existing else None,
+            oops=oops,
+            detail=detail,
             outbox=tuple(r.message_id for r in replies),
+            verdict=verdict,
         )
-        log = [replace(in_entry, oops=step.oops.value if step.oops else None)]
+        log = [replace(in_entry, verdict=verdict, oops=oops.value if oops else None)]
         log += [out_entry(work.flow_id, r, now) for r in replies]
         commit = Commit(
             local=self.address,
@@ -185,11 +200,12 @@ class Refusals(Sending):
             worker=self.worker_id,
             log=tuple(log) if existing else (),
             outbox=tuple((r, work.flow_id if existing else None) for r in replies),
-            proof=proof_key,
-            proof_fate="release" if proof_key is not None else None,  # never judged: not spent
+            proof=proof,
+            proof_fate=proof_fate,
+            proof_verdict=verdict,
             sender=sender,
             protocol_id=parsed.id,
-            replay_fate="done",
+            replay_fate=replay_fate,
         )
         return self._finish(commit, outcome, message_id)
 

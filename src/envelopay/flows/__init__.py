@@ -48,12 +48,7 @@ __all__ = [
 ]
 
 TABLES: dict[FlowKind, Table] = {
-    FlowKind.PAY: pay.TRANSITIONS,
-    FlowKind.ORDER: order.TRANSITIONS,
-    FlowKind.INVOICE: invoice.TRANSITIONS,
-    FlowKind.FIRST_CONTACT: first_contact.TRANSITIONS,
-    FlowKind.EXCHANGE: exchange.TRANSITIONS,
-    FlowKind.PREPAID: prepaid.TRANSITIONS,
+    m.KIND: m.TRANSITIONS for m in (pay, order, invoice, first_contact, exchange, prepaid)
 }
 
 

@@ -31,24 +31,6 @@ from envelopay.protocol.messages import (
     Which,
 )
 
-__all__ = [
-    "ILLEGAL",
-    "START",
-    "Action",
-    "Direction",
-    "Event",
-    "FlowKind",
-    "FlowState",
-    "ProofCheck",
-    "Row",
-    "Side",
-    "Step",
-    "Table",
-    "event_of",
-    "oops_rows",
-    "step_table",
-]
-
 START = "start"
 
 # A message with no row in the table: the documented extension code. OOPS itself always
@@ -64,6 +46,11 @@ class Side(StrEnum):
 class Direction(StrEnum):
     IN = "in"
     OUT = "out"
+
+
+# The short names the flow modules' tables are written in.
+IN, OUT = Direction.IN, Direction.OUT
+PAYER, PAYEE = Side.PAYER, Side.PAYEE
 
 
 class FlowKind(StrEnum):

@@ -3,23 +3,8 @@ moves first; the accepter verifies the give leg, counter-pays, and ACCEPTs."""
 
 from __future__ import annotations
 
+from envelopay.flows.core import IN, OUT, PAYEE, PAYER, Event, FlowKind, Row, Table, oops_rows
 from envelopay.flows.core import Action as A
-from envelopay.flows.core import (
-    Direction,
-    Event,
-    FlowKind,
-    FlowState,
-    Row,
-    Side,
-    Step,
-    Table,
-    oops_rows,
-    step_table,
-)
-from envelopay.protocol.messages import Message
-
-IN, OUT = Direction.IN, Direction.OUT
-PAYER, PAYEE = Side.PAYER, Side.PAYEE
 
 TRANSITIONS: Table = (
     Row("start", Event.OFFER, IN, PAYEE, "offered", (A.RECORD_OFFER, A.VERIFY_PROOF, A.DECIDE_OFFER)),
@@ -34,7 +19,3 @@ TRANSITIONS: Table = (
 )
 
 KIND = FlowKind.EXCHANGE
-
-
-def step(fs: FlowState, message: Message, direction: Direction) -> Step:
-    return step_table(TRANSITIONS, fs, message, direction)

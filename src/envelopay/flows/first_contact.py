@@ -6,23 +6,8 @@ those rows are the order and prepaid tables with their start state renamed "quot
 from __future__ import annotations
 
 from envelopay.flows import order, prepaid
+from envelopay.flows.core import IN, OUT, PAYEE, PAYER, Event, FlowKind, Row, Table, oops_rows
 from envelopay.flows.core import Action as A
-from envelopay.flows.core import (
-    Direction,
-    Event,
-    FlowKind,
-    FlowState,
-    Row,
-    Side,
-    Step,
-    Table,
-    oops_rows,
-    step_table,
-)
-from envelopay.protocol.messages import Message
-
-IN, OUT = Direction.IN, Direction.OUT
-PAYER, PAYEE = Side.PAYER, Side.PAYEE
 
 
 def _after_quote(table: Table) -> tuple[Row, ...]:
@@ -44,7 +29,3 @@ TRANSITIONS: Table = (
 )
 
 KIND = FlowKind.FIRST_CONTACT
-
-
-def step(fs: FlowState, message: Message, direction: Direction) -> Step:
-    return step_table(TRANSITIONS, fs, message, direction)

@@ -3,23 +3,8 @@ The proof is verified before the application is asked; it answers FULFILL or ref
 
 from __future__ import annotations
 
+from envelopay.flows.core import IN, OUT, PAYEE, PAYER, Event, FlowKind, Row, Table, oops_rows
 from envelopay.flows.core import Action as A
-from envelopay.flows.core import (
-    Direction,
-    Event,
-    FlowKind,
-    FlowState,
-    Row,
-    Side,
-    Step,
-    Table,
-    oops_rows,
-    step_table,
-)
-from envelopay.protocol.messages import Message
-
-IN, OUT = Direction.IN, Direction.OUT
-PAYER, PAYEE = Side.PAYER, Side.PAYEE
 
 TRANSITIONS: Table = (
     Row("start", Event.ORDER_PREPAID, IN, PAYEE, "prepaid", (A.RECORD_ORDER, A.VERIFY_PROOF, A.DECIDE_ORDER)),
@@ -30,7 +15,3 @@ TRANSITIONS: Table = (
 )
 
 KIND = FlowKind.PREPAID
-
-
-def step(fs: FlowState, message: Message, direction: Direction) -> Step:
-    return step_table(TRANSITIONS, fs, message, direction)

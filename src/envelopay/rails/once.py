@@ -13,12 +13,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar, Unpack
 
 from envelopay.errors import UsageError
 from envelopay.rails.interface import Expectation, Rail, Verdict
 
-__all__ = ["chain_name", "expectation", "installed_rails", "pay_once", "positive_amount", "verify_once"]
+__all__ = [
+    "ExpectationOptions", "chain_name", "expectation", "installed_rails", "pay_once", "positive_amount",
+    "verify_once",
+]
 
 T = TypeVar("T")
 
@@ -62,27 +65,31 @@ def _require_rpc(rpc: str | None, what: str) -> str:
     return rpc
 
 
-def expectation(
-    *,
-    chain: str,
-    token: str,
-    amount: str,
-    to: str,
-    at_least: bool,
-    payer: str | None,
-    commitment: str,
-    confirmations: int,
-    not_before: str | None,
-    not_after: str | None,
-) -> Expectation:
+class ExpectationOptions(TypedDict):
+    """The option values `expectation` reads (as the CLI's `rails verify` takes them)."""
+
+    chain: str
+    token: str
+    amount: str
+    to: str
+    at_least: bool
+    payer: str | None
+    commitment: str
+    confirmations: int
+    not_before: str | None
+    not_after: str | None
+
+
+def expectation(**o: Unpack[ExpectationOptions]) -> Expectation:
     """What a proof must show, from option values."""
-    _check_commitment(commitment)
+    _check_commitment(o["commitment"])
     return Expectation(
-        chain=chain_name(chain), token=token, amount=positive_amount(amount), recipient=to,
-        amount_policy="at_least" if at_least else "exact", payer=payer,
-        not_before=_when("not-before", not_before), not_after=_when("not-after", not_after),
-        commitment=commitment,  # type: ignore[arg-type]  # checked above
-        confirmations=confirmations,
+        chain=chain_name(o["chain"]), token=o["token"], amount=positive_amount(o["amount"]),
+        recipient=o["to"],
+        amount_policy="at_least" if o["at_least"] else "exact", payer=o["payer"],
+        not_before=_when("not-before", o["not_before"]), not_after=_when("not-after", o["not_after"]),
+        commitment=o["commitment"],  # type: ignore[arg-type]  # checked above
+        confirmations=o["confirmations"],
     )
 
 
@@ -96,30 +103,14 @@ def _with_rail(rail: Rail, use: Callable[[Rail], Awaitable[T]]) -> T:
     return asyncio.run(run())
 
 
-def verify_once(
-    tx: str,
-    *,
-    rpc: str | None,
-    chain: str,
-    token: str,
-    amount: str,
-    to: str,
-    at_least: bool,
-    payer: str | None,
-    commitment: str,
-    confirmations: int,
-    not_before: str | None,
-    not_after: str | None,
-) -> tuple[str, Verdict]:
+def verify_once(tx: str, *, rpc: str | None, **options: Unpack[ExpectationOptions]) -> tuple[str, Verdict]:
     """Verify the proof `{"tx": tx}` on the rail serving `chain`; the chain's name and the verdict."""
     from envelopay.rails.registry import rail_for_chain
 
-    _check_commitment(commitment)
+    _check_commitment(options["commitment"])  # named before a missing --rpc
     url = _require_rpc(rpc, "verifies")
-    want = expectation(chain=chain, token=token, amount=amount, to=to, at_least=at_least, payer=payer,
-                       commitment=commitment, confirmations=confirmations, not_before=not_before,
-                       not_after=not_after)
-    rail = rail_for_chain(chain, {"backend": "rpc", "rpc_url": url})
+    want = expectation(**options)
+    rail = rail_for_chain(options["chain"], {"backend": "rpc", "rpc_url": url})
     return want.chain, _with_rail(rail, lambda r: r.verify({"tx": tx}, want))
 
 

@@ -204,31 +204,26 @@ service stats {{
 
     def stop(self) -> None:
         """Stop the daemon and wait for its listeners to close (connections drop)."""
-        proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=15)
-        if proc.stderr:
-            proc.stderr.close()
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline and self._accepts(self.imap_port):
-            time.sleep(0.02)
+        self._end(graceful=True)
 
     def kill(self) -> None:
         """SIGKILL every Dovecot process: connections die without a BYE (a crash)."""
+        self._end(graceful=False)
+
+    def _end(self, *, graceful: bool) -> None:
         proc, self._proc = self._proc, None
         if proc is None:
             return
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=15)
+            os.killpg(proc.pid, signal.SIGTERM if graceful else signal.SIGKILL)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            if not graceful:
+                raise
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=15)
         if proc.stderr:
             proc.stderr.close()
         deadline = time.monotonic() + 15

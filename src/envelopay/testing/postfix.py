@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from envelopay.testing.dovecot import free_port
+
 __all__ = [
     "TRACE_FIELDS",
     "NextHop",
@@ -72,12 +74,6 @@ def postfix_available() -> bool:
     return os.path.exists(f"{_SBIN}/postfix") and os.path.exists("/usr/lib/postfix/sbin/master")
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @dataclass
 class Postfix:
     """One private Postfix instance rooted at `root` (a directory the caller owns)."""
@@ -95,7 +91,7 @@ class Postfix:
     def __post_init__(self) -> None:
         self.root = Path(self.root).resolve()
         if not self.port:
-            self.port = _free_port()
+            self.port = free_port()
 
     # -- paths
     @property
@@ -349,7 +345,7 @@ class NextHop:
         import threading
 
         if not self.port:
-            self.port = _free_port()
+            self.port = free_port()
         self._left = {k.lower(): list(v) for k, v in self.script.items()}
         self._cond = threading.Condition()
         self._controller: Any = None

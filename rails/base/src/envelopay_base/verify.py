@@ -12,11 +12,12 @@ transfer that is not yet deep enough is pending.
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ParamSpec
 
 from envelopay.rails.interface import AssetInfo, Expectation, Reason, Verdict
 from envelopay_base.assets import norm_address
@@ -145,6 +146,24 @@ def _amount_ok(observed: int, expectation: Expectation) -> bool:
     return observed == expectation.amount
 
 
+_NodeCheck = ParamSpec("_NodeCheck")
+
+
+def _malformed_is_unavailable(check: Callable[_NodeCheck, Verdict]) -> Callable[_NodeCheck, Verdict]:
+    """A malformed node answer yields an `unavailable` verdict: the chain could not be
+    asked properly, which says nothing about the payer's proof."""
+
+    @functools.wraps(check)
+    def guarded(*args: _NodeCheck.args, **kwargs: _NodeCheck.kwargs) -> Verdict:
+        try:
+            return check(*args, **kwargs)
+        except (MalformedAnswer, AttributeError, KeyError, OverflowError, TypeError, ValueError) as exc:
+            return Verdict.unavailable(f"malformed node answer: {exc}")
+
+    return guarded
+
+
+@_malformed_is_unavailable
 def check_payment(
     *,
     tx_hash: str,
@@ -157,27 +176,8 @@ def check_payment(
     expectation: Expectation,
     asset: AssetInfo,
 ) -> Verdict:
-    """Decide whether the transaction `tx_hash` pays `expectation` in `asset`.
-
-    A malformed node answer yields an `unavailable` verdict: the chain could not be
-    asked properly, which says nothing about the payer's proof."""
-    try:
-        return _check(tx_hash, tx, receipt, block, head, chain_id, expected_chain_id, expectation, asset)
-    except (MalformedAnswer, AttributeError, KeyError, OverflowError, TypeError, ValueError) as exc:
-        return Verdict.unavailable(f"malformed node answer: {exc}")
-
-
-def _check(
-    tx_hash: str,
-    tx: Mapping[str, Any] | None,
-    receipt: Mapping[str, Any] | None,
-    block: Mapping[str, Any] | None,
-    head: int | None,
-    chain_id: int,
-    expected_chain_id: int,
-    expectation: Expectation,
-    asset: AssetInfo,
-) -> Verdict:
+    """Decide whether the transaction `tx_hash` pays `expectation` in `asset` (a
+    malformed node answer: `unavailable`, never an exception)."""
     # Network binding first: a node on another chain can say nothing about ours.
     if chain_id != expected_chain_id:
         return Verdict.rejected(
