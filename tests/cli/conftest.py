@@ -107,7 +107,7 @@ class World:
         return ["--enforcer", self.enforcer.ready["listening"], "--operator-token-file", str(self.token_file)]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     tmp = tmp_path_factory.mktemp("cli")
     wdir, cdir = tmp / "worker", tmp / "client"
@@ -134,7 +134,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     enforcer = serve(["enforcer", "serve", "--db", db, "--port", str(free_port()), "--operator-token-file",
                       str(token_file), "--smtp-host", "127.0.0.1", "--smtp-port", str(smtp_port),
                       "--smtp-security", "none", "--vault-key-file", str(tmp / "vault.key")], env=env)
-    garden = serve(["garden", "serve", "--root", str(tmp / "g2"), "--address", "a@garden.local", "--port", "0"])
+    garden = serve(["garden", "serve", "--root", str(tmp / "g2"), "--address", "a@garden.local",
+                    "--port", "0"])
     w = World(tmp, wdir / "envelopay.toml", cdir / "envelopay.toml", sock, worker, enforcer, db, token_file,
               garden, sink, smtp, smtp_port)
     try:

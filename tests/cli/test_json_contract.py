@@ -65,7 +65,7 @@ def _which_flow(w: World, doc: dict[str, Any]) -> None:
 
 
 def _first_mail(w: World, doc: Any) -> None:
-    w.saved["mail"] = [r["id"] for r in doc if r["subject"] == "contract"][0]
+    w.saved["mail"] = next(r["id"] for r in doc if r["subject"] == "contract")
 
 
 async def _pending_sends(w: World) -> list[str]:
@@ -111,9 +111,11 @@ STEPS: list[Step] = [
     ("invoice", lambda w: [WORKER, "--amount", "1000", "--token", "USDC", "--chain", "solana-local",
                            "--order", "ord_contract", *_c(w)], 0, "client"),
     # The worker has no [[exchange]]: it does not take the pair, so nothing is paid (exit 1).
-    ("offer", lambda w: [WORKER, "--give-amount", "1000", "--give-token", "SOL", "--give-chain", "solana-local",
-                         "--give-to", "11111111111111111111111111111111", "--want-amount", "1",
-                         "--want-token", "USDC", "--want-chain", "base-local", *_c(w), "--timeout", "60"], 1, "error"),
+    ("offer", lambda w: [WORKER, "--give-amount", "1000", "--give-token", "SOL", "--give-chain",
+                         "solana-local", "--give-to", "11111111111111111111111111111111",
+                         "--want-amount", "1", "--want-token", "USDC", "--want-chain", "base-local", *_c(w),
+                         "--timeout", "60"],
+     1, "error"),
     ("accept", lambda w: [WORKER, "--offer", "ofr_x", "--amount", "abc", "--token", "USDC", "--chain",
                           "base-local", *_c(w)], 2, "error"),
     ("fulfill", lambda w: [WORKER, "--order", "ord_contract", "--result", '{"ok": true}', "--flow",
@@ -146,7 +148,8 @@ STEPS: list[Step] = [
      2, "error"),  # no $ENVELOPAY_IMAP_PASSWORD: named, before any connection
     ("mail contacts add", lambda w: ["peer@garden.local", "--name", "Peer", "--config", str(w.ccfg)],
      0, "contact"),
-    ("mail contacts edit", lambda w: ["peer@garden.local", "--note", "n", "--config", str(w.ccfg)], 0, "contact"),
+    ("mail contacts edit", lambda w: ["peer@garden.local", "--note", "n", "--config", str(w.ccfg)],
+     0, "contact"),
     ("mail contacts list", lambda w: ["--config", str(w.ccfg)], 0, "contacts"),
     ("mail contacts remove", lambda w: ["peer@garden.local", "--config", str(w.ccfg)], 0, "mail_action"),
     ("ledger compact", lambda w: _c(w), 0, "ledger_compact"),
