@@ -157,3 +157,21 @@ def test_an_approved_send_that_fails_exits_1_refused_or_3_environment(world: Wor
         assert code == FAILED and doc["error"] == "conflict"
     finally:
         assert stop(other) == 0
+
+
+@pytest.mark.parametrize(("args", "field", "words"), [
+    (["mail", "check", "-n", "many"], "-n", "wants a whole number, got 'many'"),
+    (["approvals", "list", "--limit", "0"], "--limit", "wants at least 1, got '0'"),
+    (["ledger", "compact", "--older-than", "-1"], "--older-than", "wants at least 0.0"),
+    (["agent", "create", "x", "--address", "a@b.test", "--hourly", "lots"], "--hourly",
+     "wants a whole number"),
+    (["agent", "create", "x", "--address", "a@b.test", "--spend", "bogus"], "--spend", "CHAIN/TOKEN=AMOUNT"),
+    (["version", "--bogus"], None, "No such option"),
+])
+def test_command_line_refusals_name_the_field_in_project_words(args: list[str], field: str | None,
+                                                              words: str) -> None:
+    res = runner.invoke(app, [*args, "--json"])
+    assert res.exit_code == USAGE
+    doc = json.loads(res.stdout)
+    assert doc["field"] == field and words in doc["detail"] and doc["exit"] == USAGE, doc
+    assert "Input should" not in res.stdout + res.stderr

@@ -65,10 +65,19 @@ class _Root(TyperGroup):
         if words is not None:
             exc.message = words  # the plain run's message too
         if json_mode() or "--json" in getattr(self, "_argv", ()):
-            param = getattr(exc, "param", None)
-            opts = [o for o in getattr(param, "opts", ()) if o.startswith("--")]
-            field = opts[0] if opts else (param.human_readable_name if param is not None else None)
+            field = _field(getattr(exc, "param", None))
             emit(error_document(exc.format_message(), exc.exit_code, field=field))
+
+
+def _field(param: Any) -> str | None:
+    """How the command line names a parameter: its long option, else its short one, or
+    the argument's name in capitals (ADDRESS)."""
+    if param is None:
+        return None
+    if getattr(param, "param_type_name", "") == "argument":
+        return str(param.name).upper()
+    opts = list(getattr(param, "opts", ()))
+    return next((o for o in opts if o.startswith("--")), opts[0] if opts else None)
 
 
 app = typer.Typer(

@@ -117,13 +117,15 @@ def delivery_exit(detail: str) -> int:
     return FAILED if _FOR_GOOD.search(detail) else ENVIRONMENT
 
 
-_FIELD = re.compile(r"^(--[a-z][\w.-]*|[A-Z][A-Z_]+):")
+# A message that starts with an option (`--amount: …`, `--spend 'x': …`, `--rpc URL …`)
+# or an argument (`ADDRESS: …`) names its field.
+_FIELD = re.compile(r"^(--[a-z][\w.-]*|[A-Z][A-Z_]+:)")
 
 
 def field_of(message: str) -> str | None:
     """The option or argument an error message starts with (`--amount: ...`, `ADDRESS: ...`)."""
     m = _FIELD.match(message)
-    return m.group(1) if m else None
+    return m.group(1).rstrip(":") if m else None
 
 
 @contextmanager
