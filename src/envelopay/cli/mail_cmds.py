@@ -387,11 +387,13 @@ def _register_garden(app: typer.Typer) -> None:
         import asyncio
         import signal
 
+        from envelopay.errors import ConfigError
         from envelopay.mail.garden import GardenServer
         from envelopay.mail.garden_auth import load_accounts
 
-        with answers():  # an unreadable accounts file: the environment (3); a bad address: 2
+        with answers():  # an unreadable accounts file: the environment (3)
             known = load_accounts(accounts) if accounts is not None else None
+        with answers(input_kinds=(ConfigError,)):  # its flags are its configuration: bad input (2)
             server = GardenServer(root, address, host=host, port=port, unix_path=socket, fsync=fsync,
                                   accounts=known)
 

@@ -36,7 +36,7 @@ def register(app: typer.Typer) -> None:
         try:
             raw = sys.stdin.buffer.read() if file == "-" else Path(file).read_bytes()
         except OSError as exc:
-            fail(f"cannot read {file}: {exc.strerror or exc}")
+            fail(f"FILE: cannot read {file}: {exc.strerror or exc}", field="FILE")
         parsed = parse(
             raw,
             options=ParseOptions(
