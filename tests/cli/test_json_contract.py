@@ -221,3 +221,27 @@ def test_served_commands_end_cleanly_and_print_nothing_more(world: World) -> Non
 
     code = stop(world.garden)
     assert code == 0 and world.garden.stdout_rest == []  # the summary went to stderr
+
+
+def test_devnet_up_in_the_foreground_prints_one_ready_document(tmp_path: Path) -> None:
+    from solders.keypair import Keypair
+
+    from .conftest import serve, stop
+
+    home = tmp_path / "devnet"
+    fast = ["--solana-port", "0", "--base-port", "0", "--slot-time", "0.05", "--confirmed-after", "1",
+            "--finalized-after", "4", "--block-time", "0.2"]
+    up = serve(["devnet", "up", "--home", str(home), *fast])
+    try:
+        check(up.ready, "devnet_up")
+        assert up.ready["state"]["pid"] == up.proc.pid and up.ready["detached"] is False
+        for args, definition in ((["devnet", "status"], "devnet_status"),
+                                 (["fund", str(Keypair().pubkey()), "--sol", "1"], "fund")):
+            res = runner.invoke(app, [*args, "--home", str(home), "--json"])
+            assert res.exit_code == 0, res.output
+            check(json.loads(res.stdout), definition)
+        res = runner.invoke(app, ["devnet", "down", "--home", str(home), "--json"])
+        assert res.exit_code == 0 and json.loads(res.stdout)["pid"] == up.proc.pid
+    finally:
+        code = stop(up)
+    assert code == 0 and up.stdout_rest == []  # its log and "stopped" went to stderr

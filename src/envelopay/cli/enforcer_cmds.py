@@ -29,7 +29,7 @@ from envelopay.cli.options import (
     Retention,
     TokenFileOpt,
 )
-from envelopay.cli.output import FAILED, answers, emit, fail, finish, next_page, ran
+from envelopay.cli.output import ENVIRONMENT, FAILED, answers, emit, fail, finish, next_page, ran
 from envelopay.cli.spend_cmds import (
     PayeeOpt,
     PayeeWalletOpt,
@@ -116,7 +116,7 @@ def register(app: typer.Typer) -> None:
         try:
             _run(lambda: serve(launch, host=host, port=port, socket=socket, spend=spend, listening=listening))
         except OSError as exc:  # a port in use, a socket path we cannot bind
-            fail(f"cannot listen: {exc.strerror or exc}", 3)
+            fail(f"cannot listen: {exc.strerror or exc}", ENVIRONMENT)
 
     @enforcer_app.command("compact")
     @RETENTION
