@@ -34,6 +34,9 @@ from envelopay.cli.output import (
     set_json_mode,
 )
 
+# Typer vendors click and exports no base class of its command-line refusals.
+_ClickException: type[Exception] = typer.core._click.exceptions.ClickException  # type: ignore[attr-defined]
+
 
 class _Root(TyperGroup):
     """The root command: resets the JSON mode per run, and answers a refusal of the
@@ -44,19 +47,22 @@ class _Root(TyperGroup):
         argv = list(sys.argv[1:] if args is None else args)
         set_json_mode(False)
         self._argv = argv
-        return super().main(argv, *rest, **extra)
+        try:
+            return super().main(argv, *rest, **extra)
+        finally:
+            set_json_mode(False)  # nothing after this run (a test's next command) inherits it
 
     def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
-        except typer.core._click.exceptions.ClickException as exc:  # type: ignore[attr-defined]
+        except _ClickException as exc:
             self._refused(exc)
             raise
 
     def make_context(self, *args: Any, **extra: Any) -> Any:
         try:
             return super().make_context(*args, **extra)
-        except typer.core._click.exceptions.ClickException as exc:  # type: ignore[attr-defined]
+        except _ClickException as exc:
             self._refused(exc)
             raise
 

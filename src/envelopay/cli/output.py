@@ -188,12 +188,6 @@ def next_page(token: str | None, command: str) -> None:
         typer.echo(f"more: {command} --after {shlex.quote(token)}", err=True)
 
 
-def say(line: str) -> None:
-    """A readable line: on stdout in a plain run, on stderr under --json (stdout holds
-    the one document)."""
-    typer.echo(line, err=json_mode())
-
-
 def ran(command: str, code: int = OK, **fields: Any) -> dict[str, Any]:
     """The document of a command that ran: `command`, `ok`, `exit`, then its own fields."""
     return {"command": command, "ok": code == OK, "exit": code, **fields}
