@@ -175,3 +175,9 @@ def test_command_line_refusals_name_the_field_in_project_words(args: list[str], 
     doc = json.loads(res.stdout)
     assert doc["field"] == field and words in doc["detail"] and doc["exit"] == USAGE, doc
     assert "Input should" not in res.stdout + res.stderr
+
+
+def test_without_json_a_refusal_prints_nothing_on_stdout() -> None:
+    for args in (["version", "--bogus"], ["approvals", "list", "--limit", "0"], ["which", "NOT AN ADDRESS"]):
+        res = runner.invoke(app, args)
+        assert res.exit_code == USAGE and res.stdout == "", (args, res.stdout)
