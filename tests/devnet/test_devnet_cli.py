@@ -25,7 +25,7 @@ def run(*args: str, home: Path, check: bool = True) -> subprocess.CompletedProce
 
 def test_detached_devnet_status_fund_down(tmp_path: Path) -> None:
     home = tmp_path / "devnet"
-    assert run("devnet", "status", home=home, check=False).returncode == 3  # nothing runs yet: the environment
+    assert run("devnet", "status", home=home, check=False).returncode == 3  # nothing runs: 3
     up = run("devnet", "up", "--detach", *FAST, home=home)
     assert "solana  http://127.0.0.1:" in up.stdout and "devnet up in the background" in up.stdout
     try:
