@@ -3,7 +3,9 @@ run with it prints exactly one JSON document on stdout, valid against the schema
 schemas/cli-output.schema.json, with the exit code the document says.
 
 The command tree is read from typer, so a new command without --json, or without a step
-here that runs it, fails `test_every_command_has_json_and_a_step`."""
+here that runs it, fails `test_every_command_has_json_and_a_step`. The steps run in order
+on one world (a step may use what an earlier one left in `world.saved`), so run the
+module whole rather than one step with -k."""
 
 from __future__ import annotations
 
