@@ -12,7 +12,7 @@ import typer.main
 from typer.testing import CliRunner
 
 from envelopay.cli.options import OptionSet, option
-from envelopay.cli.output import ENVIRONMENT, FAILED, USAGE, answers, emit_or_say, fail
+from envelopay.cli.output import ENVIRONMENT, USAGE, answers, emit_or_say, fail
 from envelopay.errors import ConfigError, TransportError, UsageError
 
 
@@ -43,7 +43,7 @@ def _app() -> typer.Typer:
 
     @app.command("boom")
     def boom(kind: str) -> None:
-        with answers(transport=FAILED, transport_prefix="transport: "):
+        with answers(transport_prefix="transport: "):
             if kind == "usage":
                 raise UsageError("--x: bad")
             if kind == "config":
@@ -78,7 +78,7 @@ def test_errors_become_exit_codes_and_a_json_error_document() -> None:
     runner = CliRunner()
     for kind, code, text in (("usage", USAGE, "error: --x: bad"),
                              ("config", ENVIRONMENT, "error: config: bad"),
-                             ("transport", FAILED, "error: transport: down")):
+                             ("transport", ENVIRONMENT, "error: transport: down")):
         res = runner.invoke(_app(), ["boom", kind])
         assert res.exit_code == code
         assert res.stderr.strip() == text

@@ -2,12 +2,14 @@
 bad input (that is a value: a Parsed with problems, a Verdict, a disposition)::
 
     EnvelopayError
-    ├── ConfigError        bad local configuration (CLI exit 2)
+    ├── ConfigError        bad local configuration (CLI exit 3, the environment)
     ├── UsageError         a caller passed something invalid (CLI exit 2)
     ├── TransportError     SMTP / IMAP / LMTP / RPC unreachable or broken
     ├── StoreError         the ledger failed (not a constraint we asked about)
     ├── RailError          a rail could not carry out a payment
     └── Refused            the peer has not agreed to what we were about to pay (CLI exit 1)
+
+The CLI's exit code for each kind is one table: envelopay.cli.output.EXIT_CODES.
 """
 
 from __future__ import annotations

@@ -25,13 +25,13 @@ def run(*args: str, home: Path, check: bool = True) -> subprocess.CompletedProce
 
 def test_detached_devnet_status_fund_down(tmp_path: Path) -> None:
     home = tmp_path / "devnet"
-    assert run("devnet", "status", home=home, check=False).returncode == 1  # nothing runs yet
+    assert run("devnet", "status", home=home, check=False).returncode == 3  # nothing runs: 3
     up = run("devnet", "up", "--detach", *FAST, home=home)
     assert "solana  http://127.0.0.1:" in up.stdout and "devnet up in the background" in up.stdout
     try:
         state = json.loads((home / "devnet.json").read_text())
         again = run("devnet", "up", "--detach", *FAST, home=home, check=False)
-        assert again.returncode == 2 and "already runs" in again.stderr
+        assert again.returncode == 3 and "already runs" in again.stderr  # the environment
         status = run("devnet", "status", home=home)
         assert "solana: ok slot" in status.stdout and "base: ok block" in status.stdout
         assert "garden: ok" in status.stdout
@@ -46,4 +46,4 @@ def test_detached_devnet_status_fund_down(tmp_path: Path) -> None:
     assert f"pid {state['pid']}" in down.stdout
     assert not (home / "devnet.json").exists()
     gone = run("fund", str(Keypair().pubkey()), "--sol", "1", home=home, check=False)
-    assert gone.returncode == 2 and "no devnet is running" in gone.stderr
+    assert gone.returncode == 3 and "no devnet is running" in gone.stderr  # the environment

@@ -122,10 +122,10 @@ def test_cli_bad_input_and_credentials(served: tuple[str, Path], tmp_path: Path)
     r = cli("agent", "list", "--enforcer", url, "--operator-token-file", str(wrong))
     assert r.exit_code == 2 and "refused the operator credential" in r.output
     r = cli("agent", "list", "--enforcer", url, "--operator-token-file", str(tmp_path / "missing"))
-    assert r.exit_code == 2
+    assert r.exit_code == 3  # the environment: the credential file is not there
     r = cli("agent", "list", "--enforcer", f"http://127.0.0.1:{_free_port()}", "--operator-token-file",
             str(token_file))
-    assert r.exit_code == 1 and "unreachable" in r.output
+    assert r.exit_code == 3 and "unreachable" in r.output  # the environment: the enforcer is down
 
 
 def test_serve_refuses_bad_configuration(tmp_path: Path) -> None:

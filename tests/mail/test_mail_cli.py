@@ -209,7 +209,7 @@ def test_fetch_once_from_dovecot(tmp_path: Path) -> None:
         code, out, _ = run(*args, "--dir", d, "--json", env=env)
         assert json.loads(out) == {"stored": 0}  # flagged on the server: not fetched twice
         code, _, err = run(*args, "--dir", d, env={"ENVELOPAY_IMAP_PASSWORD": "wrong"})
-        assert code == 1 and "login refused" in err
+        assert code == 3 and "login refused" in err  # the environment: its credential
     with Mailbox(Path(d)) as box:
         assert [r.subject for r in box.check()] == ["from imap"]
 

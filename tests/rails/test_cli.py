@@ -161,7 +161,7 @@ def test_pay_onchain_then_verify_end_to_end(devnode: tuple[LocalSolana, str], tm
 
     broke = runner.invoke(app, ["pay-onchain", *args[:4], "--amount", "999999999", "--to", merchant,
                                 "--keypair", str(keyfile), "--rpc", url])
-    assert broke.exit_code == 1, broke.output
+    assert broke.exit_code == 3, broke.output  # the environment: a wallet short of funds
     assert json.loads(broke.stdout)["error"] == "insufficient_funds"
 
 
@@ -175,12 +175,12 @@ def test_pay_onchain_usage_errors(tmp_path: Path) -> None:
     assert bad.exit_code == 2 and "JSON array" in bad.output
 
 
-def test_pay_onchain_with_the_node_down_is_exit_1(tmp_path: Path) -> None:
+def test_pay_onchain_with_the_node_down_is_exit_3(tmp_path: Path) -> None:
     keyfile = write_keypair(Keypair(), tmp_path / "k.json")
     result = runner.invoke(app, ["pay-onchain", "--chain", "solana-local", "--token", "SOL", "--amount", "5",
                                  "--to", str(Keypair().pubkey()), "--keypair", str(keyfile),
                                  "--rpc", "http://127.0.0.1:9/"])
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 3, result.output  # the environment: the RPC unreachable
     assert json.loads(result.stdout)["error"] == "rpc_unavailable"
 
 

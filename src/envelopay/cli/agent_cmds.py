@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from envelopay.cli.output import ENVIRONMENT, FAILED, OK, answers, emit
+from envelopay.cli.options import JsonOpt
+from envelopay.cli.output import FAILED, OK, answers, emit, ran
 
 if TYPE_CHECKING:
     from envelopay.config import WorkerConfig
@@ -18,7 +19,6 @@ if TYPE_CHECKING:
 _InitAddress = Annotated[str, typer.Option("--address", help="This agent's address.")]
 _InitDir = Annotated[Path, typer.Option("--dir", help="Where to write envelopay.toml and keys/.")]
 _Force = Annotated[bool, typer.Option("--force", help="Rewrite an existing config (never keys).")]
-_JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document.")]
 
 
 def register(app: typer.Typer) -> None:
@@ -35,7 +35,7 @@ def register(app: typer.Typer) -> None:
         devnet: Annotated[bool, typer.Option("--devnet", help="Configure for the running devnet, register "
                                              "with it and fund the wallets.")] = False,
         fund: Annotated[bool, typer.Option(help="With --devnet: fund the new wallets.")] = True,
-        as_json: _JsonOpt = False,
+        as_json: JsonOpt = False,
     ) -> None:
         """Write a configuration with local defaults and generate DKIM and wallet keys."""
         from envelopay.node.init import init_agent, init_devnet_agent
@@ -65,7 +65,7 @@ _Keep = Annotated[Path | None, typer.Option("--keep", help="Keep the demo's file
 
 def _register_demo(app: typer.Typer) -> None:
     @app.command("demo")
-    def demo(keep: _Keep = None) -> None:
+    def demo(keep: _Keep = None, as_json: JsonOpt = False) -> None:
         """Buyer and paid worker on embedded defaults (garden, SQLite, LiteSVM, eth-tester).
 
         First contact with USDC on Solana and on Base, one OFFER→ACCEPT, and four attacks
@@ -79,8 +79,10 @@ def _register_demo(app: typer.Typer) -> None:
 
         from envelopay.client.demo import Row, run_demo
 
-        # Wide enough for the table when the output is a file or a pipe.
-        console = Console(width=None if sys.stdout.isatty() else 120)
+        # Wide enough for the table when the output is a file or a pipe; under --json
+        # the table goes to stderr and stdout holds the one document.
+        out = sys.stderr if as_json else sys.stdout
+        console = Console(file=out, width=None if out.isatty() else 120)
         console.print("[bold]envelopay demo[/bold] — buyer@garden.local and worker@garden.local, no network")
 
         def echo(row: Row) -> None:
@@ -108,11 +110,14 @@ def _register_demo(app: typer.Typer) -> None:
             f"the worker's wallets hold {facts.get('worker_usdc_solana')} USDC units on solana-local "
             f"(attack payments that reached it included) and {facts.get('worker_usdc_base')} on base-local."
         )
-        if not result.ok:
-            for r in result.failures:
-                console.print(f"[red]deviation:[/red] {r.step}: {r.message}: "
-                              f"got {r.got}; expected {r.expected}")
-            raise typer.Exit(1)
+        for r in result.failures:
+            console.print(f"[red]deviation:[/red] {r.step}: {r.message}: got {r.got}; expected {r.expected}")
+        code = OK if result.ok else FAILED
+        if as_json:
+            rows = [{"step": r.step, "who": r.direction, "message": r.message, "got": r.got,
+                     "expected": r.expected, "ok": r.ok} for r in result.rows]
+            emit(ran("demo", code, seconds=round(result.seconds, 3), rows=rows, facts=facts))
+        raise typer.Exit(code)
 
 
 # -- worker serve ---------------------------------------------------------------------------
@@ -132,18 +137,29 @@ def _register_worker(app: typer.Typer) -> None:
     app.add_typer(worker, name="worker")
 
     @worker.command("serve")
-    def serve(config: _Config = Path("envelopay.toml"), garden: _Garden = False) -> None:
-        """Answer WHICH, ORDER, PAY and OFFER at the configured address until interrupted."""
+    def serve(
+        config: _Config = Path("envelopay.toml"), garden: _Garden = False, as_json: JsonOpt = False
+    ) -> None:
+        """Answer WHICH, ORDER, PAY and OFFER at the configured address until interrupted.
+        With --json: one document on stdout once it serves; the log goes to stderr."""
         import asyncio
 
         from envelopay.node.serve import serve_worker
 
+        def ready(garden_server: Any) -> None:
+            if as_json:
+                endpoint = getattr(garden_server, "endpoint", None)
+                emit(ran("worker serve", address=cfg.agent.address, tasks=[t.name for t in cfg.tasks],
+                            ledger=str(cfg.agent.ledger), transport=cfg.transport.kind,
+                            garden=None if endpoint is None else str(endpoint)))
+
         with answers():
             cfg = _load(config)
             try:
-                asyncio.run(serve_worker(cfg, embedded_garden=garden, echo=typer.echo))
+                asyncio.run(serve_worker(cfg, embedded_garden=garden, ready=ready,
+                                         echo=lambda line: typer.echo(line, err=as_json)))
             except KeyboardInterrupt:
-                typer.echo("stopped")
+                typer.echo("stopped", err=True)
 
 
 _Request = Annotated[str, typer.Option("--request", help="The request: one JSON object.")]
@@ -155,15 +171,17 @@ _Timeout = Annotated[float, typer.Option("--timeout", help="Seconds to wait for 
 def _register_call(app: typer.Typer) -> None:
     @app.command("call")
     def call(address: str, request: _Request, config: _Config = Path("envelopay.toml"),
-             timeout: _Timeout = 60.0, as_json: _JsonOpt = False) -> None:
-        """Call an email-as-tool endpoint (e.g. kv@garden.local) and print its reply as JSON."""
+             timeout: _Timeout = 60.0, as_json: JsonOpt = False) -> None:
+        """Call an email-as-tool endpoint (e.g. kv@garden.local) and print its reply as JSON
+        (always; --json is accepted for the uniform contract)."""
         from envelopay.client import commands as c
 
         with answers(as_json=True):
             to = c.check_address(address)
             payload = c.call_request(request)
+            c.check_timeout(timeout)
             cfg = _load(config)
-        with answers(transport=ENVIRONMENT, transport_prefix="transport: ", as_json=True):
+        with answers(transport_prefix="transport: ", as_json=True):  # transport down: exit 3
             result = c.call_endpoint(cfg, to, payload, timeout)
         code = OK if result.ok else FAILED
         out: dict[str, Any] = {"command": "call", "ok": result.ok, "exit": code, "call_id": result.call_id,

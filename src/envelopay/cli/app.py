@@ -6,7 +6,12 @@ that `envelopay --help` and `envelopay parse` start fast.
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Sequence
+from typing import Any
+
 import typer
+from typer.core import TyperGroup
 
 from envelopay.cli import (
     agent_cmds,
@@ -18,9 +23,72 @@ from envelopay.cli import (
     protocol_cmds,
     rails_cmds,
 )
+from envelopay.cli.options import JsonOpt
+from envelopay.cli.output import (
+    emit,
+    emit_or_say,
+    error_document,
+    json_mode,
+    plain_words,
+    ran,
+    set_json_mode,
+)
+
+# Typer vendors click and exports no base class of its command-line refusals.
+_ClickException: type[Exception] = typer.core._click.exceptions.ClickException  # type: ignore[attr-defined]
+
+
+class _Root(TyperGroup):
+    """The root command: resets the JSON mode per run, and answers a refusal of the
+    command line itself (an unknown option, a value of the wrong type, a missing
+    argument) with the JSON error document when --json was asked for."""
+
+    def main(self, args: Sequence[str] | None = None, *rest: Any, **extra: Any) -> Any:
+        argv = list(sys.argv[1:] if args is None else args)
+        set_json_mode(False)
+        self._argv = argv
+        try:
+            return super().main(argv, *rest, **extra)
+        finally:
+            set_json_mode(False)  # nothing after this run (a test's next command) inherits it
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except _ClickException as exc:
+            self._refused(exc)
+            raise
+
+    def make_context(self, *args: Any, **extra: Any) -> Any:
+        try:
+            return super().make_context(*args, **extra)
+        except _ClickException as exc:
+            self._refused(exc)
+            raise
+
+    def _refused(self, exc: Any) -> None:
+        words = plain_words(exc)
+        if words is not None:
+            exc.message = words  # the plain run's message too
+        if json_mode() or "--json" in getattr(self, "_argv", ()):
+            field = _field(getattr(exc, "param", None))
+            emit(error_document(exc.format_message(), exc.exit_code, field=field))
+
+
+def _field(param: Any) -> str | None:
+    """How the command line names a parameter: its long option, else its short one, or
+    the argument's name in capitals (ADDRESS)."""
+    if param is None:
+        return None
+    if getattr(param, "param_type_name", "") == "argument":
+        return str(param.name).upper()
+    opts = list(getattr(param, "opts", ()))
+    return next((o for o in opts if o.startswith("--")), opts[0] if opts else None)
+
 
 app = typer.Typer(
     name="envelopay",
+    cls=_Root,
     help="Envelopay: agents pay each other and trade work over email.",
     no_args_is_help=True,
     add_completion=False,
@@ -33,11 +101,11 @@ def _root() -> None:
 
 
 @app.command("version")
-def version() -> None:
+def version(as_json: JsonOpt = False) -> None:
     """Print the envelopay version."""
     from envelopay import __version__
 
-    typer.echo(__version__)
+    emit_or_say(as_json, ran("version", version=__version__), __version__)
 
 
 for _module in (protocol_cmds, rails_cmds, mail_cmds, agent_cmds, client_cmds, enforcer_cmds, ledger_cmds,

@@ -41,7 +41,7 @@ def _client(command: str, o: ClientOptions, act: Act, **extra: Any) -> NoReturn:
     """Run one client action, print its report (JSON or lines), exit with its code."""
     from envelopay.client import commands as c
 
-    with answers(as_json=o.as_json, transport=3, transport_prefix="transport: "):
+    with answers(as_json=o.as_json, transport_prefix="transport: "):
         rep = c.execute(command, _load(o), act, wait=o.wait, timeout=o.timeout, progress=_say, **extra)
     if o.as_json:
         emit(rep.document)
@@ -269,7 +269,7 @@ def _register_reading(app: typer.Typer) -> None:
         """Send the mail the outbox holds now; exit 1 if some was refused for good, 3 if some waits."""
         from envelopay.client import commands as c
 
-        with answers(as_json=o.as_json, transport=3, transport_prefix="transport: "):
+        with answers(as_json=o.as_json, transport_prefix="transport: "):
             doc = v.drain_doc(c.drain(_load(o)))
         if o.as_json:
             emit(doc)

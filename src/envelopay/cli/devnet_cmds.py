@@ -1,7 +1,8 @@
 """CLI commands of the devnet area: `devnet up|down|status` and `fund`.
 
-Exit codes: 0 ok; 1 the devnet is not running or a service does not answer (status),
-or it did not stop (down); 2 usage or configuration error.
+Exit codes by cli/output.EXIT_CODES: 2 bad input; 3 the environment (no devnet runs,
+one already runs, a service does not answer, a port in use). Each has --json; the
+foreground `devnet up --json` prints its one document once the devnet is up.
 """
 
 from __future__ import annotations
@@ -12,14 +13,12 @@ from typing import Annotated
 
 import typer
 
+from envelopay.cli.options import JsonOpt
+from envelopay.cli.output import ENVIRONMENT, OK, answers, emit, fail, finish, ran
+
 _Home = Annotated[Path | None, typer.Option(
     "--home", envvar="ENVELOPAY_DEVNET_HOME",
     help="The devnet's directory (state file, garden, agents); default ~/.envelopay/devnet.")]
-
-
-def _fail(message: str, code: int = 2) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(code)
 
 
 def register(app: typer.Typer) -> None:
@@ -41,17 +40,15 @@ def register(app: typer.Typer) -> None:
         block_time: Annotated[float, typer.Option(help="Seconds per Base block.")] = 2.0,
         base_node: Annotated[str, typer.Option(help="auto (anvil if found) | anvil | eth-tester.")] = "auto",
         detach: Annotated[bool, typer.Option(help="Run in the background (log: <home>/devnet.log).")] = False,
+        as_json: JsonOpt = False,
     ) -> None:
         """Start the devnet (in the foreground: Ctrl-C stops it; `envelopay devnet down` stops either)."""
         from envelopay.devnet.run import DevnetOptions, describe, run_devnet, start_detached
         from envelopay.devnet.state import devnet_home
-        from envelopay.errors import EnvelopayError
-
         if base_node not in ("auto", "anvil", "eth-tester"):
-            raise _fail("--base-node: auto, anvil or eth-tester")
+            fail("--base-node: auto, anvil or eth-tester")
         if slot_time <= 0 or block_time <= 0 or not 0 <= confirmed_after <= finalized_after:
-            raise _fail("--slot-time and --block-time must be positive; "
-                        "0 <= --confirmed-after <= --finalized-after")
+            fail("--slot-time and --block-time must be positive; 0 <= --confirmed-after <= --finalized-after")
         options = DevnetOptions(solana_port, base_port, slot_time, confirmed_after, finalized_after,
                                 block_time, base_node)
         where = devnet_home(home)
@@ -60,52 +57,46 @@ def register(app: typer.Typer) -> None:
                     str(base_port), "--slot-time", str(slot_time), "--confirmed-after", str(confirmed_after),
                     "--finalized-after", str(finalized_after), "--block-time", str(block_time),
                     "--base-node", base_node]
-            try:
+            with answers():
                 state = start_detached(where, argv)
-            except EnvelopayError as exc:
-                raise _fail(str(exc)) from exc
-            for line in describe(state):
-                typer.echo(line)
-            typer.echo("devnet up in the background; `envelopay devnet down` stops it")
-            return
+            finish(as_json, ran("devnet up", state=state.to_json(), detached=True),
+                   [*describe(state), "devnet up in the background; `envelopay devnet down` stops it"])
+
+        def echo(line: str) -> None:
+            typer.echo(line, err=as_json)
+            if as_json and line.startswith("devnet up"):  # the one document: it is up, and where
+                from envelopay.devnet.state import read_state
+
+                emit(ran("devnet up", state=read_state(where).to_json(), detached=False))
+
         try:
-            asyncio.run(run_devnet(where, options, echo=typer.echo))
-        except EnvelopayError as exc:
-            raise _fail(str(exc)) from exc
+            with answers():
+                asyncio.run(run_devnet(where, options, echo=echo))
         except OSError as exc:  # a port in use, a directory we cannot write
-            raise _fail(f"{exc.strerror or exc}; pick other ports with --solana-port / --base-port") from exc
+            fail(f"{exc.strerror or exc}; pick other ports with --solana-port / --base-port", ENVIRONMENT)
 
     @devnet.command("down")
-    def down(home: _Home = None) -> None:
+    def down(home: _Home = None, as_json: JsonOpt = False) -> None:
         """Stop the running devnet and wait until it has stopped."""
         from envelopay.devnet.run import stop_devnet
         from envelopay.devnet.state import devnet_home
-        from envelopay.errors import ConfigError
 
-        try:
+        with answers():
             state = stop_devnet(devnet_home(home))
-        except ConfigError as exc:
-            raise _fail(str(exc), 1) from exc
-        typer.echo(f"devnet (pid {state.pid}) stopped")
+        finish(as_json, ran("devnet down", pid=state.pid), [f"devnet (pid {state.pid}) stopped"])
 
     @devnet.command("status")
-    def status(home: _Home = None) -> None:
-        """Say what runs where and whether each service answers."""
+    def status(home: _Home = None, as_json: JsonOpt = False) -> None:
+        """Say what runs where and whether each service answers (exit 3 if one does not)."""
         from envelopay.devnet.run import describe, probe
         from envelopay.devnet.state import devnet_home, read_state
-        from envelopay.errors import ConfigError
 
-        try:
+        with answers():
             state = read_state(devnet_home(home))
-        except ConfigError as exc:
-            raise _fail(str(exc), 1) from exc
-        for line in describe(state):
-            typer.echo(line)
-        answers = asyncio.run(probe(state))
-        for name, answer in answers.items():
-            typer.echo(f"{name}: {answer}")
-        if any(a.startswith("down") for a in answers.values()):
-            raise typer.Exit(1)
+        heard = asyncio.run(probe(state))
+        code = ENVIRONMENT if any(a.startswith("down") for a in heard.values()) else OK
+        finish(as_json, ran("devnet status", code, state=state.to_json(), services=heard),
+               [*describe(state), *(f"{name}: {answer}" for name, answer in heard.items())])
 
     @app.command("fund")
     def fund_cmd(
@@ -115,19 +106,19 @@ def register(app: typer.Typer) -> None:
         usdc: Annotated[str | None, typer.Option(help="USDC to mint (e.g. 100) on each chain.")] = None,
         chain: Annotated[str | None, typer.Option(help="Only this chain: solana or base.")] = None,
         home: _Home = None,
+        as_json: JsonOpt = False,
     ) -> None:
         """Fund a wallet from the devnet's faucet (the devnet only; never a real chain)."""
         from envelopay.devnet.fund import fund, plan_funding
         from envelopay.devnet.state import devnet_home, read_state
-        from envelopay.errors import EnvelopayError
 
         where = devnet_home(home)
-        try:
+        with answers():
             state = read_state(where)
             plan = plan_funding(where, target, sol=sol, eth=eth, usdc=usdc, chain=chain)
             done = asyncio.run(fund(state, plan))
-        except EnvelopayError as exc:
-            raise _fail(str(exc)) from exc
-        for item in done:
-            native = "lamports" if item.chain.startswith("solana") else "wei"
-            typer.echo(f"{item.chain} {item.wallet}: +{item.native} {native}, +{item.usdc} USDC units")
+        funded = [{"chain": i.chain, "wallet": i.wallet, "native": str(i.native), "usdc": str(i.usdc)}
+                  for i in done]
+        finish(as_json, ran("fund", funded=funded),
+               [f"{i.chain} {i.wallet}: +{i.native} {'lamports' if i.chain.startswith('solana') else 'wei'}, "
+                f"+{i.usdc} USDC units" for i in done])

@@ -2,7 +2,9 @@
 `approvals list|approve|reject|retry`, and `mcp` (the agents' MCP front).
 
 Operator commands talk to the running service with the operator credential (never to
-the database directly). Bad input → exit 2; an unreachable enforcer → exit 1.
+the database directly). Exit codes by cli/output.EXIT_CODES; `approvals approve|retry`
+exit by what became of the send (cli/operator.decision_exit). `enforcer serve --json`
+prints one document when it listens (README "Output and exit codes").
 """
 
 from __future__ import annotations
@@ -11,21 +13,23 @@ import asyncio
 import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import typer
 
+from envelopay.cli.operator import ask, decision_exit
 from envelopay.cli.options import (
     DEFAULT_TOKEN_FILE,
     OPERATOR,
+    RETENTION,
     AfterOpt,
-    JsonObjectOpt,
+    JsonOpt,
     LimitOpt,
-    OlderThanOpt,
     OperatorOptions,
+    Retention,
     TokenFileOpt,
 )
-from envelopay.cli.output import FAILED, USAGE, answers, emit_or_say, fail, next_page
+from envelopay.cli.output import ENVIRONMENT, FAILED, answers, emit, fail, finish, next_page, ran
 from envelopay.cli.spend_cmds import (
     PayeeOpt,
     PayeeWalletOpt,
@@ -37,11 +41,7 @@ from envelopay.cli.spend_cmds import (
     register_spend,
     wallet_specs,
 )
-from envelopay.cli.spend_cmds import ask as ask_spend
-from envelopay.errors import ConfigError, UsageError
-
-if TYPE_CHECKING:
-    from envelopay.enforcer.client import OperatorClient
+from envelopay.errors import ConfigError
 
 T = TypeVar("T")
 
@@ -54,24 +54,9 @@ def _run(coro_fn: Callable[[], Awaitable[T]]) -> T:
     async def main() -> T:
         return await coro_fn()
 
-    with answers(transport=FAILED):
+    with answers():
         return asyncio.run(main())
     raise AssertionError("unreachable")  # for mypy: `answers` ends the command on any error
-
-
-def _ask(where: OperatorOptions, call: Callable[[OperatorClient], Awaitable[T]]) -> T:
-    """One request to the running enforcer, with the operator credential."""
-    from envelopay.enforcer.client import OperatorClient
-    from envelopay.enforcer.launch import operator_token
-
-    with answers(config=USAGE):  # a missing/unreadable --operator-token-file: exit 2 as before
-        op_token = operator_token(where.token_file)
-
-    async def go() -> T:
-        async with OperatorClient(where.url, op_token) as op:
-            return await call(op)
-
-    return _run(go)
 
 
 def register(app: typer.Typer) -> None:
@@ -105,13 +90,15 @@ def register(app: typer.Typer) -> None:
             "--pay-rail", help="CHAIN[=RPC_URL]: pay on this chain from the agents' wallets.")] = None,
         inbox_root: Annotated[Path | None, typer.Option(
             "--inbox-root", help="ROOT/<agent>/ Maildirs, read for pay_invoice.")] = None,
+        as_json: JsonOpt = False,
     ) -> None:
         """Run the enforcer: the only holder of the SMTP credential, the DKIM key and the
         agents' wallet keys."""
         from envelopay.enforcer.launch import prepare, serve
         from envelopay.enforcer.spend_launch import prepare_spend
 
-        try:
+        # Its configuration is its flags: a ConfigError here names one (bad input, exit 2).
+        with answers(input_kinds=(ConfigError,)):
             launch = prepare(
                 db=db, token_file=token_file, garden=garden, smtp_host=smtp_host, smtp_port=smtp_port,
                 smtp_security=smtp_security, smtp_user=smtp_user, dkim_key=dkim_key,
@@ -120,16 +107,22 @@ def register(app: typer.Typer) -> None:
             )
             spend = prepare_spend(vault_key_file=vault_key_file, pay_rails=pay_rail or [],
                                   inbox_root=inbox_root)
-        except (ConfigError, UsageError, OSError) as exc:
-            fail(str(exc))
-        _run(lambda: serve(launch, host=host, port=port, socket=socket, spend=spend,
-                           listening=lambda where: typer.echo(f"enforcer listening on {where}", err=True)))
+
+        def listening(where: object) -> None:
+            typer.echo(f"enforcer listening on {where}", err=True)
+            if as_json:  # the one document: ready, and where (a long-running command)
+                emit(ran("enforcer serve", listening=str(where), operator_token_file=str(token_file)))
+
+        try:
+            _run(lambda: serve(launch, host=host, port=port, socket=socket, spend=spend, listening=listening))
+        except OSError as exc:  # a port in use, a socket path we cannot bind
+            fail(f"cannot listen: {exc.strerror or exc}", ENVIRONMENT)
 
     @enforcer_app.command("compact")
+    @RETENTION
     def compact(
+        keep: Retention,
         db: Annotated[str, typer.Option("--db", help="The enforcer's store, as given to serve.")],
-        older_than: OlderThanOpt = 30.0,
-        as_json: JsonObjectOpt = False,
     ) -> None:
         """Retention: delete finished sends older than the window and past cap counters.
         Runs beside a serving enforcer (short statements on the same store)."""
@@ -142,15 +135,14 @@ def register(app: typer.Typer) -> None:
             store = open_store(db)
             await store.open()
             try:
-                report = await compact_enforcer(store, older_than=older_than * 86_400, now=time.time())
+                report = await compact_enforcer(store, older_than=keep.seconds, now=time.time())
             finally:
                 await store.close()
             return report.to_json()
 
-        with answers():
-            doc = _run(go)
-        emit_or_say(as_json, doc, f"removed {doc['sends']} sends, {doc['outcomes']} outcomes,"
-                                  f" {doc['counters']} counters")
+        doc = _run(go)
+        finish(keep.as_json, ran("enforcer compact") | doc,
+               [f"removed {doc['sends']} sends, {doc['outcomes']} outcomes, {doc['counters']} counters"])
 
     _register_agents(agent_app)
     register_spend(agent_app)
@@ -163,10 +155,8 @@ def register(app: typer.Typer) -> None:
         optionally $ENVELOPAY_AGENT_MAILDIR."""
         from envelopay.enforcer.mcp_server import config_from_env, run_stdio
 
-        try:
+        with answers():  # the environment configures it: a ConfigError is exit 3
             config = config_from_env(os.environ)
-        except ConfigError as exc:
-            fail(str(exc))
         run_stdio(config)
 
 
@@ -194,44 +184,46 @@ def _register_agents(agent_app: typer.Typer) -> None:
         spends = bool(spend or payee or payee_wallet or require_invoice)
         policy = policy_from_options({}, spend or [], payee or [], payee_wallet or [], require_invoice) \
             if spends else None
-        agent, token = _ask(where, lambda op: op.create_agent(
+        agent, token = ask(where, lambda op: op.create_agent(
             name, address, allow=tuple(allow or ()), hourly=hourly, daily=daily))
-        typer.echo(f"created agent {agent['name']} <{agent['address']}>: {agent['summary']}")
+        lines = [f"created agent {agent['name']} <{agent['address']}>: {agent['summary']}"]
+        made: list[dict[str, Any]] = []
         if wallets or policy is not None:
-            made = ask_spend(where, lambda op: apply_create_options(op, name, wallets, policy))
-            for w in made:
-                typer.echo(f"wallet {w['chain']} {w['address']} ({w['label']})")
-            if policy is not None:
-                for line in describe_policy(policy):
-                    typer.echo(line)
-        typer.echo("Save this token now; it is shown only once. MCP client configuration:")
-        typer.echo(f"ENVELOPAY_ENFORCER={where.url}")
-        typer.echo(f"ENVELOPAY_AGENT_ADDRESS={agent['address']}")
-        typer.echo(f"ENVELOPAY_AGENT_TOKEN={token}")
+            made = ask(where, lambda op: apply_create_options(op, name, wallets, policy))
+            lines += [f"wallet {w['chain']} {w['address']} ({w['label']})" for w in made]
+            lines += describe_policy(policy) if policy is not None else []
+        env = {"ENVELOPAY_ENFORCER": where.url, "ENVELOPAY_AGENT_ADDRESS": agent["address"],
+               "ENVELOPAY_AGENT_TOKEN": token}
+        lines.append("Save this token now; it is shown only once. MCP client configuration:")
+        lines += [f"{k}={v}" for k, v in env.items()]
+        finish(where.as_json, ran("agent create", agent=agent, token=token, wallets=made, policy=policy,
+                                     env=env), lines)
 
     @agent_app.command("list")
     @OPERATOR
     def agent_list(where: OperatorOptions, limit: LimitOpt = 100, after: AfterOpt = None) -> None:
         """List agents by name, one page: address, status and policy."""
-        rows, nxt = _ask(where, lambda op: op.agents_page(limit, after))
-        _listing(rows, "no agents (create one with: envelopay agent create NAME --address ADDR)",
+        rows, nxt = ask(where, lambda op: op.agents_page(limit, after))
+        _listing(where, "agent list", "agents", rows, nxt,
+                 "no agents (create one with: envelopay agent create NAME --address ADDR)",
                  lambda a: f"{a['name']:<20} {a['address']:<32} {a['status']:<7} {a['summary']}")
-        next_page(nxt, "envelopay agent list")
 
     @agent_app.command("kill")
     @OPERATOR
     def agent_kill(where: OperatorOptions, name: Annotated[str, typer.Argument()]) -> None:
         """Kill an agent: terminal; its token does nothing from now on."""
-        if _ask(where, lambda op: op.kill_agent(name)) is None:
-            fail(f"no agent named {name!r}")
-        typer.echo(f"killed {name}")
+        agent = ask(where, lambda op: op.kill_agent(name))
+        if agent is None:
+            fail(f"NAME: no agent named {name!r}")
+        finish(where.as_json, ran("agent kill", agent=agent), [f"killed {name}"])
 
 
-def _listing(rows: list[dict[str, Any]], empty: str, line: Callable[[dict[str, Any]], str]) -> None:
-    if not rows:
-        typer.echo(empty)
-    for row in rows:
-        typer.echo(line(row))
+def _listing(where: OperatorOptions, command: str, key: str, rows: list[dict[str, Any]], nxt: str | None,
+             empty: str, line: Callable[[dict[str, Any]], str]) -> None:
+    """One page of a list: its document, or its lines and how to get the next page."""
+    if not where.as_json:
+        next_page(nxt, f"envelopay {command}")
+    finish(where.as_json, ran(command) | {key: rows, "next": nxt}, [line(r) for r in rows] or [empty])
 
 
 def _approval_line(r: dict[str, Any]) -> str:
@@ -251,9 +243,8 @@ def _register_approvals(approvals_app: typer.Typer) -> None:
     @OPERATOR
     def approvals_list(where: OperatorOptions, limit: LimitOpt = 100, after: AfterOpt = None) -> None:
         """The approval queue, pending first, one page."""
-        rows, nxt = _ask(where, lambda op: op.approvals_page(limit, after))
-        _listing(rows, "approval queue is empty", _approval_line)
-        next_page(nxt, "envelopay approvals list")
+        rows, nxt = ask(where, lambda op: op.approvals_page(limit, after))
+        _listing(where, "approvals list", "approvals", rows, nxt, "approval queue is empty", _approval_line)
 
     for action, doc in _DECISIONS.items():
         approvals_app.command(action)(OPERATOR(_decision(action, doc)))
@@ -261,13 +252,18 @@ def _register_approvals(approvals_app: typer.Typer) -> None:
 
 def _decision(action: str, doc: str) -> Callable[[OperatorOptions, str], None]:
     def decide(where: OperatorOptions, send_id: Annotated[str, typer.Argument()]) -> None:
-        status, data = _ask(where, lambda op: op.decide(send_id, action))
+        status, data = ask(where, lambda op: op.decide(send_id, action))
         detail = f" ({data['detail']})" if data.get("detail") else ""
         if status == 404:
-            fail(f"no approval {send_id}")
+            fail(f"SEND_ID: no approval {send_id}")
         if status == 409:
-            fail(f"conflict: the approval is {data['state']}{detail}", code=FAILED)
-        typer.echo(f"{send_id}: {data['state']}{detail}")
+            fail(f"conflict: the approval is {data['state']}{detail}", code=FAILED, error="conflict")
+        code = decision_exit(action, data)
+        disposition = data.get("disposition") or {}
+        finish(where.as_json, ran(f"approvals {action}", code, id=send_id, state=data["state"],
+                                     detail=data.get("detail", ""), delivered=data["state"] == "SENT",
+                                     disposition=disposition or None),
+               [f"{send_id}: {data['state']}{detail}"])
 
     decide.__doc__ = doc
     decide.__name__ = action

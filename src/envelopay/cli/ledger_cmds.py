@@ -1,7 +1,8 @@
 """CLI of the ledger's upkeep: `ledger compact` (retention, SPEC.md "Retention").
 
 It opens the ledger the agent's configuration names and runs beside live workers: each
-batch is one short transaction. Bad input → exit 2; an unreachable ledger → exit 1.
+batch is one short transaction. Exit codes by cli/output.EXIT_CODES (an unreachable
+ledger is the environment: 3).
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ from typing import Annotated
 
 import typer
 
-from envelopay.cli.options import JsonObjectOpt, OlderThanOpt
-from envelopay.cli.output import FAILED, answers, emit_or_say
+from envelopay.cli.options import RETENTION, Retention
+from envelopay.cli.output import answers, finish, ran
 
 _Config = Annotated[Path, typer.Option("--config", "-c", help="Agent configuration (TOML).")]
 
@@ -24,12 +25,12 @@ def register(app: typer.Typer) -> None:
     app.add_typer(ledger, name="ledger")
 
     @ledger.command("compact")
+    @RETENTION
     def compact(
+        keep: Retention,
         config: _Config = Path("envelopay.toml"),
-        older_than: OlderThanOpt = 30.0,
         batch: Annotated[int, typer.Option("--batch", min=1, help="Rows per transaction.")] = 500,
         vacuum: Annotated[bool, typer.Option("--vacuum", help="PostgreSQL: VACUUM (online) after.")] = False,
-        as_json: JsonObjectOpt = False,
     ) -> None:
         """Retention: age out sent outbox rows, settled calls and the log of idle flows;
         keep spent proofs, (sender, id) pairs and Message-ID claims. Online."""
@@ -40,13 +41,13 @@ def register(app: typer.Typer) -> None:
 
         with answers():
             cfg = load_config(config)
-        with answers(transport=FAILED):
+        with answers():
             store = open_store(cfg.agent.ledger, Path(cfg.base_dir))
             try:
                 assert isinstance(store, SqlStore)
                 report = compact_ledger(
                     store,
-                    older_than=timedelta(days=older_than),
+                    older_than=timedelta(days=keep.older_than),
                     now=datetime.now(UTC),
                     batch=batch,
                     vacuum=vacuum,
@@ -55,9 +56,6 @@ def register(app: typer.Typer) -> None:
                 store.close()
         doc = report.to_json()
         removed = sum(report.removed.values())
-        emit_or_say(
-            as_json,
-            doc,
-            f"compacted {report.flows} flows; removed {removed} rows; "
-            f"trimmed {sum(report.trimmed.values())} claims (cutoff {doc['cutoff']})",
-        )
+        finish(keep.as_json, ran("ledger compact") | doc,
+               [f"compacted {report.flows} flows; removed {removed} rows; "
+                f"trimmed {sum(report.trimmed.values())} claims (cutoff {doc['cutoff']})"])

@@ -1,4 +1,6 @@
-"""CLI commands of the mail area: `envelopay mail ...` (H6) and `envelopay garden ...` (H5)."""
+"""CLI commands of the mail area: `envelopay mail ...` (H6) and `envelopay garden ...` (H5).
+
+Exit codes by cli/output.EXIT_CODES; `garden serve --json` prints one document once it listens."""
 
 from __future__ import annotations
 
@@ -9,8 +11,19 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from envelopay.cli.options import MAILBOX, MAILBOX_AS, JsonObjectOpt, MailboxOptions, OlderThanOpt
-from envelopay.cli.output import FAILED, emit, emit_or_say, fail, table
+from envelopay.cli.options import MAILBOX, MAILBOX_AS, RETENTION, JsonOpt, MailboxOptions, Retention
+from envelopay.cli.output import (
+    ENVIRONMENT,
+    FAILED,
+    answers,
+    delivery_exit,
+    emit,
+    emit_or_say,
+    fail,
+    finish,
+    ran,
+    table,
+)
 
 if TYPE_CHECKING:
     from envelopay.mail.contacts import Contact, ContactBook
@@ -37,29 +50,12 @@ def _register_mail(app: typer.Typer) -> None:
 
 @contextmanager
 def _opened(where: MailboxOptions) -> Iterator[Mailbox]:
-    """The chosen mailbox; a refusal answers with its code and field (exit 2)."""
-    from envelopay.errors import UsageError
-    from envelopay.mail.mailbox import MailboxError
+    """The chosen mailbox; a refusal answers with its code and field (EXIT_CODES)."""
     from envelopay.node.agent_mailbox import open_agent_mailbox
 
-    try:
-        with open_agent_mailbox(where.directory, where.config, where.address) as box:
-            yield box
-    except MailboxError as exc:
-        fail(str(exc), as_json=where.as_json, error=exc.code, field=exc.field)
-    except UsageError as exc:
-        fail(str(exc), as_json=where.as_json)
-
-
-@contextmanager
-def _refusals(as_json: bool) -> Iterator[None]:
-    """Option values refused before the mailbox opens (exit 2, nothing sent)."""
-    from envelopay.mail.mailbox import MailboxError
-
-    try:
-        yield
-    except MailboxError as exc:
-        fail(str(exc), as_json=as_json, error=exc.code, field=exc.field)
+    with answers(as_json=where.as_json), \
+            open_agent_mailbox(where.directory, where.config, where.address) as box:
+        yield box
 
 
 def _show(records: list[MailRecord], as_json: bool, *, with_body: bool = False, title: str = "") -> None:
@@ -239,7 +235,7 @@ def reply(
     from envelopay.mail.mailbox import smtp_send_fn
     from envelopay.mail.selection import reply_text, smtp_config
 
-    with _refusals(where.as_json):
+    with answers(as_json=where.as_json):
         body = reply_text(text, text_file)
         cfg = smtp_config(smtp, security)
     with _opened(where) as box:
@@ -250,7 +246,8 @@ def reply(
     line = f"{result.status}: {result.id or '-'} {result.message_id or ''} {result.detail}".rstrip()
     emit_or_say(where.as_json, payload, line)
     if result.status not in ("sent", "pending_approval"):
-        raise typer.Exit(1)
+        # Refused for good (blocked, a 5xx) → 1; the transport or enforcer unreachable → 3.
+        raise typer.Exit(FAILED if result.status == "blocked" else delivery_exit(result.detail or ""))
 
 
 @mail.command("fetch")
@@ -266,20 +263,17 @@ def fetch(
     """Copy unprocessed IMAP mail into the inbox; each message is flagged
     $EnvelopayProcessed on the server only after it is stored. The password comes from
     $ENVELOPAY_IMAP_PASSWORD (never the command line)."""
-    from envelopay.errors import TransportError
     from envelopay.mail.selection import fetch_imap, imap_config
 
-    with _refusals(where.as_json):
+    with answers(as_json=where.as_json):
         cfg = imap_config(imap, user, mailbox_name, tls)
     with _opened(where) as box:
 
         def started() -> None:
             typer.echo(f"fetching {user}@{cfg.host}:{cfg.port}/{mailbox_name} (IDLE); Ctrl-C stops", err=True)
 
-        try:
+        with answers(as_json=where.as_json):  # the IMAP server unreachable: the environment, 3
             stored = fetch_imap(box, cfg, idle=idle, started=started)
-        except TransportError as exc:
-            fail(str(exc), FAILED)
     emit_or_say(where.as_json, {"stored": stored}, f"{stored} message(s) stored")
 
 
@@ -347,6 +341,9 @@ def contacts_remove(where: MailboxOptions, contact: _ContactArg) -> None:
         raise typer.Exit(1)
 
 
+_Root = Annotated[Path, typer.Option("--root", help="Directory holding one Maildir per address.")]
+
+
 def _register_garden(app: typer.Typer) -> None:
     """`envelopay garden ...`: the walled-garden LMTP transport."""
     garden = typer.Typer(
@@ -355,11 +352,8 @@ def _register_garden(app: typer.Typer) -> None:
     app.add_typer(garden, name="garden")
 
     @garden.command("compact")
-    def compact(
-        root: Annotated[Path, typer.Option("--root", help="Directory holding one Maildir per address.")],
-        older_than: OlderThanOpt = 30.0,
-        as_json: JsonObjectOpt = False,
-    ) -> None:
+    @RETENTION
+    def compact(keep: Retention, root: _Root) -> None:
         """Retention: delete processed mail (cur/) older than the window; new/ is never touched."""
         import time
 
@@ -367,13 +361,13 @@ def _register_garden(app: typer.Typer) -> None:
 
         if not root.is_dir():
             fail(f"--root: no such directory: {root}")
-        report = prune_processed(root, older_than=older_than * 86_400, now=time.time())
-        emit_or_say(as_json, report.to_json(),
-                    f"removed {report.removed} processed messages from {report.addresses} addresses")
+        report = prune_processed(root, older_than=keep.seconds, now=time.time())
+        finish(keep.as_json, ran("garden compact") | report.to_json(),
+               [f"removed {report.removed} processed messages from {report.addresses} addresses"])
 
     @garden.command("serve")
     def serve(
-        root: Annotated[Path, typer.Option("--root", help="Directory holding one Maildir per address.")],
+        root: _Root,
         address: Annotated[
             list[str], typer.Option("--address", "-a", help="A garden address (repeat for each).")
         ],
@@ -387,21 +381,21 @@ def _register_garden(app: typer.Typer) -> None:
             Path | None,
             typer.Option("--accounts", help="Accounts file: every sender must AUTH (garden account)."),
         ] = None,
+        as_json: JsonOpt = False,
     ) -> None:
         """Run the garden's LMTP server until interrupted (SIGINT / SIGTERM)."""
         import asyncio
         import signal
 
-        from envelopay.errors import ConfigError, UsageError
+        from envelopay.errors import ConfigError
         from envelopay.mail.garden import GardenServer
         from envelopay.mail.garden_auth import load_accounts
 
-        try:
+        with answers():  # an unreadable accounts file: the environment (3)
             known = load_accounts(accounts) if accounts is not None else None
+        with answers(input_kinds=(ConfigError,)):  # its flags are its configuration: bad input (2)
             server = GardenServer(root, address, host=host, port=port, unix_path=socket, fsync=fsync,
                                   accounts=known)
-        except (ConfigError, UsageError) as exc:
-            fail(str(exc))
 
         async def run() -> None:
             stop = asyncio.Event()
@@ -411,16 +405,19 @@ def _register_garden(app: typer.Typer) -> None:
             async with server:
                 ep = server.endpoint
                 where = f"unix:{ep}" if isinstance(ep, Path) else f"{ep[0]}:{ep[1]}"
-                typer.echo(f"garden listening on {where} for {len(server.addresses)} address(es)")
-                for addr in sorted(server.addresses):
-                    typer.echo(f"  {addr} -> {server.maildir(addr)}")
+                boxes = {addr: str(server.maildir(addr)) for addr in sorted(server.addresses)}
+                if as_json:  # the one document: it listens, where, for whom (the log: stderr)
+                    emit(ran("garden serve", listening=where, maildirs=boxes))
+                typer.echo(f"garden listening on {where} for {len(boxes)} address(es)", err=as_json)
+                for addr, box in boxes.items():
+                    typer.echo(f"  {addr} -> {box}", err=as_json)
                 await stop.wait()
-            typer.echo(f"garden stopped: {server.stats.delivered} delivered")
+            typer.echo(f"garden stopped: {server.stats.delivered} delivered", err=as_json)
 
         try:
             asyncio.run(run())
         except OSError as exc:
-            fail(f"cannot listen: {exc.strerror or exc}")
+            fail(f"cannot listen: {exc.strerror or exc}", ENVIRONMENT)
 
     @garden.command("account")
     def account_cmd(
@@ -429,16 +426,15 @@ def _register_garden(app: typer.Typer) -> None:
             list[str], typer.Option("--address", "-a", help="An address it may send as (repeat for each).")
         ],
         accounts: Annotated[Path, typer.Option("--accounts", help="The accounts file (created if absent).")],
+        as_json: JsonOpt = False,
     ) -> None:
         """Add (or replace) a garden account; print its secret once (only its hash is kept)."""
-        from envelopay.errors import ConfigError, UsageError
         from envelopay.mail.garden_auth import add_account
 
-        try:
+        with answers():
             secret = add_account(accounts, user, address)
-        except (ConfigError, UsageError) as exc:
-            fail(str(exc))
-        typer.echo(secret)
+        finish(as_json, ran("garden account", user=user, addresses=list(address), accounts=str(accounts),
+                               secret=secret), [secret])
 
     @garden.command("deliver")
     def deliver_cmd(
@@ -452,18 +448,18 @@ def _register_garden(app: typer.Typer) -> None:
             str | None,
             typer.Option("--user", help="Garden account to AUTH as; secret in $ENVELOPAY_GARDEN_SECRET."),
         ] = None,
+        as_json: JsonOpt = False,
     ) -> None:
         """Deliver one message into the garden over LMTP; print one line per recipient."""
         import asyncio
         import sys
 
-        from envelopay.errors import TransportError, UsageError
         from envelopay.mail.garden import Endpoint, deliver
 
         try:
             raw = sys.stdin.buffer.read() if file == "-" else Path(file).read_bytes()
         except OSError as exc:
-            fail(f"cannot read {file}: {exc.strerror or exc}")
+            fail(f"FILE: cannot read {file}: {exc.strerror or exc}")
         host, sep, port = endpoint.rpartition(":")
         is_tcp = bool(sep) and port.isdigit() and "/" not in endpoint
         target: Endpoint = (host, int(port)) if is_tcp else Path(endpoint)
@@ -473,13 +469,9 @@ def _register_garden(app: typer.Typer) -> None:
         if user is not None and not secret:
             fail("--user needs $ENVELOPAY_GARDEN_SECRET")
         auth = (user, secret) if user is not None else None
-        try:
-            result = asyncio.run(deliver(raw, sender, to, target, auth=auth))
-        except UsageError as exc:
-            fail(str(exc))
-        except TransportError as exc:
-            fail(str(exc), FAILED)
-        for rcpt, reply in result.replies.items():
-            typer.echo(f"{rcpt}: {reply.code} {reply.text}")
-        if result.refused:
-            raise typer.Exit(FAILED)
+        with answers():  # the garden unreachable: the environment, 3
+            done = asyncio.run(deliver(raw, sender, to, target, auth=auth))
+        replies = {rcpt: {"code": r.code, "text": r.text} for rcpt, r in done.replies.items()}
+        finish(as_json, ran("garden deliver", FAILED if done.refused else 0, replies=replies,
+                               delivered=list(done.delivered), refused=list(done.refused)),
+               [f"{rcpt}: {r['code']} {r['text']}" for rcpt, r in replies.items()])

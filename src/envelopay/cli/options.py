@@ -9,7 +9,7 @@ object as its first argument:
     @MAILBOX_AS
     def read(where: MailboxOptions, ids: ...) -> None: ...
 
-A `--json` on every command (issue 15) is one more set, or one more field of a set.
+Every command has `--json` (JsonOpt): one more field of a set, or an option of its own.
 """
 
 from __future__ import annotations
@@ -27,8 +27,17 @@ import typer
 B = TypeVar("B")
 P = ParamSpec("P")
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
-JsonObjectOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+def _json_mode(value: bool) -> bool:
+    from envelopay.cli.output import set_json_mode
+
+    return set_json_mode(value)
+
+
+# Every command's --json (README "Output and exit codes"). Eager, so the JSON mode is
+# known before another option's value can be refused: that refusal is a JSON document too.
+JsonOpt = Annotated[bool, typer.Option(
+    "--json", is_eager=True, callback=_json_mode,
+    help="Print one JSON document on stdout (README \"Output and exit codes\"); progress goes to stderr.")]
 
 
 @dataclass(frozen=True)
@@ -135,17 +144,39 @@ TokenFileOpt = Annotated[
 
 @dataclass(frozen=True)
 class OperatorOptions:
-    """Which enforcer an operator command talks to, and where its credential is."""
+    """Which enforcer an operator command talks to, where its credential is, and how it answers."""
 
     url: str
     token_file: Path
+    as_json: bool = False
 
 
-# --enforcer --operator-token-file
+# --enforcer --operator-token-file --json
 OPERATOR = OptionSet(
     (option("url", EnforcerUrlOpt, DEFAULT_ENFORCER_URL),
-     option("token_file", TokenFileOpt, Path(DEFAULT_TOKEN_FILE))),
+     option("token_file", TokenFileOpt, Path(DEFAULT_TOKEN_FILE)), option("as_json", JsonOpt, False)),
     OperatorOptions,
+)
+
+
+# -- retention (`enforcer compact`, `garden compact`, `ledger compact`) -----------------------
+
+
+@dataclass(frozen=True)
+class Retention:
+    """How old is old enough to go, and how the compact command answers."""
+
+    older_than: float  # days
+    as_json: bool
+
+    @property
+    def seconds(self) -> float:
+        return self.older_than * 86_400
+
+
+# --older-than --json
+RETENTION = OptionSet(
+    (option("older_than", OlderThanOpt, 30.0), option("as_json", JsonOpt, False)), Retention
 )
 
 
@@ -182,7 +213,6 @@ ClientConfigOpt = Annotated[Path, typer.Option("--config", "-c", help="Agent con
 WaitOpt = Annotated[bool, typer.Option("--wait", help="Follow the flow until the answer arrives "
                                        "(progress on stderr).")]
 TimeoutOpt = Annotated[float, typer.Option("--timeout", help="Seconds to wait with --wait (positive).")]
-ClientJsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document (README \"Output\").")]
 
 
 @dataclass(frozen=True)
@@ -197,12 +227,12 @@ class ClientOptions:
 
 # --config --json --wait --timeout
 CLIENT = OptionSet(
-    (option("config", ClientConfigOpt, Path("envelopay.toml")), option("as_json", ClientJsonOpt, False),
+    (option("config", ClientConfigOpt, Path("envelopay.toml")), option("as_json", JsonOpt, False),
      option("wait", WaitOpt, False), option("timeout", TimeoutOpt, 60.0)),
     ClientOptions,
 )
 # --config --json (the commands that read the ledger)
 LEDGER = OptionSet(
-    (option("config", ClientConfigOpt, Path("envelopay.toml")), option("as_json", ClientJsonOpt, False)),
+    (option("config", ClientConfigOpt, Path("envelopay.toml")), option("as_json", JsonOpt, False)),
     lambda config, as_json: ClientOptions(config, as_json, False, 0.0),
 )

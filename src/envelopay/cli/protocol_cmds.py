@@ -1,4 +1,4 @@
-"""CLI commands of the protocol area: parse, compose, conformance."""
+"""CLI commands of the protocol area: parse, compose, conformance (each with --json)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Annotated, Any
 
 import typer
 
-from envelopay.cli.options import JsonObjectOpt
-from envelopay.cli.output import answers, fail
+from envelopay.cli.options import JsonOpt
+from envelopay.cli.output import FAILED, OK, answers, emit, fail, finish, ran
 
 
 def register(app: typer.Typer) -> None:
@@ -19,7 +19,7 @@ def register(app: typer.Typer) -> None:
     @app.command("parse")
     def parse_cmd(
         file: Annotated[str, typer.Argument(help="A raw .eml file, or - for stdin.")] = "-",
-        as_json: JsonObjectOpt = False,
+        as_json: JsonOpt = False,
         re_v02: Annotated[
             bool, typer.Option("--re-v0.2", help="Apply v0.2.0's rule: strip Re: prefixes (never Fwd:).")
         ] = False,
@@ -36,7 +36,7 @@ def register(app: typer.Typer) -> None:
         try:
             raw = sys.stdin.buffer.read() if file == "-" else Path(file).read_bytes()
         except OSError as exc:
-            fail(f"cannot read {file}: {exc.strerror or exc}")
+            fail(f"FILE: cannot read {file}: {exc.strerror or exc}", field="FILE")
         parsed = parse(
             raw,
             options=ParseOptions(
@@ -108,11 +108,12 @@ def register(app: typer.Typer) -> None:
         which_ref: Annotated[str | None, typer.Option("--which-ref")] = None,
         due: Annotated[str | None, typer.Option("--due")] = None,
         fallback: Annotated[str | None, typer.Option("--fallback")] = None,
+        as_json: JsonOpt = False,
     ) -> None:
-        """Compose a message from options or a JSON file and write the .eml."""
+        """Compose a message from options or a JSON file and write the .eml (--json: one
+        document with its Message-ID, and the .eml itself when there is no --out)."""
         from datetime import UTC, datetime
 
-        from envelopay.errors import UsageError
         from envelopay.protocol.compose import compose_message
         from envelopay.protocol.fields import message_from_fields, message_type
 
@@ -140,8 +141,8 @@ def register(app: typer.Typer) -> None:
                 json_fields={"proof": proof, "rails": rails, "give": give, "want": want},
             )
         msg_domain = domain or (sender.rsplit("@", 1)[-1] if "@" in sender else "")
-        try:
-            raw, _ = compose_message(
+        with answers():
+            raw, mid = compose_message(
                 message,
                 sender=sender,
                 recipient=recipient,
@@ -152,8 +153,10 @@ def register(app: typer.Typer) -> None:
                 message_id=message_id,
                 note=subject_note,
             )
-        except UsageError as exc:
-            fail(str(exc))
+        if as_json and out is None:
+            emit(ran("compose", type=kind.keyword, message_id=mid, out=None,
+                        eml=raw.decode("utf-8", errors="replace")))
+            return
         if out is None:
             sys.stdout.buffer.write(raw)
             sys.stdout.buffer.flush()
@@ -163,6 +166,8 @@ def register(app: typer.Typer) -> None:
         except OSError as exc:
             fail(f"--out: cannot write {out}: {exc.strerror or exc}")
         typer.echo(f"wrote {out}", err=True)
+        if as_json:
+            emit(ran("compose", type=kind.keyword, message_id=mid, out=str(out), eml=None))
 
     @app.command("conformance")
     def conformance_cmd(
@@ -180,6 +185,7 @@ def register(app: typer.Typer) -> None:
                 "--profile", help="strict (default) or lenient: run every vector under the profile."
             ),
         ] = "strict",
+        as_json: JsonOpt = False,
     ) -> None:
         """Run the conformance corpus against this engine; ends with `N passed, N failed`."""
         if profile not in ("strict", "lenient"):
@@ -187,7 +193,16 @@ def register(app: typer.Typer) -> None:
         if target is not None:
             from envelopay.client.live_conformance import run_live
 
-            raise typer.Exit(run_live(target, config))
+            lines: list[str] = []  # under --json the report's lines go to stderr, and into the document
+
+            def echo(line: str) -> None:
+                lines.append(line)
+                typer.echo(line, err=as_json)
+
+            code = run_live(target, config, echo=echo)
+            if as_json:
+                emit(ran("conformance", code, target=target, lines=lines))
+            raise typer.Exit(code)
         from envelopay.testing.conformance import load_manifest, run_manifest
 
         try:
@@ -195,6 +210,11 @@ def register(app: typer.Typer) -> None:
         except (OSError, ValueError) as exc:
             fail(f"cannot load the manifest: {exc}")
         report = run_manifest(vectors, profile="lenient" if profile == "lenient" else "strict")
+        if as_json:
+            failures = [{"file": r.vector.file, "rule": r.vector.rule, "mismatches": list(r.mismatches)}
+                        for r in report.results if not r.ok]
+            finish(True, ran("conformance", FAILED if report.failed else OK, profile=profile,
+                                passed=report.passed, failed=report.failed, failures=failures))
         for res in report.results:
             if not res.ok:
                 typer.echo(f"FAIL {res.vector.file}  [{res.vector.rule}]")

@@ -4,7 +4,9 @@
 over JSON-RPC (envelopay.rails.once says why).
 
 Exit codes: 0 ok; 1 the verdict is not ok (rejected, pending, unavailable) or the
-payment failed; 2 usage or configuration error.
+payment was refused; 2 bad input (a --chain no rail serves is input here); 3 the
+environment (the RPC unreachable, a wallet short of funds). `verify` and `pay-onchain`
+always print JSON (--json is accepted).
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ from typing import Annotated
 
 import typer
 
-from envelopay.cli.options import JsonObjectOpt, PaymentOptions, payment_options
-from envelopay.cli.output import FAILED, OK, USAGE, answers, emit
+from envelopay.cli.options import JsonOpt, PaymentOptions, payment_options
+from envelopay.cli.output import FAILED, OK, answers, emit, exit_of, ran
+from envelopay.errors import ConfigError
 
 _Rpc = Annotated[str | None, typer.Option("--rpc", envvar="ENVELOPAY_RPC_URL", help="JSON-RPC URL.")]
 
@@ -24,14 +27,14 @@ def register(app: typer.Typer) -> None:
 
     @app.command("rails")
     def rails_cmd(
-        as_json: JsonObjectOpt = False,
+        as_json: JsonOpt = False,
     ) -> None:
         """List the installed rails, the chains they serve and their assets."""
         from envelopay.rails.once import installed_rails
 
         listing = installed_rails()
         if as_json:
-            emit({"rails": listing}, indent=2)
+            emit(ran("rails", rails=listing), indent=2)
             return
         if not listing:
             typer.echo("no rails installed (pip install envelopay-solana envelopay-base)")
@@ -62,11 +65,12 @@ def register(app: typer.Typer) -> None:
         not_before: Annotated[str | None, typer.Option("--not-before", help="ISO time: earliest tx.")] = None,
         not_after: Annotated[str | None, typer.Option("--not-after", help="ISO time: latest tx time.")] = (
             None),
+        as_json: JsonOpt = False,
     ) -> None:
         """Verify one payment proof on chain and print the verdict as JSON (exit 0 ok, 1 not ok)."""
         from envelopay.rails.once import verify_once
 
-        with answers(config=USAGE):  # the rail named by --chain is input here
+        with answers(input_kinds=(ConfigError,)):  # the rail named by --chain is input here
             chain, verdict = verify_once(
                 tx, rpc=rpc, chain=pay.chain, token=pay.token, amount=pay.amount, to=pay.to,
                 at_least=at_least, payer=payer, commitment=commitment, confirmations=confirmations,
@@ -82,21 +86,22 @@ def register(app: typer.Typer) -> None:
         keypair: Annotated[str, typer.Option("--keypair", help="The paying key file (rail format).")],
         rpc: _Rpc = None,
         no_wait: Annotated[bool, typer.Option("--no-wait", help="Do not wait for confirmation.")] = False,
+        as_json: JsonOpt = False,
     ) -> None:
         """Make an on-chain payment and print its proof as JSON (for a PAY, OFFER or ACCEPT)."""
         from envelopay.errors import RailError, TransportError
         from envelopay.rails.once import chain_name, pay_once, positive_amount
 
-        with answers(config=USAGE):  # the rail named by --chain is input here
+        with answers(input_kinds=(ConfigError,)):  # the rail named by --chain is input here
             value = positive_amount(pay.amount)
             try:
                 answer = pay_once(chain=pay.chain, token=pay.token, amount=value, to=pay.to, rpc=rpc,
                                   keypair=keypair, wait=not no_wait)
-            except RailError as exc:
-                emit({"chain": chain_name(pay.chain), "error": exc.reason, "detail": exc.detail}, indent=2)
-                raise typer.Exit(FAILED) from exc
-            except TransportError as exc:
-                down = {"chain": chain_name(pay.chain), "error": "rpc_unavailable", "detail": str(exc)}
-                emit(down, indent=2)
-                raise typer.Exit(FAILED) from exc
+            except (RailError, TransportError) as exc:
+                # A wallet short of funds, the RPC unreachable: the environment (EXIT_CODES).
+                code, word = exit_of(exc)
+                word = "rpc_unavailable" if isinstance(exc, TransportError) else word
+                emit({"error": word, "field": None, "detail": getattr(exc, "detail", "") or str(exc),
+                      "exit": code, "chain": chain_name(pay.chain)}, indent=2)
+                raise typer.Exit(code) from exc
         emit(answer, indent=2)

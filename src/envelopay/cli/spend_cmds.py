@@ -1,25 +1,23 @@
 """CLI of the spend enforcer (operator): `agent policy show|set`, `agent balances`,
 `agent wallet add|list`, and the spend options of `agent create` (--wallet, --spend,
 --payee, --payee-wallet, --require-invoice). Every command talks to the running enforcer
-with the operator credential; none ever prints key material. Bad input → exit 2; an
-unreachable enforcer → exit 1.
+with the operator credential; none ever prints key material. Exit codes by
+cli/output.EXIT_CODES; every command has --json (one document).
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from envelopay.cli.operator import ask
 from envelopay.cli.options import OPERATOR, OperatorOptions
-from envelopay.cli.output import FAILED, answers, emit, fail
+from envelopay.cli.output import emit, fail, finish, ran
 
 if TYPE_CHECKING:
     from envelopay.enforcer.payment_client import SpendOperatorClient
-
-T = TypeVar("T")
 
 SpendOpt = Annotated[
     list[str] | None,
@@ -40,22 +38,6 @@ WalletOpt = Annotated[
         "--wallet", help="CHAIN=new (the enforcer makes a key) or CHAIN=FILE (import a key file on its host)."
     ),
 ]
-
-
-def ask(where: OperatorOptions, call: Callable[[SpendOperatorClient], Awaitable[T]]) -> T:
-    from envelopay.enforcer.launch import operator_token
-    from envelopay.enforcer.payment_client import SpendOperatorClient
-
-    with answers():
-        op_token = operator_token(where.token_file)
-
-    async def go() -> T:
-        async with SpendOperatorClient(where.url, op_token) as op:
-            return await call(op)
-
-    with answers(transport=FAILED):
-        return asyncio.run(go())
-    raise AssertionError("unreachable")  # `answers` ends the command on any error
 
 
 def policy_from_options(
@@ -108,6 +90,18 @@ def describe_policy(doc: dict[str, Any]) -> list[str]:
     return lines
 
 
+_Name = Annotated[str, typer.Argument(help="The agent's name.")]
+
+
+def _document(where: OperatorOptions, doc: dict[str, Any], lines: Any) -> None:
+    """A document the enforcer keeps (a policy, balances): as it is under --json, else its lines."""
+    if where.as_json:
+        emit(doc)
+        return
+    for line in lines(doc):
+        typer.echo(line)
+
+
 def register_spend(agent_app: typer.Typer) -> None:
     policy_app = typer.Typer(help="An agent's spend policy (operator).", no_args_is_help=True)
     wallet_app = typer.Typer(
@@ -118,24 +112,15 @@ def register_spend(agent_app: typer.Typer) -> None:
 
     @policy_app.command("show")
     @OPERATOR
-    def policy_show(
-        where: OperatorOptions,
-        name: Annotated[str, typer.Argument()],
-        as_json: Annotated[bool, typer.Option("--json", help="Print the policy document.")] = False,
-    ) -> None:
-        """An agent's spend limits, payees and wallet allowlist."""
-        doc = ask(where, lambda op: op.get_policy(name))
-        if as_json:
-            emit(doc)
-            return
-        for line in describe_policy(doc):
-            typer.echo(line)
+    def policy_show(where: OperatorOptions, name: _Name) -> None:
+        """An agent's spend limits, payees and wallet allowlist (--json: the policy document)."""
+        _document(where, ask(where, lambda op: op.get_policy(name)), describe_policy)
 
     @policy_app.command("set")
     @OPERATOR
     def policy_set(
         where: OperatorOptions,
-        name: Annotated[str, typer.Argument()],
+        name: _Name,
         spend: SpendOpt = None,
         payee: PayeeOpt = None,
         payee_wallet: PayeeWalletOpt = None,
@@ -153,34 +138,31 @@ def register_spend(agent_app: typer.Typer) -> None:
             doc = policy_from_options(current, spend or [], payee or [], payee_wallet or [], require_invoice)
             return await op.set_policy(name, doc)
 
-        for line in describe_policy(ask(where, go)):
-            typer.echo(line)
+        doc = ask(where, go)
+        finish(where.as_json, ran("agent policy set", agent=name, policy=doc), describe_policy(doc))
 
     @agent_app.command("balances")
     @OPERATOR
-    def balances(
-        where: OperatorOptions,
-        name: Annotated[str, typer.Argument()],
-        as_json: Annotated[bool, typer.Option("--json", help="Print the balances document.")] = False,
-    ) -> None:
-        """An agent's wallets: chain, address and balances (never a key)."""
-        doc = ask(where, lambda op: op.balances(name))
-        if as_json:
-            emit(doc)
-            return
-        if not doc["wallets"]:
-            typer.echo(f"{name} holds no wallet (add one: envelopay agent wallet add {name} --chain CHAIN)")
-        for w in doc["wallets"]:
-            held = ", ".join(
-                f"{v['human']} {sym} ({v['amount']})" for sym, v in w.get("balances", {}).items()
-            )
-            typer.echo(f"{w['chain']:<16} {w['address']:<46} {w['label']:<10} {held or w.get('error', '')}")
+    def balances(where: OperatorOptions, name: _Name) -> None:
+        """An agent's wallets: chain, address and balances, never a key (--json: the balances document)."""
+
+        def lines(doc: dict[str, Any]) -> list[str]:
+            out = [] if doc["wallets"] else [
+                f"{name} holds no wallet (add one: envelopay agent wallet add {name} --chain CHAIN)"]
+            for w in doc["wallets"]:
+                held = ", ".join(f"{v['human']} {sym} ({v['amount']})"
+                                 for sym, v in w.get("balances", {}).items())
+                out.append(f"{w['chain']:<16} {w['address']:<46} {w['label']:<10} "
+                           f"{held or w.get('error', '')}")
+            return out
+
+        _document(where, ask(where, lambda op: op.balances(name)), lines)
 
     @wallet_app.command("add")
     @OPERATOR
     def wallet_add(
         where: OperatorOptions,
-        name: Annotated[str, typer.Argument()],
+        name: _Name,
         chain: Annotated[str, typer.Option("--chain", help="The chain, e.g. solana-devnet.")],
         import_file: Annotated[
             str | None, typer.Option("--import", help="A key file on the enforcer's host (else a new key).")
@@ -189,17 +171,17 @@ def register_spend(agent_app: typer.Typer) -> None:
     ) -> None:
         """Give an agent a wallet: a new key, or one imported from a file. The key stays in the enforcer."""
         w = ask(where, lambda op: op.add_wallet(name, chain, label=label, import_file=import_file))
-        typer.echo(f"{name}: {w['chain']} wallet {w['address']} ({w['label']})")
+        finish(where.as_json, ran("agent wallet add", agent=name, wallet=w),
+               [f"{name}: {w['chain']} wallet {w['address']} ({w['label']})"])
 
     @wallet_app.command("list")
     @OPERATOR
-    def wallet_list(where: OperatorOptions, name: Annotated[str, typer.Argument()]) -> None:
+    def wallet_list(where: OperatorOptions, name: _Name) -> None:
         """An agent's wallets: chain, address, label."""
         rows = ask(where, lambda op: op.wallets(name))
-        if not rows:
-            typer.echo(f"{name} holds no wallet")
-        for w in rows:
-            typer.echo(f"{w['chain']:<16} {w['address']:<46} {w['label']}")
+        finish(where.as_json, ran("agent wallet list", agent=name, wallets=rows),
+               [f"{w['chain']:<16} {w['address']:<46} {w['label']}" for w in rows]
+               or [f"{name} holds no wallet"])
 
     _ = (policy_show, policy_set, balances, wallet_add, wallet_list)
 

@@ -1,0 +1,54 @@
+"""What the operator commands share: one request to the running enforcer with the
+operator credential, and the exit code of an approval decision.
+
+Errors map by cli/output.EXIT_CODES: a missing token file is the environment (3), a
+refused credential bad input (2), an unreachable enforcer the environment (3).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from envelopay.cli.options import OperatorOptions
+from envelopay.cli.output import FAILED, OK, answers, delivery_exit
+
+if TYPE_CHECKING:
+    from envelopay.enforcer.payment_client import SpendOperatorClient
+
+T = TypeVar("T")
+
+
+def ask(where: OperatorOptions, call: Callable[[SpendOperatorClient], Awaitable[T]]) -> T:
+    """One session with the enforcer's operator API (the send and the spend side)."""
+    from envelopay.enforcer.launch import operator_token
+    from envelopay.enforcer.payment_client import SpendOperatorClient
+
+    with answers():
+        op_token = operator_token(where.token_file)
+
+    async def go() -> T:
+        async with SpendOperatorClient(where.url, op_token) as op:
+            return await call(op)
+
+    with answers(transport_prefix="enforcer: "):
+        return asyncio.run(go())
+    raise AssertionError("unreachable")  # `answers` ends the command on any error
+
+
+def decision_exit(action: str, data: dict[str, Any]) -> int:
+    """The exit code of a decision the enforcer took (HTTP 200): 0 when it did what was
+    asked (approve/retry: the mail left; reject: it was rejected); else 1 when the peer
+    or the policy refused the send for good, 3 when the environment failed it."""
+    state = str(data.get("state", "")).upper()
+    if data.get("ok") and state != "FAILED":
+        return OK
+    if action == "reject" and state == "REJECTED":
+        return OK
+    detail = str(data.get("detail") or "")
+    # A send that could not even be made (it did not compose) is refused, not the environment.
+    return delivery_exit(detail) if detail.startswith(_ENVIRONMENT) else FAILED
+
+
+_ENVIRONMENT = ("delivery failed", "signing refused", "store error")
