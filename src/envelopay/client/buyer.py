@@ -21,6 +21,7 @@ from envelopay.engine import BaseApplication, Notice, Outcome, Sent
 from envelopay.errors import RailError, UsageError
 from envelopay.mail.addresses import require_address
 from envelopay.node.wiring import AgentNode
+from envelopay.protocol.fields import wanted
 from envelopay.protocol.messages import Message
 from envelopay.rails.finality import progress_text, wait_final
 from envelopay.rails.interface import Expectation
@@ -64,30 +65,12 @@ def build(model: type[Message], field_prefix: str = "", **fields: Any) -> Messag
         err = exc.errors()[0]
         # Drop pydantic's union tags ("dict[str,any]", "function-after[...]") from the path.
         loc = [str(x) for x in err["loc"] if isinstance(x, int) or ("[" not in str(x) and str(x) != "str")]
-        where = ".".join(loc) or model.__name__.lower()
-        raise UsageError(f"--{field_prefix}{where.replace('_', '-')}: {_wanted(err)}") from exc
+        # The OFFER's legs come from flags (--give-amount), JSON options keep their path (--task.text).
+        where = ("-" if loc and loc[0] in _FLAG_GROUPS else ".").join(loc) or model.__name__.lower()
+        raise UsageError(f"--{field_prefix}{where.replace('_', '-')}: {wanted(err)}") from exc
 
 
-_WANTED = {
-    "dict_type": "must be a JSON object",
-    "string_type": "must be text",
-    "int_type": "must be a whole number",
-    "missing": "is required",
-    "json_invalid": "must be valid JSON",
-}
-
-
-def _wanted(err: Any) -> str:
-    """What the field wants, in the project's words rather than pydantic's."""
-    kind = str(err.get("type", ""))
-    if kind in _WANTED:
-        return _WANTED[kind]
-    if kind == "string_too_long":
-        return f"is too long (at most {err.get('ctx', {}).get('max_length')} characters)"
-    if kind == "string_too_short":
-        return f"is too short (at least {err.get('ctx', {}).get('min_length')} characters)"
-    msg = str(err.get("msg", "is not valid"))
-    return msg.removeprefix("Value error, ").removeprefix("Assertion failed, ")
+_FLAG_GROUPS = ("give", "want")
 
 
 @dataclass(frozen=True, slots=True)

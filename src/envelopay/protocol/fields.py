@@ -14,9 +14,33 @@ from pydantic import ValidationError
 from envelopay.errors import UsageError
 from envelopay.protocol.messages import Message, MessageType, model_for
 
-__all__ = ["TYPE_NAMES", "message_from_fields", "message_type"]
+__all__ = ["TYPE_NAMES", "message_from_fields", "message_type", "wanted"]
 
 TYPE_NAMES = ("which", "methods", "pay", "order", "fulfill", "invoice", "offer", "accept", "oops")
+
+
+_WANTED = {
+    "dict_type": "must be a JSON object",
+    "string_type": "must be text",
+    "int_type": "must be a whole number",
+    "missing": "is required",
+    "json_invalid": "must be valid JSON",
+}
+
+
+def wanted(err: Mapping[str, Any]) -> str:
+    """What a field wants, in the project's words rather than pydantic's (one error of
+    `ValidationError.errors()`)."""
+    kind = str(err.get("type", ""))
+    if kind in _WANTED:
+        return _WANTED[kind]
+    ctx = err.get("ctx") or {}
+    if kind == "string_too_long":
+        return f"is too long (at most {ctx.get('max_length')} characters)"
+    if kind == "string_too_short":
+        return f"is too short (at least {ctx.get('min_length')} characters)"
+    msg = str(err.get("msg", "is not valid"))
+    return msg.removeprefix("Value error, ").removeprefix("Assertion failed, ")
 
 
 def message_type(name: str) -> MessageType:
@@ -71,5 +95,5 @@ def message_from_fields(
         lines = []
         for e in exc.errors(include_url=False):
             where = ".".join(str(x) for x in e["loc"] if not (isinstance(x, str) and "[" in x))
-            lines.append(f"{where or 'body'}: {e['msg']}")
+            lines.append(f"{where or 'body'}: {wanted(e)}")
         raise UsageError(f"invalid {kind.keyword} fields:\n  " + "\n  ".join(lines)) from exc
