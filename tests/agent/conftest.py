@@ -1,20 +1,16 @@
-"""Fixtures shared by the engine and worker tests in this folder."""
+"""Fixtures shared by the engine tests in this folder (the demo world: ../../conftest.py)."""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pytest
 
 from envelopay.ledger.postgres import PostgresStore
 from envelopay.ledger.sqlite import SqliteStore
 from envelopay.ledger.store import Store
-
-if TYPE_CHECKING:  # the demo world (local chains) is imported only by the tests that use it
-    from envelopay.client.demo import DemoWorld
 
 # The helper modules the tests here import by name: _engines (this folder) and _kit
 # (tests/ledger). Loaded before any test module of this folder is collected.
@@ -32,17 +28,3 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
         s = PostgresStore(request.getfixturevalue("pg_dsn"), max_size=2)
     yield s
     s.close()
-
-
-@pytest.fixture
-async def world(tmp_path: Path) -> AsyncIterator[DemoWorld]:
-    """The demo world (garden, DKIM, SQLite ledger, local chains), set up and torn down.
-    test_engine.py has its own `world` (two engines on one ledger), which wins there."""
-    from envelopay.client.demo import DemoWorld
-
-    w = DemoWorld(tmp_path, None)
-    await w.setup()
-    try:
-        yield w
-    finally:
-        await w.teardown()

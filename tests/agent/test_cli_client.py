@@ -6,12 +6,12 @@ import asyncio
 import json
 import re
 import tempfile
-import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from _served import dkim_record, served
 from typer.testing import CliRunner
 
 from envelopay.cli.app import app
@@ -33,44 +33,26 @@ def _wire(cfg: Path, garden: Path, sock: Path, records: str, peers: list[str]) -
     cfg.write_text(text)
 
 
-@pytest.fixture
-def pair(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+def _agents(tmp_path: Path) -> tuple[Path, Path]:
+    """A worker and a client (their folders) made by `envelopay init`, wired to one
+    embedded garden whose socket path is short enough for AF_UNIX."""
     wdir, cdir = tmp_path / "worker", tmp_path / "client"
     init_agent(wdir, address=WORKER)
     init_agent(cdir, address=CLIENT)
-    short = Path(tempfile.mkdtemp(prefix="ep", dir="/tmp"))
-    sock = short / "lmtp.sock"
-    garden = tmp_path / "garden"
+    sock = Path(tempfile.mkdtemp(prefix="ep", dir="/tmp")) / "lmtp.sock"
+    _wire(wdir / "envelopay.toml", tmp_path / "garden", sock, dkim_record(cdir, "client"), [CLIENT])
+    _wire(cdir / "envelopay.toml", tmp_path / "garden", sock, dkim_record(wdir, "worker"), [])
+    return wdir, cdir
 
-    def record(d: Path, sel: str) -> str:
-        return f'"{sel}._domainkey.garden.local" = "{(d / "keys" / "dkim.txt").read_text().strip()}"\n'
 
-    _wire(wdir / "envelopay.toml", garden, sock, record(cdir, "client"), [CLIENT])
-    _wire(cdir / "envelopay.toml", garden, sock, record(wdir, "worker"), [])
+@pytest.fixture
+def pair(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    wdir, cdir = _agents(tmp_path)
     cfg = load_config(wdir / "envelopay.toml")
 
-    loop = asyncio.new_event_loop()
-    stop: asyncio.Event | None = None
-    started = threading.Event()
-
-    def ready(_: object) -> None:
-        started.set()
-
-    async def main() -> None:
-        nonlocal stop
-        stop = asyncio.Event()
-        await serve_worker(cfg, embedded_garden=True, echo=lambda _: None, stop=stop, ready=ready)
-
-    thread = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
-    thread.start()
-    assert started.wait(60), "worker did not start"
-    try:
+    with served(lambda stop, ready: serve_worker(cfg, embedded_garden=True, echo=lambda _: None, stop=stop,
+                                                 ready=ready)):
         yield wdir / "envelopay.toml", cdir / "envelopay.toml"
-    finally:
-        assert stop is not None
-        loop.call_soon_threadsafe(stop.set)
-        thread.join(60)
-        loop.close()
 
 
 def test_which_order_free_and_priced_then_flows_and_show(pair: tuple[Path, Path]) -> None:
@@ -186,28 +168,12 @@ def pair_rpc(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     from envelopay_base.devnode import base_rpc_handler
     from envelopay_base.local import LocalChain
 
-    wdir, cdir = tmp_path / "worker", tmp_path / "client"
-    init_agent(wdir, address=WORKER)
-    init_agent(cdir, address=CLIENT)
-    short = Path(tempfile.mkdtemp(prefix="ep", dir="/tmp"))
-    sock = short / "lmtp.sock"
-
-    def record(d: Path, sel: str) -> str:
-        return f'"{sel}._domainkey.garden.local" = "{(d / "keys" / "dkim.txt").read_text().strip()}"\n'
-
-    _wire(wdir / "envelopay.toml", tmp_path / "garden", sock, record(cdir, "client"), [CLIENT])
-    _wire(cdir / "envelopay.toml", tmp_path / "garden", sock, record(wdir, "worker"), [])
+    wdir, cdir = _agents(tmp_path)
     chain = LocalChain()
     chain.fund(evm_address(cdir / "keys" / "base.key"), eth=10**18, usdc=5_000_000)
     chain.fund(evm_address(wdir / "keys" / "base.key"), eth=10**18)
 
-    loop = asyncio.new_event_loop()
-    stop: asyncio.Event | None = None
-    started = threading.Event()
-
-    async def main() -> None:
-        nonlocal stop
-        stop = asyncio.Event()
+    async def serve(stop: asyncio.Event, ready: Callable[[object], None]) -> None:
         async with JsonRpcServer(base_rpc_handler(chain)) as node:
             url = node.url
             for d in (wdir, cdir):
@@ -217,19 +183,10 @@ def pair_rpc(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
                     f'[rails.base]\nbackend = "rpc"\nrpc_url = "{url}"\nnetwork = "local"\n'
                     f"chain_id = {chain.chain_id}"))
             cfg = load_config(wdir / "envelopay.toml")
-            await serve_worker(cfg, embedded_garden=True, echo=lambda _: None, stop=stop,
-                               ready=lambda _: started.set())
+            await serve_worker(cfg, embedded_garden=True, echo=lambda _: None, stop=stop, ready=ready)
 
-    thread = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
-    thread.start()
-    assert started.wait(60), "worker did not start"
-    try:
+    with served(serve):
         yield wdir / "envelopay.toml", cdir / "envelopay.toml"
-    finally:
-        assert stop is not None
-        loop.call_soon_threadsafe(stop.set)
-        thread.join(60)
-        loop.close()
 
 
 def test_order_then_pay_the_invoice_from_the_cli(pair_rpc: tuple[Path, Path]) -> None:

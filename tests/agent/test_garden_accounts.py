@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _served import dkim_record, served
 from typer.testing import CliRunner
 
 from envelopay.cli.app import app
@@ -44,35 +44,15 @@ def secured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[P
     secret = add_account(accounts, CLIENT, [CLIENT])
     monkeypatch.setenv(ENV, secret)
 
-    def record(d: Path, sel: str) -> str:
-        return f'"{sel}._domainkey.garden.local" = "{(d / "keys" / "dkim.txt").read_text().strip()}"\n'
-
     common = f'garden_root = "{garden}"\ngarden_socket = "{sock}"\n'
     worker_extra = f'garden_addresses = ["{CLIENT}"]\ngarden_accounts = "{accounts}"\n'
-    _wire(wdir / "envelopay.toml", common + worker_extra, record(cdir, "client"))
-    _wire(cdir / "envelopay.toml", common + f'garden_secret_env = "{ENV}"\n', record(wdir, "worker"))
+    _wire(wdir / "envelopay.toml", common + worker_extra, dkim_record(cdir, "client"))
+    _wire(cdir / "envelopay.toml", common + f'garden_secret_env = "{ENV}"\n', dkim_record(wdir, "worker"))
     cfg = load_config(wdir / "envelopay.toml")
 
-    loop = asyncio.new_event_loop()
-    stop: asyncio.Event | None = None
-    started = threading.Event()
-
-    async def main() -> None:
-        nonlocal stop
-        stop = asyncio.Event()
-        await serve_worker(cfg, embedded_garden=True, echo=lambda _: None, stop=stop,
-                           ready=lambda _: started.set())
-
-    thread = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
-    thread.start()
-    assert started.wait(60), "worker did not start"
-    try:
+    with served(lambda stop, ready: serve_worker(cfg, embedded_garden=True, echo=lambda _: None, stop=stop,
+                                                 ready=ready)):
         yield cdir / "envelopay.toml", garden, sock, secret
-    finally:
-        assert stop is not None
-        loop.call_soon_threadsafe(stop.set)
-        thread.join(60)
-        loop.close()
 
 
 def test_both_sides_authenticate_and_the_garden_names_them(secured: tuple[Path, Path, Path, str]) -> None:

@@ -12,6 +12,7 @@ import pytest
 from envelopay.errors import ConfigError, TransportError
 from envelopay.mail.imap import ImapConfig, ImapMessage, ImapSource, Processed, SyncState, parse_fetch
 from envelopay.testing.dovecot import Dovecot, running_dovecot
+from envelopay.testing.tls import self_signed
 
 FLAG = "$EnvelopayProcessed"
 WAIT = 60.0  # generous: the machine is shared and loaded
@@ -341,47 +342,10 @@ def test_parse_fetch_reads_uid_flags_and_literal() -> None:
     assert parse_fetch(lines) == [(7, frozenset({"\\Seen", "$X"}), b"hello"), (9, frozenset(), b"abc")]
 
 
-def make_cert(directory: Path) -> tuple[Path, Path]:
-    """A self-signed certificate for 127.0.0.1, generated at test time."""
-    import datetime as dt
-    import ipaddress
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = dt.datetime.now(dt.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-    )
-    return cert_path, key_path
-
-
 async def test_implicit_tls(tmp_path: Path) -> None:
     import ssl
 
-    cert, key = make_cert(tmp_path)
+    cert, key = self_signed(tmp_path)
     with running_dovecot(tls_cert=cert, tls_key=key) as server:
         server.deliver("alice", raw_mail(1))
         trusting = ssl.create_default_context(cafile=str(cert))

@@ -6,8 +6,6 @@ client trusts it through an explicit SSL context (and refuses it without one).""
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
-import ipaddress
 import ssl
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
@@ -16,49 +14,18 @@ from typing import Any
 
 import pytest
 from aiosmtpd.smtp import SMTP, AuthResult, LoginPassword
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from envelopay import dkim
 from envelopay.errors import ConfigError, UsageError
 from envelopay.mail.smtp import SendResult, SmtpConfig, backoff_delays, message_id_of, send_raw
+from envelopay.testing.tls import self_signed
 
 USER, PASSWORD = "agent@example.com", "correct horse"
 
 
 @pytest.fixture(scope="module")
 def cert_files(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = dt.datetime.now(dt.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(hours=1))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-            ),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    d = tmp_path_factory.mktemp("tls")
-    cert_path, key_path = d / "cert.pem", d / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-    )
-    yield cert_path, key_path
+    yield self_signed(tmp_path_factory.mktemp("tls"))
 
 
 @pytest.fixture

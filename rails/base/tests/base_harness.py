@@ -29,10 +29,46 @@ def closed_port_url() -> str:
     return f"http://127.0.0.1:{port}/"
 
 
-class BaseHarness:
+def reverting_payment(
+    chain_id: int, token_contract: str, token: str, amount: int, recipient: str
+) -> dict[str, Any]:
+    """An unsigned type-2 transaction that reverts: the USDC transfer from a wallet with gas
+    money but no tokens; ETH cannot fail into a plain account, so the native case sends
+    value to the token contract, which has no payable fallback."""
+    tx: dict[str, Any] = {"type": 2, "chainId": chain_id, "nonce": 0, "maxFeePerGas": 10**10,
+                          "maxPriorityFeePerGas": 10**9, "to": token_contract, "gas": 100_000}
+    if token == "ETH":
+        tx.update(value=amount, data=b"")
+    else:
+        tx.update(value=0, data=erc20_transfer_data(recipient, amount))
+    return tx
+
+
+class _OnBaseLocal:
+    """What both harnesses say alike: the chain, the assets and amounts, the payer."""
+
     native = "ETH"
     tokens = ("USDC",)
+    _rail: Rail
+    _payer: str
 
+    @property
+    def rail(self) -> Rail:
+        return self._rail
+
+    @property
+    def chain(self) -> str:
+        return "base-local"
+
+    @property
+    def payer(self) -> str:
+        return self._payer
+
+    def amount(self, token: str) -> int:
+        return AMOUNTS[token]
+
+
+class BaseHarness(_OnBaseLocal):
     def __init__(self, chain: LocalChain, rail: BaseRail, payer: str) -> None:
         self.local = chain
         self._rail = rail
@@ -57,36 +93,13 @@ class BaseHarness:
                           "keypair": key.encode()})
         return cls(chain, rail, address)
 
-    @property
-    def rail(self) -> Rail:
-        return self._rail
-
-    @property
-    def chain(self) -> str:
-        return "base-local"
-
-    @property
-    def payer(self) -> str:
-        return self._payer
-
-    def amount(self, token: str) -> int:
-        return AMOUNTS[token]
-
     def new_wallet(self) -> str:
         return self.local.new_wallet()[0]
 
     async def failed_payment(self, token: str, amount: int, recipient: str) -> dict[str, Any]:
-        # Gas money but no tokens: the USDC transfer reverts. ETH cannot fail into a plain
-        # account, so the native case sends value to the token contract, which has no
-        # payable fallback and reverts.
         poor, key = self.local.new_wallet()
         self.local.fund(poor, eth=10**17)
-        tx: dict[str, Any] = {"type": 2, "chainId": self.local.chain_id, "nonce": 0, "maxFeePerGas": 10**10,
-                              "maxPriorityFeePerGas": 10**9, "to": self.local.token_address, "gas": 100_000}
-        if token == "ETH":
-            tx.update(value=amount, data=b"")
-        else:
-            tx.update(value=0, data=erc20_transfer_data(recipient, amount))
+        tx = reverting_payment(self.local.chain_id, self.local.token_address, token, amount, recipient)
         tx_hash = self.local.submit(bytes(Account.sign_transaction(tx, key).raw_transaction))
         receipt = self.local.tester.get_transaction_receipt(tx_hash)
         assert receipt["status"] == 0, "the harness's failed payment must revert"
@@ -160,12 +173,11 @@ class NextBlockRail:
         await self.inner.aclose()
 
 
-class NodeHarness:
+class NodeHarness(_OnBaseLocal):
     """The conformance harness over a real JSON-RPC dev node (anvil or the eth-tester node),
     driven only through JSON-RPC (`DevChain`); the node mines a block per transaction."""
 
-    native = "ETH"
-    tokens = ("USDC",)
+    _rail: NextBlockRail
 
     def __init__(self, node: RunningNode, rail: BaseRail, payer: str) -> None:
         self.node = node
@@ -180,33 +192,13 @@ class NodeHarness:
                           "chain_id": node.chain_id, "keypair": bytes(payer.key), "poll_interval": 0.01})
         return cls(node, rail, payer.address)
 
-    @property
-    def rail(self) -> Rail:
-        return self._rail
-
-    @property
-    def chain(self) -> str:
-        return "base-local"
-
-    @property
-    def payer(self) -> str:
-        return self._payer
-
-    def amount(self, token: str) -> int:
-        return AMOUNTS[token]
-
     def new_wallet(self) -> str:
         return str(Account.create().address)
 
     async def failed_payment(self, token: str, amount: int, recipient: str) -> dict[str, Any]:
         poor = Account.create()
         await self.node.dev.fund(poor.address, eth=10**17)
-        tx: dict[str, Any] = {"type": 2, "chainId": self.node.chain_id, "nonce": 0, "maxFeePerGas": 10**10,
-                              "maxPriorityFeePerGas": 10**9, "to": USDC_LOCAL, "gas": 100_000}
-        if token == "ETH":
-            tx.update(value=amount, data=b"")
-        else:
-            tx.update(value=0, data=erc20_transfer_data(recipient, amount))
+        tx = reverting_payment(self.node.chain_id, USDC_LOCAL, token, amount, recipient)
         tx_hash = await self.node.dev.send_raw(bytes(poor.sign_transaction(tx).raw_transaction))
         receipt = await self.node.dev.wait_receipt(tx_hash)
         assert int(receipt["status"], 16) == 0, "the harness's failed payment must revert"

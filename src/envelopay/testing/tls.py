@@ -1,0 +1,43 @@
+"""A throwaway self-signed certificate for the loopback TLS listeners of the test
+daemons (Dovecot's `tls_cert`/`tls_key`, an aiosmtpd STARTTLS context)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+from pathlib import Path
+
+__all__ = ["self_signed"]
+
+
+def self_signed(directory: Path) -> tuple[Path, Path]:
+    """Write cert.pem and key.pem (P-256, valid from an hour ago for a day, for
+    localhost and 127.0.0.1, usable as its own CA) into `directory`; their paths."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = dt.datetime.now(dt.UTC)
+    names = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(hours=1))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName(names), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    key_path.write_bytes(pem)
+    return cert_path, key_path
