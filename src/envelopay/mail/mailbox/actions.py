@@ -81,7 +81,7 @@ class Mailbox:
         self._files = MailFolders(self.agent_dir, inbox)
         self.root = self._files.root
         self.contacts = ContactBook(self.root / "contacts.json")
-        self._index = MailIndex(self.root / "index.sqlite3")
+        self._index = MailIndex(self.root / "index.sqlite3", body_of=self._body_of)
         self._guard = SendGuard(self._index.db, duplicate_window, now)
 
     @property
@@ -168,10 +168,17 @@ class Mailbox:
         if rec.body_complete:
             return rec
         if body is None:
+            body = self._index.text(rec.id)
+        if body is None:  # past the index's text cap
             body = body_text(self._path_of(rec).read_bytes())
         cut = len(rec.preview.rstrip("…")) if rec.preview.endswith("…") else 0
         preview = body if not cut or cut >= len(body) else body[:cut] + "…"
         return replace(rec, body=body, preview=preview, body_complete=True)
+
+    def _body_of(self, folder: str, name: str, last_seen: str) -> str | None:
+        """A message file's text body (for an index upgrade), or None when it is gone."""
+        path = self._files.locate(folder, name, last_seen)
+        return None if path is None else body_text(path.read_bytes())
 
     def get(self, mid: str) -> MailRecord:
         return self._get(check_id(mid))
@@ -356,7 +363,12 @@ class Mailbox:
         if result.status == "sent":
             dst = self._files.move(self._path_of(queued), "sent", flags="S")
             self._index.refile(
-                queued.id, "sent", read=True, file=self._files.rel(dst), ts=self._now().timestamp()
+                queued.id,
+                "sent",
+                read=True,
+                file=self._files.rel(dst),
+                ts=self._now().timestamp(),
+                body=queued.body,
             )
         elif result.status in ("blocked", "failed"):
             # Not sent and never will be from here: drop the outbox copy, keep the log row.
