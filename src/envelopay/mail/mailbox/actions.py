@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from envelopay.mail.contacts import ContactBook
 from envelopay.mail.mailbox.attachments import extract, remove_extracted
-from envelopay.mail.mailbox.fts import fts_query
+from envelopay.mail.mailbox.fts import fts_query, word_start
 from envelopay.mail.mailbox.guard import SendGuard
 from envelopay.mail.mailbox.index import MailIndex
 from envelopay.mail.mailbox.inputs import Folder, MailboxError, check_folder, check_id, single_address
@@ -197,25 +197,20 @@ class Mailbox:
         return path
 
     def check(self, folder: str = "inbox", flt: CheckFilter | None = None) -> list[MailRecord]:
-        """List a folder, newest first by default, with the seed's filters."""
+        """List a folder, newest first by default, with the seed's filters (text filters:
+        the text found where a word starts, envelopay.mail.mailbox.fts.word_start)."""
         flt = flt or CheckFilter()
-        rows = self._index.check(check_folder(folder), flt)
-        newest = flt.sort == "newest"
-        if not flt.contains:
-            listed = [self._whole(r) if flt.truncate == 0 else r for r in rows]
-            return sorted(listed, key=lambda r: r.date, reverse=newest)
-        needle = flt.contains.lower()
         out: list[MailRecord] = []
-        for r in rows:  # candidates: the text decides
-            if needle in r.subject.lower() or needle in r.body.lower():
-                out.append(r if flt.truncate else self._whole(r))
-            elif not r.body_complete:
-                whole = self._whole(r)
-                if needle in whole.body.lower():
-                    out.append(r if flt.truncate else whole)
+        needle = word_start(flt.contains.lower()) if flt.contains else None
+        for r, exact in self._index.check(check_folder(folder), flt):  # in order
+            if not exact:  # a body past the index's text: its file decides
+                assert needle is not None
+                if not (needle.search(r.subject.lower()) or needle.search(self._whole(r).body.lower())):
+                    continue
+            out.append(self._whole(r) if flt.truncate == 0 else r)
             if len(out) >= flt.n:
                 break
-        return sorted(out, key=lambda r: r.date, reverse=newest)
+        return sorted(out, key=lambda r: r.date, reverse=flt.sort == "newest")
 
     def search(
         self,
@@ -237,7 +232,8 @@ class Mailbox:
             raise MailboxError("invalid_filter", "must be at least 1", "limit")
         folders = (check_folder(folder),) if folder is not None else ("inbox", "sent")
         out: list[MailRecord] = []
-        for r in self._index.search(fts_query(query), folders, truncate=truncate, rank=rank):
+        fts = fts_query(query, narrowed=not rank)  # ranking weighs every term
+        for r in self._index.search(fts, folders, truncate=truncate, rank=rank, limit=limit):
             if (
                 pattern.search(r.from_addr)
                 or pattern.search(r.subject)

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from envelopay.mail.mailbox.fts import word_start
 from envelopay.mail.mailbox.interpret import Interpretation
 from envelopay.mail.mailbox.queries import COLS, check_query, record
 from envelopay.mail.mailbox.records import Attachment, CheckFilter, MailRecord
@@ -40,7 +41,7 @@ __all__ = ["HEAD", "RANK_WINDOW", "TEXT_CAP", "BodyOf", "MailIndex"]
 
 HEAD = 1024  # body characters a row keeps (previews are 500 by default)
 TEXT_CAP = 200_000  # longer bodies are not kept as search text: their file is read
-RANK_WINDOW = 1000  # ranked search orders this many newest candidates at a time
+RANK_WINDOW = 100  # ranked search orders max(this, 5 x limit) newest candidates at a time
 _VERSION = 3
 
 # (folder, base name, file as last seen) -> the text body from the Maildir file, or None
@@ -87,6 +88,15 @@ CREATE TABLE IF NOT EXISTS dirs (dir TEXT PRIMARY KEY, mtime_ns INTEGER NOT NULL
 CREATE TABLE IF NOT EXISTS texts (seq INTEGER PRIMARY KEY, z BLOB NOT NULL);
 """
 
+
+def _ws(needle: str, text: str) -> bool:
+    return word_start(needle).search(text.lower()) is not None
+
+
+def _wsz(needle: str, z: bytes) -> bool:
+    return _ws(needle, zlib.decompress(z).decode())
+
+
 class MailIndex:
     """The SQLite index file of one mailbox (WAL; each write is one transaction, or part
     of the caller's `batch()`)."""
@@ -101,6 +111,8 @@ class MailIndex:
         # Lookups by id land anywhere in a large file: mapped pages cost no read call.
         self.db.execute("PRAGMA mmap_size=268435456")
         self._depth = 0
+        self.db.create_function("ws", 2, _ws, deterministic=True)
+        self.db.create_function("wsz", 2, _wsz, deterministic=True)
         if self.db.execute("PRAGMA user_version").fetchone()[0] == _VERSION:
             return
         from envelopay.mail.mailbox import index_upgrade
@@ -348,13 +360,14 @@ class MailIndex:
         row = self.db.execute("SELECT folder, name, file FROM messages WHERE id = ?", (mid,)).fetchone()
         return row[0], row[1], row[2]
 
-    def check(self, folder: str, flt: CheckFilter) -> Iterator[MailRecord]:
+    def check(self, folder: str, flt: CheckFilter) -> Iterator[tuple[MailRecord, bool]]:
+        """Rows in `check` order, each with whether SQL confirmed it (see queries)."""
         sql, args = check_query(folder, flt)
         for r in self.db.execute(sql, args):
-            yield record(r, flt.truncate)
+            yield record(r, flt.truncate), bool(r["exact"])
 
     def search(
-        self, fts: str | None, folders: Sequence[str], *, truncate: int, rank: bool
+        self, fts: str | None, folders: Sequence[str], *, truncate: int, rank: bool, limit: int = 50
     ) -> Iterator[MailRecord]:
         """Candidates in `folders`, best first (rank) or newest first; None: every message."""
         marks = ",".join("?" * len(folders))
@@ -368,15 +381,16 @@ class MailIndex:
             )
             rows = self.db.execute(sql, [fts, *folders])
         else:
-            yield from self._ranked(fts, folders, truncate)
+            yield from self._ranked(fts, folders, truncate, max(RANK_WINDOW, 5 * limit))
             return
         for r in rows:
             yield record(r, truncate)
 
-    def _ranked(self, fts: str, folders: Sequence[str], truncate: int) -> Iterator[MailRecord]:
-        """Best first by BM25 within each block of `RANK_WINDOW` candidates, the newest
-        block first: each block costs its own size, not the number of matches. The
-        message rows are read 64 at a time, in rank order."""
+    def _ranked(self, fts: str, folders: Sequence[str], truncate: int, window: int) -> Iterator[MailRecord]:
+        """Best first by BM25 within each block of `window` full-text candidates (any
+        folder), the newest block first: a block costs its own size, not the number of
+        matches (BM25's statistics are the whole index's). The message rows are read 64
+        at a time, in rank order."""
         hi: int | None = None
         while True:
             bound = "" if hi is None else " AND rowid < ?"
@@ -384,7 +398,7 @@ class MailIndex:
             edge = self.db.execute(
                 f"SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?{bound}"
                 " ORDER BY rowid DESC LIMIT 1 OFFSET ?",
-                [*args, RANK_WINDOW - 1],
+                [*args, window - 1],
             ).fetchone()
             lo = 0 if edge is None else int(edge[0])
             ids = [

@@ -14,7 +14,7 @@ import sqlite3
 from datetime import UTC, datetime
 from typing import Any
 
-from envelopay.mail.mailbox.fts import words_query
+from envelopay.mail.mailbox.fts import narrow, words_terms
 from envelopay.mail.mailbox.records import Attachment, CheckFilter, MailRecord
 
 __all__ = ["COLS", "check_query", "record"]
@@ -58,36 +58,48 @@ def record(row: sqlite3.Row, truncate: int = 0) -> MailRecord:
 
 
 def check_query(folder: str, flt: CheckFilter) -> tuple[str, list[Any]]:
-    """The SQL of `check`. With a text filter the full-text index drives, every term
-    (sender, subject, text) ANDed inside it, newest first by rowid (see the module
-    docstring); the lowercase columns confirm `--from`/`--subject` exactly and the caller
-    confirms `--contains` on the text, so the limit is the caller's then. Without one,
-    the (folder, ts) index does."""
-    parts = [
-        q
-        for q in (
-            words_query(flt.from_, "from_addr") if flt.from_ else None,
-            words_query(flt.subject, "subject") if flt.subject else None,
-            words_query(flt.contains, "{subject body}") if flt.contains else None,
-        )
-        if q
-    ]
-    direction = "DESC" if flt.sort == "newest" else "ASC"
-    if parts:
-        sql = [
-            "SELECT m.* FROM messages_fts f JOIN messages m ON m.seq = f.rowid"
-            " WHERE messages_fts MATCH ? AND m.folder = ?"
+    """The SQL of `check`: rows in order, each filter tested exactly in SQL (`ws`, the
+    word-start test of envelopay.mail.mailbox.fts, and `wsz` on the kept text), so the
+    limit is SQL's; only a `--contains` row whose text the index does not keep (past
+    TEXT_CAP) comes back unconfirmed (`exact` = 0) for the caller to test on its file,
+    and the caller applies the limit then.
+
+    With a text filter the full-text index drives, newest first by rowid (see the module
+    docstring), on the terms `narrow` keeps of every filter; without one, the (folder,
+    ts) index does."""
+    terms = narrow(
+        [
+            *(words_terms(flt.from_, "from_addr") if flt.from_ else []),
+            *(words_terms(flt.subject, "subject") if flt.subject else []),
+            *(words_terms(flt.contains, "{subject body}") if flt.contains else []),
         ]
-        args: list[Any] = [" AND ".join(f"({p})" for p in parts), folder]
+    )
+    direction = "DESC" if flt.sort == "newest" else "ASC"
+    exact = "1"
+    if flt.contains:
+        exact = "(t.z IS NOT NULL OR m.body_len <= length(m.body_head))"
+    head = f"SELECT m.*, {exact} AS exact FROM "
+    if terms:
+        sql = [
+            head + "messages_fts f JOIN messages m ON m.seq = f.rowid"
+            " LEFT JOIN texts t ON t.seq = m.seq WHERE messages_fts MATCH ? AND m.folder = ?"
+        ]
+        args: list[Any] = [" ".join(terms), folder]
         order = f"ORDER BY f.rowid {direction}"
     else:
-        sql = ["SELECT * FROM messages m WHERE m.folder = ?"]
+        sql = [head + "messages m LEFT JOIN texts t ON t.seq = m.seq WHERE m.folder = ?"]
         args = [folder]
         order = f"ORDER BY m.ts {direction}, m.seq {direction}"
     for col, value in (("from_lc", flt.from_), ("subject_lc", flt.subject)):
         if value:
-            sql.append(f"AND instr(m.{col}, ?) > 0")
+            sql.append(f"AND ws(?, m.{col})")
             args.append(value.lower())
+    if flt.contains:
+        sql.append(
+            "AND (ws(?, m.subject_lc) OR ws(?, m.body_head)"
+            " OR (m.body_len > length(m.body_head) AND (t.z IS NULL OR wsz(?, t.z))))"
+        )
+        args += [flt.contains.lower()] * 3
     if flt.after is not None:
         sql.append("AND m.ts > ?")
         args.append(flt.after.timestamp())
