@@ -222,8 +222,10 @@ class Mailbox:
         rank: bool = False,
     ) -> list[MailRecord]:
         """Regex over sender, subject and body; without a folder: inbox and sent. At most
-        `limit` results, newest first, or best first by BM25 with `rank`. The full-text
-        index picks the candidates (envelopay.mail.mailbox.fts); the regex decides."""
+        `limit` results, newest first, or with `rank` best first by BM25 within blocks of
+        the newest max(100, 5 x limit) candidates (MailIndex._ranked). The full-text index
+        picks the candidates (envelopay.mail.mailbox.fts); the regex decides, on the text
+        the index keeps (the file only past TEXT_CAP)."""
         try:
             pattern = re.compile(query, re.IGNORECASE)
         except re.error as exc:
