@@ -10,8 +10,8 @@ name (UNIQUE), so two processes indexing the same file keep one row.
 Every action costs what its result costs (issue 17):
 - the Maildir file is the only copy of a message: a row keeps the first `HEAD`
   characters (previews), the body's words go to a contentless FTS5 table (search,
-  `--contains`), and a longer body's text, zlib-compressed, to `texts` (the regex and
-  `read` run on it; the file is read only past `TEXT_CAP` characters);
+  `--contains`), and the rest of a longer body, zlib-compressed, to `texts` (the regex
+  and `read` run on head + rest; the file is read only past `TEXT_CAP` characters);
 - `ts` never decreases with `seq` (an entry dated before the newest one is dated as it;
   a message refiled into `sent` gets a new `seq`), so the full-text rowid order is
   date order and every text query stops at its limit (envelopay.mail.mailbox.queries);
@@ -93,8 +93,8 @@ def _ws(needle: str, text: str) -> bool:
     return word_start(needle).search(text.lower()) is not None
 
 
-def _wsz(needle: str, z: bytes) -> bool:
-    return _ws(needle, zlib.decompress(z).decode())
+def _wsz(needle: str, head: str, z: bytes) -> bool:
+    return _ws(needle, head + zlib.decompress(z).decode())
 
 
 class MailIndex:
@@ -112,7 +112,7 @@ class MailIndex:
         self.db.execute("PRAGMA mmap_size=268435456")
         self._depth = 0
         self.db.create_function("ws", 2, _ws, deterministic=True)
-        self.db.create_function("wsz", 2, _wsz, deterministic=True)
+        self.db.create_function("wsz", 3, _wsz, deterministic=True)
         if self.db.execute("PRAGMA user_version").fetchone()[0] == _VERSION:
             return
         from envelopay.mail.mailbox import index_upgrade
@@ -211,9 +211,10 @@ class MailIndex:
             "INSERT INTO messages_fts (rowid, from_addr, subject, body) VALUES (?, ?, ?, ?)",
             (seq, from_addr, subject, body),
         )
-        if HEAD < len(body) <= TEXT_CAP:
+        if HEAD < len(body) <= TEXT_CAP:  # the part past the row's head
             self.db.execute(
-                "INSERT OR REPLACE INTO texts (seq, z) VALUES (?, ?)", (seq, zlib.compress(body.encode(), 6))
+                "INSERT OR REPLACE INTO texts (seq, z) VALUES (?, ?)",
+                (seq, zlib.compress(body[HEAD:].encode(), 6)),
             )
 
     def _newest_ts(self) -> float:
@@ -291,7 +292,8 @@ class MailIndex:
             " (SELECT max(seq) FROM messages))"
         ).fetchone()[0]
         seq = int(top) + 1
-        text = self._stored_text(int(row["seq"]))
+        rest = self._stored_rest(int(row["seq"]))
+        text = None if rest is None else row["body_head"] + rest
         if text is None:
             text = row["body_head"] if int(row["body_len"]) <= len(row["body_head"]) else body
         # The old full-text row stays, joining nothing (a contentless table cannot delete).
@@ -349,9 +351,10 @@ class MailIndex:
             return None
         if int(row["body_len"]) <= len(row["body_head"]):
             return str(row["body_head"])
-        return self._stored_text(int(row["seq"]))
+        rest = self._stored_rest(int(row["seq"]))
+        return None if rest is None else row["body_head"] + rest
 
-    def _stored_text(self, seq: int) -> str | None:
+    def _stored_rest(self, seq: int) -> str | None:
         row = self.db.execute("SELECT z FROM texts WHERE seq = ?", (seq,)).fetchone()
         return None if row is None else zlib.decompress(row[0]).decode()
 
@@ -389,7 +392,7 @@ class MailIndex:
     def _ranked(self, fts: str, folders: Sequence[str], truncate: int, window: int) -> Iterator[MailRecord]:
         """Best first by BM25 within each block of `window` full-text candidates (any
         folder), the newest block first: a block costs its own size, not the number of
-        matches (BM25's statistics are the whole index's). The message rows are read 64
+        matches (BM25's statistics are the whole index's). The message rows are read 32
         at a time, in rank order."""
         hi: int | None = None
         while True:
@@ -409,8 +412,8 @@ class MailIndex:
                     [fts, lo, *args[1:]],
                 )
             ]
-            for i in range(0, len(ids), 64):
-                chunk = ids[i : i + 64]
+            for i in range(0, len(ids), 32):
+                chunk = ids[i : i + 32]
                 marks = ",".join("?" * len(chunk))
                 found = {
                     r["seq"]: r

@@ -92,12 +92,13 @@ def check_query(folder: str, flt: CheckFilter) -> tuple[str, list[Any]]:
         order = f"ORDER BY m.ts {direction}, m.seq {direction}"
     for col, value in (("from_lc", flt.from_), ("subject_lc", flt.subject)):
         if value:
-            sql.append(f"AND ws(?, m.{col})")
-            args.append(value.lower())
+            # instr first: most candidates fail it in C, before the word-start test.
+            sql.append(f"AND instr(m.{col}, ?) > 0 AND ws(?, m.{col})")
+            args += [value.lower()] * 2
     if flt.contains:
         sql.append(
             "AND (ws(?, m.subject_lc) OR ws(?, m.body_head)"
-            " OR (m.body_len > length(m.body_head) AND (t.z IS NULL OR wsz(?, t.z))))"
+            " OR (m.body_len > length(m.body_head) AND (t.z IS NULL OR wsz(?, m.body_head, t.z))))"
         )
         args += [flt.contains.lower()] * 3
     if flt.after is not None:
