@@ -324,13 +324,19 @@ class Pickup:
         watched = [(d, os.path.join(d, "new")) for d in self._dirs]  # strings: one stat a tick each
         while True:
             await asyncio.sleep(self.interval)
-            found = self._sweep(watched)
+            racy_before = time.time_ns() - _RACY_NS
+            found = 0
+            for start in range(0, len(watched), _SWEEP_CHUNK):
+                offered = self._sweep(watched[start : start + _SWEEP_CHUNK], racy_before)
+                if offered:  # the consumer takes it now, not after the whole sweep
+                    found += offered
+                    self.interval = self._poll
+                    await asyncio.sleep(0)
             self.interval = next_poll_interval(self.interval, found > 0, self._poll, self._poll_max)
 
-    def _sweep(self, watched: list[tuple[Path, str]]) -> int:
-        """One poll tick: stat every new/, list those that changed, offer their files;
-        how many were offered."""
-        racy_before = time.time_ns() - _RACY_NS
+    def _sweep(self, watched: list[tuple[Path, str]], racy_before: int) -> int:
+        """Part of a poll tick: stat each new/, list those that changed, offer their
+        files; how many were offered."""
         listed = self._listed
         offered = 0
         for d, new in watched:
@@ -360,3 +366,4 @@ def next_poll_interval(current: float, found: bool, lo: float, hi: float) -> flo
 
 # A directory changed this recently may change again within the same mtime tick.
 _RACY_NS = 1_000_000_000
+_SWEEP_CHUNK = 128  # directories stat'ed between chances for the consumer to run
