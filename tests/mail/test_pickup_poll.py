@@ -50,3 +50,26 @@ async def test_poll_sees_a_second_delivery_in_the_same_mtime_tick(tmp_path: Path
         os.utime(box / "new", ns=(seen, seen))
         second = await pickup.next(timeout=10)
         assert {first.raw[-3:], second.raw[-3:]} == {b"1\r\n", b"2\r\n"}
+
+
+def test_the_poll_backs_off_while_idle_and_not_past_its_ceiling() -> None:
+    tick = 0.01
+    for _ in range(20):
+        tick = maildir.next_poll_interval(tick, False, 0.01, 0.5)
+    assert tick == 0.5
+    assert maildir.next_poll_interval(tick, True, 0.01, 0.5) == 0.01
+
+
+async def test_an_idle_poll_ticks_slowly_and_a_delivery_brings_it_back(tmp_path: Path) -> None:
+    box = ensure_maildir(tmp_path / "c@garden.test")
+    async with Pickup([box], use_inotify=False, poll_interval=0.005, poll_idle_max=0.64) as pickup:
+        for _ in range(1000):  # idle: the tick doubles up to its ceiling
+            if pickup.interval == 0.64:
+                break
+            await asyncio.sleep(0.01)
+        assert pickup.interval == 0.64
+        deliver_file(box, b"Subject: late\r\n\r\nlate\r\n")
+        got = await pickup.next(timeout=10)
+        assert got.raw.endswith(b"late\r\n")
+        assert pickup.interval < 0.64  # the tick that found it went back to 5 ms
+        pickup.done(got)

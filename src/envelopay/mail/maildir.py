@@ -11,10 +11,12 @@ tmp/: a reader never sees a partial file (the Maildir protocol; `mailbox.Maildir
 reads these files unchanged). The file name is `<seconds>.M<micro>P<pid>Q<n>R<rand>.<host>`.
 
 `Pickup` hands each new file to a consumer as soon as it appears: inotify on every
-new/ directory (ctypes; Linux), or a short poll where inotify is unavailable: the poll
+new/ directory (ctypes; Linux), or a poll where inotify is unavailable: the poll
 stats each new/ and lists only those whose mtime moved (or moved within the last
 second, where a coarse clock could hide a second change), so an idle pickup over 1,000
-addresses costs 1,000 stat calls a tick, not 1,000 listings. The
+addresses costs 1,000 stat calls a tick, not 1,000 listings; and while nothing arrives
+its tick doubles from `poll_interval` (10 ms) up to `poll_idle_max` (0.5 s), back to
+10 ms as soon as a tick finds mail, so an idle garden costs a few sweeps a second. The
 consumer calls `done()` after it has committed the message, which moves the file to
 cur/ with the Maildir ":2,<flags>" suffix; until then the message stays in new/ and a
 restarted pickup yields it again (nothing received is lost).
@@ -194,17 +196,25 @@ class Pickup:
     """Yield each new Maildir message once, as soon as it lands in new/.
 
     Use as `async with Pickup([maildir, ...]) as p: async for d in p: ...; p.done(d)`.
-    `use_inotify=False` (or a platform without inotify) polls every `poll_interval` s.
+    `use_inotify=False` (or a platform without inotify) polls every `poll_interval` s,
+    backing off to `poll_idle_max` s while idle (`next_poll_interval`).
     """
 
     def __init__(
-        self, maildirs: Iterable[Path], *, use_inotify: bool = True, poll_interval: float = 0.01
+        self,
+        maildirs: Iterable[Path],
+        *,
+        use_inotify: bool = True,
+        poll_interval: float = 0.01,
+        poll_idle_max: float = 0.5,
     ) -> None:
         self._dirs = [Path(m) for m in maildirs]
         if not self._dirs:
             raise ConfigError("pickup needs at least one Maildir")
         self._use_inotify = use_inotify
         self._poll = poll_interval
+        self._poll_max = max(poll_interval, poll_idle_max)
+        self.interval = poll_interval  # the poll's current tick (it backs off while idle)
         self._queue: asyncio.Queue[Delivery] = asyncio.Queue()
         self._pending: set[tuple[Path, str]] = set()  # yielded or queued, not yet done
         self._notify: _Inotify | None = None
@@ -276,20 +286,21 @@ class Pickup:
         self._pending.discard((delivery.maildir, delivery.name))
         asyncio.get_running_loop().call_later(after, self._offer, delivery.maildir, delivery.name)
 
-    def _offer(self, maildir: Path, name: str) -> None:
+    def _offer(self, maildir: Path, name: str) -> bool:
         key = (maildir, name)
         if key in self._pending or name.startswith("."):
-            return
+            return False
         try:
             fd = os.open(os.path.join(maildir, "new", name), os.O_RDONLY)
         except FileNotFoundError:  # already taken by another reader
-            return
+            return False
         try:
             raw = _read_all(fd)
         finally:
             os.close(fd)
         self._pending.add(key)
         self._queue.put_nowait(Delivery(maildir, name, raw))
+        return True
 
     def _scan(self) -> None:
         for d in self._dirs:
@@ -312,27 +323,47 @@ class Pickup:
     async def _poll_loop(self) -> None:
         watched = [(d, os.path.join(d, "new")) for d in self._dirs]  # strings: one stat a tick each
         while True:
-            await asyncio.sleep(self._poll)
+            await asyncio.sleep(self.interval)
             racy_before = time.time_ns() - _RACY_NS
-            listed = self._listed
-            for d, new in watched:
-                try:
-                    mtime = os.stat(new).st_mtime_ns
-                except FileNotFoundError:
-                    continue
-                if listed.get(d) == mtime and mtime < racy_before:
-                    continue
-                try:
-                    names = os.listdir(new)
-                except FileNotFoundError:
-                    continue
-                listed[d] = mtime
-                present = {(d, n) for n in names}
-                # Forget entries that left new/ by other means, so the set stays bounded.
-                self._pending = {k for k in self._pending if k[0] != d or k in present}
-                for n in sorted(names):
-                    self._offer(d, n)
+            found = 0
+            for start in range(0, len(watched), _SWEEP_CHUNK):
+                offered = self._sweep(watched[start : start + _SWEEP_CHUNK], racy_before)
+                if offered:  # the consumer takes it now, not after the whole sweep
+                    found += offered
+                    self.interval = self._poll
+                    await asyncio.sleep(0)
+            self.interval = next_poll_interval(self.interval, found > 0, self._poll, self._poll_max)
+
+    def _sweep(self, watched: list[tuple[Path, str]], racy_before: int) -> int:
+        """Part of a poll tick: stat each new/, list those that changed, offer their
+        files; how many were offered."""
+        listed = self._listed
+        offered = 0
+        for d, new in watched:
+            try:
+                mtime = os.stat(new).st_mtime_ns
+            except FileNotFoundError:
+                continue
+            if listed.get(d) == mtime and mtime < racy_before:
+                continue
+            try:
+                names = os.listdir(new)
+            except FileNotFoundError:
+                continue
+            listed[d] = mtime
+            present = {(d, n) for n in names}
+            # Forget entries that left new/ by other means, so the set stays bounded.
+            self._pending = {k for k in self._pending if k[0] != d or k in present}
+            for n in sorted(names):
+                offered += self._offer(d, n)
+        return offered
+
+
+def next_poll_interval(current: float, found: bool, lo: float, hi: float) -> float:
+    """The poll's next tick: back to `lo` when this tick found mail, else doubled up to `hi`."""
+    return lo if found else min(hi, current * 2)
 
 
 # A directory changed this recently may change again within the same mtime tick.
 _RACY_NS = 1_000_000_000
+_SWEEP_CHUNK = 128  # directories stat'ed between chances for the consumer to run

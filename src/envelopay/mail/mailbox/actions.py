@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from envelopay.mail.contacts import ContactBook
 from envelopay.mail.mailbox.attachments import extract, remove_extracted
-from envelopay.mail.mailbox.fts import fts_query
+from envelopay.mail.mailbox.fts import fts_query, word_start
 from envelopay.mail.mailbox.guard import SendGuard
 from envelopay.mail.mailbox.index import MailIndex
 from envelopay.mail.mailbox.inputs import Folder, MailboxError, check_folder, check_id, single_address
@@ -81,7 +81,7 @@ class Mailbox:
         self._files = MailFolders(self.agent_dir, inbox)
         self.root = self._files.root
         self.contacts = ContactBook(self.root / "contacts.json")
-        self._index = MailIndex(self.root / "index.sqlite3")
+        self._index = MailIndex(self.root / "index.sqlite3", body_of=self._body_of)
         self._guard = SendGuard(self._index.db, duplicate_window, now)
 
     @property
@@ -168,10 +168,17 @@ class Mailbox:
         if rec.body_complete:
             return rec
         if body is None:
+            body = self._index.text(rec.id)
+        if body is None:  # past the index's text cap
             body = body_text(self._path_of(rec).read_bytes())
         cut = len(rec.preview.rstrip("…")) if rec.preview.endswith("…") else 0
         preview = body if not cut or cut >= len(body) else body[:cut] + "…"
         return replace(rec, body=body, preview=preview, body_complete=True)
+
+    def _body_of(self, folder: str, name: str, last_seen: str) -> str | None:
+        """A message file's text body (for an index upgrade), or None when it is gone."""
+        path = self._files.locate(folder, name, last_seen)
+        return None if path is None else body_text(path.read_bytes())
 
     def get(self, mid: str) -> MailRecord:
         return self._get(check_id(mid))
@@ -190,25 +197,20 @@ class Mailbox:
         return path
 
     def check(self, folder: str = "inbox", flt: CheckFilter | None = None) -> list[MailRecord]:
-        """List a folder, newest first by default, with the seed's filters."""
+        """List a folder, newest first by default, with the seed's filters (text filters:
+        the text found where a word starts, envelopay.mail.mailbox.fts.word_start)."""
         flt = flt or CheckFilter()
-        rows = self._index.check(check_folder(folder), flt)
-        newest = flt.sort == "newest"
-        if not flt.contains:
-            listed = [self._whole(r) if flt.truncate == 0 else r for r in rows]
-            return sorted(listed, key=lambda r: r.date, reverse=newest)
-        needle = flt.contains.lower()
         out: list[MailRecord] = []
-        for r in rows:  # candidates: the text decides
-            if needle in r.subject.lower() or needle in r.body.lower():
-                out.append(r if flt.truncate else self._whole(r))
-            elif not r.body_complete:
-                whole = self._whole(r)
-                if needle in whole.body.lower():
-                    out.append(r if flt.truncate else whole)
+        needle = word_start(flt.contains.lower()) if flt.contains else None
+        for r, exact in self._index.check(check_folder(folder), flt):  # in order
+            if not exact:  # a body past the index's text: its file decides
+                assert needle is not None
+                if not (needle.search(r.subject.lower()) or needle.search(self._whole(r).body.lower())):
+                    continue
+            out.append(self._whole(r) if flt.truncate == 0 else r)
             if len(out) >= flt.n:
                 break
-        return sorted(out, key=lambda r: r.date, reverse=newest)
+        return sorted(out, key=lambda r: r.date, reverse=flt.sort == "newest")
 
     def search(
         self,
@@ -220,8 +222,10 @@ class Mailbox:
         rank: bool = False,
     ) -> list[MailRecord]:
         """Regex over sender, subject and body; without a folder: inbox and sent. At most
-        `limit` results, newest first, or best first by BM25 with `rank`. The full-text
-        index picks the candidates (envelopay.mail.mailbox.fts); the regex decides."""
+        `limit` results, newest first, or with `rank` best first by BM25 within blocks of
+        the newest max(100, 5 x limit) candidates (MailIndex._ranked). The full-text index
+        picks the candidates (envelopay.mail.mailbox.fts); the regex decides, on the text
+        the index keeps (the file only past TEXT_CAP)."""
         try:
             pattern = re.compile(query, re.IGNORECASE)
         except re.error as exc:
@@ -230,7 +234,8 @@ class Mailbox:
             raise MailboxError("invalid_filter", "must be at least 1", "limit")
         folders = (check_folder(folder),) if folder is not None else ("inbox", "sent")
         out: list[MailRecord] = []
-        for r in self._index.search(fts_query(query), folders, truncate=truncate, rank=rank):
+        fts = fts_query(query, narrowed=not rank)  # ranking weighs every term
+        for r in self._index.search(fts, folders, truncate=truncate, rank=rank, limit=limit):
             if (
                 pattern.search(r.from_addr)
                 or pattern.search(r.subject)
@@ -356,7 +361,12 @@ class Mailbox:
         if result.status == "sent":
             dst = self._files.move(self._path_of(queued), "sent", flags="S")
             self._index.refile(
-                queued.id, "sent", read=True, file=self._files.rel(dst), ts=self._now().timestamp()
+                queued.id,
+                "sent",
+                read=True,
+                file=self._files.rel(dst),
+                ts=self._now().timestamp(),
+                body=queued.body,
             )
         elif result.status in ("blocked", "failed"):
             # Not sent and never will be from here: drop the outbox copy, keep the log row.

@@ -8,9 +8,13 @@ is indexed again by `Mailbox.refresh()`. A row is tied to its file by the Maildi
 name (UNIQUE), so two processes indexing the same file keep one row.
 
 Every action costs what its result costs (issue 17):
-- the Maildir file is the only copy of a body: a row keeps the first `HEAD` characters
-  (previews) and the body's words in a contentless FTS5 table (search, `--contains`);
-  a longer body is read from its file when a caller wants it whole;
+- the Maildir file is the only copy of a message: a row keeps the first `HEAD`
+  characters (previews), the body's words go to a contentless FTS5 table (search,
+  `--contains`), and the rest of a longer body, zlib-compressed, to `texts` (the regex
+  and `read` run on head + rest; the file is read only past `TEXT_CAP` characters);
+- `ts` never decreases with `seq` (an entry dated before the newest one is dated as it;
+  a message refiled into `sent` gets a new `seq`), so the full-text rowid order is
+  date order and every text query stops at its limit (envelopay.mail.mailbox.queries);
 - `from_lc`/`subject_lc` hold the lowercased header values the `check` filters test;
 - a thread table joins messages sharing any Message-ID (own, In-Reply-To, References)
   as they are indexed, so `thread` reads one thread, not the mailbox;
@@ -23,20 +27,25 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator, Sequence
+import zlib
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
-from envelopay.mail.mailbox.fts import words_query
+from envelopay.mail.mailbox.fts import word_start
 from envelopay.mail.mailbox.interpret import Interpretation
+from envelopay.mail.mailbox.queries import COLS, check_query, record
 from envelopay.mail.mailbox.records import Attachment, CheckFilter, MailRecord
 
-__all__ = ["HEAD", "MailIndex"]
+__all__ = ["HEAD", "RANK_WINDOW", "TEXT_CAP", "BodyOf", "MailIndex"]
 
 HEAD = 1024  # body characters a row keeps (previews are 500 by default)
-_VERSION = 2
+TEXT_CAP = 200_000  # longer bodies are not kept as search text: their file is read
+RANK_WINDOW = 100  # ranked search orders max(this, 5 x limit) newest candidates at a time
+_VERSION = 3
+
+# (folder, base name, file as last seen) -> the text body from the Maildir file, or None
+BodyOf = Callable[[str, str, str], str | None]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS messages (
@@ -76,118 +85,48 @@ CREATE INDEX IF NOT EXISTS thread_ids_thread ON thread_ids(thread);
 CREATE TABLE IF NOT EXISTS threads (thread TEXT PRIMARY KEY, last_ts REAL NOT NULL) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS threads_recent ON threads(last_ts);
 CREATE TABLE IF NOT EXISTS dirs (dir TEXT PRIMARY KEY, mtime_ns INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS texts (seq INTEGER PRIMARY KEY, z BLOB NOT NULL);
 """
 
-_COLS = (
-    "id, folder, name, file, message_id, from_addr, from_lc, to_addrs, cc_addrs, subject, subject_lc, ts,"
-    " header_date, in_reply_to, refs, reply_to, body_head, body_len, attachments, read, status, problems,"
-    " protocol_type, thread"
-)
+
+def _ws(needle: str, text: str) -> bool:
+    return word_start(needle).search(text.lower()) is not None
 
 
-def _record(row: sqlite3.Row, truncate: int = 0) -> MailRecord:
-    body: str = row["body_head"]
-    complete = int(row["body_len"]) <= len(body)
-    if truncate == 0 or len(body) <= truncate:
-        preview = body if complete or truncate == 0 else body + "…"
-    else:
-        preview = body[:truncate] + "…"
-    return MailRecord(
-        id=row["id"],
-        folder=row["folder"],
-        message_id=row["message_id"],
-        from_addr=row["from_addr"],
-        to_addrs=tuple(json.loads(row["to_addrs"])),
-        cc_addrs=tuple(json.loads(row["cc_addrs"])),
-        subject=row["subject"],
-        date=datetime.fromtimestamp(row["ts"], UTC),
-        header_date=row["header_date"],
-        in_reply_to=row["in_reply_to"],
-        references=tuple(json.loads(row["refs"])),
-        reply_to=row["reply_to"],
-        body=body,
-        attachments=tuple(Attachment(**a) for a in json.loads(row["attachments"])),
-        read=bool(row["read"]),
-        status=row["status"],
-        problems=tuple(json.loads(row["problems"])),
-        protocol_type=row["protocol_type"],
-        preview=preview,
-        body_complete=complete,
-    )
-
-
-def _check_query(folder: str, flt: CheckFilter) -> tuple[str, list[Any]]:
-    """The SQL of `check`. With a text filter the full-text index drives: its rows come in
-    index order (which is arrival order, as `ts` is), the lowercase columns confirm
-    `--from`/`--subject` exactly, and the caller confirms `--contains` on the text, so
-    the limit is the caller's then. Without one, the (folder, ts) index does."""
-    parts = [
-        q
-        for q in (
-            words_query(flt.from_, "from_addr") if flt.from_ else None,
-            # A sender is the narrower term; the subject column then confirms exactly.
-            words_query(flt.subject, "subject") if flt.subject and not flt.from_ else None,
-            words_query(flt.contains, "{subject body}") if flt.contains else None,
-        )
-        if q
-    ]
-    direction = "DESC" if flt.sort == "newest" else "ASC"
-    if parts:
-        sql = [
-            "SELECT m.* FROM messages_fts f JOIN messages m ON m.seq = f.rowid"
-            " WHERE messages_fts MATCH ? AND m.folder = ?"
-        ]
-        args: list[Any] = [" ".join(parts), folder]
-        order = f"ORDER BY f.rowid {direction}"
-    else:
-        sql = ["SELECT * FROM messages m WHERE m.folder = ?"]
-        args = [folder]
-        order = f"ORDER BY m.ts {direction}, m.seq {direction}"
-    for col, value in (("from_lc", flt.from_), ("subject_lc", flt.subject)):
-        if value:
-            sql.append(f"AND instr(m.{col}, ?) > 0")
-            args.append(value.lower())
-    if flt.after is not None:
-        sql.append("AND m.ts > ?")
-        args.append(flt.after.timestamp())
-    if flt.before is not None:
-        sql.append("AND m.ts < ?")
-        args.append(flt.before.timestamp())
-    if flt.unread_only:
-        sql.append("AND m.read = 0")
-    if flt.has_attachments is not None:
-        sql.append("AND m.attachments " + ("!= '[]'" if flt.has_attachments else "= '[]'"))
-    sql.append(order)
-    if not flt.contains:
-        sql.append("LIMIT ?")
-        args.append(flt.n)
-    return " ".join(sql), args
+def _wsz(needle: str, head: str, z: bytes) -> bool:
+    return _ws(needle, head + zlib.decompress(z).decode())
 
 
 class MailIndex:
     """The SQLite index file of one mailbox (WAL; each write is one transaction, or part
     of the caller's `batch()`)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, body_of: BodyOf | None = None) -> None:
+        """Open (or create) the index; an older index is upgraded in place, reading message
+        files through `body_of` where the old index did not keep the text."""
         self.db = sqlite3.connect(path, isolation_level=None, timeout=30)
         self.db.row_factory = sqlite3.Row
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
+        # Lookups by id land anywhere in a large file: mapped pages cost no read call.
+        self.db.execute("PRAGMA mmap_size=268435456")
         self._depth = 0
-        old = self.db.execute("PRAGMA user_version").fetchone()[0]
-        has_v1 = self.db.execute("SELECT 1 FROM pragma_table_info('messages') WHERE name = 'body'").fetchone()
-        if has_v1:
-            self.db.execute("ALTER TABLE messages RENAME TO messages_v1")
-            for ix in ("messages_folder_ts", "messages_msgid"):
-                self.db.execute(f"DROP INDEX IF EXISTS {ix}")
-        self.db.executescript(_SCHEMA)
-        if has_v1:
-            from envelopay.mail.mailbox.index_upgrade import upgrade_v1
+        self.db.create_function("ws", 2, _ws, deterministic=True)
+        self.db.create_function("wsz", 3, _wsz, deterministic=True)
+        if self.db.execute("PRAGMA user_version").fetchone()[0] == _VERSION:
+            return
+        from envelopay.mail.mailbox import index_upgrade
 
-            with self.batch():
-                upgrade_v1(self)
-        if old != _VERSION:
-            self.db.execute(f"PRAGMA user_version = {_VERSION}")
+        with self.batch():  # one transaction: an interrupted upgrade leaves the old index whole
+            old = self.db.execute("PRAGMA user_version").fetchone()[0]
+            if old != _VERSION:
+                prior = index_upgrade.set_aside(self.db, old)
+                for statement in _SCHEMA.split(";"):
+                    if statement.strip():
+                        self.db.execute(statement)
+                if prior is not None:
+                    index_upgrade.upgrade(self, prior, body_of)
+                self.db.execute(f"PRAGMA user_version = {_VERSION}")
 
     def close(self) -> None:
         self.db.close()
@@ -231,10 +170,11 @@ class MailIndex:
         with self.batch():  # BEGIN IMMEDIATE: the name check below cannot race another process
             if self.db.execute("SELECT 1 FROM messages WHERE name = ?", (name,)).fetchone():
                 return False
+            ts = max(ts, self._newest_ts())
             links = [m for m in dict.fromkeys([info.message_id, info.in_reply_to, *info.references]) if m]
             thread = self._join_thread(mid, links, ts)
             cur = self.db.execute(
-                f"INSERT INTO messages ({_COLS}) VALUES ({','.join('?' * 24)})",
+                f"INSERT INTO messages ({COLS}) VALUES ({','.join('?' * 24)})",
                 (
                     mid,
                     folder,
@@ -262,11 +202,24 @@ class MailIndex:
                     thread,
                 ),
             )
-            self.db.execute(
-                "INSERT INTO messages_fts (rowid, from_addr, subject, body) VALUES (?, ?, ?, ?)",
-                (cur.lastrowid, info.from_addr, info.subject, info.body),
-            )
+            assert cur.lastrowid is not None
+            self._add_text(cur.lastrowid, info.from_addr, info.subject, info.body)
         return True
+
+    def _add_text(self, seq: int, from_addr: str, subject: str, body: str) -> None:
+        self.db.execute(
+            "INSERT INTO messages_fts (rowid, from_addr, subject, body) VALUES (?, ?, ?, ?)",
+            (seq, from_addr, subject, body),
+        )
+        if HEAD < len(body) <= TEXT_CAP:  # the part past the row's head
+            self.db.execute(
+                "INSERT OR REPLACE INTO texts (seq, z) VALUES (?, ?)",
+                (seq, zlib.compress(body[HEAD:].encode(), 6)),
+            )
+
+    def _newest_ts(self) -> float:
+        row = self.db.execute("SELECT ts FROM messages ORDER BY seq DESC LIMIT 1").fetchone()
+        return float(row[0]) if row is not None else float("-inf")
 
     def _join_thread(self, mid: str, links: list[str], ts: float) -> str:
         """The thread of a message linked to `links`: the oldest-keyed of the threads they
@@ -313,17 +266,42 @@ class MailIndex:
         cur = self.db.execute(f"UPDATE messages SET read = 1 WHERE id IN ({marks}) AND read = 0", list(ids))
         return cur.rowcount
 
-    def refile(self, mid: str, folder: str, *, read: bool, file: str, ts: float | None = None) -> None:
-        """The message now lives in `folder` at `file` (and entered it at `ts`, when given)."""
+    def refile(
+        self, mid: str, folder: str, *, read: bool, file: str, ts: float | None = None, body: str = ""
+    ) -> None:
+        """The message now lives in `folder` at `file` (and entered it at `ts`, when given:
+        then it takes the next `seq`, so rowid order stays date order; `body` is its text,
+        for a body the index does not keep)."""
         with self.batch():
             self.db.execute(
-                "UPDATE messages SET folder = ?, read = ?, file = ?, ts = coalesce(?, ts) WHERE id = ?",
-                (folder, int(read), file, ts, mid),
+                "UPDATE messages SET folder = ?, read = ?, file = ? WHERE id = ?",
+                (folder, int(read), file, mid),
             )
             if ts is not None:
-                row = self.db.execute("SELECT thread FROM messages WHERE id = ?", (mid,)).fetchone()
-                if row is not None:
-                    self._touch_thread(row[0], ts)
+                self._rekey(mid, ts, body)
+
+    def _rekey(self, mid: str, ts: float, body: str) -> None:
+        row = self.db.execute(
+            "SELECT seq, from_addr, subject, body_head, body_len, thread FROM messages WHERE id = ?", (mid,)
+        ).fetchone()
+        if row is None:
+            return
+        ts = max(ts, self._newest_ts())
+        top = self.db.execute(
+            "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'messages'), 0),"
+            " (SELECT max(seq) FROM messages))"
+        ).fetchone()[0]
+        seq = int(top) + 1
+        rest = self._stored_rest(int(row["seq"]))
+        text = None if rest is None else row["body_head"] + rest
+        if text is None:
+            text = row["body_head"] if int(row["body_len"]) <= len(row["body_head"]) else body
+        # The old full-text row stays, joining nothing (a contentless table cannot delete).
+        self.db.execute("DELETE FROM texts WHERE seq = ?", (row["seq"],))
+        self.db.execute("UPDATE messages SET seq = ?, ts = ? WHERE id = ?", (seq, ts, mid))
+        self.db.execute("UPDATE sqlite_sequence SET seq = ? WHERE name = 'messages'", (seq,))
+        self._add_text(seq, row["from_addr"], row["subject"], text)
+        self._touch_thread(row["thread"], ts)
 
     def moved(self, mid: str, file: str) -> None:
         """The file is now at `file` in its folder (a reader moved it or changed its flags)."""
@@ -332,7 +310,9 @@ class MailIndex:
     def remove(self, mid: str) -> None:
         # The FTS row stays (a contentless table cannot delete without the text): it joins
         # no message any more, and seq is never reused, so it only costs its bytes.
-        self.db.execute("DELETE FROM messages WHERE id = ?", (mid,))
+        with self.batch():
+            self.db.execute("DELETE FROM texts WHERE seq = (SELECT seq FROM messages WHERE id = ?)", (mid,))
+            self.db.execute("DELETE FROM messages WHERE id = ?", (mid,))
 
     # ------------------------------------------------------------------ refresh state
     def dir_mtime(self, directory: str) -> int | None:
@@ -358,24 +338,39 @@ class MailIndex:
     # ------------------------------------------------------------------ reading
     def get(self, mid: str, truncate: int = 0) -> MailRecord | None:
         row = self.db.execute("SELECT * FROM messages WHERE id = ?", (mid,)).fetchone()
-        return _record(row, truncate) if row is not None else None
+        return record(row, truncate) if row is not None else None
 
     def by_name(self, name: str) -> MailRecord | None:
         row = self.db.execute("SELECT * FROM messages WHERE name = ?", (name,)).fetchone()
-        return _record(row) if row is not None else None
+        return record(row) if row is not None else None
+
+    def text(self, mid: str) -> str | None:
+        """The whole text body, when the index keeps it (None: read the file)."""
+        row = self.db.execute("SELECT seq, body_head, body_len FROM messages WHERE id = ?", (mid,)).fetchone()
+        if row is None:
+            return None
+        if int(row["body_len"]) <= len(row["body_head"]):
+            return str(row["body_head"])
+        rest = self._stored_rest(int(row["seq"]))
+        return None if rest is None else row["body_head"] + rest
+
+    def _stored_rest(self, seq: int) -> str | None:
+        row = self.db.execute("SELECT z FROM texts WHERE seq = ?", (seq,)).fetchone()
+        return None if row is None else zlib.decompress(row[0]).decode()
 
     def location(self, mid: str) -> tuple[str, str, str]:
         """(folder, base name, file as last seen) of an indexed message."""
         row = self.db.execute("SELECT folder, name, file FROM messages WHERE id = ?", (mid,)).fetchone()
         return row[0], row[1], row[2]
 
-    def check(self, folder: str, flt: CheckFilter) -> Iterator[MailRecord]:
-        sql, args = _check_query(folder, flt)
+    def check(self, folder: str, flt: CheckFilter) -> Iterator[tuple[MailRecord, bool]]:
+        """Rows in `check` order, each with whether SQL confirmed it (see queries)."""
+        sql, args = check_query(folder, flt)
         for r in self.db.execute(sql, args):
-            yield _record(r, flt.truncate)
+            yield record(r, flt.truncate), bool(r["exact"])
 
     def search(
-        self, fts: str | None, folders: Sequence[str], *, truncate: int, rank: bool
+        self, fts: str | None, folders: Sequence[str], *, truncate: int, rank: bool, limit: int = 50
     ) -> Iterator[MailRecord]:
         """Candidates in `folders`, best first (rank) or newest first; None: every message."""
         marks = ",".join("?" * len(folders))
@@ -389,38 +384,48 @@ class MailIndex:
             )
             rows = self.db.execute(sql, [fts, *folders])
         else:
-            yield from self._ranked(fts, folders, truncate)
+            yield from self._ranked(fts, folders, truncate, max(RANK_WINDOW, 5 * limit))
             return
         for r in rows:
-            yield _record(r, truncate)
+            yield record(r, truncate)
 
-    def _ranked(self, fts: str, folders: Sequence[str], truncate: int) -> Iterator[MailRecord]:
-        """Best first: BM25 over the full-text index alone, then the message rows of one
-        window of it at a time (not every match's row)."""
-        window, offset = 64, 0
+    def _ranked(self, fts: str, folders: Sequence[str], truncate: int, window: int) -> Iterator[MailRecord]:
+        """Best first by BM25 within each block of `window` full-text candidates (any
+        folder), the newest block first: a block costs its own size, not the number of
+        matches (BM25's statistics are the whole index's). The message rows are read 32
+        at a time, in rank order."""
+        hi: int | None = None
         while True:
+            bound = "" if hi is None else " AND rowid < ?"
+            args = [fts] if hi is None else [fts, hi]
+            edge = self.db.execute(
+                f"SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?{bound}"
+                " ORDER BY rowid DESC LIMIT 1 OFFSET ?",
+                [*args, window - 1],
+            ).fetchone()
+            lo = 0 if edge is None else int(edge[0])
             ids = [
                 r[0]
                 for r in self.db.execute(
-                    "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?"
-                    " ORDER BY rank LIMIT ? OFFSET ?",
-                    (fts, window, offset),
+                    f"SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? AND rowid >= ?{bound}"
+                    " ORDER BY rank",
+                    [fts, lo, *args[1:]],
                 )
             ]
-            if ids:
-                marks = ",".join("?" * len(ids))
+            for i in range(0, len(ids), 32):
+                chunk = ids[i : i + 32]
+                marks = ",".join("?" * len(chunk))
                 found = {
                     r["seq"]: r
-                    for r in self.db.execute(f"SELECT * FROM messages WHERE seq IN ({marks})", ids)
+                    for r in self.db.execute(f"SELECT * FROM messages WHERE seq IN ({marks})", chunk)
                     if r["folder"] in folders
                 }
-                for i in ids:
-                    if i in found:
-                        yield _record(found[i], truncate)
-            if len(ids) < window:
+                for seq in chunk:
+                    if seq in found:
+                        yield record(found[seq], truncate)
+            if edge is None:
                 return
-            offset += window
-            window *= 2
+            hi = lo
 
     def thread(self, mid: str, truncate: int) -> list[MailRecord]:
         """Every message of `mid`'s thread, oldest first."""
@@ -429,7 +434,7 @@ class MailIndex:
             " ORDER BY ts, id",
             (mid,),
         ).fetchall()
-        return [_record(r, truncate) for r in rows]
+        return [record(r, truncate) for r in rows]
 
     def recent_threads(self) -> Iterator[str]:
         """Thread keys, most recently active first."""
@@ -440,4 +445,4 @@ class MailIndex:
         rows = self.db.execute(
             "SELECT * FROM messages WHERE thread = ? ORDER BY ts, id", (thread,)
         ).fetchall()
-        return [_record(r, truncate) for r in rows]
+        return [record(r, truncate) for r in rows]

@@ -1,27 +1,69 @@
-"""Upgrade an index written before issue 17 (bodies in the row, no FTS, no thread table).
+"""Upgrade an older index in place (ids, folders, dates, read marks and attachments kept).
 
-Every row is indexed again from what it holds, with its id, folder, time and read mark
-kept; the file's place is learnt on first use (`Mailbox._path_of` looks it up once).
-Runs inside the opening index's transaction: an interrupted upgrade leaves the old table.
+- v1 (before issue 17): bodies in the row, no full-text index, no thread table. Every
+  row is indexed again from what it holds; the file's place is learnt on first use
+  (`Mailbox._path_of` looks it up once).
+- v2: full-text rowids in arrival order, which a message refiled into `sent` (a new
+  date, the old rowid) broke; no kept text. Every row is indexed again, oldest date
+  first, so rowid order is date order; its text is read from its Maildir file once
+  (`body_of`), or is the row's head when the file is gone.
+
+Runs inside the opening index's transaction: an interrupted upgrade leaves the old
+index as it was, and the next open starts it again.
 """
 
 from __future__ import annotations
 
 import json
+import sqlite3
 from typing import TYPE_CHECKING
 
 from envelopay.mail.mailbox.interpret import Interpretation
 from envelopay.mail.mailbox.records import Attachment
 
 if TYPE_CHECKING:
-    from envelopay.mail.mailbox.index import MailIndex
+    from envelopay.mail.mailbox.index import BodyOf, MailIndex
 
-__all__ = ["upgrade_v1"]
+__all__ = ["set_aside", "upgrade"]
+
+# What a v2 index had besides `messages` and `dirs` (rebuilt from the rows).
+_V2_DERIVED = ("messages_fts", "thread_ids", "threads", "texts")
+_OLD_INDEXES = ("messages_folder_ts", "messages_msgid", "messages_thread")
 
 
-def upgrade_v1(index: MailIndex) -> int:
-    rows = index.db.execute("SELECT * FROM messages_v1 ORDER BY rowid").fetchall()
+def set_aside(db: sqlite3.Connection, version: int) -> str | None:
+    """Rename an older `messages` table out of the way ("v1"/"v2"), or None (fresh or
+    current). The caller then creates the current schema and calls `upgrade`."""
+    cols = {r[0] for r in db.execute("SELECT name FROM pragma_table_info('messages')")}
+    if not cols:
+        return None
+    if "body" in cols:
+        prior = "v1"
+    elif version == 2:
+        prior = "v2"
+        for table in _V2_DERIVED:
+            db.execute(f"DROP TABLE IF EXISTS {table}")
+    else:
+        return None
+    db.execute(f"ALTER TABLE messages RENAME TO messages_{prior}")
+    for ix in _OLD_INDEXES:
+        db.execute(f"DROP INDEX IF EXISTS {ix}")
+    return prior
+
+
+def upgrade(index: MailIndex, prior: str, body_of: BodyOf | None) -> int:
+    """Index the set-aside rows again; how many."""
+    table = f"messages_{prior}"
+    order = "ts, rowid" if prior == "v1" else "ts, seq"
+    rows = index.db.execute(f"SELECT * FROM {table} ORDER BY {order}").fetchall()
     for r in rows:
+        if prior == "v1":
+            body, file = r["body"], f"new/{r['name']}"
+        else:
+            file = r["file"]
+            body = r["body_head"]
+            if int(r["body_len"]) > len(body) and body_of is not None:
+                body = body_of(r["folder"], r["name"], file) or body
         info = Interpretation(
             message_id=r["message_id"],
             from_addr=r["from_addr"],
@@ -32,21 +74,12 @@ def upgrade_v1(index: MailIndex) -> int:
             in_reply_to=r["in_reply_to"],
             references=json.loads(r["refs"]),
             reply_to=r["reply_to"],
-            body=r["body"],
+            body=body,
             protocol_type=r["protocol_type"],
             status=r["status"],
             problems=json.loads(r["problems"]),
         )
         atts = [Attachment(**a) for a in json.loads(r["attachments"])]
-        index.add(
-            r["id"],
-            r["folder"],
-            r["name"],
-            info,
-            atts,
-            ts=r["ts"],
-            file=f"new/{r['name']}",
-            read=bool(r["read"]),
-        )
-    index.db.execute("DROP TABLE messages_v1")
+        index.add(r["id"], r["folder"], r["name"], info, atts, ts=r["ts"], file=file, read=bool(r["read"]))
+    index.db.execute(f"DROP TABLE {table}")
     return len(rows)

@@ -1,0 +1,118 @@
+"""The index's rows as records, and the SQL of `check` (pure).
+
+Order: the index keeps a message's `ts` non-decreasing in `seq` (the full-text rowid;
+`MailIndex.add` and `refile` hold it), so walking the full-text index by rowid, newest
+first, is walking by date, and `ORDER BY f.rowid DESC LIMIT n` is the same answer as
+`ORDER BY ts DESC, seq DESC LIMIT n` over every match. That is what lets every text
+filter stop at its limit instead of sorting its matches.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from datetime import UTC, datetime
+from typing import Any
+
+from envelopay.mail.mailbox.fts import narrow, words_terms
+from envelopay.mail.mailbox.records import Attachment, CheckFilter, MailRecord
+
+__all__ = ["COLS", "check_query", "record"]
+
+COLS = (
+    "id, folder, name, file, message_id, from_addr, from_lc, to_addrs, cc_addrs, subject, subject_lc, ts,"
+    " header_date, in_reply_to, refs, reply_to, body_head, body_len, attachments, read, status, problems,"
+    " protocol_type, thread"
+)
+
+
+def record(row: sqlite3.Row, truncate: int = 0) -> MailRecord:
+    body: str = row["body_head"]
+    complete = int(row["body_len"]) <= len(body)
+    if truncate == 0 or len(body) <= truncate:
+        preview = body if complete or truncate == 0 else body + "…"
+    else:
+        preview = body[:truncate] + "…"
+    return MailRecord(
+        id=row["id"],
+        folder=row["folder"],
+        message_id=row["message_id"],
+        from_addr=row["from_addr"],
+        to_addrs=tuple(json.loads(row["to_addrs"])),
+        cc_addrs=tuple(json.loads(row["cc_addrs"])),
+        subject=row["subject"],
+        date=datetime.fromtimestamp(row["ts"], UTC),
+        header_date=row["header_date"],
+        in_reply_to=row["in_reply_to"],
+        references=tuple(json.loads(row["refs"])),
+        reply_to=row["reply_to"],
+        body=body,
+        attachments=tuple(Attachment(**a) for a in json.loads(row["attachments"])),
+        read=bool(row["read"]),
+        status=row["status"],
+        problems=tuple(json.loads(row["problems"])),
+        protocol_type=row["protocol_type"],
+        preview=preview,
+        body_complete=complete,
+    )
+
+
+def check_query(folder: str, flt: CheckFilter) -> tuple[str, list[Any]]:
+    """The SQL of `check`: rows in order, each filter tested exactly in SQL (`ws`, the
+    word-start test of envelopay.mail.mailbox.fts, and `wsz` on the kept text), so the
+    limit is SQL's; only a `--contains` row whose text the index does not keep (past
+    TEXT_CAP) comes back unconfirmed (`exact` = 0) for the caller to test on its file,
+    and the caller applies the limit then.
+
+    With a text filter the full-text index drives, newest first by rowid (see the module
+    docstring), on the terms `narrow` keeps of every filter; without one, the (folder,
+    ts) index does."""
+    terms = narrow(
+        [
+            *(words_terms(flt.from_, "from_addr") if flt.from_ else []),
+            *(words_terms(flt.subject, "subject") if flt.subject else []),
+            *(words_terms(flt.contains, "{subject body}") if flt.contains else []),
+        ]
+    )
+    direction = "DESC" if flt.sort == "newest" else "ASC"
+    exact = "1"
+    if flt.contains:
+        exact = "(t.z IS NOT NULL OR m.body_len <= length(m.body_head))"
+    head = f"SELECT m.*, {exact} AS exact FROM "
+    if terms:
+        sql = [
+            head + "messages_fts f JOIN messages m ON m.seq = f.rowid"
+            " LEFT JOIN texts t ON t.seq = m.seq WHERE messages_fts MATCH ? AND m.folder = ?"
+        ]
+        args: list[Any] = [" ".join(terms), folder]
+        order = f"ORDER BY f.rowid {direction}"
+    else:
+        sql = [head + "messages m LEFT JOIN texts t ON t.seq = m.seq WHERE m.folder = ?"]
+        args = [folder]
+        order = f"ORDER BY m.ts {direction}, m.seq {direction}"
+    for col, value in (("from_lc", flt.from_), ("subject_lc", flt.subject)):
+        if value:
+            # instr first: most candidates fail it in C, before the word-start test.
+            sql.append(f"AND instr(m.{col}, ?) > 0 AND ws(?, m.{col})")
+            args += [value.lower()] * 2
+    if flt.contains:
+        sql.append(
+            "AND (ws(?, m.subject_lc) OR ws(?, m.body_head)"
+            " OR (m.body_len > length(m.body_head) AND (t.z IS NULL OR wsz(?, m.body_head, t.z))))"
+        )
+        args += [flt.contains.lower()] * 3
+    if flt.after is not None:
+        sql.append("AND m.ts > ?")
+        args.append(flt.after.timestamp())
+    if flt.before is not None:
+        sql.append("AND m.ts < ?")
+        args.append(flt.before.timestamp())
+    if flt.unread_only:
+        sql.append("AND m.read = 0")
+    if flt.has_attachments is not None:
+        sql.append("AND m.attachments " + ("!= '[]'" if flt.has_attachments else "= '[]'"))
+    sql.append(order)
+    if not flt.contains:
+        sql.append("LIMIT ?")
+        args.append(flt.n)
+    return " ".join(sql), args
