@@ -141,7 +141,8 @@ def search(
     folder: Annotated[str | None, typer.Option(help="One folder (default: inbox and sent).")] = None,
     truncate: _Truncate = 500,
     limit: Annotated[int, typer.Option("--limit", min=1, max=1000, help="At most this many results.")] = 50,
-    rank: Annotated[bool, typer.Option("--rank", help="Best matches first (BM25), not newest.")] = False,
+    rank: Annotated[bool, typer.Option(
+        "--rank", help="Best matches first (BM25), within blocks of the newest candidates.")] = False,
 ) -> None:
     """Regex search over sender, subject and body (the pattern's first word starts a word)."""
     with _opened(where) as box:
