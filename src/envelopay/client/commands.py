@@ -11,6 +11,7 @@ raised before anything is paid or sent.
 from __future__ import annotations
 
 import asyncio
+import logging
 import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -66,6 +67,7 @@ __all__ = [
     "return_wallet",
     "run",
     "send",
+    "take_in",
 ]
 
 Act = Callable[["AgentNode"], Awaitable["Sent"]]
@@ -235,6 +237,33 @@ def pay_the_invoice(to: str, max_amount: int | None) -> Then:
     return then
 
 
+async def take_in(node: AgentNode) -> int:
+    """Handle the mail already waiting in our Maildir (what arrived since the last command:
+    an OFFER to accept, an INVOICE to pay), oldest first, before acting. Returns how many;
+    a message another process holds (busy) or that must wait (deferred) stays in new/."""
+    from envelopay.mail.maildir import Pickup
+
+    if node.maildir is None:
+        return 0
+    handled = 0
+    async with Pickup([node.maildir], use_inotify=False) as pickup:
+        while True:
+            try:
+                delivery = await pickup.next(timeout=0)
+            except TimeoutError:
+                break
+            try:
+                outcome = await node.receive(delivery.raw)
+            except Exception:  # a bug, never the sender's input: filed flagged, as the pump does
+                logging.getLogger("envelopay.client").exception("could not take in %s", delivery.path)
+                pickup.done(delivery, flags="F")
+                continue
+            if outcome.status not in ("busy", "deferred"):
+                pickup.done(delivery, flags="S")
+                handled += 1
+    return handled
+
+
 @dataclass(frozen=True)
 class ClientRun:
     """What one client command did: the message sent, whether it still waits in the
@@ -266,6 +295,7 @@ def run(
     async def main() -> ClientRun:
         node = build_node(cfg, app=ClientApp(wallets))
         try:
+            await take_in(node)
             sent = await act(node)
             row = node.store.outbox_get(sent.message_id)
             done = ClientRun(sent.outbound.message.type.upper(), sent)
