@@ -5,7 +5,8 @@ blocks of one world run in README order as ONE bash session (so `cd`, `export` a
 variable such as `INV=$(envelopay order … --json | jq -r .answer.id)` carry over, as they
 would for a person typing them), each logical line checked for its exit code: 0, or N when
 its comment says `exit N`. A line ending in `&` is a long-running service: the session
-starts it in the background and goes on once it has printed its first line. A line whose
+starts it in the background and goes on once it says it is listening or serving (each of
+ours prints such a line when ready; waiting on it is a condition, not a guess). A line whose
 comment says `(syntax)` shows syntax, not a command, and is not run. A world named
 `tests/…` is a block another test runs as written.
 """
@@ -128,6 +129,7 @@ def envelopay_argvs(line: Line) -> list[list[str]]:
 def script(worlds_blocks: list[Block]) -> str:
     """One bash session for the blocks: each line run as written, then its exit code checked."""
     parts = ["set -o pipefail", "trap 'kill $(jobs -p) 2>/dev/null; wait' EXIT"]
+    # A background line must be one simple command (exec replaces the job's subshell).
     for block in worlds_blocks:
         for line in block.lines:
             if line.syntax:
@@ -137,19 +139,20 @@ def script(worlds_blocks: list[Block]) -> str:
                 log = f".service-{line.number}.log"
                 parts += [
                     f"echo '+ {where}: (background) ' {shlex.quote(line.code)} >&2",
-                    f"{{ {line.code} ; }} > {log} 2>&1 &",
+                    # exec: $! is the service itself, so the EXIT trap's kill reaches it
+                    f"{{ exec {line.code} ; }} > {log} 2>&1 &",
                     "__pid=$!; __t=0",
-                    f"until [ -s {log} ]; do",
+                    f"until grep -qiE 'listening|serving' {log}; do",
                     f"  kill -0 $__pid 2>/dev/null || {{ echo '{where}: service exited' >&2; cat {log} >&2; "
                     "exit 101; }",
                     "  __t=$((__t+1)); [ $__t -gt 1200 ] && { echo "
-                    f"'{where}: service printed nothing in 120 s' >&2; exit 101; }}",
+                    f"'{where}: service not listening after 120 s' >&2; cat {log} >&2; exit 101; }}",
                     "  sleep 0.1",
                     "done",
                 ]
                 continue
             parts += [
-                f"echo '+ {where}:' {shlex.quote(line.code)} >&2",
+                f"echo \"+ ${{EPOCHREALTIME%????}} {where}:\" {shlex.quote(line.code)} >&2",
                 line.code,
                 "__rc=$?",
                 f"if [ $__rc -ne {line.expect} ]; then echo '{where}: exit '$__rc', README says "

@@ -16,6 +16,7 @@ Every line is also parsed against the real CLI, `(syntax)` lines for their comma
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -118,8 +119,10 @@ def _session(world: str, cwd: Path, env: dict[str, str], timeout: float) -> None
         out, _ = proc.communicate()
         pytest.fail(f"the {world} session did not end in {timeout:g} s:\n{out[-6000:]}")
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+        # Whatever the session left in its process group (a service it started) ends with it.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+    print(out)  # the session, line by line with its start time (pytest -s shows it)
     assert proc.returncode == 0 and "+ all README lines ran" in out, out[-8000:]
 
 
