@@ -64,3 +64,26 @@ async def test_a_refused_accept_returns_the_accepter_to_offered(world: DemoWorld
     rec = world.worker.store.get_flow(out.flow_id)
     assert rec is not None and rec.state == "accepted" and rec.data["payment"]["id"] == "acc_again"
     assert len(rec.data["refused"]) == 1
+
+
+def test_show_says_where_each_payment_stands() -> None:
+    """`show`'s payments: refused ones with their code; the current one `paid` when its flow
+    expects no answer (a lone PAY, an INVOICE's PAY) or has it, else `awaiting answer`."""
+    from datetime import UTC, datetime
+
+    from envelopay.ledger.store import FlowRecord
+
+    pay = {"message": "pay", "id": "pay_2", "chain": "c", "token": "T", "amount": "1", "proof": {"tx": "b"}}
+    refused = [{**pay, "id": "pay_1", "oops": "recipient_mismatch"}]
+    now = datetime.now(UTC)
+
+    def statuses(kind: str, state: str) -> list[str]:
+        rec = FlowRecord(flow_id="f", local="me", peer="them", kind=kind, side="payer", state=state,
+                         data={"payment": pay, "refused": refused}, version=1, created_at=now, updated_at=now)
+        return [p["status"] for p in show_doc(rec, [])["payments"]]
+
+    assert statuses("order", "paid") == ["refused (recipient_mismatch)", "awaiting answer"]
+    assert statuses("order", "fulfilled") == ["refused (recipient_mismatch)", "paid"]
+    assert statuses("pay", "paid") == ["refused (recipient_mismatch)", "paid"]
+    assert statuses("invoice", "paid") == ["refused (recipient_mismatch)", "paid"]
+    assert statuses("exchange", "offered")[-1] == "awaiting answer"
