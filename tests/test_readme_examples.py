@@ -4,13 +4,16 @@ Every `sh` block of the Usage part names the world it runs in (tests/readme_run.
 how a block is read): `scratch` (an empty directory standing for your clone: fixtures/ is
 linked in), `devnet` (an empty directory; the blocks themselves start `envelopay devnet up`,
 the agents and the worker), or `tests/…`, a test that runs that block as written against
-the service it needs (Postfix, AgentMail, the two-terminals devnet). Each world's blocks
-run as one bash session; every line's exit code is checked against the one README states.
+the service it needs (Postfix, AgentMail, IMAP, the two-terminals devnet). Each world's
+blocks run as one bash session; every line's exit code is checked against the one README
+states.
 
-Substitutions, and why: `envelopay` is this interpreter's `python -m envelopay.cli` (a shim
-first on PATH); HOME and the devnet's home are the test's own directory and the devnet's
-ports are left to the system ($ENVELOPAY_DEVNET_*_PORT=0), so concurrent runs do not meet;
-PYTHONUNBUFFERED=1, so a background service's first line shows when it is printed.
+Substitutions, and why: `envelopay` is this interpreter's `python -m envelopay.cli` and
+`python` this interpreter (shims first on PATH: the venv a reader would have activated);
+HOME and the devnet's home are the test's own directory and the devnet's ports are left to
+the system ($ENVELOPAY_DEVNET_*_PORT=0), so concurrent runs do not meet; PYTHONUNBUFFERED=1,
+so a background service's "listening" line shows when it is printed. The one fixed port is
+the SMTP sink's (2587) in the mail example, since `mail reply --smtp` must be told it.
 
 Every line is also parsed against the real CLI, `(syntax)` lines for their command path."""
 
@@ -98,7 +101,9 @@ def shell_env(tmp_path: Path) -> Iterator[dict[str, str]]:
     shim = tmp_path / "bin"
     shim.mkdir()
     (shim / "envelopay").write_text(f'#!/bin/sh\nexec {sys.executable} -m envelopay.cli "$@"\n')
-    (shim / "envelopay").chmod(0o755)
+    (shim / "python").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    for tool in ("envelopay", "python"):
+        (shim / tool).chmod(0o755)
     env = {k: v for k, v in os.environ.items() if not k.startswith("ENVELOPAY_")}
     env.update(PATH=f"{shim}:{env.get('PATH', '/usr/bin:/bin')}", HOME=str(tmp_path / "home"),
                ENVELOPAY_DEVNET_HOME=str(tmp_path / "devnet"), ENVELOPAY_DEVNET_SOLANA_PORT="0",
