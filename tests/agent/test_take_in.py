@@ -1,5 +1,5 @@
-"""A client command first takes in the mail already waiting in its Maildir (issue 15: an
-OFFER or INVOICE that arrived since the last command can be accepted or paid at once)."""
+"""`accept` first takes in the mail already waiting in its Maildir (issue 15: an OFFER that
+arrived since the last command can be accepted at once); `take_in` is that step."""
 
 from __future__ import annotations
 

@@ -139,9 +139,14 @@ def offer(
 
 
 def accept(message: Accept, to: str, *, wallet: str | None, offer_ref: str, flow: str | None) -> Act:
-    """Pay the counter-asset to the OFFER's (or the given) wallet, then send ACCEPT."""
+    """Take in waiting mail (the OFFER), pay the counter-asset to the OFFER's (or the given)
+    wallet, then send ACCEPT."""
 
     async def act(node: AgentNode) -> Sent:
+        # The OFFER may have arrived since our last command: take in what waits first. Only
+        # here: other commands run beside a served worker too (an operator's FULFILL), and
+        # this process must not answer that worker's mail in its stead.
+        await take_in(node)
         recipient = wallet or _offer_wallet(node, to, offer_ref)
         proof = await pay_first(node, chain=message.chain, token=message.token, amount=message.amount,
                                 recipient=recipient)
@@ -238,8 +243,8 @@ def pay_the_invoice(to: str, max_amount: int | None) -> Then:
 
 
 async def take_in(node: AgentNode) -> int:
-    """Handle the mail already waiting in our Maildir (what arrived since the last command:
-    an OFFER to accept, an INVOICE to pay), oldest first, before acting. Returns how many;
+    """Handle the mail already waiting in our Maildir (what arrived since the last command,
+    e.g. the OFFER to accept), oldest first. Returns how many;
     a message another process holds (busy) or that must wait (deferred) stays in new/."""
     from envelopay.mail.maildir import Pickup
 
@@ -295,7 +300,6 @@ def run(
     async def main() -> ClientRun:
         node = build_node(cfg, app=ClientApp(wallets))
         try:
-            await take_in(node)
             sent = await act(node)
             row = node.store.outbox_get(sent.message_id)
             done = ClientRun(sent.outbound.message.type.upper(), sent)
