@@ -8,6 +8,8 @@ set -euo pipefail
 need_apt=()
 command -v dovecot >/dev/null 2>&1 || need_apt+=(dovecot-imapd dovecot-lmtpd)
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+command -v jq >/dev/null 2>&1 || need_apt+=(jq)        # the README examples' shell (tests/test_readme_examples.py)
+command -v curl >/dev/null 2>&1 || need_apt+=(curl)
 if ! command -v pg_ctlcluster >/dev/null 2>&1; then need_apt+=(postgresql); fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive

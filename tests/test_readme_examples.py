@@ -1,55 +1,43 @@
-"""Every `envelopay …` line in README's Usage code blocks parses against the real CLI
-(issue 15): the command exists, every option it shows is one the command accepts, and
-its required arguments are there. Lines of the client block also run against a garden
-world with a served worker (tests/agent/test_cli_client.py::test_readme_client_lines_run).
+"""README's Usage examples run as written (issue 15).
 
-A line that needs the network or a service, or shows syntax rather than a command
-(`a|b`, `ID...`, `[--idle]`), ends in a comment containing `(syntax)` or `(service)`;
-those are still checked for their command path, the rest fully parsed."""
+Every `sh` block of the Usage part names the world it runs in (tests/readme_run.py says
+how a block is read): `scratch` (an empty directory standing for your clone: fixtures/ is
+linked in), `devnet` (an empty directory; the blocks themselves start `envelopay devnet up`,
+the agents and the worker), or `tests/…`, a test that runs that block as written against
+the service it needs (Postfix, AgentMail, IMAP, the two-terminals devnet). Each world's
+blocks run as one bash session; every line's exit code is checked against the one README
+states.
+
+Substitutions, and why: `envelopay` is this interpreter's `python -m envelopay.cli` and
+`python` this interpreter (shims first on PATH: the venv a reader would have activated);
+HOME and the devnet's home are the test's own directory and the devnet's ports are left to
+the system ($ENVELOPAY_DEVNET_*_PORT=0), so concurrent runs do not meet; PYTHONUNBUFFERED=1,
+so a background service's "listening" line shows when it is printed. The one fixed port is
+the SMTP sink's (2587) in the mail example, since `mail reply --smtp` must be told it.
+
+Every line is also parsed against the real CLI, `(syntax)` lines for their command path."""
 
 from __future__ import annotations
 
-import re
-import shlex
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import typer
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import readme_run as rr
 
 from envelopay.cli.app import app
 
-README = Path(__file__).resolve().parents[1] / "README.md"
-
-
-def usage_lines(text: str | None = None) -> list[str]:
-    """The `envelopay …` lines of the fenced blocks between "## Usage" and the next "## "."""
-    text = text or README.read_text(encoding="utf-8")
-    usage = text.split("\n## Usage", 1)[1].split("\n## ", 1)[0]
-    lines: list[str] = []
-    fence: str | None = None  # the open block's language, None outside a block
-    pending = ""
-    for raw in usage.splitlines():
-        if raw.startswith("```"):
-            fence = None if fence is not None else raw[3:].strip()
-            continue
-        if fence not in ("", "sh", "bash", "console"):
-            continue
-        line = pending + raw.strip()
-        if line.endswith("\\"):
-            pending = line[:-1] + " "
-            continue
-        pending = ""
-        m = re.search(r"(?:^|\s)(envelopay\s.*)$", line)
-        if m:
-            lines.append(m.group(1))
-    return lines
-
-
-def split(line: str) -> tuple[list[str], str]:
-    """The argv of a README line (comment and shell redirections dropped) and its comment."""
-    code, _, comment = line.partition(" #")
-    code = re.split(r"\s[<>|]\s", code)[0]
-    return shlex.split(code)[1:], comment
+WORLDS = ("scratch", "devnet")
 
 
 def resolve(argv: list[str]) -> tuple[Any, list[str]]:
@@ -61,27 +49,101 @@ def resolve(argv: list[str]) -> tuple[Any, list[str]]:
     return cmd, argv
 
 
+def test_every_usage_block_names_its_world() -> None:
+    bad = [f"README.md:{b.number}: no <!-- readme-run: … --> marker" for b in rr.blocks()
+           if b.world not in WORLDS and not (b.world.startswith("tests/") and (rr.ROOT / b.world).is_file())]
+    assert bad == []
+    names = {b.world for b in rr.blocks()}
+    assert set(WORLDS) <= names
+
+
 def test_the_readme_has_client_lines() -> None:
-    lines = usage_lines()
-    assert any(line.startswith("envelopay pay ") for line in lines)
-    assert any(line.startswith("envelopay offer ") for line in lines)
+    argvs = [a for b in rr.blocks() if b.world == "devnet"
+             for line in b.lines for a in rr.envelopay_argvs(line)]
+    for command in ("which", "order", "pay", "invoice", "offer", "accept", "fulfill", "oops", "flows", "show",
+                    "outbox", "drain", "verify", "pay-onchain"):
+        assert [command] in [a[:1] for a in argvs], command
 
 
 def test_every_usage_line_names_a_command_and_parses() -> None:
     bad = []
-    for line in usage_lines():
-        argv, comment = split(line)
-        cmd, rest = resolve(argv)
-        if "(syntax)" in comment or "(service)" in comment:
-            if rest == argv:  # not even the first word is a command
-                bad.append(f"{line}: no such command")
-            continue
-        if hasattr(cmd, "commands"):
-            bad.append(f"{line}: no such command")
-            continue
-        try:
-            cmd.make_context(cmd.name or "envelopay", list(rest), resilient_parsing=False)
-        except Exception as exc:  # click's UsageError family: the line does not parse
-            if type(exc).__name__ != "Exit":
-                bad.append(f"{line}: {getattr(exc, 'format_message', exc.__str__)()}")
+    for block in rr.blocks():
+        for line in block.lines:
+            for argv in rr.envelopay_argvs(line):
+                cmd, rest = resolve(argv)
+                where = f"README.md:{line.number}: {line.text}"
+                if line.syntax:
+                    if rest == argv:  # not even the first word is a command
+                        bad.append(f"{where}: no such command")
+                    continue
+                if hasattr(cmd, "commands"):
+                    bad.append(f"{where}: no such command")
+                    continue
+                try:
+                    cmd.make_context(cmd.name or "envelopay", list(rest), resilient_parsing=False)
+                except Exception as exc:  # click's UsageError family: the line does not parse
+                    if type(exc).__name__ != "Exit" and line.expect != 2:
+                        bad.append(f"{where}: {getattr(exc, 'format_message', exc.__str__)()}")
     assert bad == []
+
+
+def test_syntax_lines_are_few_and_say_why() -> None:
+    """`(syntax)` is kept for lines that show alternatives or optional parts (`a|b`, `[--x]`,
+    `ID...`) or need an account on a real server; each one says so on its line."""
+    lines = [line for b in rr.blocks() for line in b.lines if line.syntax]
+    assert len(lines) <= 6, [line.text for line in lines]
+    for line in lines:
+        assert any(mark in line.code for mark in ("|", "[", "...")), line.text
+
+
+@pytest.fixture
+def shell_env(tmp_path: Path) -> Iterator[dict[str, str]]:
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    (shim / "envelopay").write_text(f'#!/bin/sh\nexec {sys.executable} -m envelopay.cli "$@"\n')
+    (shim / "python").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    for tool in ("envelopay", "python"):
+        (shim / tool).chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ENVELOPAY_")}
+    env.update(PATH=f"{shim}:{env.get('PATH', '/usr/bin:/bin')}", HOME=str(tmp_path / "home"),
+               ENVELOPAY_DEVNET_HOME=str(tmp_path / "devnet"), ENVELOPAY_DEVNET_SOLANA_PORT="0",
+               ENVELOPAY_DEVNET_BASE_PORT="0", PYTHONUNBUFFERED="1", COLUMNS="120")
+    (tmp_path / "home").mkdir()
+    yield env
+
+
+def _session(world: str, cwd: Path, env: dict[str, str], timeout: float) -> None:
+    blocks = [b for b in rr.blocks() if b.world == world]
+    assert blocks
+    proc = subprocess.Popen(["bash", "-c", rr.script(blocks)], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        pytest.fail(f"the {world} session did not end in {timeout:g} s:\n{out[-6000:]}")
+    finally:
+        # Whatever the session left in its process group (a service it started) ends with it.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+    print(out)  # the session, line by line with its start time (pytest -s shows it)
+    assert proc.returncode == 0 and "+ all README lines ran" in out, out[-8000:]
+
+
+def test_scratch_blocks_run(tmp_path: Path, shell_env: dict[str, str]) -> None:
+    where = tmp_path / "clone"
+    where.mkdir()
+    (where / "fixtures").symlink_to(rr.ROOT / "fixtures")
+    _session("scratch", where, shell_env, timeout=120)
+
+
+def test_devnet_blocks_run(tmp_path: Path, shell_env: dict[str, str]) -> None:
+    where = tmp_path / "work"
+    where.mkdir()
+    try:
+        _session("devnet", where, shell_env, timeout=240)
+    finally:
+        subprocess.run([sys.executable, "-m", "envelopay.cli", "devnet", "down"], cwd=where, env=shell_env,
+                       capture_output=True, timeout=60)
+    assert not (tmp_path / "devnet" / "devnet.json").exists()

@@ -71,12 +71,49 @@ def test_refused_offer_records_the_give_leg_and_allows_a_new_offer() -> None:
     assert _walk(fs, [(OFFER, OUT)]).state == "offered"
 
 
-def test_an_oops_after_our_accept_is_recorded_and_changes_no_state() -> None:
-    """The accepter's flow stays `accepted` (an OOPS never moves a payee's flow), but the
-    ACCEPT's payment is on record for `show`."""
+def test_an_oops_after_our_accept_returns_the_accepter_to_offered() -> None:
+    """The accepter's (payee's) ACCEPT answered by OOPS: back to `offered` with the ACCEPT's
+    payment under `refused`, so a new ACCEPT (a new proof) may go; the OFFER stays on record."""
     acc = Accept(id="acc_1", offer_ref="ofr_1", amount=5, token="USDC", chain="b", proof={"tx": "a"})
-    fs = _walk(FlowState(FlowKind.EXCHANGE, Side.PAYEE), [(OFFER, IN), (acc, OUT), (OOPS, IN)])
+    fs = _walk(FlowState(FlowKind.EXCHANGE, Side.PAYEE), [(OFFER, IN), (acc, OUT)])
     assert fs.state == "accepted" and fs.data["payment"]["message"] == "accept"
+    fs = _walk(fs, [(OOPS, IN)])
+    assert fs.state == "offered" and "payment" not in fs.data and fs.data["offer"]["id"] == "ofr_1"
+    assert fs.data["refused"] == [{"message": "accept", "id": "acc_1", "chain": "b", "token": "USDC",
+                                   "amount": "5", "proof": {"tx": "a"}, "oops": "recipient_mismatch",
+                                   "note": "paid the wrong wallet"}]
+    again = acc.model_copy(update={"id": "acc_2", "proof": {"tx": "b"}})
+    fs = _walk(fs, [(again, OUT)])
+    assert fs.state == "accepted" and fs.data["payment"]["id"] == "acc_2" and len(fs.data["refused"]) == 1
+
+
+def test_the_offerer_refusing_an_accept_stays_offered_for_the_retry() -> None:
+    """The other side of the same refusal: the offerer's flow is unchanged by its own
+    OOPS, so the accepter's new ACCEPT fits there too."""
+    acc = Accept(id="acc_2", offer_ref="ofr_1", amount=5, token="USDC", chain="b", proof={"tx": "b"})
+    fs = _walk(FlowState(FlowKind.EXCHANGE, Side.PAYER), [(OFFER, OUT), (OOPS, OUT)])
+    assert fs.state == "offered"
+    assert _walk(fs, [(acc, IN)]).state == "accepted"
+
+
+def test_an_oops_after_a_prepaid_order_keeps_the_payment_and_allows_a_new_one() -> None:
+    paid = Order(v="0.2.0", id="ord_p1", task={"op": "x"}, amount=100, token="T", chain="c",
+                 proof={"tx": "p1"})
+    fs = _walk(FlowState(FlowKind.PREPAID, Side.PAYER), [(paid, OUT)])
+    assert fs.data["payment"] == {"message": "order", "id": "ord_p1", "chain": "c", "token": "T",
+                                  "amount": "100", "proof": {"tx": "p1"}}
+    fs = _walk(fs, [(OOPS, IN)])
+    assert fs.state == "refused" and fs.data["refused"][0]["id"] == "ord_p1"
+    fs = _walk(fs, [(paid.model_copy(update={"id": "ord_p2", "proof": {"tx": "p2"}}), OUT)])
+    assert fs.state == "prepaid" and fs.data["payment"]["id"] == "ord_p2"
+
+
+def test_the_payee_side_of_a_refused_payment_is_unchanged() -> None:
+    """The worker that refused a PAY (its OOPS out) keeps its INVOICE open: the retry fits."""
+    order = Order(id="ord_1", task={"op": "x"})
+    fs = _walk(FlowState(FlowKind.ORDER, Side.PAYEE), [(order, IN), (INVOICE, OUT), (OOPS, OUT)])
+    assert fs.state == "invoiced"
+    assert _walk(fs, [(GOOD, IN)]).state == "paid"
 
 
 def test_refused_standalone_pay_can_be_paid_again() -> None:

@@ -11,6 +11,7 @@ raised before anything is paid or sent.
 from __future__ import annotations
 
 import asyncio
+import logging
 import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -66,6 +67,7 @@ __all__ = [
     "return_wallet",
     "run",
     "send",
+    "take_in",
 ]
 
 Act = Callable[["AgentNode"], Awaitable["Sent"]]
@@ -137,9 +139,14 @@ def offer(
 
 
 def accept(message: Accept, to: str, *, wallet: str | None, offer_ref: str, flow: str | None) -> Act:
-    """Pay the counter-asset to the OFFER's (or the given) wallet, then send ACCEPT."""
+    """Take in waiting mail (the OFFER), pay the counter-asset to the OFFER's (or the given)
+    wallet, then send ACCEPT."""
 
     async def act(node: AgentNode) -> Sent:
+        # The OFFER may have arrived since our last command: take in what waits first. Only
+        # here: other commands run beside a served worker too (an operator's FULFILL), and
+        # this process must not answer that worker's mail in its stead.
+        await take_in(node)
         recipient = wallet or _offer_wallet(node, to, offer_ref)
         proof = await pay_first(node, chain=message.chain, token=message.token, amount=message.amount,
                                 recipient=recipient)
@@ -233,6 +240,33 @@ def pay_the_invoice(to: str, max_amount: int | None) -> Then:
         return await node.send(pay_msg, to, flow_id=answer.outcome.flow_id)
 
     return then
+
+
+async def take_in(node: AgentNode) -> int:
+    """Handle the mail already waiting in our Maildir (what arrived since the last command,
+    e.g. the OFFER to accept), oldest first. Returns how many;
+    a message another process holds (busy) or that must wait (deferred) stays in new/."""
+    from envelopay.mail.maildir import Pickup
+
+    if node.maildir is None:
+        return 0
+    handled = 0
+    async with Pickup([node.maildir], use_inotify=False) as pickup:
+        while True:
+            try:
+                delivery = await pickup.next(timeout=0)
+            except TimeoutError:
+                break
+            try:
+                outcome = await node.receive(delivery.raw)
+            except Exception:  # a bug, never the sender's input: filed flagged, as the pump does
+                logging.getLogger("envelopay.client").exception("could not take in %s", delivery.path)
+                pickup.done(delivery, flags="F")
+                continue
+            if outcome.status not in ("busy", "deferred"):
+                pickup.done(delivery, flags="S")
+                handled += 1
+    return handled
 
 
 @dataclass(frozen=True)

@@ -55,7 +55,9 @@ def _payments(rec: FlowRecord) -> list[dict[str, Any]]:
         out.append({**p, "status": f"refused ({p.get('oops')})"})
     current = rec.data.get("payment")
     if isinstance(current, Mapping):
-        done = rec.state in ("fulfilled", "accepted")
+        # A lone PAY or an INVOICE's PAY has no answer when it settles (only an OOPS if not);
+        # an ORDER's PAY waits for its FULFILL, an OFFER for its ACCEPT.
+        done = rec.state in ("fulfilled", "accepted") or rec.kind in ("pay", "invoice")
         out.append({**current, "status": "paid" if done else "awaiting answer"})
     return out
 

@@ -284,7 +284,7 @@ def _payment(message: Message) -> dict[str, Any]:
         g = message.give
         return {"message": message.type, "id": message.id, "chain": g.chain, "token": g.token,
                 "amount": str(g.amount), "to": g.to, "proof": dict(g.proof)}
-    assert isinstance(message, (Pay, Accept))
+    assert isinstance(message, (Pay, Accept, Order)) and message.proof is not None
     return {"message": message.type, "id": message.id, "chain": message.chain, "token": message.token,
             "amount": str(message.amount), "proof": dict(message.proof)}
 

@@ -39,11 +39,16 @@ def _node(state: str) -> str:
     return "[*]" if state == "start" else state
 
 
+def _quiet(r: Row) -> bool:
+    return r.event is Event.OOPS and r.new_state == r.state
+
+
 def render_flow(kind: FlowKind, table: Table) -> str:
-    """One flow: a Mermaid diagram (OOPS self-loops left out) and its full table."""
+    """One flow: a Mermaid diagram and its table, OOPS rows that change nothing left out
+    (they are summed up in one sentence); an OOPS that returns the flow is shown."""
     edges: dict[tuple[str, str, Event], list[str]] = defaultdict(list)
     for r in table:
-        if r.event is Event.OOPS:
+        if _quiet(r):
             continue
         edges[(r.state, r.new_state, r.event)].append(f"{r.side.value} {r.direction.value}")
     lines = [f"### {_TITLES[kind]}", "", "```mermaid", "stateDiagram-v2"]
@@ -56,13 +61,15 @@ def render_flow(kind: FlowKind, table: Table) -> str:
         "|---|---|---|---|---|---|",
     ]
     for r in table:
-        if r.event is Event.OOPS:
+        if _quiet(r):
             continue
         acts = ", ".join(a.value for a in r.actions) or "—"
         cells = (r.state, _event(r.event), r.direction.value, r.side.value, r.new_state, acts)
         lines.append("| " + " | ".join(cells) + " |")
     oops_states = sorted({r.state for r in table if r.event is Event.OOPS})
-    lines += ["", f"OOPS in or out is recorded in states {', '.join(oops_states)} and changes nothing.", ""]
+    rest = " otherwise" if any(r.event is Event.OOPS and not _quiet(r) for r in table) else ""
+    lines += ["", f"OOPS in or out is recorded in states {', '.join(oops_states)} and{rest} changes nothing.",
+              ""]
     return "\n".join(lines)
 
 

@@ -14,8 +14,10 @@ TRANSITIONS: Table = (
     Row(
         "offered", Event.ACCEPT, IN, PAYER, "accepted", (A.OFFER_REF, A.OFFER_TERMS, A.VERIFY_PROOF, A.NOTIFY)
     ),
+    # An OOPS answering the payment we just made: the offerer may send a new OFFER from
+    # `refused`; the accepter is back at `offered`, where a new ACCEPT (proof) fits.
     *oops_rows(["offered", "accepted", "refused"],
-              back={("offered", PAYER): "refused"}),
+              back={("offered", PAYER): "refused", ("accepted", PAYEE): "offered"}),
 )
 
 KIND = FlowKind.EXCHANGE

@@ -9,9 +9,11 @@ from envelopay.flows.core import Action as A
 TRANSITIONS: Table = (
     Row("start", Event.ORDER_PREPAID, IN, PAYEE, "prepaid", (A.RECORD_ORDER, A.VERIFY_PROOF, A.DECIDE_ORDER)),
     Row("prepaid", Event.FULFILL, OUT, PAYEE, "fulfilled", (A.ORDER_REF,)),
-    Row("start", Event.ORDER_PREPAID, OUT, PAYER, "prepaid", (A.RECORD_ORDER,)),
+    Row("start", Event.ORDER_PREPAID, OUT, PAYER, "prepaid", (A.RECORD_ORDER, A.RECORD_PAYMENT)),
+    Row("refused", Event.ORDER_PREPAID, OUT, PAYER, "prepaid", (A.RECORD_ORDER, A.RECORD_PAYMENT)),
     Row("prepaid", Event.FULFILL, IN, PAYER, "fulfilled", (A.ORDER_REF, A.NOTIFY)),
-    *oops_rows(["prepaid", "fulfilled"]),
+    # An OOPS answering our paid ORDER: kept under `refused`, and a new one may go.
+    *oops_rows(["prepaid", "fulfilled", "refused"], back={("prepaid", PAYER): "refused"}),
 )
 
 KIND = FlowKind.PREPAID
