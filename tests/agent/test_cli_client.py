@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from envelopay.cli.app import app
 from envelopay.config import load_config
-from envelopay.node.init import init_agent
+from envelopay.node.init import admit_agent, init_agent
 from envelopay.node.serve import serve_worker
 from envelopay.node.wiring import open_store
 
@@ -47,6 +47,7 @@ def pair(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
 
     _wire(wdir / "envelopay.toml", garden, sock, record(cdir, "client"), [CLIENT])
     _wire(cdir / "envelopay.toml", garden, sock, record(wdir, "worker"), [])
+    admit_agent(wdir / "garden-accounts.json", cdir / "envelopay.toml")  # the garden authenticates
     cfg = load_config(wdir / "envelopay.toml")
 
     loop = asyncio.new_event_loop()
@@ -197,6 +198,7 @@ def pair_rpc(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
 
     _wire(wdir / "envelopay.toml", tmp_path / "garden", sock, record(cdir, "client"), [CLIENT])
     _wire(cdir / "envelopay.toml", tmp_path / "garden", sock, record(wdir, "worker"), [])
+    admit_agent(wdir / "garden-accounts.json", cdir / "envelopay.toml")
     chain = LocalChain()
     chain.fund(evm_address(cdir / "keys" / "base.key"), eth=10**18, usdc=5_000_000)
     chain.fund(evm_address(wdir / "keys" / "base.key"), eth=10**18)

@@ -1,11 +1,14 @@
-"""Issue 11, item 9 end to end: a worker whose embedded garden has accounts, and a client
-CLI holding its own garden credential. The worker's replies authenticate with the
-node's in-memory account; the client's with its secret from the environment; an insider
-with the client's credential cannot send From the worker."""
+"""Issue 11, item 9 end to end, on the defaults `envelopay init` writes: a worker whose
+embedded garden (`worker serve --garden`) authenticates every sender, and a client CLI
+holding its own garden secret (keys/garden.secret), admitted with `envelopay garden
+account -c`. The worker's replies authenticate with the node's in-memory account; an
+insider with the client's credential cannot send From the worker; an agent nobody
+admitted cannot send at all."""
 
 from __future__ import annotations
 
 import asyncio
+import stat
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -16,8 +19,9 @@ from typer.testing import CliRunner
 
 from envelopay.cli.app import app
 from envelopay.config import load_config
+from envelopay.errors import TransportError
 from envelopay.mail.garden import deliver
-from envelopay.mail.garden_auth import add_account, authenticated_sender
+from envelopay.mail.garden_auth import authenticated_sender, load_accounts, read_secret, secret_hash
 from envelopay.mail.maildir import mailbox_path
 from envelopay.node.init import init_agent
 from envelopay.node.serve import serve_worker
@@ -25,7 +29,6 @@ from envelopay.node.serve import serve_worker
 runner = CliRunner()
 WORKER = "worker@garden.local"
 CLIENT = "client@garden.local"
-ENV = "EP_TEST_GARDEN_SECRET"
 
 
 def _wire(cfg: Path, extra: str, records: str) -> None:
@@ -33,24 +36,47 @@ def _wire(cfg: Path, extra: str, records: str) -> None:
     cfg.write_text(text.replace("[dkim_records]\n", "[dkim_records]\n" + records))
 
 
+def _files(garden: Path, address: str) -> list[Path]:
+    return [p for p in mailbox_path(garden, address).glob("*/*") if p.is_file()]
+
+
+def test_init_gives_the_agent_its_own_credential(tmp_path: Path) -> None:
+    res = init_agent(tmp_path / "a", address=WORKER)
+    assert res.garden_secret == tmp_path / "a" / "keys" / "garden.secret"
+    assert stat.S_IMODE(res.garden_secret.stat().st_mode) == 0o600
+    secret = read_secret(res.garden_secret)
+    [account] = load_accounts(tmp_path / "a" / "garden-accounts.json")
+    assert (account.user, account.secret_sha256) == (WORKER, secret_hash(secret))
+    assert secret not in (tmp_path / "a" / "envelopay.toml").read_text()
+    assert secret not in (tmp_path / "a" / "garden-accounts.json").read_text()
+    # --force keeps the secret, as it keeps the keys.
+    init_agent(tmp_path / "a", address=WORKER, force=True)
+    assert read_secret(res.garden_secret) == secret
+    # The CLI names the file, never its content.
+    out = runner.invoke(app, ["init", "--address", CLIENT, "--dir", str(tmp_path / "c")])
+    assert out.exit_code == 0 and "garden.secret" in out.output
+    assert read_secret(tmp_path / "c" / "keys" / "garden.secret") not in out.output
+
+
 @pytest.fixture
-def secured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Path, Path, Path, str]]:
+def served(tmp_path: Path) -> Iterator[tuple[Path, Path, Path]]:
     wdir, cdir = tmp_path / "worker", tmp_path / "client"
     init_agent(wdir, address=WORKER)
     init_agent(cdir, address=CLIENT)
     sock = Path(tempfile.mkdtemp(prefix="ep", dir="/tmp")) / "lmtp.sock"
     garden = tmp_path / "garden"
-    accounts = tmp_path / "garden-accounts.json"
-    secret = add_account(accounts, CLIENT, [CLIENT])
-    monkeypatch.setenv(ENV, secret)
 
     def record(d: Path, sel: str) -> str:
         return f'"{sel}._domainkey.garden.local" = "{(d / "keys" / "dkim.txt").read_text().strip()}"\n'
 
     common = f'garden_root = "{garden}"\ngarden_socket = "{sock}"\n'
-    worker_extra = f'garden_addresses = ["{CLIENT}"]\ngarden_accounts = "{accounts}"\n'
-    _wire(wdir / "envelopay.toml", common + worker_extra, record(cdir, "client"))
-    _wire(cdir / "envelopay.toml", common + f'garden_secret_env = "{ENV}"\n', record(wdir, "worker"))
+    _wire(wdir / "envelopay.toml", common + f'garden_addresses = ["{CLIENT}", "other@garden.local"]\n',
+          record(cdir, "client"))
+    _wire(cdir / "envelopay.toml", common, record(wdir, "worker"))
+    admitted = runner.invoke(app, ["garden", "account", "--accounts", str(wdir / "garden-accounts.json"),
+                                   "-c", str(cdir / "envelopay.toml")])
+    assert admitted.exit_code == 0, admitted.output
+    assert read_secret(cdir / "keys" / "garden.secret") not in admitted.output
     cfg = load_config(wdir / "envelopay.toml")
 
     loop = asyncio.new_event_loop()
@@ -67,7 +93,7 @@ def secured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[P
     thread.start()
     assert started.wait(60), "worker did not start"
     try:
-        yield cdir / "envelopay.toml", garden, sock, secret
+        yield cdir, garden, sock
     finally:
         assert stop is not None
         loop.call_soon_threadsafe(stop.set)
@@ -75,31 +101,48 @@ def secured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[P
         loop.close()
 
 
-def test_both_sides_authenticate_and_the_garden_names_them(secured: tuple[Path, Path, Path, str]) -> None:
-    ccfg, garden, _, _ = secured
-    res = runner.invoke(app, ["which", WORKER, "-c", str(ccfg), "--wait", "--timeout", "60"])
+def test_both_sides_authenticate_and_the_garden_names_them(served: tuple[Path, Path, Path]) -> None:
+    cdir, garden, _ = served
+    ccfg = str(cdir / "envelopay.toml")
+    res = runner.invoke(app, ["which", WORKER, "-c", ccfg, "--wait", "--timeout", "60"])
     assert res.exit_code == 0, res.output
     assert "received METHODS" in res.output
-    [request] = [p.read_bytes() for p in (mailbox_path(garden, WORKER)).glob("*/*") if p.is_file()]
-    [reply] = [p.read_bytes() for p in (mailbox_path(garden, CLIENT)).glob("*/*") if p.is_file()]
+    [request] = [p.read_bytes() for p in _files(garden, WORKER)]
+    [reply] = [p.read_bytes() for p in _files(garden, CLIENT)]
     assert authenticated_sender(request, authserv_id="garden.local") == CLIENT
     assert authenticated_sender(reply, authserv_id="garden.local") == f"node.{WORKER}"
 
 
-def test_without_its_secret_the_client_cannot_send(
-    secured: tuple[Path, Path, Path, str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    ccfg, _, _, _ = secured
-    monkeypatch.delenv(ENV)
-    res = runner.invoke(app, ["which", WORKER, "-c", str(ccfg)])
-    assert res.exit_code != 0 and ENV in res.output
+def test_without_its_secret_the_client_cannot_send(served: tuple[Path, Path, Path]) -> None:
+    cdir, garden, _ = served
+    (cdir / "keys" / "garden.secret").unlink()
+    res = runner.invoke(app, ["which", WORKER, "-c", str(cdir / "envelopay.toml")])
+    assert res.exit_code != 0 and "garden.secret" in res.output
+    assert _files(garden, WORKER) == []
 
 
 def test_an_insider_with_the_clients_secret_cannot_send_from_the_worker(
-    secured: tuple[Path, Path, Path, str],
+    served: tuple[Path, Path, Path],
 ) -> None:
-    _, garden, sock, secret = secured
+    cdir, garden, sock = served
+    secret = read_secret(cdir / "keys" / "garden.secret")
     forged = f"From: {WORKER}\r\nTo: {CLIENT}\r\nSubject: FULFILL\r\nMessage-ID: <f1@garden.local>\r\n\r\n"
-    result = asyncio.run(deliver(forged.encode(), CLIENT, [CLIENT], sock, auth=(CLIENT, secret)))
-    assert result.delivered == () and result.replies[CLIENT].code == 550
-    assert not [p for p in mailbox_path(garden, CLIENT).glob("*/*") if p.is_file()]
+    result = asyncio.run(deliver(forged.encode(), CLIENT, [CLIENT, WORKER], sock, auth=(CLIENT, secret)))
+    assert result.delivered == ()
+    # A structured answer for each recipient: the enhanced code and who may not send as whom.
+    for rcpt in (CLIENT, WORKER):
+        assert result.replies[rcpt].code == 550
+        assert result.replies[rcpt].text == f"5.7.1 {CLIENT} may not send From {WORKER}"
+    assert _files(garden, CLIENT) == [] and _files(garden, WORKER) == []
+
+
+def test_an_agent_nobody_admitted_cannot_send(served: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    _, garden, sock = served
+    other = init_agent(tmp_path / "other", address="other@garden.local")
+    raw = b"From: other@garden.local\r\nTo: worker@garden.local\r\nSubject: WHICH\r\n\r\nhi\r\n"
+    with pytest.raises(TransportError, match="535"):
+        asyncio.run(deliver(raw, "other@garden.local", [WORKER], sock,
+                            auth=("other@garden.local", read_secret(other.garden_secret or Path()))))
+    with pytest.raises(TransportError, match="530"):
+        asyncio.run(deliver(raw, "other@garden.local", [WORKER], sock))
+    assert _files(garden, WORKER) == []

@@ -387,8 +387,13 @@ def _register_garden(app: typer.Typer) -> None:
             Path | None,
             typer.Option("--accounts", help="Accounts file: every sender must AUTH (garden account)."),
         ] = None,
+        open_garden: Annotated[
+            bool,
+            typer.Option("--open", help="Legacy: no AUTH, any local process may send From any address."),
+        ] = False,
     ) -> None:
-        """Run the garden's LMTP server until interrupted (SIGINT / SIGTERM)."""
+        """Run the garden's LMTP server until interrupted (SIGINT / SIGTERM). Every sender
+        authenticates (--accounts) unless --open says otherwise."""
         import asyncio
         import signal
 
@@ -396,12 +401,17 @@ def _register_garden(app: typer.Typer) -> None:
         from envelopay.mail.garden import GardenServer
         from envelopay.mail.garden_auth import load_accounts
 
+        if (accounts is None) == (not open_garden):
+            fail("--accounts FILE (every sender authenticates) or --open (legacy: none does): one of them")
         try:
             known = load_accounts(accounts) if accounts is not None else None
             server = GardenServer(root, address, host=host, port=port, unix_path=socket, fsync=fsync,
-                                  accounts=known)
+                                  accounts=known, open_garden=open_garden)
         except (ConfigError, UsageError) as exc:
             fail(str(exc))
+        if open_garden:
+            typer.echo("WARNING: --open: this garden is OPEN, any local process may send From any of "
+                       "its addresses", err=True)
 
         async def run() -> None:
             stop = asyncio.Event()
@@ -424,18 +434,34 @@ def _register_garden(app: typer.Typer) -> None:
 
     @garden.command("account")
     def account_cmd(
-        user: Annotated[str, typer.Argument(help="The login (an agent's address, or e.g. 'enforcer').")],
-        address: Annotated[
-            list[str], typer.Option("--address", "-a", help="An address it may send as (repeat for each).")
-        ],
         accounts: Annotated[Path, typer.Option("--accounts", help="The accounts file (created if absent).")],
+        user: Annotated[
+            str | None, typer.Argument(help="The login (an agent's address, or e.g. 'enforcer').")
+        ] = None,
+        address: Annotated[
+            list[str] | None,
+            typer.Option("--address", "-a", help="An address it may send as (repeat for each)."),
+        ] = None,
+        config: Annotated[
+            Path | None,
+            typer.Option("--config", "-c", help="Admit this agent: its address and the hash of its "
+                         "keys/garden.secret (nothing is printed)."),
+        ] = None,
     ) -> None:
-        """Add (or replace) a garden account; print its secret once (only its hash is kept)."""
+        """Add (or replace) a garden account. USER -a ADDR: a new secret, printed once (only
+        its hash is kept). -c CONFIG: an agent `init` set up, by its own secret."""
         from envelopay.errors import ConfigError, UsageError
         from envelopay.mail.garden_auth import add_account
+        from envelopay.node.init import admit_agent
 
+        if (config is None) == (user is None):
+            fail("give USER -a ADDRESS (a new secret) or --config CONFIG (an agent's own secret)")
         try:
-            secret = add_account(accounts, user, address)
+            if config is not None:
+                typer.echo(f"admitted {admit_agent(accounts, config)} to {accounts}")
+                return
+            assert user is not None
+            secret = add_account(accounts, user, address or [])
         except (ConfigError, UsageError) as exc:
             fail(str(exc))
         typer.echo(secret)

@@ -44,9 +44,9 @@ async def serve_worker(
 
         addresses = {cfg.agent.address, *(r.address for r in responders), *cfg.transport.garden_addresses}
         sock = cfg.path(cfg.transport.garden_socket) if cfg.transport.garden_socket else None
-        accounts, own = _garden_accounts(cfg, [r.address for r in responders])
+        accounts, own = _garden_accounts(cfg, [r.address for r in responders], echo)
         garden = GardenServer(root, sorted(addresses), unix_path=sock, port=cfg.transport.lmtp_port or 0,
-                              accounts=accounts)
+                              accounts=accounts, open_garden=accounts is None)
         await garden.start()
         transport = GardenTransport(garden.endpoint, auth=own)
         echo(f"garden listening at {garden.endpoint} for {', '.join(sorted(addresses))}")
@@ -110,18 +110,24 @@ async def _until_stop_or_death(
 
 
 def _garden_accounts(
-    cfg: WorkerConfig, responder_addresses: list[str]
+    cfg: WorkerConfig, responder_addresses: list[str], echo: Callable[[str], Any]
 ) -> tuple[list[GardenAccount] | None, tuple[str, str] | None]:
     """The embedded garden's accounts and this process's own credential.
 
-    Without `transport.garden_accounts` the garden is open (no accounts, no credential).
-    With it, the garden authenticates every sender: the file's accounts (other agents,
-    the enforcer) plus one made here, in memory, for this worker and its responders."""
+    The garden authenticates every sender: the accounts file's (`init` puts this agent's
+    own account there; other agents and the enforcer are added with `envelopay garden
+    account`), plus one made here, in memory, for this worker and its responders (user
+    `node.<address>`). `garden_open = true` is the legacy open garden, said out loud."""
     from envelopay.mail.garden_auth import load_accounts, new_account
 
-    if not cfg.transport.garden_accounts:
+    if cfg.transport.garden_open:
+        echo("WARNING: garden_open = true: this garden is OPEN, any local process may send "
+             "From any of its addresses (SPEC.md, Walled garden)")
         return None, None
-    accounts = load_accounts(cfg.path(cfg.transport.garden_accounts))
+    path = cfg.transport.garden_accounts
+    accounts = load_accounts(cfg.path(path)) if path and cfg.path(path).exists() else []
+    if path and not cfg.path(path).exists():
+        echo(f"garden: no accounts file at {cfg.path(path)} yet: only this worker may send")
     account, secret = new_account(f"node.{cfg.agent.address}", [cfg.agent.address, *responder_addresses])
     return [*accounts, account], (account.user, secret)
 
