@@ -220,3 +220,22 @@ async def test_an_account_added_since_is_found_by_refreshing_on_a_miss(tmp_path:
         with pytest.raises(TransportError, match="535"):
             await deliver(mail(A), A, [A], garden.endpoint, auth=(A, secret + "x"))
         assert len(refreshes) == 2
+
+
+async def test_a_repeated_singleton_goes_in_only_when_every_from_is_the_senders(
+    secured: tuple[GardenServer, dict[str, tuple[str, str]]],
+) -> None:
+    garden, creds = secured
+    # Refused by the shared reader (two Subjects), yet every From is A's: the worker can
+    # answer it invalid_field, and any From a reader picks is the authenticated sender's.
+    twice = mail(A, b"Subject: again\r\n")
+    assert (await deliver(twice, A, [B], garden.endpoint, auth=creds[A])).delivered == (B,)
+    [stored] = files(garden, B)
+    trace = f"Authentication-Results: garden.local; auth=pass smtp.auth={A}\r\n".encode()
+    assert trace in stored.read_bytes()
+    # Two Froms, one of them B's: refused, as is a claim of the garden's id in such a block.
+    claim = b"Authentication-Results: garden.local; auth=pass smtp.auth=x\r\n"
+    for extra in (f"From: {B}\r\n".encode(), claim):
+        result = await deliver(mail(A, extra + b"Subject: again\r\n"), A, [B], garden.endpoint, auth=creds[A])
+        assert result.delivered == () and "5.6.0" in result.replies[B].text
+    assert len(files(garden, B)) == 1

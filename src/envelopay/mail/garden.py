@@ -28,7 +28,14 @@ from typing import Any
 
 from envelopay.errors import ConfigError
 from envelopay.mail.addresses import Address, parse_address, require_address
-from envelopay.mail.garden_auth import GardenAccount, from_address, stamp
+from envelopay.mail.garden_auth import (
+    GardenAccount,
+    all_froms_allowed,
+    claims_of,
+    from_address,
+    stamp,
+    stamp_prepend,
+)
 
 # The client side lives in mail.lmtp_client; these names stay importable from here.
 from envelopay.mail.lmtp_client import DeliveryResult, Endpoint, LmtpClient, Reply, deliver
@@ -140,14 +147,20 @@ class _GardenHandler:
     def _admit(self, session: Any, content: bytes) -> bytes | str:
         """The bytes to store, or the refusal every recipient gets."""
         read = read_headers(content)
-        if isinstance(read, HeaderRefusal):
-            if self._server.requires_auth:
-                # No From can be checked in a block the shared reader refuses.
-                return f"550 5.6.0 header block refused ({read.reason})"
-            # An open garden checks no From: the block is stored as it came, and every
-            # reader downstream (parser, DKIM, authenticated_sender) refuses it the same way.
-            return content
         account = self._account(session)
+        if isinstance(read, HeaderRefusal):
+            if not self._server.requires_auth:
+                # An open garden checks no From: the block is stored as it came, and every
+                # reader downstream (parser, DKIM, authenticated_sender) refuses it the same way.
+                return content
+            # A block refused only for a repeated singleton still has every field read: it
+            # goes in when every From it carries is the sender's (whichever a reader picks,
+            # it is that), so the worker can answer it invalid_field. Any other refusal
+            # leaves no From to check.
+            readable = read.reason == "duplicate" and not claims_of(read.partial, self._server.hostname)
+            if account is not None and readable and all_froms_allowed(account, read.partial):
+                return stamp_prepend(content, authserv_id=self._server.hostname, user=account.user)
+            return f"550 5.6.0 header block refused ({read.reason})"
         if self._server.requires_auth:
             frm = from_address(read)
             if account is None or frm is None or not account.may_send_as(frm):

@@ -35,13 +35,15 @@ from pathlib import Path
 
 from envelopay.errors import ConfigError
 from envelopay.mail.addresses import require_address
-from envelopay.protocol.headers import HeaderBlock, HeaderRefusal, addresses, read_headers
+from envelopay.protocol.headers import Field, HeaderBlock, HeaderRefusal, addresses, read_headers
 
 __all__ = [
     "GardenAccount",
     "account_with",
     "add_account",
+    "all_froms_allowed",
     "authenticated_sender",
+    "claims_of",
     "load_accounts",
     "new_account",
     "new_secret",
@@ -50,6 +52,7 @@ __all__ = [
     "save_accounts",
     "secret_hash",
     "stamp",
+    "stamp_prepend",
     "write_secret",
 ]
 
@@ -187,6 +190,30 @@ def stamp(raw: bytes, block: HeaderBlock, *, authserv_id: str, user: str | None)
     if user is not None:
         raw = f"Authentication-Results: {authserv_id}; auth=pass smtp.auth={user}\r\n".encode() + raw
     return raw
+
+
+def stamp_prepend(raw: bytes, *, authserv_id: str, user: str) -> bytes:
+    """`raw` byte for byte behind the garden's own Authentication-Results (for a block
+    that carries no claim of `authserv_id`: see claims_of)."""
+    return f"Authentication-Results: {authserv_id}; auth=pass smtp.auth={user}\r\n".encode() + raw
+
+
+def claims_of(fields: Iterable[Field], authserv_id: str) -> bool:
+    """Does any Authentication-Results among `fields` claim `authserv_id`?"""
+    return any(f.name == "authentication-results" and _claims(f.raw_value, authserv_id) for f in fields)
+
+
+def all_froms_allowed(account: GardenAccount, fields: Iterable[Field]) -> bool:
+    """At least one From, and every From field holds exactly one address `account` may
+    send as (for a block repeated From fields made the shared reader refuse)."""
+    froms = [f for f in fields if f.name == "from"]
+    if not froms:
+        return False
+    for f in froms:
+        found = addresses(f.value)
+        if len(found) != 1 or not account.may_send_as(found[0]):
+            return False
+    return True
 
 
 def from_address(block: HeaderBlock) -> str | None:
