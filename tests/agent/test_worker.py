@@ -143,7 +143,7 @@ async def test_deferred_message_stays_in_the_maildir(world: DemoWorld) -> None:
 
     raw, mid = compose_message(pay, sender=BUYER, recipient=WORKER, domain=DOMAIN, now=world.clock())
     await deliver(dkim.sign(raw, selector="buyer", domain=DOMAIN, key=world.buyer_key), BUYER, [WORKER],
-                  world.garden.endpoint)
+                  world.garden.endpoint, auth=(BUYER, world.secrets[BUYER]))
     async with asyncio.timeout(30):
         while not any(o.message_id == mid for o in world.worker.outcomes_since(before)):
             await asyncio.sleep(0.02)
