@@ -23,7 +23,7 @@ from envelopay.errors import TransportError
 from envelopay.mail.garden import deliver
 from envelopay.mail.garden_auth import authenticated_sender, load_accounts, read_secret, secret_hash
 from envelopay.mail.maildir import mailbox_path
-from envelopay.node.init import init_agent
+from envelopay.node.init import admit_agent, init_agent
 from envelopay.node.serve import serve_worker
 
 runner = CliRunner()
@@ -136,13 +136,39 @@ def test_an_insider_with_the_clients_secret_cannot_send_from_the_worker(
     assert _files(garden, CLIENT) == [] and _files(garden, WORKER) == []
 
 
-def test_an_agent_nobody_admitted_cannot_send(served: tuple[Path, Path, Path], tmp_path: Path) -> None:
-    _, garden, sock = served
+def test_an_agent_nobody_admitted_cannot_send_until_admitted(
+    served: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    cdir, garden, sock = served
     other = init_agent(tmp_path / "other", address="other@garden.local")
+    creds = ("other@garden.local", read_secret(other.garden_secret or Path()))
     raw = b"From: other@garden.local\r\nTo: worker@garden.local\r\nSubject: WHICH\r\n\r\nhi\r\n"
     with pytest.raises(TransportError, match="535"):
-        asyncio.run(deliver(raw, "other@garden.local", [WORKER], sock,
-                            auth=("other@garden.local", read_secret(other.garden_secret or Path()))))
+        asyncio.run(deliver(raw, "other@garden.local", [WORKER], sock, auth=creds))
     with pytest.raises(TransportError, match="530"):
         asyncio.run(deliver(raw, "other@garden.local", [WORKER], sock))
     assert _files(garden, WORKER) == []
+    # Admitted while the garden runs: it re-reads its accounts file on the unknown login.
+    admit_agent(cdir.parent / "worker" / "garden-accounts.json", tmp_path / "other" / "envelopay.toml")
+    assert asyncio.run(deliver(raw, "other@garden.local", [WORKER], sock, auth=creds)).delivered == (WORKER,)
+
+
+async def test_garden_open_is_the_loud_legacy_opt_out(tmp_path: Path) -> None:
+    init_agent(tmp_path / "w", address=WORKER)
+    sock = Path(tempfile.mkdtemp(prefix="ep", dir="/tmp")) / "lmtp.sock"
+    _wire(tmp_path / "w" / "envelopay.toml",
+          f'garden_root = "{tmp_path / "garden"}"\ngarden_socket = "{sock}"\ngarden_open = true\n', "")
+    cfg = load_config(tmp_path / "w" / "envelopay.toml")
+    lines: list[str] = []
+    stop, up = asyncio.Event(), asyncio.Event()
+    serving = asyncio.create_task(serve_worker(cfg, embedded_garden=True, echo=lines.append, stop=stop,
+                                               ready=lambda _: up.set()))
+    await asyncio.wait_for(up.wait(), 60)
+    try:
+        assert any(line.startswith("WARNING: garden_open = true") for line in lines), lines
+        # Anyone may send, From anyone: that is what the opt-out means.
+        raw = b"From: nobody@else.test\r\nTo: worker@garden.local\r\nSubject: hi\r\n\r\nhi\r\n"
+        assert (await deliver(raw, "nobody@else.test", [WORKER], sock)).delivered == (WORKER,)
+    finally:
+        stop.set()
+        await serving

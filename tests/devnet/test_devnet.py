@@ -138,7 +138,7 @@ async def test_devnet_garden_refuses_an_insider_sending_from_another_agent(tmp_p
     """The default devnet setup (issue 11, item 9): agents `init --devnet` registers each
     have their own garden secret; one of them cannot send From another."""
     from envelopay.mail.garden import deliver
-    from envelopay.mail.garden_auth import authenticated_sender, read_secret
+    from envelopay.mail.garden_auth import add_account, authenticated_sender, read_secret
     from envelopay.node.init import init_agent
 
     home = tmp_path / "devnet"
@@ -163,3 +163,12 @@ async def test_devnet_garden_refuses_an_insider_sending_from_another_agent(tmp_p
         assert ok.delivered == ("worker@garden.local",)
         [stored] = list(box.iterdir())
         assert authenticated_sender(stored.read_bytes(), authserv_id="garden.local") == "buyer@garden.local"
+
+        # A sender that is no agent (the enforcer, for its agents' addresses) is listed in
+        # <home>/garden-accounts.json, picked up on its first login.
+        enforcer = add_account(home / "garden-accounts.json", "enforcer", ["buyer@garden.local"])
+        as_enforcer = ("enforcer", enforcer)
+        via = await deliver(own, "buyer@garden.local", ["worker@garden.local"], sock, auth=as_enforcer)
+        assert via.delivered == ("worker@garden.local",)
+        users = {authenticated_sender(f.read_bytes(), authserv_id="garden.local") for f in box.iterdir()}
+        assert users == {"buyer@garden.local", "enforcer"}
