@@ -5,6 +5,8 @@ layer (LMTP/Maildir, no public MX), not by obscurity of the address". So:
 
 - `GardenServer` speaks LMTP (aiosmtpd) on a loopback address or a Unix socket only;
   a connection from any other peer gets 421 and is closed;
+- every sender authenticates with its own garden account (mail.garden_auth) and may
+  send only as that account's addresses; an open garden is an explicit, logged opt-out;
 - a recipient outside the garden's address list is refused at RCPT (550 5.1.1);
 - after DATA it answers once per accepted recipient (RFC 2033 4.2; aiosmtpd's LMTP
   sends a single reply by itself), each reply given only after that recipient's copy
