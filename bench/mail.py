@@ -175,7 +175,8 @@ async def hop(root: Path, n: int, use_inotify: bool, fsync: bool) -> dict[str, f
 
     messages = [message(i) for i in range(n)]
     rows: list[tuple[str, int, bool]] = []
-    async with GardenServer(root, [GARDEN], fsync=fsync, on_delivered=on_delivered) as garden:
+    async with GardenServer(root, [GARDEN], fsync=fsync, on_delivered=on_delivered,
+                            open_garden=True) as garden:
         proc = start_receiver(garden.maildir(GARDEN), n, use_inotify)
         assert proc.stdout is not None
         async with LmtpClient(garden.endpoint) as client:
@@ -201,7 +202,7 @@ async def hop(root: Path, n: int, use_inotify: bool, fsync: bool) -> dict[str, f
 
 async def throughput(root: Path, n: int, fsync: bool, connections: int = 4) -> float:
     messages = [message(i) for i in range(n)]
-    async with GardenServer(root, [GARDEN], fsync=fsync) as garden:
+    async with GardenServer(root, [GARDEN], fsync=fsync, open_garden=True) as garden:
         proc = start_receiver(garden.maildir(GARDEN), n, True)
 
         async def sender(chunk: list[bytes]) -> None:

@@ -64,11 +64,14 @@ GC_FREEZE = True  # --no-gc-freeze turns it off
 
 @contextlib.asynccontextmanager
 async def garden_process(
-    root: Path, addresses: list[str], fsync: bool, pids: dict[str, int] | None = None
+    root: Path, addresses: list[str], fsync: bool, pids: dict[str, int] | None = None,
+    accounts: Path | None = None,
 ) -> AsyncIterator[int]:
-    """`envelopay garden serve` in its own process (as an MTA runs); yields its port."""
+    """`envelopay garden serve` in its own process (as an MTA runs); yields its port.
+    With `accounts` every sender authenticates (the default setup); without, --open."""
     cmd = [sys.executable, "-m", "envelopay.cli", "garden", "serve", "--root", str(root), "--port", "0",
-           "--fsync" if fsync else "--no-fsync"]
+           "--fsync" if fsync else "--no-fsync",
+           *(["--accounts", str(accounts)] if accounts is not None else ["--open"])]
     for a in addresses:
         cmd += ["-a", a]
     proc = await asyncio.create_subprocess_exec(*cmd, stdout=asyncio.subprocess.PIPE)
@@ -118,7 +121,8 @@ async def paid_flows(
     async with contextlib.AsyncExitStack() as stack:
         if own_process:
             world.garden_port = await stack.enter_async_context(
-                garden_process(Path(tmp) / "garden", [BUYER, WORKER, MALLORY], fsync))
+                garden_process(Path(tmp) / "garden", [BUYER, WORKER, MALLORY], fsync,
+                               accounts=world.garden_accounts()))
         return await _paid_flows(world, flows, concurrency, sequential)
 
 
@@ -269,7 +273,9 @@ async def worker_role(setup: dict[str, Any]) -> None:
     port = setup["garden_port"]
     garden = None
     if port is None:
-        garden = GardenServer(workdir / "garden", [BUYER, WORKER, MALLORY], fsync=setup["fsync"])
+        # The role processes carry no garden credentials: an open garden, said so.
+        garden = GardenServer(workdir / "garden", [BUYER, WORKER, MALLORY], fsync=setup["fsync"],
+                              open_garden=True)
         await garden.start()
         endpoint = garden.endpoint
         assert isinstance(endpoint, tuple)
@@ -440,7 +446,7 @@ async def transport_floor(
                 garden_process(Path(tmp), addresses, fsync)))
         else:
             endpoint = (await stack.enter_async_context(
-                GardenServer(Path(tmp), addresses, fsync=fsync))).endpoint
+                GardenServer(Path(tmp), addresses, fsync=fsync, open_garden=True))).endpoint
         transports = [GardenTransport(endpoint) for _ in range(concurrency)]
         total = flows * 4
         raw, _ = compose_message(Which(id="w1"), sender="a@garden.local", recipient="b@garden.local",

@@ -18,7 +18,10 @@ def test_demo_every_expectation_holds(tmp_path: Path) -> None:
     assert got["PAY replaying a spent proof"].startswith("OOPS proof_replayed")
     assert got["PAY with an underpaid proof"].startswith("OOPS amount_mismatch")
     assert got["PAY to the wrong recipient"].startswith("OOPS recipient_mismatch")
-    assert got["PAY from a forged sender (bad DKIM)"].startswith("OOPS dkim_failed")
+    assert got["PAY with a forged DKIM signature"].startswith("OOPS dkim_failed")
+    # An insider sending From another garden address is stopped by the garden itself.
+    assert got["PAY From the buyer by another insider"].startswith("garden 550 5.7.1; worker saw nothing")
+    assert len(result.rows) == 18
     assert sum(r.message.startswith("PAY (paid") and r.got.startswith("FULFILL") for r in result.rows) == 2
     assert got["ACCEPT proof, as the buyer verifies it"] == "accepted"
     # Paid: Solana flow 1 + underpaid + forged (Mallory's money) + honest = 999,999 units.

@@ -105,11 +105,16 @@ class TransportConfig(_Section):
     garden_addresses: list[str] = Field(default_factory=list)  # for an embedded garden
     lmtp_host: str = "127.0.0.1"
     lmtp_port: int | None = None
-    # Garden authentication (mail.garden_auth): the env var holding this agent's garden
-    # secret (its user is agent.address; never the secret itself in the file), and, for an
-    # embedded garden, the accounts file that makes it authenticate every sender.
+    # Garden authentication (mail.garden_auth; SPEC.md "Walled garden"): this agent's
+    # garden secret, in a 0600 file beside the config (`init` writes keys/garden.secret) or
+    # an env var (its user is agent.address; never the secret itself in this file); for an
+    # embedded garden (`worker serve --garden`), the accounts file of the other senders.
+    # An embedded garden authenticates every sender unless garden_open = true (legacy,
+    # loud: any local process may then send From any garden address).
+    garden_secret_file: str | None = None
     garden_secret_env: str | None = None
     garden_accounts: str | None = None
+    garden_open: bool = False
     smtp_host: str | None = None
     smtp_port: int = 587
     smtp_security: Literal["starttls", "tls", "none"] = "starttls"

@@ -14,7 +14,8 @@ from envelopay.node.transports import GardenTransport
 
 async def test_call_kv_responder_over_garden(tmp_path: Path) -> None:
     kv = reference_responder("garden.local")
-    async with GardenServer(tmp_path / "garden", ["kv@garden.local", "agent@garden.local"]) as garden:
+    addresses = ["kv@garden.local", "agent@garden.local"]
+    async with GardenServer(tmp_path / "garden", addresses, open_garden=True) as garden:
         transport = GardenTransport(garden.endpoint)
         stop = asyncio.Event()
         client = CallClient(CallStore(tmp_path / "calls.db"), address="agent@garden.local",
@@ -43,7 +44,7 @@ async def test_call_kv_responder_over_garden(tmp_path: Path) -> None:
 async def test_call_outside_garden_fails_as_value(tmp_path: Path) -> None:
     from envelopay.errors import TransportError
 
-    async with GardenServer(tmp_path / "garden", ["agent@garden.local"]) as garden:
+    async with GardenServer(tmp_path / "garden", ["agent@garden.local"], open_garden=True) as garden:
         transport = GardenTransport(garden.endpoint)
         client = CallClient(CallStore(tmp_path / "calls.db"), address="agent@garden.local",
                             domain="garden.local", send=transport.send)

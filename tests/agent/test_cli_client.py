@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from envelopay.cli.app import app
 from envelopay.config import load_config
-from envelopay.node.init import init_agent
+from envelopay.node.init import admit_agent, init_agent
 from envelopay.node.serve import serve_worker
 from envelopay.node.wiring import open_store
 
@@ -42,6 +42,7 @@ def _agents(tmp_path: Path) -> tuple[Path, Path]:
     sock = Path(tempfile.mkdtemp(prefix="ep", dir="/tmp")) / "lmtp.sock"
     _wire(wdir / "envelopay.toml", tmp_path / "garden", sock, dkim_record(cdir, "client"), [CLIENT])
     _wire(cdir / "envelopay.toml", tmp_path / "garden", sock, dkim_record(wdir, "worker"), [])
+    admit_agent(wdir / "garden-accounts.json", cdir / "envelopay.toml")  # the garden authenticates
     return wdir, cdir
 
 

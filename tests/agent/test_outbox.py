@@ -38,7 +38,7 @@ async def _queue(tmp_path: Path, n: int, clock: Clock) -> tuple[SqliteStore, lis
 async def test_overlapping_drains_send_each_row_once(tmp_path: Path) -> None:
     clock = Clock()
     store, mids = await _queue(tmp_path, 30, clock)
-    async with GardenServer(tmp_path / "garden", ["b@garden.local"]) as garden:
+    async with GardenServer(tmp_path / "garden", ["b@garden.local"], open_garden=True) as garden:
         transport = GardenTransport(garden.endpoint)
         drainer = OutboxDrainer(store, DirectHook(transport), clock=clock)
         reports = await asyncio.gather(*(drainer.drain() for _ in range(5)))
@@ -106,7 +106,7 @@ async def test_enforcer_as_the_send_hook(tmp_path: Path) -> None:
                     clock=clock)
     held = (await engine.send(Which(id="w-out"), "c@elsewhere.example")).message_id
     key = dkim.DkimKey.generate_ed25519()
-    async with GardenServer(tmp_path / "garden", ["b@garden.local"]) as garden:
+    async with GardenServer(tmp_path / "garden", ["b@garden.local"], open_garden=True) as garden:
         enf_store = EnforcerSqlite(tmp_path / "enf.db")
         await enf_store.open()
         enforcer = Enforcer(enf_store, GardenDeliverer(garden.port), operator_token_hash=hash_token("op"),
@@ -223,7 +223,7 @@ async def test_garden_pool_delivers_over_several_connections(tmp_path: Path) -> 
 
     clock = Clock()
     store, mids = await _queue(tmp_path, 24, clock)
-    async with GardenServer(tmp_path / "garden", ["b@garden.local"]) as garden:
+    async with GardenServer(tmp_path / "garden", ["b@garden.local"], open_garden=True) as garden:
         pool = GardenPool([GardenTransport(garden.endpoint) for _ in range(4)])
         rep = await OutboxDrainer(store, DirectHook(pool), clock=clock, parallel=pool.size).drain()
         opened = sum(t._client is not None for t in pool._all)

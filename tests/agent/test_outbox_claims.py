@@ -76,7 +76,7 @@ async def test_two_drainers_on_one_ledger_send_each_row_once(
     clock = Clock()
     first, second = open_store(), open_store()
     mids = await _queue(first, 30, clock)
-    async with GardenServer(tmp_path / "garden", [B]) as garden:
+    async with GardenServer(tmp_path / "garden", [B], open_garden=True) as garden:
         t1, t2 = GardenTransport(garden.endpoint), GardenTransport(garden.endpoint)
         d1 = OutboxDrainer(first, DirectHook(t1), clock=clock, owner="w1")
         d2 = OutboxDrainer(second, DirectHook(t2), clock=clock, owner="w2")

@@ -133,7 +133,7 @@ async def test_deferred_message_stays_in_the_maildir(demo_world: DemoWorld) -> N
 
     raw, mid = compose_message(pay, sender=BUYER, recipient=WORKER, domain=DOMAIN, now=demo_world.clock())
     await deliver(dkim.sign(raw, selector="buyer", domain=DOMAIN, key=demo_world.buyer_key), BUYER, [WORKER],
-                  demo_world.garden.endpoint)
+                  demo_world.garden.endpoint, auth=(BUYER, demo_world.secrets[BUYER]))
     async with asyncio.timeout(30):
         while not any(o.message_id == mid for o in demo_world.worker.outcomes_since(before)):
             await asyncio.sleep(0.02)

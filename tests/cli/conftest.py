@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 from aiosmtpd.controller import Controller
 
-from envelopay.node.init import init_agent
+from envelopay.mail.garden_auth import add_account
+from envelopay.node.init import admit_agent, init_agent
 
 WORKER = "worker@garden.local"
 CLIENT = "client@garden.local"
@@ -121,6 +122,10 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
 
     _wire(wdir / "envelopay.toml", tmp / "garden", sock, record(cdir, "client"), [CLIENT])
     _wire(cdir / "envelopay.toml", tmp / "garden", sock, record(wdir, "worker"), [])
+    # The worker's garden authenticates: the client is admitted by its own secret, and the
+    # hand-written mail of `garden deliver` comes from an account made for peer@.
+    admit_agent(wdir / "garden-accounts.json", cdir / "envelopay.toml")
+    peer_secret = add_account(wdir / "garden-accounts.json", "peer@garden.local", ["peer@garden.local"])
 
     sink = Sink()
     smtp_port = free_port()
@@ -135,11 +140,13 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
                       str(token_file), "--smtp-host", "127.0.0.1", "--smtp-port", str(smtp_port),
                       "--smtp-security", "none", "--vault-key-file", str(tmp / "vault.key")], env=env)
     garden = serve(["garden", "serve", "--root", str(tmp / "g2"), "--address", "a@garden.local",
-                    "--port", "0"])
+                    "--port", "0", "--open"])
     w = World(tmp, wdir / "envelopay.toml", cdir / "envelopay.toml", sock, worker, enforcer, db, token_file,
               garden, sink, smtp, smtp_port)
     try:
-        yield w
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("ENVELOPAY_GARDEN_SECRET", peer_secret)  # read by `garden deliver --user`
+            yield w
     finally:
         for served in (garden, enforcer, worker):
             if served.proc.poll() is None:

@@ -85,28 +85,28 @@ async def test_up_fund_down(tmp_path: Path, base_node: str) -> None:
 
 async def test_garden_and_dns_follow_the_registry(tmp_path: Path) -> None:
     from envelopay.mail.garden import LmtpClient
+    from envelopay.mail.garden_auth import new_secret, secret_hash
 
     home = tmp_path / "devnet"
     async with devnet(home, "eth-tester") as state:
-        client = LmtpClient(Path(state.garden_socket))
+        secret = new_secret()
+        registry.register_agent(home, registry.AgentEntry(
+            "a@garden.local", ("a@garden.local",), {}, {}, secret_hash(secret)))
+        # Registered a moment ago: the garden re-reads the registry on an unknown login.
+        client = LmtpClient(Path(state.garden_socket), auth=("a@garden.local", secret))
         await client.connect()
         raw = b"From: a@garden.local\r\nTo: late@garden.local\r\nSubject: WHICH\r\n\r\nhi\r\n"
-        refused = await client.send(raw, "a@garden.local", ["late@garden.local"])
-        assert tuple(refused.refused) == ("late@garden.local",)
         dns = registry.devnet_dns(home)
         assert await dns("late._domainkey.garden.local") is None
+        refused = await client.send(raw, "a@garden.local", ["nobody@garden.local"])
+        assert tuple(refused.refused) == ("nobody@garden.local",)
         registry.register_agent(home, registry.AgentEntry(
             "late@garden.local", ("late@garden.local", "kv@garden.local"),
             {"late._domainkey.garden.local": "v=DKIM1; k=rsa; p=AAAA"}, {}))
         assert await dns("LATE._domainkey.garden.local.") == "v=DKIM1; k=rsa; p=AAAA"
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 10
-        while True:  # the devnet picks the registration up within its refresh interval
-            result = await client.send(raw, "a@garden.local", ["late@garden.local", "kv@garden.local"])
-            if not result.refused:
-                break
-            assert loop.time() < deadline, result
-            await asyncio.sleep(0.05)
+        # Registered a moment ago: the garden re-reads the registry on an unknown recipient.
+        result = await client.send(raw, "a@garden.local", ["late@garden.local", "kv@garden.local"])
+        assert not result.refused, result
         await client.close()
         inbox = Path(state.garden_root)
         assert any(inbox.rglob("new/*")), "the message landed in a Maildir under the garden root"
@@ -132,3 +132,43 @@ def test_amounts_and_targets_are_checked(tmp_path: Path) -> None:
         plan_funding(tmp_path, str(Keypair().pubkey()), sol=None, eth="1", usdc=None, chain=None)
     with pytest.raises(ConfigError, match="not registered"):
         plan_funding(tmp_path, "nobody@garden.local", sol="1", eth=None, usdc=None, chain=None)
+
+
+async def test_devnet_garden_refuses_an_insider_sending_from_another_agent(tmp_path: Path) -> None:
+    """The default devnet setup (issue 11, item 9): agents `init --devnet` registers each
+    have their own garden secret; one of them cannot send From another."""
+    from envelopay.mail.garden import deliver
+    from envelopay.mail.garden_auth import add_account, authenticated_sender, read_secret
+    from envelopay.node.init import init_agent
+
+    home = tmp_path / "devnet"
+    async with devnet(home, "eth-tester") as state:
+        worker = init_agent(tmp_path / "worker", address="worker@garden.local", devnet=state)
+        buyer = init_agent(tmp_path / "buyer", address="buyer@garden.local", devnet=state)
+        assert worker.garden_secret is not None and buyer.garden_secret is not None
+        creds = ("buyer@garden.local", read_secret(buyer.garden_secret))
+        sock = Path(state.garden_socket)
+        box = Path(state.garden_root) / "worker@garden.local" / "new"
+
+        forged = b"From: worker@garden.local\r\nTo: worker@garden.local\r\nSubject: FULFILL\r\n\r\n{}\r\n"
+        refused = await deliver(forged, "buyer@garden.local", ["worker@garden.local"], sock, auth=creds)
+        assert refused.delivered == ()
+        answer = refused.replies["worker@garden.local"]
+        assert answer.code == 550
+        assert answer.text == "5.7.1 buyer@garden.local may not send From worker@garden.local"
+        assert not list(box.iterdir())
+
+        own = b"From: buyer@garden.local\r\nTo: worker@garden.local\r\nSubject: WHICH\r\n\r\nhi\r\n"
+        ok = await deliver(own, "buyer@garden.local", ["worker@garden.local"], sock, auth=creds)
+        assert ok.delivered == ("worker@garden.local",)
+        [stored] = list(box.iterdir())
+        assert authenticated_sender(stored.read_bytes(), authserv_id="garden.local") == "buyer@garden.local"
+
+        # A sender that is no agent (the enforcer, for its agents' addresses) is listed in
+        # <home>/garden-accounts.json, picked up on its first login.
+        enforcer = add_account(home / "garden-accounts.json", "enforcer", ["buyer@garden.local"])
+        as_enforcer = ("enforcer", enforcer)
+        via = await deliver(own, "buyer@garden.local", ["worker@garden.local"], sock, auth=as_enforcer)
+        assert via.delivered == ("worker@garden.local",)
+        users = {authenticated_sender(f.read_bytes(), authserv_id="garden.local") for f in box.iterdir()}
+        assert users == {"buyer@garden.local", "enforcer"}

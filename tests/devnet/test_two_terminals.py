@@ -17,6 +17,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from envelopay.mail.garden_auth import authenticated_sender
+
 README = Path(__file__).resolve().parents[2] / "README.md"
 ENVELOPAY = [sys.executable, "-m", "envelopay.cli"]
 
@@ -72,6 +74,12 @@ def test_two_terminals(tmp_path: Path) -> None:
         assert "base-local: final (" in base.stderr, base.stderr
         fulfilled = json.loads(base.stdout[base.stdout.index("\n{\n") + 1:])  # the answer, as printed
         assert fulfilled["type"] == "fulfill" and fulfilled["result"] == {"characters": 13, "words": 2}
+        # The devnet's garden authenticated every sender and says so in its own trace header.
+        for who, sender in (("worker", "buyer"), ("buyer", "worker")):
+            box = tmp_path / "devnet" / "garden" / f"{who}@garden.local"
+            seen = {authenticated_sender(p.read_bytes(), authserv_id="garden.local")
+                    for p in box.glob("*/*") if p.is_file()}
+            assert seen == {f"{sender}@garden.local"}, (who, seen)
     finally:
         if worker is not None:
             worker.terminate()

@@ -85,8 +85,10 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
         dirs[who] = tmp_path / who.split("@")[0]
         init_agent(dirs[who], address=who, devnet=state)
         await fund(state, plan_funding(home, who, sol="1", eth=None, usdc="10", chain="solana"))
-    garden = GardenServer(home / "garden", sorted(registry.garden_addresses(registry.agent_entries(home))),
-                          unix_path=home / "garden.sock", fsync=False)
+    entries = registry.agent_entries(home)
+    garden = GardenServer(home / "garden", sorted(registry.garden_addresses(entries)),
+                          unix_path=home / "garden.sock", fsync=False,
+                          accounts=registry.garden_accounts(entries))
     await garden.start()
     try:
         yield World(home, state, clock, solana, garden, dirs)

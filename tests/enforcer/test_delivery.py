@@ -46,7 +46,7 @@ async def test_protocol_message_is_composed_signed_and_delivered(
 
 async def test_delivery_into_the_walled_garden(tmp_path: Path, clock: Clock) -> None:
     garden = GardenServer(tmp_path / "garden", ["worker@garden.local"], unix_path=tmp_path / "lmtp.sock",
-                          fsync=False)
+                          fsync=False, open_garden=True)
     store = SqliteStore(tmp_path / "enf.db")
     await store.open()
     try:

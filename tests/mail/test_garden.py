@@ -25,7 +25,7 @@ RAW = (
 
 @pytest.fixture
 async def garden(tmp_path: Path) -> AsyncIterator[GardenServer]:
-    async with GardenServer(tmp_path / "mail", [A, B]) as g:
+    async with GardenServer(tmp_path / "mail", [A, B], open_garden=True) as g:
         yield g
 
 
@@ -90,7 +90,7 @@ async def test_one_reply_per_recipient_on_the_wire(garden: GardenServer) -> None
 
 async def test_unix_socket_garden(tmp_path: Path) -> None:
     sock = tmp_path / "garden.sock"
-    async with GardenServer(tmp_path / "mail", [A], unix_path=sock) as g:
+    async with GardenServer(tmp_path / "mail", [A], unix_path=sock, open_garden=True) as g:
         assert oct(os.stat(sock).st_mode & 0o777) == "0o600"
         result = await deliver(RAW, "", [A], sock)
         assert result.delivered == (A,)
@@ -100,7 +100,7 @@ async def test_unix_socket_garden(tmp_path: Path) -> None:
 
 
 async def test_refused_peer_gets_421_and_nothing_else(tmp_path: Path) -> None:
-    async with GardenServer(tmp_path / "mail", [A], peer_filter=lambda peer: False) as g:
+    async with GardenServer(tmp_path / "mail", [A], peer_filter=lambda peer: False, open_garden=True) as g:
         with pytest.raises(TransportError, match="421"):
             await deliver(RAW, "envoy@garden.local", [A], g.endpoint)
         assert g.stats.refused_peers == 1
@@ -125,14 +125,14 @@ def test_peer_filter_allows_only_loopback_and_unix() -> None:
 @pytest.mark.parametrize("host", ["0.0.0.0", "192.0.2.2", "::", "example.com"])
 def test_garden_refuses_to_listen_beyond_loopback(tmp_path: Path, host: str) -> None:
     with pytest.raises(ConfigError):
-        GardenServer(tmp_path, [A], host=host)
+        GardenServer(tmp_path, [A], host=host, open_garden=True)
 
 
 def test_garden_addresses_are_validated(tmp_path: Path) -> None:
     with pytest.raises(UsageError):
-        GardenServer(tmp_path, ["a@garden.local, b@garden.local"])
+        GardenServer(tmp_path, ["a@garden.local, b@garden.local"], open_garden=True)
     with pytest.raises(ConfigError):
-        GardenServer(tmp_path, [])
+        GardenServer(tmp_path, [], open_garden=True)
 
 
 async def test_client_refuses_bad_addresses_before_io(garden: GardenServer) -> None:
@@ -151,7 +151,7 @@ async def test_all_recipients_refused_sends_no_data(garden: GardenServer) -> Non
 
 
 async def test_oversized_message_is_refused_per_recipient_and_not_stored(tmp_path: Path) -> None:
-    async with GardenServer(tmp_path / "mail", [A, B], data_size_limit=1000) as g:
+    async with GardenServer(tmp_path / "mail", [A, B], data_size_limit=1000, open_garden=True) as g:
         big = b"Subject: big\r\n\r\n" + (b"x" * 70 + b"\r\n") * 40
         async with LmtpClient(g.endpoint) as client:
             result = await client.send(big, "envoy@garden.local", [A, B])

@@ -86,7 +86,7 @@ async def test_the_garden_records_the_authenticated_sender_and_strips_forged_cla
 
 
 async def test_an_open_garden_still_strips_claims_of_its_own_id(tmp_path: Path) -> None:
-    async with GardenServer(tmp_path / "mail", [A, B]) as garden:
+    async with GardenServer(tmp_path / "mail", [A, B], open_garden=True) as garden:
         forged = b"Authentication-Results: garden.local; auth=pass smtp.auth=worker@garden.local\r\n"
         assert (await deliver(mail(B, forged), B, [A], garden.endpoint)).delivered == (A,)
         stored = files(garden, A)[0].read_bytes()
@@ -106,7 +106,7 @@ async def test_a_header_block_the_shared_reader_refuses_is_refused_by_the_garden
     assert result.replies[A].code == 550 and "header block refused" in result.replies[A].text
     assert files(garden, A) == []
     # An open garden checks no From and stores it as it came: every reader refuses it.
-    async with GardenServer(tmp_path / "open", [A]) as open_garden:
+    async with GardenServer(tmp_path / "open", [A], open_garden=True) as open_garden:
         assert (await deliver(attack, "", [A], open_garden.endpoint)).delivered == (A,)
         stored = files(open_garden, A)[0].read_bytes()
     assert authenticated_sender(stored, authserv_id="garden.local") is None
@@ -114,7 +114,7 @@ async def test_a_header_block_the_shared_reader_refuses_is_refused_by_the_garden
 
 
 async def test_a_repeated_rcpt_stores_one_copy(tmp_path: Path) -> None:
-    async with GardenServer(tmp_path / "mail", [A, B]) as garden:
+    async with GardenServer(tmp_path / "mail", [A, B], open_garden=True) as garden:
         async with LmtpClient(garden.endpoint) as client:
             result = await client.send(mail(B), B, [A, A, B, A])
         assert set(result.delivered) == {A, B}
@@ -128,7 +128,7 @@ async def _greeted(garden: GardenServer) -> tuple[asyncio.StreamReader, asyncio.
 
 
 async def test_an_idle_connection_is_closed_after_the_idle_timeout(tmp_path: Path) -> None:
-    async with GardenServer(tmp_path / "mail", [A], idle_timeout=0.3) as garden:
+    async with GardenServer(tmp_path / "mail", [A], idle_timeout=0.3, accounts=[]) as garden:
         reader, writer = await _greeted(garden)
         assert (await asyncio.wait_for(reader.readline(), 5)).startswith(b"220")
         # Nothing sent: the garden gives up on us (the default would be aiosmtpd's 300 s).
@@ -137,7 +137,7 @@ async def test_an_idle_connection_is_closed_after_the_idle_timeout(tmp_path: Pat
 
 
 async def test_connections_beyond_the_cap_get_421(tmp_path: Path) -> None:
-    async with GardenServer(tmp_path / "mail", [A], max_connections=2) as garden:
+    async with GardenServer(tmp_path / "mail", [A], max_connections=2, open_garden=True) as garden:
         first, second = await _greeted(garden), await _greeted(garden)
         for reader, _ in (first, second):
             assert (await asyncio.wait_for(reader.readline(), 5)).startswith(b"220")
@@ -156,7 +156,7 @@ async def test_a_refused_peer_logs_one_line_and_no_traceback(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    async with GardenServer(tmp_path / "mail", [A], peer_filter=lambda peer: False) as garden:
+    async with GardenServer(tmp_path / "mail", [A], peer_filter=lambda peer: False, accounts=[]) as garden:
         with pytest.raises(TransportError, match="421"):
             await deliver(mail(A), A, [A], garden.endpoint)
         await asyncio.sleep(0.1)  # let connection_lost run
@@ -180,3 +180,62 @@ def test_the_account_command_prints_the_secret_once_and_keeps_its_hash(tmp_path:
     assert path.stat().st_mode & 0o777 == 0o600
     bad = CliRunner().invoke(app, ["garden", "account", A, "-a", "not an address", "--accounts", str(path)])
     assert bad.exit_code != 0 and load_accounts(path) == [account]
+
+
+def test_a_garden_authenticates_unless_told_open_in_so_many_words(tmp_path: Path) -> None:
+    from envelopay.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="open_garden=True"):
+        GardenServer(tmp_path, [A])  # no silent default: accounts, or the explicit opt-out
+    with pytest.raises(ConfigError, match="contradict"):
+        GardenServer(tmp_path, [A], accounts=[], open_garden=True)
+    assert GardenServer(tmp_path, [A], accounts=[]).requires_auth
+    assert not GardenServer(tmp_path, [A], open_garden=True).requires_auth
+
+
+async def test_an_open_garden_says_so_when_it_starts(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="envelopay.garden")
+    async with GardenServer(tmp_path / "mail", [A], open_garden=True):
+        pass
+    assert any("is OPEN" in r.getMessage() for r in caplog.records)
+
+
+async def test_an_account_added_since_is_found_by_refreshing_on_a_miss(tmp_path: Path) -> None:
+    account, secret = new_account(A, [A])
+    refreshes: list[int] = []
+
+    async with GardenServer(tmp_path / "mail", [A], accounts=[]) as garden:
+        def refresh() -> None:  # what the devnet does: re-read its registry
+            refreshes.append(1)
+            garden.accounts = {account.user: account}
+
+        garden.refresh = refresh
+        # Nobody yet: one refresh on the miss finds the account, and the mail goes in.
+        assert (await deliver(mail(A), A, [A], garden.endpoint, auth=(A, secret))).delivered == (A,)
+        assert len(refreshes) == 1
+        # A known account with the right secret costs no refresh; a wrong secret one, then 535.
+        assert (await deliver(mail(A), A, [A], garden.endpoint, auth=(A, secret))).delivered == (A,)
+        with pytest.raises(TransportError, match="535"):
+            await deliver(mail(A), A, [A], garden.endpoint, auth=(A, secret + "x"))
+        assert len(refreshes) == 2
+
+
+async def test_a_repeated_singleton_goes_in_only_when_every_from_is_the_senders(
+    secured: tuple[GardenServer, dict[str, tuple[str, str]]],
+) -> None:
+    garden, creds = secured
+    # Refused by the shared reader (two Subjects), yet every From is A's: the worker can
+    # answer it invalid_field, and any From a reader picks is the authenticated sender's.
+    twice = mail(A, b"Subject: again\r\n")
+    assert (await deliver(twice, A, [B], garden.endpoint, auth=creds[A])).delivered == (B,)
+    [stored] = files(garden, B)
+    trace = f"Authentication-Results: garden.local; auth=pass smtp.auth={A}\r\n".encode()
+    assert trace in stored.read_bytes()
+    # Two Froms, one of them B's: refused, as is a claim of the garden's id in such a block.
+    claim = b"Authentication-Results: garden.local; auth=pass smtp.auth=x\r\n"
+    for extra in (f"From: {B}\r\n".encode(), claim):
+        result = await deliver(mail(A, extra + b"Subject: again\r\n"), A, [B], garden.endpoint, auth=creds[A])
+        assert result.delivered == () and "5.6.0" in result.replies[B].text
+    assert len(files(garden, B)) == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -13,8 +14,15 @@ A = "worker@garden.local"
 
 def test_serve_then_deliver_then_stop(tmp_path: Path) -> None:
     root = tmp_path / "mail"
+    accounts = tmp_path / "accounts.json"
+    made = subprocess.run([*ENVELOPAY, "garden", "account", "envoy@garden.local", "-a", "envoy@garden.local",
+                           "--accounts", str(accounts)], capture_output=True, text=True, timeout=60)
+    assert made.returncode == 0, made.stderr
+    env = {**os.environ, "ENVELOPAY_GARDEN_SECRET": made.stdout.strip()}
+    as_envoy = ["--user", "envoy@garden.local"]
     proc = subprocess.Popen(
-        [*ENVELOPAY, "garden", "serve", "--root", str(root), "--address", A, "--port", "0", "--no-fsync"],
+        [*ENVELOPAY, "garden", "serve", "--root", str(root), "--address", A, "--port", "0", "--no-fsync",
+         "--accounts", str(accounts)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -40,10 +48,12 @@ def test_serve_then_deliver_then_stop(tmp_path: Path) -> None:
                 "envoy@garden.local",
                 "--endpoint",
                 endpoint,
+                *as_envoy,
             ],
             capture_output=True,
             text=True,
             timeout=60,
+            env=env,
         )
         assert ok.returncode == 0, ok.stderr
         assert ok.stdout.startswith(f"{A}: 250")
@@ -57,10 +67,12 @@ def test_serve_then_deliver_then_stop(tmp_path: Path) -> None:
                 "outsider@garden.local",
                 "--endpoint",
                 endpoint,
+                *as_envoy,
             ],
             capture_output=True,
             text=True,
             timeout=60,
+            env=env,
         )
         assert refused.returncode == 1 and "550" in refused.stdout
         bad = subprocess.run(
@@ -90,9 +102,24 @@ def test_serve_then_deliver_then_stop(tmp_path: Path) -> None:
 
 def test_serve_refuses_a_public_interface(tmp_path: Path) -> None:
     res = subprocess.run(
-        [*ENVELOPAY, "garden", "serve", "--root", str(tmp_path), "--address", A, "--host", "0.0.0.0"],
+        [*ENVELOPAY, "garden", "serve", "--root", str(tmp_path), "--address", A, "--host", "0.0.0.0",
+         "--open"],
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert res.returncode == 2 and "loopback" in res.stderr
+
+
+def test_serve_wants_accounts_or_an_explicit_open(tmp_path: Path) -> None:
+    res = subprocess.run([*ENVELOPAY, "garden", "serve", "--root", str(tmp_path), "--address", A],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and "--accounts" in res.stderr and "--open" in res.stderr
+    argv = [*ENVELOPAY, "garden", "serve", "--root", str(tmp_path), "--address", A, "--port", "0", "--open"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().startswith("garden listening on ")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    assert "WARNING: --open: this garden is OPEN" in err

@@ -51,7 +51,8 @@ async def test_our_client_gets_one_reply_per_recipient_from_dovecot(dovecot: Dov
 
 
 async def test_stdlib_lmtp_client_against_our_garden(tmp_path: Path) -> None:
-    async with GardenServer(tmp_path / "mail", ["a@garden.local", "b@garden.local"]) as garden:
+    addresses = ["a@garden.local", "b@garden.local"]
+    async with GardenServer(tmp_path / "mail", addresses, open_garden=True) as garden:
         host, port = garden.endpoint  # type: ignore[misc]
 
         def send() -> dict[str, tuple[int, bytes]]:

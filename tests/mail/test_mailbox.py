@@ -552,7 +552,7 @@ async def test_inbox_can_be_the_garden_maildir(tmp_path: Path, clock: Clock) -> 
     from envelopay.mail.maildir import Pickup, mailbox_path
 
     root = tmp_path / "garden"
-    async with GardenServer(root, [ME], fsync=False) as garden:
+    async with GardenServer(root, [ME], fsync=False, open_garden=True) as garden:
         result = await deliver(mail(1), "peer@example.test", [ME], garden.endpoint)
         assert result.delivered == [ME] or ME in result.delivered
     inbox = mailbox_path(root, ME)

@@ -49,7 +49,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             emit({"command": "init", "ok": True, "exit": OK, "config": str(res.config),
                   "wallets": {"solana-local": str(res.solana_wallet), "base-local": str(res.base_wallet)},
-                  "dkim_txt": str(res.dkim_txt), "funded": funded})
+                  "dkim_txt": str(res.dkim_txt), "garden_secret": str(res.garden_secret), "funded": funded})
             return
         typer.echo(f"wrote {res.config}")
         for line in funded:
@@ -57,6 +57,7 @@ def register(app: typer.Typer) -> None:
         typer.echo(f"solana-local wallet  {res.solana_wallet}")
         typer.echo(f"base-local wallet    {res.base_wallet}")
         typer.echo(f"DKIM DNS record      {res.dkim_txt}")
+        typer.echo(f"garden secret        {res.garden_secret}  (mode 0600; not shown)")
 
 
 
@@ -68,8 +69,8 @@ def _register_demo(app: typer.Typer) -> None:
     def demo(keep: _Keep = None, as_json: JsonOpt = False) -> None:
         """Buyer and paid worker on embedded defaults (garden, SQLite, LiteSVM, eth-tester).
 
-        First contact with USDC on Solana and on Base, one OFFER→ACCEPT, and four attacks
-        that must fail. Exit 0 only if every expectation held."""
+        First contact with USDC on Solana and on Base, one OFFER→ACCEPT, and five attacks
+        that must fail (one of them an insider the garden refuses). Exit 0 only if every expectation held."""
         import asyncio
         import sys
         import tempfile

@@ -382,9 +382,14 @@ def _register_garden(app: typer.Typer) -> None:
             Path | None,
             typer.Option("--accounts", help="Accounts file: every sender must AUTH (garden account)."),
         ] = None,
+        open_garden: Annotated[
+            bool,
+            typer.Option("--open", help="Legacy: no AUTH, any local process may send From any address."),
+        ] = False,
         as_json: JsonOpt = False,
     ) -> None:
-        """Run the garden's LMTP server until interrupted (SIGINT / SIGTERM)."""
+        """Run the garden's LMTP server until interrupted (SIGINT / SIGTERM). Every sender
+        authenticates (--accounts) unless --open says otherwise."""
         import asyncio
         import signal
 
@@ -392,11 +397,16 @@ def _register_garden(app: typer.Typer) -> None:
         from envelopay.mail.garden import GardenServer
         from envelopay.mail.garden_auth import load_accounts
 
+        if (accounts is None) == (not open_garden):
+            fail("--accounts FILE (every sender authenticates) or --open (legacy: none does): one of them")
         with answers():  # an unreadable accounts file: the environment (3)
             known = load_accounts(accounts) if accounts is not None else None
         with answers(input_kinds=(ConfigError,)):  # its flags are its configuration: bad input (2)
             server = GardenServer(root, address, host=host, port=port, unix_path=socket, fsync=fsync,
-                                  accounts=known)
+                                  accounts=known, open_garden=open_garden)
+        if open_garden:
+            typer.echo("WARNING: --open: this garden is OPEN, any local process may send From any of "
+                       "its addresses", err=True)
 
         async def run() -> None:
             stop = asyncio.Event()
@@ -422,16 +432,35 @@ def _register_garden(app: typer.Typer) -> None:
 
     @garden.command("account")
     def account_cmd(
-        user: Annotated[str, typer.Argument(help="The login (an agent's address, or e.g. 'enforcer').")],
-        address: Annotated[
-            list[str], typer.Option("--address", "-a", help="An address it may send as (repeat for each).")
-        ],
         accounts: Annotated[Path, typer.Option("--accounts", help="The accounts file (created if absent).")],
+        user: Annotated[
+            str | None, typer.Argument(help="The login (an agent's address, or e.g. 'enforcer').")
+        ] = None,
+        address: Annotated[
+            list[str] | None,
+            typer.Option("--address", "-a", help="An address it may send as (repeat for each)."),
+        ] = None,
+        config: Annotated[
+            Path | None,
+            typer.Option("--config", "-c", help="Admit this agent: its address and the hash of its "
+                         "keys/garden.secret (nothing is printed)."),
+        ] = None,
         as_json: JsonOpt = False,
     ) -> None:
-        """Add (or replace) a garden account; print its secret once (only its hash is kept)."""
+        """Add (or replace) a garden account. USER -a ADDR: a new secret, printed once (only
+        its hash is kept). -c CONFIG: an agent `init` set up, by its own secret."""
         from envelopay.mail.garden_auth import add_account
+        from envelopay.node.init import admit_agent
 
+        if (config is None) == (user is None):
+            fail("give USER -a ADDRESS (a new secret) or --config CONFIG (an agent's own secret)")
+        if config is not None:
+            with answers():
+                admitted = admit_agent(accounts, config)
+            finish(as_json, ran("garden account", user=admitted, accounts=str(accounts)),
+                   [f"admitted {admitted} to {accounts}"])
+        assert user is not None
+        address = address or []
         with answers():
             secret = add_account(accounts, user, address)
         finish(as_json, ran("garden account", user=user, addresses=list(address), accounts=str(accounts),

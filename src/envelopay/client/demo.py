@@ -1,16 +1,19 @@
 """`envelopay demo`: a buyer and a paid worker on embedded defaults, no network.
 
 Everything real and in one process: the walled garden (LMTP server → Maildirs, picked
-up by inotify), a SQLite ledger per agent, DKIM signing and verification, LiteSVM for
-Solana and eth-tester for Base. The script plays:
+up by inotify; every sender authenticates with its own garden secret), a SQLite ledger
+per agent, DKIM signing and verification, LiteSVM for Solana and eth-tester for Base.
+The script plays:
 
 1. first contact WHICH→METHODS→ORDER→INVOICE→PAY→FULFILL with USDC on Solana;
 2. the same with USDC on Base;
 3. one exchange OFFER→ACCEPT (SOL on Solana for USDC on Base);
-4. four attacks on an open INVOICE that must fail, each with its OOPS code and the
-   flow left unchanged: a replayed PAY proof, an underpaid proof, a proof paying the
-   wrong recipient, and a PAY from a forged sender without a valid DKIM signature;
-   then the honest PAY, which still succeeds.
+4. five attacks on an open INVOICE that must fail, each with the flow left unchanged:
+   a replayed PAY proof, an underpaid proof, a proof paying the wrong recipient (each
+   answered with its OOPS code), a PAY "From" the buyer sent by another garden insider
+   (Mallory, authenticated as herself: the garden refuses it, 550 5.7.1, and nothing is
+   delivered), and a PAY whose DKIM signature is forged (OOPS dkim_failed); then the
+   honest PAY, which still succeeds.
 
 Each expectation is checked; the result is a table and a summary, and `ok` is False
 (CLI exit 1) if anything deviates.
@@ -30,6 +33,8 @@ from typing import Any
 
 from envelopay.config import WorkerConfig, config_from_dict
 from envelopay.engine import BaseApplication, Notice, Outcome
+from envelopay.mail.garden_auth import load_accounts
+from envelopay.mail.maildir import mailbox_path
 from envelopay.node.wiring import build_node
 from envelopay.protocol.messages import (
     Fulfill,
@@ -124,6 +129,7 @@ class DemoWorld:
         self.garden_port: int | None = None
         self.buyer_usdc = 50_000_000  # 50 USDC on each chain
         self.clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+        self.secrets: dict[str, str] = {}  # address → garden secret (files under keys/)
 
     def check(self, step: str, direction: str, message: str, got: str, expected: str, ok: bool) -> bool:
         row = Row(step, direction, message, got, expected, ok)
@@ -177,10 +183,12 @@ class DemoWorld:
         self.mallory_key = dkim.DkimKey.generate_ed25519()
 
         # The demo skips fsync (throwaway files); the benchmark keeps it on.
+        accounts = self.garden_accounts()
         port = self.garden_port
         if port is None:
             self.garden = GardenServer(
-                self.workdir / "garden", [BUYER, WORKER, MALLORY], fsync=self.garden_fsync
+                self.workdir / "garden", [BUYER, WORKER, MALLORY], fsync=self.garden_fsync,
+                accounts=load_accounts(accounts),
             )
             await self.garden.start()
             endpoint = self.garden.endpoint
@@ -195,7 +203,8 @@ class DemoWorld:
                         "dkim_selector": who, "dkim_key": f"keys/{who}.pem",
                         "dkim_policy": "required", "worker_id": who,
                     },
-                    "transport": {"kind": "garden", "garden_root": "garden", "lmtp_port": port},
+                    "transport": {"kind": "garden", "garden_root": "garden", "lmtp_port": port,
+                                  "garden_secret_file": f"keys/{who}.garden"},
                     "dkim_records": records,
                     **extra,
                 },
@@ -230,6 +239,19 @@ class DemoWorld:
         self.stop = asyncio.Event()
         self.loops = [asyncio.create_task(n.serve(self.stop)) for n in (self.worker, self.buyer)]
         self.result.facts["wallets"] = self.wallets
+
+    def garden_accounts(self) -> Path:
+        """Each agent's garden secret (keys/<who>.garden, 0600) and the accounts file the
+        garden checks them against (its hashes only); a garden in another process is
+        started with this file (`envelopay garden serve --accounts`)."""
+        from envelopay.mail.garden_auth import account_with, put_account, write_secret
+
+        path = self.workdir / "garden-accounts.json"
+        for who in (BUYER, WORKER, MALLORY):
+            secret = write_secret(self.workdir / "keys" / f"{who.split('@')[0]}.garden")
+            self.secrets[who] = secret
+            put_account(path, account_with(who, [who], secret))
+        return path
 
     async def teardown(self) -> None:
         if hasattr(self, "stop"):
@@ -361,7 +383,8 @@ class DemoWorld:
         wrong = await self.pay(self.buyer_rails, chain, "USDC", inv.amount, self.mallory_sol_wallet)
         await attempt("PAY to the wrong recipient", pay_msg("pay_93", wrong), "recipient_mismatch")
         fresh = await self.pay(self.mallory_rails, chain, "USDC", inv.amount, inv.wallet)
-        await attempt("PAY from a forged sender (bad DKIM)", pay_msg("pay_94", fresh), "dkim_failed",
+        await self.impersonation(step, pay_msg("pay_94", fresh), flow, state0)
+        await attempt("PAY with a forged DKIM signature", pay_msg("pay_96", fresh), "dkim_failed",
                       forged=True)
 
         honest = await self.pay(self.buyer_rails, chain, "USDC", inv.amount, inv.wallet)
@@ -369,19 +392,48 @@ class DemoWorld:
         self.check(step, "B→W", "honest PAY after the attacks", _describe(reply), "FULFILL",
                    isinstance(reply, Fulfill))
 
+    def _endpoint(self) -> tuple[str, int] | Path:
+        return self.garden.endpoint if self.garden_port is None else ("127.0.0.1", self.garden_port)
+
     async def inject(self, pay: Pay, *, forged: bool) -> Outcome:
-        """A PAY from the buyer's address, written by hand: signed with the buyer's key
-        (a misbehaving buyer) or, forged, with Mallory's key under the buyer's selector."""
+        """A PAY written by hand and delivered with its sender's own garden credential:
+        from the buyer, signed with the buyer's key (a misbehaving buyer), or, forged, from
+        Mallory (the garden lets her send only as herself) signed with her key under the
+        buyer's selector, a signature that cannot verify."""
+        from envelopay import dkim
+        from envelopay.mail.garden import deliver
+        from envelopay.protocol.compose import compose_message
+
+        sender = MALLORY if forged else BUYER
+        raw, mid = compose_message(pay, sender=sender, recipient=WORKER, domain=DOMAIN, now=self.clock())
+        key = self.mallory_key if forged else self.buyer_key
+        signed = dkim.sign(raw, selector="buyer", domain=DOMAIN, key=key)
+        await deliver(signed, sender, [WORKER], self._endpoint(), auth=(sender, self.secrets[sender]))
+        return await self.worker.wait_outcome(mid, STEP_TIMEOUT)
+
+    async def impersonation(self, step: str, pay: Pay, flow: str | None, state0: str | None) -> None:
+        """Mallory, a garden insider authenticated as herself, sends a PAY "From" the buyer
+        (signed by the buyer's key even: DKIM could not tell them apart). The garden must
+        refuse it, with its code, and the worker must never see it."""
         from envelopay import dkim
         from envelopay.mail.garden import deliver
         from envelopay.protocol.compose import compose_message
 
         raw, mid = compose_message(pay, sender=BUYER, recipient=WORKER, domain=DOMAIN, now=self.clock())
-        key = self.mallory_key if forged else self.buyer_key
-        signed = dkim.sign(raw, selector="buyer", domain=DOMAIN, key=key)
-        endpoint = self.garden.endpoint if self.garden_port is None else ("127.0.0.1", self.garden_port)
-        await deliver(signed, MALLORY if forged else BUYER, [WORKER], endpoint)
-        return await self.worker.wait_outcome(mid, STEP_TIMEOUT)
+        signed = dkim.sign(raw, selector="buyer", domain=DOMAIN, key=self.buyer_key)
+        creds = (MALLORY, self.secrets[MALLORY])
+        result = await deliver(signed, MALLORY, [WORKER], self._endpoint(), auth=creds)
+        reply = result.replies[WORKER]
+        # A 250 is given only once the copy is in the Maildir, so after the answer a
+        # delivered copy would be there (new/, or cur/ once picked up) or in the ledger.
+        box = mailbox_path(self.workdir / "garden", WORKER)
+        seen = self.worker.store.inbound_outcome(WORKER, mid) is not None or any(
+            mid.encode() in f.read_bytes() for d in ("new", "cur") for f in (box / d).glob("*"))
+        state = self.flow_state(flow)
+        ok = reply.code == 550 and reply.text.startswith("5.7.1") and not seen and state == state0
+        got = f"garden {reply.code} {reply.text[:5]}; worker saw {'it' if seen else 'nothing'}; flow {state}"
+        self.check(step, "M→W", "PAY From the buyer by another insider", got,
+                   f"garden 550 5.7.1; worker saw nothing; flow {state0}", ok)
 
     async def run(self) -> DemoResult:
         started = time.monotonic()

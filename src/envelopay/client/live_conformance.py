@@ -159,10 +159,12 @@ async def run_live_async(
     echo: Callable[[str], Any] = print,
 ) -> tuple[list[Verdict], int]:
     """Send every vector, collect replies by In-Reply-To, judge. Returns (verdicts, skipped)."""
+    from envelopay.engine.transport import DeliveryRefused
     from envelopay.mail.maildir import Pickup
     from envelopay.protocol.parse import parse
 
     sent: dict[str, tuple[Any, bool]] = {}
+    refused: list[Verdict] = []
     skipped = 0
     used_ids: set[str] = set()
     replies: dict[str, Parsed] = {}
@@ -188,7 +190,14 @@ async def run_live_async(
             if sign is not None:
                 with contextlib.suppress(Exception):  # a vector dkim cannot sign goes unsigned
                     msg = sign(msg)
-            await send(msg, sender, target)
+            try:
+                await send(msg, sender, target)
+            except DeliveryRefused as exc:
+                # A garden that authenticates its senders refuses a header block the shared
+                # reader cannot read (no From to check): a structured answer, before the
+                # target. Right for a vector the corpus calls invalid, wrong for any other.
+                refused.append(Verdict(v.file, v.expect.get("valid") is False, f"refused in transit: {exc}"))
+                continue
             sent[mid] = (v, replyable(raw))
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
@@ -207,6 +216,7 @@ async def run_live_async(
                 replies.setdefault(parsed.in_reply_to, parsed)
             pickup.done(d, flags="S")
     verdicts = [judge(v.file, v.expect, single, replies.get(mid)) for mid, (v, single) in sent.items()]
+    verdicts += refused
     for verdict in verdicts:
         if not verdict.ok:
             echo(f"FAIL {verdict.file}: {verdict.detail}")

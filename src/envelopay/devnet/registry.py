@@ -2,22 +2,35 @@
 
 `envelopay init --devnet` registers an agent by writing `agents/<address>.json` in the
 devnet home (atomically). The devnet's garden accepts mail for every registered
-address, and `devnet_dns(home)` answers DKIM key lookups from every registered record,
-so agents initialised one after another reach each other with no editing.
+address and authenticates each agent by the SHA-256 of its garden secret recorded there
+(`garden_accounts`; the secret stays in the agent's keys/garden.secret), and
+`devnet_dns(home)` answers DKIM key lookups from every registered record, so agents
+initialised one after another reach each other with no editing.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envelopay.errors import ConfigError
+from envelopay.errors import ConfigError, UsageError
+from envelopay.mail.addresses import require_address
+from envelopay.mail.garden_auth import GardenAccount
 
-__all__ = ["AgentEntry", "agent_entries", "devnet_dns", "dkim_table", "find_agent", "register_agent"]
+__all__ = [
+    "AgentEntry",
+    "agent_entries",
+    "devnet_dns",
+    "dkim_table",
+    "find_agent",
+    "garden_accounts",
+    "register_agent",
+]
 
 AGENTS_DIR = "agents"
 
@@ -28,10 +41,11 @@ class AgentEntry:
     addresses: tuple[str, ...]  # every garden address the agent serves (responders too)
     dkim: Mapping[str, str] = field(default_factory=dict)  # "sel._domainkey.domain" → TXT
     wallets: Mapping[str, str] = field(default_factory=dict)  # chain → wallet
+    garden_sha256: str | None = None  # of the agent's garden secret; None: it cannot send
 
     def to_json(self) -> dict[str, Any]:
         return {"address": self.address, "addresses": list(self.addresses), "dkim": dict(self.dkim),
-                "wallets": dict(self.wallets)}
+                "wallets": dict(self.wallets), "garden_sha256": self.garden_sha256}
 
 
 def agents_dir(home: Path) -> Path:
@@ -54,10 +68,14 @@ def _entry(doc: Any) -> AgentEntry | None:
     addresses = doc.get("addresses") or [doc["address"]]
     dkim = doc.get("dkim") or {}
     wallets = doc.get("wallets") or {}
+    digest = doc.get("garden_sha256")
     if not (isinstance(addresses, list) and isinstance(dkim, dict) and isinstance(wallets, dict)):
         return None
+    if not (isinstance(digest, str) and re.fullmatch(r"[0-9a-f]{64}", digest)):
+        digest = None  # registered before garden credentials: refused until `init --devnet --force`
     return AgentEntry(doc["address"].lower(), tuple(str(a).lower() for a in addresses),
-                      {str(k): str(v) for k, v in dkim.items()}, {str(k): str(v) for k, v in wallets.items()})
+                      {str(k): str(v) for k, v in dkim.items()}, {str(k): str(v) for k, v in wallets.items()},
+                      digest)
 
 
 def agent_entries(home: Path) -> list[AgentEntry]:
@@ -85,6 +103,21 @@ def find_agent(home: Path, address: str) -> AgentEntry:
 
 def garden_addresses(entries: Sequence[AgentEntry]) -> frozenset[str]:
     return frozenset(a for e in entries for a in e.addresses)
+
+
+def garden_accounts(entries: Sequence[AgentEntry]) -> list[GardenAccount]:
+    """One garden account per registered agent that has a credential: user its address,
+    allowed to send as its addresses (its responders' included)."""
+    out: list[GardenAccount] = []
+    for e in entries:
+        if e.garden_sha256 is None:
+            continue
+        try:
+            addrs = frozenset(require_address(a, field="registered address").lower() for a in e.addresses)
+        except UsageError:
+            continue  # a damaged entry is left out, as one that does not parse
+        out.append(GardenAccount(e.address, e.garden_sha256, addrs | {e.address}))
+    return out
 
 
 def dkim_table(home: Path) -> dict[str, str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from envelopay.errors import ConfigError
 __all__ = ["DevnetOptions", "describe", "probe", "run_devnet", "start_detached", "stop_devnet"]
 
 REFRESH = 0.2  # seconds between looks at the agents registry
+_log = logging.getLogger("envelopay.devnet")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +58,6 @@ async def run_devnet(
 ) -> None:
     """Serve until `stop` is set (or SIGINT/SIGTERM when none is given); then clean up."""
     from envelopay.mail.garden import GardenServer
-    from envelopay.mail.maildir import ensure_maildir, mailbox_path
 
     home.mkdir(parents=True, exist_ok=True)
     running = _recorded_pid(home)
@@ -69,7 +70,10 @@ async def run_devnet(
     sock = home / "garden.sock"
     # The garden needs at least one address; this one receives nothing.
     known = registry.garden_addresses(registry.agent_entries(home)) | {"postmaster@devnet.local"}
-    garden = GardenServer(root, sorted(known), unix_path=sock)
+    garden = GardenServer(root, sorted(known), unix_path=sock, accounts=[])
+    sync = _RegistrySync(home, garden, frozenset(known))
+    sync()
+    garden.refresh = sync  # an agent registered since the last look is found at once
     await garden.start()
     chains = None
     try:
@@ -84,15 +88,8 @@ async def run_devnet(
         for line in describe(state):
             echo(line)
         echo("devnet up; Ctrl-C or `envelopay devnet down` stops it")
-        stamp: int | None = None
         while not stop.is_set():
-            current = agents.stat().st_mtime_ns
-            if current != stamp:
-                stamp = current
-                addresses = registry.garden_addresses(registry.agent_entries(home)) | known
-                for address in addresses - garden.addresses:
-                    ensure_maildir(mailbox_path(root, address))
-                garden.addresses = frozenset(addresses)  # the garden reads it at each RCPT
+            sync()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), REFRESH)
     finally:
@@ -103,6 +100,55 @@ async def run_devnet(
             await chains.stop()
         await garden.stop()
         echo("devnet stopped")
+
+
+EXTRA_ACCOUNTS = "garden-accounts.json"  # senders that are not agents (the enforcer)
+
+
+class _RegistrySync:
+    """Keeps the garden's addresses and accounts those of the registry (plus any in
+    <home>/garden-accounts.json, e.g. the enforcer's), re-read when either changes."""
+
+    def __init__(self, home: Path, garden: Any, always: frozenset[str]) -> None:
+        self.home, self.garden, self.always = home, garden, always
+        self._stamp: frozenset[tuple[str, int, int, int]] | None = None
+
+    def _now(self) -> frozenset[tuple[str, int, int, int]]:
+        # Each file's inode, size and mtime: a directory's mtime alone is coarse (a clock
+        # tick), and two registrations within one tick would look like one. Registrations
+        # are written by os.replace, so each is a new inode.
+        files = [self.home / EXTRA_ACCOUNTS]
+        with contextlib.suppress(FileNotFoundError):
+            files += sorted(registry.agents_dir(self.home).glob("*.json"))
+        seen = set()
+        for f in files:
+            with contextlib.suppress(FileNotFoundError):
+                st = f.stat()
+                seen.add((f.name, st.st_ino, st.st_size, st.st_mtime_ns))
+        return frozenset(seen)
+
+    def __call__(self) -> None:
+        from envelopay.mail.garden_auth import load_accounts
+        from envelopay.mail.maildir import ensure_maildir, mailbox_path
+
+        stamp = self._now()
+        if stamp == self._stamp:
+            return
+        self._stamp = stamp
+        entries = registry.agent_entries(self.home)
+        addresses = registry.garden_addresses(entries) | self.always
+        for address in addresses - self.garden.addresses:
+            ensure_maildir(mailbox_path(self.garden.root, address))
+        accounts = registry.garden_accounts(entries)
+        extra = self.home / EXTRA_ACCOUNTS
+        if extra.exists():
+            try:
+                accounts += load_accounts(extra)
+            except ConfigError as exc:  # said, and the agents keep being served
+                _log.warning("devnet garden: %s left out: %s", extra, exc)
+        # Both are read at each AUTH / RCPT; swapped whole, never edited in place.
+        self.garden.accounts = {a.user: a for a in accounts}
+        self.garden.addresses = frozenset(addresses)
 
 
 def start_detached(home: Path, argv: list[str], *, timeout: float = 60.0) -> DevnetState:

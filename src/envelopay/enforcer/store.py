@@ -193,6 +193,8 @@ _SQL = {
     " WHERE (s.decided_at IS NOT NULL OR s.state = 'PENDING') AND s.state = ?"
     " AND (s.created_at, s.id) < (?, ?) ORDER BY s.created_at DESC, s.id DESC LIMIT ?",
     # A decision: one conditional UPDATE; approval also requires the agent to be ACTIVE.
+    # (SQLite: an autocommit write reads the latest commit under the one writer lock, so a
+    # kill is either before it or after it. PostgreSQL: see _PG_SQL.)
     "approve": "UPDATE enf_sends SET state = 'APPROVED', decided_by = ?, decided_at = ?, updated_at = ?"
     " WHERE id = ? AND state = 'PENDING'"
     " AND agent_id IN (SELECT id FROM enf_agents WHERE status = 'ACTIVE') RETURNING id",
@@ -226,6 +228,17 @@ _SQL = {
     " RETURNING send_id",
     "claim_holder": "SELECT send_id FROM enf_claims WHERE agent_id = ? AND kind = ? AND claim_key = ?",
     "release": "DELETE FROM enf_claims WHERE agent_id = ? AND kind = ? AND claim_key = ? AND send_id = ?",
+}
+
+# PostgreSQL's versions where READ COMMITTED needs more than the portable statement.
+_PG_SQL = {
+    # The portable subquery reads the agent in the statement's snapshot: a kill committing
+    # meanwhile is not seen, and the approval commits after the kill returned. FOR SHARE
+    # locks the agent row: a kill in flight is waited for and its KILLED re-checked, and a
+    # kill arriving later waits for this approval's commit. Still one conditional UPDATE.
+    "approve": "UPDATE enf_sends SET state = 'APPROVED', decided_by = ?, decided_at = ?, updated_at = ?"
+    " WHERE id = ? AND state = 'PENDING' AND EXISTS (SELECT 1 FROM enf_agents a"
+    " WHERE a.id = enf_sends.agent_id AND a.status = 'ACTIVE' FOR SHARE) RETURNING id",
 }
 
 
@@ -444,6 +457,9 @@ class PostgresStore(EnforcerStore):
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
+
+    async def execute(self, name: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        return await self.execute_sql(_PG_SQL.get(name) or _SQL[name], params)
 
     async def execute_sql(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         import psycopg

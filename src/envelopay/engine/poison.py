@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-from envelopay.protocol.compose import _ADDRESS  # the address compose will put in To:
+from envelopay.protocol.compose import is_bare_address  # what compose will put in To:
 from envelopay.protocol.messages import Message
 from envelopay.protocol.parsed import Parsed
 
@@ -43,7 +43,7 @@ def clean_parsed(parsed: Parsed, fallback_message_id: str | None) -> Parsed:
     if not all(storable(r) for r in parsed.references):
         changes["references"] = tuple(r for r in parsed.references if storable(r))
     sender = parsed.from_addr
-    if sender is not None and not (storable(sender) and _ADDRESS.fullmatch(sender)):
+    if sender is not None and not (storable(sender) and is_bare_address(sender)):
         changes["from_addr"] = None  # a reply could never be composed to it
     return replace(parsed, **changes) if changes else parsed  # type: ignore[arg-type]
 

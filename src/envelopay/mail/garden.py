@@ -5,6 +5,8 @@ layer (LMTP/Maildir, no public MX), not by obscurity of the address". So:
 
 - `GardenServer` speaks LMTP (aiosmtpd) on a loopback address or a Unix socket only;
   a connection from any other peer gets 421 and is closed;
+- every sender authenticates with its own garden account (mail.garden_auth) and may
+  send only as that account's addresses; an open garden is an explicit, logged opt-out;
 - a recipient outside the garden's address list is refused at RCPT (550 5.1.1);
 - after DATA it answers once per accepted recipient (RFC 2033 4.2; aiosmtpd's LMTP
   sends a single reply by itself), each reply given only after that recipient's copy
@@ -28,7 +30,14 @@ from typing import Any
 
 from envelopay.errors import ConfigError
 from envelopay.mail.addresses import Address, parse_address, require_address
-from envelopay.mail.garden_auth import GardenAccount, from_address, stamp
+from envelopay.mail.garden_auth import (
+    GardenAccount,
+    all_froms_allowed,
+    claims_of,
+    from_address,
+    stamp,
+    stamp_prepend,
+)
 
 # The client side lives in mail.lmtp_client; these names stay importable from here.
 from envelopay.mail.lmtp_client import DeliveryResult, Endpoint, LmtpClient, Reply, deliver
@@ -88,9 +97,9 @@ class _GardenHandler:
 
         account = None
         if isinstance(auth_data, LoginPassword):
-            candidate = self._server.accounts.get(auth_data.login.decode("utf-8", "replace"))
-            if candidate is not None and candidate.check(auth_data.password.decode("utf-8", "replace")):
-                account = candidate
+            user = auth_data.login.decode("utf-8", "replace")
+            secret = auth_data.password.decode("utf-8", "replace")
+            account = self._server.account(user, secret)
         if account is None:
             self._server.stats.refused_auth += 1
             # handled=False: aiosmtpd answers 535 (handled=True would answer nothing).
@@ -102,7 +111,7 @@ class _GardenHandler:
     ) -> str:
         if address not in ("", "<>") and _bare(address) is None:
             return "553 5.1.7 sender address refused: not exactly one valid address"
-        if self._server.accounts:
+        if self._server.requires_auth:
             account = self._account(session)
             if account is None:
                 return "530 5.7.0 authentication required: this garden knows its senders"
@@ -117,6 +126,8 @@ class _GardenHandler:
         self, server: Any, session: Any, envelope: Any, address: str, rcpt_options: list[str]
     ) -> str:
         parsed = _bare(address)
+        if parsed is not None and parsed.addr.lower() not in self._server.addresses:
+            self._server.refreshed()  # an agent registered a moment ago (the devnet)
         if parsed is None or parsed.addr.lower() not in self._server.addresses:
             self._server.stats.refused_rcpts += 1
             return "550 5.1.1 recipient is not in this garden"
@@ -138,15 +149,21 @@ class _GardenHandler:
     def _admit(self, session: Any, content: bytes) -> bytes | str:
         """The bytes to store, or the refusal every recipient gets."""
         read = read_headers(content)
-        if isinstance(read, HeaderRefusal):
-            if self._server.accounts:
-                # No From can be checked in a block the shared reader refuses.
-                return f"550 5.6.0 header block refused ({read.reason})"
-            # An open garden checks no From: the block is stored as it came, and every
-            # reader downstream (parser, DKIM, authenticated_sender) refuses it the same way.
-            return content
         account = self._account(session)
-        if self._server.accounts:
+        if isinstance(read, HeaderRefusal):
+            if not self._server.requires_auth:
+                # An open garden checks no From: the block is stored as it came, and every
+                # reader downstream (parser, DKIM, authenticated_sender) refuses it the same way.
+                return content
+            # A block refused only for a repeated singleton still has every field read: it
+            # goes in when every From it carries is the sender's (whichever a reader picks,
+            # it is that), so the worker can answer it invalid_field. Any other refusal
+            # leaves no From to check.
+            readable = read.reason == "duplicate" and not claims_of(read.partial, self._server.hostname)
+            if account is not None and readable and all_froms_allowed(account, read.partial):
+                return stamp_prepend(content, authserv_id=self._server.hostname, user=account.user)
+            return f"550 5.6.0 header block refused ({read.reason})"
+        if self._server.requires_auth:
             frm = from_address(read)
             if account is None or frm is None or not account.may_send_as(frm):
                 self._server.stats.refused_from += 1
@@ -186,8 +203,23 @@ _ATEXT = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
 _SIMPLE_ANGLE_ADDR = re.compile(rf"<({_ATEXT}(?:\.{_ATEXT})*@{_ATEXT}(?:\.{_ATEXT})*)>(.*)", re.DOTALL)
 
 
+class _QuietLegacyLogin(logging.Filter):
+    """aiosmtpd sets its deprecated Session.login_data on every successful AUTH and logs
+    a warning each time; with AUTH the default, that is one warning per connection."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Session.login_data is deprecated" not in record.getMessage()
+
+
+_QUIET = _QuietLegacyLogin()
+
+
 def _lmtp_class() -> type[Any]:
     from aiosmtpd.lmtp import LMTP
+
+    aiosmtpd_log = logging.getLogger("mail.log")
+    if _QUIET not in aiosmtpd_log.filters:
+        aiosmtpd_log.addFilter(_QUIET)
 
     class GardenLMTP(LMTP):
         """Refuses peers that are not loopback / Unix before saying anything else."""
@@ -262,10 +294,14 @@ class GardenServer:
     on_delivered -- called with (address, path) after each Maildir delivery
     trace_header -- prepend Return-Path and Delivered-To (unsigned, so DKIM still holds)
     peer_filter -- which peers may talk to the garden (default: Unix socket or loopback)
-    accounts  -- per-agent credentials (mail.garden_auth): given, every sender must AUTH,
-                 may use only its account's addresses in MAIL FROM and From, and each
-                 stored copy carries the garden's Authentication-Results naming it.
-                 None: an open garden (any local process may send From any address)
+    accounts  -- per-agent credentials (mail.garden_auth): every sender must AUTH, may
+                 use only its account's addresses in MAIL FROM and From, and each stored
+                 copy carries the garden's Authentication-Results naming it. Required
+                 (an empty list: nobody may send until `accounts` is filled in) unless
+    open_garden -- True: the legacy open garden, no AUTH, any local process may send From
+                 any garden address. Explicit, and logged as a warning at start.
+    refresh   -- called before refusing an unknown login, a wrong secret or an unknown
+                 recipient, to re-read who exists (the devnet's registry); then retried
     idle_timeout -- seconds a connection may sit idle before the garden closes it
     max_connections -- open connections at once; more get 421 and are closed
     """
@@ -285,6 +321,8 @@ class GardenServer:
         data_size_limit: int = 10 * 1024 * 1024,
         peer_filter: Callable[[Any], bool] = peer_allowed,
         accounts: Iterable[GardenAccount] | None = None,
+        open_garden: bool = False,
+        refresh: Callable[[], None] | None = None,
         idle_timeout: float = 60.0,
         max_connections: int = 64,
     ) -> None:
@@ -308,7 +346,16 @@ class GardenServer:
         self.trace_header = trace_header
         self.data_size_limit = data_size_limit
         self.peer_filter = peer_filter
+        if open_garden and accounts is not None:
+            raise ConfigError("garden: accounts and open_garden=True contradict each other")
+        if accounts is None and not open_garden:
+            raise ConfigError(
+                "garden: give accounts (every sender authenticates; mail.garden_auth) or, for a "
+                "legacy setup, open_garden=True (any local process may send From any garden address)"
+            )
+        self.requires_auth = not open_garden
         self.accounts: dict[str, GardenAccount] = {a.user: a for a in accounts or ()}
+        self.refresh = refresh
         if idle_timeout <= 0 or max_connections < 1:
             raise ConfigError("garden: idle_timeout must be > 0 and max_connections >= 1")
         self.idle_timeout = idle_timeout
@@ -321,6 +368,23 @@ class GardenServer:
     def maildir(self, address: str) -> Path:
         return mailbox_path(self.root, address)
 
+    def refreshed(self) -> None:
+        if self.refresh is not None:
+            try:
+                self.refresh()
+            except Exception:  # a broken registry must not take the garden down
+                _log.exception("garden: refreshing its accounts failed")
+
+    def account(self, user: str, secret: str) -> GardenAccount | None:
+        """The account `user` proves with `secret`, after one refresh on a miss."""
+        for attempt in (1, 2):
+            found = self.accounts.get(user)
+            if found is not None and found.check(secret):
+                return found
+            if attempt == 1:
+                self.refreshed()
+        return None
+
     @property
     def endpoint(self) -> tuple[str, int] | Path:
         """Where clients connect: (host, port) or the Unix socket path."""
@@ -329,6 +393,9 @@ class GardenServer:
         return (self.host, self.port)
 
     async def start(self) -> None:
+        if not self.requires_auth:
+            _log.warning("garden %s is OPEN (open_garden=True): no sender authenticates, any local "
+                         "process may send From any of its addresses", self.hostname)
         for addr in self.addresses:
             self._maildirs[addr] = ensure_maildir(self.maildir(addr))
         cls = _lmtp_class()
@@ -348,7 +415,7 @@ class GardenServer:
                 # AUTH over loopback / a Unix socket: the bytes never leave the host, so
                 # no TLS; the MAIL hook (not aiosmtpd's auth_required) demands it.
                 auth_require_tls=False,
-                authenticator=handler.authenticate if self.accounts else None,
+                authenticator=handler.authenticate if self.requires_auth else None,
                 auth_exclude_mechanism=["LOGIN"],
             )
 

@@ -17,6 +17,8 @@ The garden then:
   (RFC 8601 2.7.4), so that header is one only the garden can have written.
 
 Secrets are 256-bit random tokens; only their SHA-256 is kept (as for enforcer tokens).
+An agent keeps its own secret in a file beside its config (`write_secret`, mode 0600;
+`envelopay init` writes keys/garden.secret), never in the config itself.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import os
 import re
 import secrets
 from collections.abc import Iterable, Mapping
@@ -32,17 +35,25 @@ from pathlib import Path
 
 from envelopay.errors import ConfigError
 from envelopay.mail.addresses import require_address
-from envelopay.protocol.headers import HeaderBlock, HeaderRefusal, addresses, read_headers
+from envelopay.protocol.headers import Field, HeaderBlock, HeaderRefusal, addresses, read_headers
 
 __all__ = [
     "GardenAccount",
+    "account_with",
     "add_account",
+    "all_froms_allowed",
     "authenticated_sender",
+    "claims_of",
     "load_accounts",
     "new_account",
+    "new_secret",
+    "put_account",
+    "read_secret",
     "save_accounts",
     "secret_hash",
     "stamp",
+    "stamp_prepend",
+    "write_secret",
 ]
 
 _USER = re.compile(r"[A-Za-z0-9@._+-]{1,254}")
@@ -69,15 +80,48 @@ class GardenAccount:
         return address.lower() in self.addresses
 
 
-def new_account(user: str, addresses: Iterable[str]) -> tuple[GardenAccount, str]:
-    """A new account and its secret (shown once; only the hash is kept)."""
+def new_secret() -> str:
+    return "gdn_" + secrets.token_urlsafe(32)
+
+
+def account_with(user: str, addresses: Iterable[str], secret: str) -> GardenAccount:
+    """The account for `user` proven by an existing `secret` (e.g. one an agent keeps)."""
     if not _USER.fullmatch(user):
         raise ConfigError(f"garden account user: 1-254 of A-Z a-z 0-9 @ . _ + - ({user!r})")
     addrs = frozenset(require_address(a, field="garden account address").lower() for a in addresses)
     if not addrs:
         raise ConfigError("a garden account needs at least one address")
-    secret = "gdn_" + secrets.token_urlsafe(32)
-    return GardenAccount(user, secret_hash(secret), addrs), secret
+    return GardenAccount(user, secret_hash(secret), addrs)
+
+
+def new_account(user: str, addresses: Iterable[str]) -> tuple[GardenAccount, str]:
+    """A new account and its secret (shown once; only the hash is kept)."""
+    secret = new_secret()
+    return account_with(user, addresses, secret), secret
+
+
+def write_secret(path: Path) -> str:
+    """The agent's garden secret at `path`: the one already there, or a new one written
+    with mode 0600 (created that way, never readable by others even for a moment)."""
+    path = Path(path)
+    if path.exists():
+        return read_secret(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    secret = new_secret()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secret + "\n")
+    return secret
+
+
+def read_secret(path: Path) -> str:
+    try:
+        secret = Path(path).read_text().strip()
+    except OSError as exc:
+        raise ConfigError(f"garden secret {path}: {exc.strerror or exc}") from exc
+    if not secret or any(c.isspace() for c in secret):
+        raise ConfigError(f"garden secret {path}: one token expected (envelopay init writes it)")
+    return secret
 
 
 def load_accounts(path: Path) -> list[GardenAccount]:
@@ -110,14 +154,19 @@ def save_accounts(path: Path, accounts: Iterable[GardenAccount]) -> None:
     Path(path).write_text(json.dumps(doc, indent=2) + "\n")
 
 
+def put_account(path: Path, account: GardenAccount) -> None:
+    """Add (or replace, by user) `account` in the accounts file at `path` (mode 0600)."""
+    path = Path(path)
+    kept = [a for a in load_accounts(path) if a.user != account.user] if path.exists() else []
+    save_accounts(path, [*kept, account])
+    path.chmod(0o600)
+
+
 def add_account(path: Path, user: str, addresses: Iterable[str]) -> str:
     """Add (or replace) `user` in the accounts file at `path` (created if absent, mode
     0600); return the new secret."""
-    path = Path(path)
-    kept = [a for a in load_accounts(path) if a.user != user] if path.exists() else []
     account, secret = new_account(user, addresses)
-    save_accounts(path, [*kept, account])
-    path.chmod(0o600)
+    put_account(path, account)
     return secret
 
 
@@ -141,6 +190,30 @@ def stamp(raw: bytes, block: HeaderBlock, *, authserv_id: str, user: str | None)
     if user is not None:
         raw = f"Authentication-Results: {authserv_id}; auth=pass smtp.auth={user}\r\n".encode() + raw
     return raw
+
+
+def stamp_prepend(raw: bytes, *, authserv_id: str, user: str) -> bytes:
+    """`raw` byte for byte behind the garden's own Authentication-Results (for a block
+    that carries no claim of `authserv_id`: see claims_of)."""
+    return f"Authentication-Results: {authserv_id}; auth=pass smtp.auth={user}\r\n".encode() + raw
+
+
+def claims_of(fields: Iterable[Field], authserv_id: str) -> bool:
+    """Does any Authentication-Results among `fields` claim `authserv_id`?"""
+    return any(f.name == "authentication-results" and _claims(f.raw_value, authserv_id) for f in fields)
+
+
+def all_froms_allowed(account: GardenAccount, fields: Iterable[Field]) -> bool:
+    """At least one From, and every From field holds exactly one address `account` may
+    send as (for a block repeated From fields made the shared reader refuse)."""
+    froms = [f for f in fields if f.name == "from"]
+    if not froms:
+        return False
+    for f in froms:
+        found = addresses(f.value)
+        if len(found) != 1 or not account.may_send_as(found[0]):
+            return False
+    return True
 
 
 def from_address(block: HeaderBlock) -> str | None:

@@ -5,6 +5,11 @@ its garden socket and root, its chains over JSON-RPC (`backend = "rpc"`), DKIM k
 looked up in the devnet's table, and registers the agent there (its addresses, DKIM
 record and wallets) so agents initialised one after another reach each other with no
 editing. It then funds the new wallets from the devnet's faucet (`DEVNET_FUNDS`).
+
+Either way the agent gets its own garden credential (SPEC.md "Walled garden"): a secret
+in keys/garden.secret (mode 0600, kept by --force, never printed) whose SHA-256 goes to
+the garden that will check it: the agent's own accounts file (garden-accounts.json, read
+by `worker serve --garden`), or the devnet's registry.
 """
 
 from __future__ import annotations
@@ -18,12 +23,13 @@ from typing import TYPE_CHECKING
 from envelopay.config import WorkerConfig, load_config
 from envelopay.errors import ConfigError, UsageError
 from envelopay.mail.addresses import require_address
+from envelopay.mail.garden_auth import account_with, put_account, secret_hash, write_secret
 from envelopay.node.keys import Entropy, GeneratedKeys, evm_address, generate_keys, solana_pubkey
 
 if TYPE_CHECKING:
     from envelopay.devnet.state import DevnetState
 
-__all__ = ["InitResult", "init_agent", "init_devnet_agent", "render_config"]
+__all__ = ["InitResult", "admit_agent", "init_agent", "init_devnet_agent", "render_config"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +38,11 @@ class InitResult:
     solana_wallet: str
     base_wallet: str
     dkim_txt: Path
+    garden_secret: Path | None = None  # the file; its content is never printed
+
+
+GARDEN_SECRET = "keys/garden.secret"
+GARDEN_ACCOUNTS = "garden-accounts.json"
 
 
 # What `init --devnet` gives each new agent from the faucet (whole units).
@@ -61,6 +72,8 @@ def _for_devnet(text: str, state: DevnetState, selector: str, domain: str) -> st
          f'dkim_policy = "prefer"\ndkim_dns = "devnet"\ndevnet_home = "{state.home}"\n'),
         ('garden_root = "var/garden"\n',
          f'garden_root = "{state.garden_root}"\ngarden_socket = "{state.garden_socket}"\n'),
+        # The devnet's garden checks the agent's secret against the registry, not a file.
+        (f'garden_accounts = "{GARDEN_ACCOUNTS}"\n', ""),
         ('[rails.solana]\nbackend = "local"\n',
          f'[rails.solana]\nbackend = "rpc"\nnetwork = "local"\nrpc_url = "{state.solana.rpc_url}"\n'),
         ('[rails.base]\nbackend = "local"\n',
@@ -97,6 +110,11 @@ dkim_policy = "prefer"
 [transport]
 kind = "garden"
 garden_root = "var/garden"
+# This agent's own garden credential (mode 0600; SPEC.md "Walled garden"), and who may
+# send into the garden `worker serve --garden` runs: this agent, and whoever
+# `envelopay garden account` adds to that file.
+garden_secret_file = "{GARDEN_SECRET}"
+garden_accounts = "{GARDEN_ACCOUNTS}"
 
 [rails.solana]
 backend = "local"
@@ -188,19 +206,43 @@ def init_agent(
         cfg = load_config(config)  # what we wrote must load: fail here, not at first use
     except ConfigError as exc:
         raise ConfigError(f"init wrote an invalid config: {exc}") from exc
+    secret_path = cfg.path(GARDEN_SECRET)
+    secret = write_secret(secret_path)  # kept when it exists (--force), like the keys
     if devnet is not None:
-        register_with_devnet(devnet, cfg, generated.dkim_txt.read_text().strip())
-    return InitResult(config, generated.solana_wallet, generated.base_wallet, generated.dkim_txt)
+        register_with_devnet(devnet, cfg, generated.dkim_txt.read_text().strip(), secret_hash(secret))
+    else:
+        put_account(cfg.path(GARDEN_ACCOUNTS), account_with(addr, agent_addresses(cfg), secret))
+    return InitResult(config, generated.solana_wallet, generated.base_wallet, generated.dkim_txt, secret_path)
 
 
-def register_with_devnet(state: DevnetState, cfg: WorkerConfig, dkim_txt: str) -> None:
+def agent_addresses(cfg: WorkerConfig) -> tuple[str, ...]:
+    """The addresses an agent's garden account may send as: its own and its responders'."""
+    return (cfg.agent.address, *(r.address.lower() for r in cfg.responders))
+
+
+def admit_agent(accounts: Path, config: Path) -> str:
+    """Let the agent of `config` send into the garden whose accounts file is `accounts`:
+    its account (the hash of its keys/garden.secret, its addresses) is added or replaced.
+    Returns the user; the secret itself never leaves the agent's file."""
+    from envelopay.node.wiring import garden_credential
+
+    cfg = load_config(config)
+    credential = garden_credential(cfg)
+    if credential is None:
+        raise ConfigError(f"{config}: no garden credential (transport.garden_secret_file); "
+                          "`envelopay init --force` adds one and keeps the keys")
+    put_account(accounts, account_with(credential[0], agent_addresses(cfg), credential[1]))
+    return credential[0]
+
+
+def register_with_devnet(state: DevnetState, cfg: WorkerConfig, dkim_txt: str, garden_sha256: str) -> None:
     from envelopay.devnet.registry import AgentEntry, register_agent
 
     a = cfg.agent
-    addresses = (a.address, *(r.address.lower() for r in cfg.responders))
     wallets = {acc.chain: acc.wallet for acc in cfg.accept}
     register_agent(Path(state.home), AgentEntry(
-        a.address, addresses, {f"{a.dkim_selector}._domainkey.{a.domain}": dkim_txt}, wallets))
+        a.address, agent_addresses(cfg), {f"{a.dkim_selector}._domainkey.{a.domain}": dkim_txt}, wallets,
+        garden_sha256))
 
 
 def init_devnet_agent(directory: Path, *, address: str, force: bool = False, fund: bool = True,

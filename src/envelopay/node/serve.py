@@ -7,6 +7,7 @@ import contextlib
 import logging
 import signal
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from envelopay.config import WorkerConfig
@@ -44,9 +45,12 @@ async def serve_worker(
 
         addresses = {cfg.agent.address, *(r.address for r in responders), *cfg.transport.garden_addresses}
         sock = cfg.path(cfg.transport.garden_socket) if cfg.transport.garden_socket else None
-        accounts, own = _garden_accounts(cfg, [r.address for r in responders])
+        known, own = _garden_accounts(cfg, [r.address for r in responders], echo)
         garden = GardenServer(root, sorted(addresses), unix_path=sock, port=cfg.transport.lmtp_port or 0,
-                              accounts=accounts)
+                              accounts=known.accounts() if known is not None else None,
+                              open_garden=known is None, refresh=known)
+        if known is not None:
+            known.garden = garden
         await garden.start()
         transport = GardenTransport(garden.endpoint, auth=own)
         echo(f"garden listening at {garden.endpoint} for {', '.join(sorted(addresses))}")
@@ -110,20 +114,54 @@ async def _until_stop_or_death(
 
 
 def _garden_accounts(
-    cfg: WorkerConfig, responder_addresses: list[str]
-) -> tuple[list[GardenAccount] | None, tuple[str, str] | None]:
+    cfg: WorkerConfig, responder_addresses: list[str], echo: Callable[[str], Any]
+) -> tuple[_AccountsFile | None, tuple[str, str] | None]:
     """The embedded garden's accounts and this process's own credential.
 
-    Without `transport.garden_accounts` the garden is open (no accounts, no credential).
-    With it, the garden authenticates every sender: the file's accounts (other agents,
-    the enforcer) plus one made here, in memory, for this worker and its responders."""
-    from envelopay.mail.garden_auth import load_accounts, new_account
+    The garden authenticates every sender: the accounts file's (`init` puts this agent's
+    own account there; other agents and the enforcer are added with `envelopay garden
+    account`, also while the garden runs), plus one made here, in memory, for this
+    worker and its responders (user `node.<address>`). `garden_open = true` is the
+    legacy open garden, said out loud."""
+    from envelopay.mail.garden_auth import new_account
 
-    if not cfg.transport.garden_accounts:
+    if cfg.transport.garden_open:
+        echo("WARNING: garden_open = true: this garden is OPEN, any local process may send "
+             "From any of its addresses (SPEC.md, Walled garden)")
         return None, None
-    accounts = load_accounts(cfg.path(cfg.transport.garden_accounts))
+    path = cfg.path(cfg.transport.garden_accounts) if cfg.transport.garden_accounts else None
+    if path is not None and not path.exists():
+        echo(f"garden: no accounts file at {path} yet: only this worker may send")
     account, secret = new_account(f"node.{cfg.agent.address}", [cfg.agent.address, *responder_addresses])
-    return [*accounts, account], (account.user, secret)
+    return _AccountsFile(path, account), (account.user, secret)
+
+
+class _AccountsFile:
+    """The accounts file plus the node's own account, re-read when the file changed
+    (the garden calls it before refusing an unknown login or a wrong secret)."""
+
+    def __init__(self, path: Path | None, own: GardenAccount) -> None:
+        self.path, self.own = path, own
+        self._stamp: tuple[int, int, int] | None = None
+        self.garden: Any = None
+
+    def _now(self) -> tuple[int, int, int] | None:
+        try:
+            st = self.path.stat() if self.path is not None else None
+        except FileNotFoundError:
+            return None
+        return (st.st_ino, st.st_size, st.st_mtime_ns) if st is not None else None
+
+    def accounts(self) -> list[GardenAccount]:
+        from envelopay.mail.garden_auth import load_accounts
+
+        self._stamp = self._now()
+        found = load_accounts(self.path) if self.path is not None and self._stamp is not None else []
+        return [*found, self.own]
+
+    def __call__(self) -> None:
+        if self.garden is not None and self._now() != self._stamp:
+            self.garden.accounts = {a.user: a for a in self.accounts()}
 
 
 async def _retry_loop(drain: Callable[[], Any], stop: asyncio.Event, interval: float) -> None:

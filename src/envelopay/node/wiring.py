@@ -431,12 +431,17 @@ def garden_transport(cfg: WorkerConfig, connections: int = 4) -> GardenPool:
 
 
 def garden_credential(cfg: WorkerConfig) -> tuple[str, str] | None:
-    """(agent address, secret) when `transport.garden_secret_env` names the env var
-    holding this agent's garden secret; None for an open garden."""
-    name = cfg.transport.garden_secret_env
-    if not name:
+    """(agent address, secret) from `transport.garden_secret_file` (what `init` writes)
+    or the env var `transport.garden_secret_env` names; None when neither is set (a
+    garden that authenticates then answers 530)."""
+    t = cfg.transport
+    if t.garden_secret_file:
+        from envelopay.mail.garden_auth import read_secret
+
+        return cfg.agent.address, read_secret(cfg.path(t.garden_secret_file))
+    if not t.garden_secret_env:
         return None
-    secret = _secret(name, "transport.garden_secret_env")
+    secret = _secret(t.garden_secret_env, "transport.garden_secret_env")
     assert secret is not None  # _secret raises when the variable is unset or empty
     return cfg.agent.address, secret
 

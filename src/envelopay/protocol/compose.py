@@ -34,16 +34,20 @@ from envelopay.protocol.outbound import Outbound
 from envelopay.protocol.parsed import Parsed
 
 __all__ = [
+    "BARE_ADDRESS",
     "HeaderValueError",
     "compose",
     "compose_message",
+    "is_bare_address",
     "message_json",
     "new_message_id",
     "reply_headers",
 ]
 
-# A bare address: no display name, no comments, no spaces (Outbound's contract).
-_ADDRESS = re.compile(r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~.-]{1,64}@[A-Za-z0-9.-]{1,253}")
+# A bare address: no display name, no comments, no spaces (Outbound's contract). Public:
+# whoever must know in advance whether compose will accept an address (engine/poison.py)
+# asks this one pattern, not a copy of it.
+BARE_ADDRESS = re.compile(r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~.-]{1,64}@[A-Za-z0-9.-]{1,253}")
 _MSGID = re.compile(r"<[\x21-\x3b\x3d\x3f-\x7e]{1,250}@[\x21-\x3b\x3d\x3f-\x7e]{1,250}>")
 _DOMAIN = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?")
 _SUBJECT_NOTE_MAX = 200  # a derived subject note is shortened; the JSON keeps the whole note
@@ -63,9 +67,14 @@ def _check(name: str, value: str) -> str:
     return value
 
 
+def is_bare_address(value: str) -> bool:
+    """True when compose accepts `value` as a From or To address."""
+    return BARE_ADDRESS.fullmatch(value) is not None
+
+
 def _check_address(name: str, value: str) -> str:
     _check(name, value)
-    if not _ADDRESS.fullmatch(value):
+    if not is_bare_address(value):
         raise HeaderValueError(f"{name}: {value!r} is not a bare address like agent@example.com")
     return value
 
