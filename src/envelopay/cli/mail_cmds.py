@@ -395,15 +395,18 @@ def _register_garden(app: typer.Typer) -> None:
 
         from envelopay.errors import ConfigError
         from envelopay.mail.garden import GardenServer
-        from envelopay.mail.garden_auth import load_accounts
+        from envelopay.mail.garden_auth import AccountsFile
 
         if (accounts is None) == (not open_garden):
             fail("--accounts FILE (every sender authenticates) or --open (legacy: none does): one of them")
+        known = AccountsFile(accounts) if accounts is not None else None  # re-read when it changes
         with answers():  # an unreadable accounts file: the environment (3)
-            known = load_accounts(accounts) if accounts is not None else None
+            initial = known.accounts() if known is not None else None
         with answers(input_kinds=(ConfigError,)):  # its flags are its configuration: bad input (2)
             server = GardenServer(root, address, host=host, port=port, unix_path=socket, fsync=fsync,
-                                  accounts=known, open_garden=open_garden)
+                                  accounts=initial, open_garden=open_garden, refresh=known)
+        if known is not None:
+            known.garden = server
         if open_garden:
             typer.echo("WARNING: --open: this garden is OPEN, any local process may send From any of "
                        "its addresses", err=True)

@@ -32,12 +32,14 @@ import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from envelopay.errors import ConfigError
 from envelopay.mail.addresses import require_address
 from envelopay.protocol.headers import Field, HeaderBlock, HeaderRefusal, addresses, read_headers
 
 __all__ = [
+    "AccountsFile",
     "GardenAccount",
     "account_with",
     "add_account",
@@ -240,3 +242,31 @@ def authenticated_sender(raw: bytes, *, authserv_id: str) -> str | None:
                 if w.lower().startswith("smtp.auth="):
                     return w.split("=", 1)[1]
     return None
+
+
+class AccountsFile:
+    """An accounts file (plus accounts held only in memory, e.g. a worker's own), re-read
+    when the file changed: a garden's `refresh` hook, called before it refuses an unknown
+    login or a wrong secret, so an agent admitted while the garden runs can send."""
+
+    def __init__(self, path: Path | None, extra: Iterable[GardenAccount] = ()) -> None:
+        self.path, self.extra = path, tuple(extra)
+        self._stamp: tuple[int, int, int] | None = None
+        self.garden: Any = None  # the GardenServer to update (set once it exists)
+
+    def _now(self) -> tuple[int, int, int] | None:
+        # inode, size and mtime: two writes within one mtime tick still differ in size or inode
+        try:
+            st = self.path.stat() if self.path is not None else None
+        except FileNotFoundError:
+            return None
+        return (st.st_ino, st.st_size, st.st_mtime_ns) if st is not None else None
+
+    def accounts(self) -> list[GardenAccount]:
+        self._stamp = self._now()
+        found = load_accounts(self.path) if self.path is not None and self._stamp is not None else []
+        return [*found, *self.extra]
+
+    def __call__(self) -> None:
+        if self.garden is not None and self._now() != self._stamp:
+            self.garden.accounts = {a.user: a for a in self.accounts()}

@@ -7,13 +7,12 @@ import contextlib
 import logging
 import signal
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from envelopay.config import WorkerConfig
 from envelopay.endpoints.responders import Responder
 from envelopay.engine.transport import Transport
-from envelopay.mail.garden_auth import GardenAccount
+from envelopay.mail.garden_auth import AccountsFile
 from envelopay.node.runtime import serve_responders
 from envelopay.node.transports import GardenTransport
 from envelopay.node.wiring import build_node
@@ -115,7 +114,7 @@ async def _until_stop_or_death(
 
 def _garden_accounts(
     cfg: WorkerConfig, responder_addresses: list[str], echo: Callable[[str], Any]
-) -> tuple[_AccountsFile | None, tuple[str, str] | None]:
+) -> tuple[AccountsFile | None, tuple[str, str] | None]:
     """The embedded garden's accounts and this process's own credential.
 
     The garden authenticates every sender: the accounts file's (`init` puts this agent's
@@ -133,35 +132,7 @@ def _garden_accounts(
     if path is not None and not path.exists():
         echo(f"garden: no accounts file at {path} yet: only this worker may send")
     account, secret = new_account(f"node.{cfg.agent.address}", [cfg.agent.address, *responder_addresses])
-    return _AccountsFile(path, account), (account.user, secret)
-
-
-class _AccountsFile:
-    """The accounts file plus the node's own account, re-read when the file changed
-    (the garden calls it before refusing an unknown login or a wrong secret)."""
-
-    def __init__(self, path: Path | None, own: GardenAccount) -> None:
-        self.path, self.own = path, own
-        self._stamp: tuple[int, int, int] | None = None
-        self.garden: Any = None
-
-    def _now(self) -> tuple[int, int, int] | None:
-        try:
-            st = self.path.stat() if self.path is not None else None
-        except FileNotFoundError:
-            return None
-        return (st.st_ino, st.st_size, st.st_mtime_ns) if st is not None else None
-
-    def accounts(self) -> list[GardenAccount]:
-        from envelopay.mail.garden_auth import load_accounts
-
-        self._stamp = self._now()
-        found = load_accounts(self.path) if self.path is not None and self._stamp is not None else []
-        return [*found, self.own]
-
-    def __call__(self) -> None:
-        if self.garden is not None and self._now() != self._stamp:
-            self.garden.accounts = {a.user: a for a in self.accounts()}
+    return AccountsFile(path, (account,)), (account.user, secret)
 
 
 async def _retry_loop(drain: Callable[[], Any], stop: asyncio.Event, interval: float) -> None:
