@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from envelopay.enforcer.model import Agent, Policy, QueueRow, QueueState, SendRequest
+from envelopay.enforcer.sqlite_wal import BACKSTOP_PAGES, Checkpointer
 from envelopay.enforcer.wallet_locks import file_lock, pg_advisory_lock
 from envelopay.errors import StoreError
 
@@ -423,6 +424,7 @@ class SqliteStore(EnforcerStore):
     def __init__(self, path: str | Path) -> None:
         self.path = str(path)
         self._conn: sqlite3.Connection | None = None
+        self._checkpointer: Checkpointer | None = None
 
     async def open(self) -> None:
         try:
@@ -431,11 +433,20 @@ class SqliteStore(EnforcerStore):
             conn.execute("PRAGMA synchronous=NORMAL")
             for stmt in _SCHEMA:
                 conn.execute(stmt)
+            if not self._in_memory():  # checkpoints (and their fsyncs) off the loop's thread
+                conn.execute(f"PRAGMA wal_autocheckpoint={BACKSTOP_PAGES}")
+                self._checkpointer = Checkpointer(self.path)
         except sqlite3.Error as exc:
             raise StoreError(f"sqlite open failed: {exc}") from exc
         self._conn = conn
 
+    def _in_memory(self) -> bool:
+        return self.path == ":memory:" or self.path.startswith("file::memory:")
+
     async def close(self) -> None:
+        if self._checkpointer is not None:
+            self._checkpointer.stop()
+            self._checkpointer = None
         if self._conn is not None:
             self._conn.close()
             self._conn = None
@@ -476,7 +487,7 @@ class SqliteStore(EnforcerStore):
         return Batch(out)
 
     def wallet_lock(self, name: str) -> AbstractAsyncContextManager[None]:
-        if self.path == ":memory:" or self.path.startswith("file::memory:"):
+        if self._in_memory():
             return nullcontext()  # no other process can open this store
         return file_lock(self.path + "-wallet-locks", name)
 
@@ -546,22 +557,24 @@ class PostgresStore(EnforcerStore):
         out: list[list[tuple[Any, ...]]] = []
         refused: int | None = None
         try:
-            # Pipelined: BEGIN and every statement travel together, then COMMIT (or
-            # ROLLBACK): two round trips for the batch instead of one per statement.
+            # Pipelined: BEGIN, every statement and COMMIT travel together (one round
+            # trip); with require_rows the COMMIT or ROLLBACK waits for the rows (two).
             # Statements after a refused one still run; the rollback undoes them.
-            async with self._pool.connection() as conn, conn.pipeline() as pipe, conn.transaction() as tx:
-                if not durable:
-                    await conn.execute("SET LOCAL synchronous_commit = off")
-                cursors = [await conn.execute(sql.replace("?", "%s"), tuple(p)) for sql, p in steps]
-                await pipe.sync()
-                for n, cur in enumerate(cursors):
-                    rows = [tuple(r) for r in await cur.fetchall()] if cur.description else []
-                    if require_rows and not rows:
-                        refused = n
-                        break
-                    out.append(rows)
-                if refused is not None:
-                    raise psycopg.Rollback(tx)
+            async with self._pool.connection() as conn:
+                async with conn.pipeline() as pipe, conn.transaction() as tx:
+                    if not durable:
+                        await conn.execute("SET LOCAL synchronous_commit = off")
+                    cursors = [await conn.execute(sql.replace("?", "%s"), tuple(p)) for sql, p in steps]
+                    if require_rows:
+                        await pipe.sync()
+                        for cur in cursors:
+                            rows = await _rows(cur)
+                            if not rows:
+                                refused = len(out)
+                                raise psycopg.Rollback(tx)
+                            out.append(rows)
+                if not require_rows:  # the pipeline's end brought every result
+                    out = [await _rows(cur) for cur in cursors]
         except psycopg.Error as exc:
             raise StoreError(f"postgres: {exc}") from exc
         return Batch(out, refused)
@@ -570,6 +583,10 @@ class PostgresStore(EnforcerStore):
         if self._pool is None:
             raise StoreError("store is not open")
         return pg_advisory_lock(self._pool, name, self._lock_slots)
+
+
+async def _rows(cur: Any) -> list[tuple[Any, ...]]:
+    return [tuple(r) for r in await cur.fetchall()] if cur.description is not None else []
 
 
 def open_store(url: str) -> SqliteStore | PostgresStore:
