@@ -115,6 +115,17 @@ class SolanaPayer:
         return info.get("value") is not None
 
     async def _precheck(self, me: Pubkey, to: Pubkey, asset: AssetInfo, amount: int) -> None:
+        local = self.rail.local
+        if local is not None:  # in process: three plain reads, no tasks to gather
+            if asset.native:
+                sol, exists = local.balance(me), local.account_exists(to)
+                if sol < amount + txb.SIGNATURE_FEE:
+                    raise RailError("insufficient_funds", f"balance {sol} lamports, need {amount} + fee")
+                _check_new_account_rent(amount, exists)
+                return
+            sol, have = local.balance(me), local.token_balance(txb.ata(me, asset))
+            self._funds(asset, amount, sol, have, local.account_exists(txb.ata(to, asset)))
+            return
         try:
             if asset.native:
                 sol, exists = await asyncio.gather(self._sol(me), self._exists(to))
@@ -127,6 +138,10 @@ class SolanaPayer:
             )
         except RpcError as exc:
             raise RailError("rpc_unavailable", exc.message) from exc
+        self._funds(asset, amount, sol, have, exists)
+
+    @staticmethod
+    def _funds(asset: AssetInfo, amount: int, sol: int, have: int | None, exists: bool) -> None:
         if (have or 0) < amount:
             raise RailError("insufficient_funds", f"{asset.symbol} balance {have or 0}, need {amount}")
         if sol < txb.SIGNATURE_FEE + (0 if exists else TOKEN_ACCOUNT_RENT):
