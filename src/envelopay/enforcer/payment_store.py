@@ -14,10 +14,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from envelopay.enforcer.batch import Batch, Step
 from envelopay.enforcer.custody import WalletRecord
 from envelopay.enforcer.model import Agent
 from envelopay.enforcer.spend import SpendPolicy, policy_json
-from envelopay.enforcer.store import AGENT_COLS, Batch, EnforcerStore, Step, agent_row
+from envelopay.enforcer.store import AGENT_COLS, EnforcerStore, agent_row
 
 __all__ = ["INTENT_STATES", "Context", "Intent", "IntentState", "PaymentStore"]
 

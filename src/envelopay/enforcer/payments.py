@@ -24,6 +24,7 @@ from dataclasses import replace
 from typing import Any
 
 from envelopay import dkim
+from envelopay.enforcer.batch import Step
 from envelopay.enforcer.core import Enforcer, hash_token
 from envelopay.enforcer.custody import Vault, WalletRecord
 from envelopay.enforcer.invoices import (
@@ -47,7 +48,6 @@ from envelopay.enforcer.spend import (
     check_payee,
     check_payment_request,
 )
-from envelopay.enforcer.store import Step
 from envelopay.errors import StoreError, UsageError
 from envelopay.rails.custodial import CustodialPayer
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from envelopay.enforcer.batch import Batch, Step, cursor_rows
 from envelopay.enforcer.model import Agent, Policy, QueueRow, QueueState, SendRequest
 from envelopay.enforcer.sqlite_wal import BACKSTOP_PAGES, Checkpointer
 from envelopay.enforcer.wallet_locks import file_lock, pg_advisory_lock
@@ -25,7 +26,6 @@ from envelopay.errors import StoreError
 
 __all__ = [
     "QUEUE_ORDER",
-    "Batch",
     "EnforcerStore",
     "PostgresStore",
     "QueueCursor",
@@ -33,7 +33,7 @@ __all__ = [
     "open_store",
 ]
 
-Step = tuple[str, Sequence[Any]]  # one statement and its parameters
+
 
 _SCHEMA = [
     """CREATE TABLE IF NOT EXISTS enf_agents (
@@ -171,20 +171,6 @@ class QueueCursor:
         except ValueError:
             return None
         return cls(state, at, send_id)
-
-
-@dataclass(frozen=True, slots=True)
-class Batch:
-    """What `EnforcerStore.transaction` did: the rows each statement returned, and, when
-    the batch required rows, the index of the first statement that returned none (then
-    nothing of the batch was committed)."""
-
-    rows: list[list[tuple[Any, ...]]]
-    refused_at: int | None = None
-
-    @property
-    def committed(self) -> bool:
-        return self.refused_at is None
 
 
 # (statement, parameters) pairs, written once with '?' placeholders.
@@ -568,13 +554,13 @@ class PostgresStore(EnforcerStore):
                     if require_rows:
                         await pipe.sync()
                         for cur in cursors:
-                            rows = await _rows(cur)
+                            rows = await cursor_rows(cur)
                             if not rows:
                                 refused = len(out)
                                 raise psycopg.Rollback(tx)
                             out.append(rows)
                 if not require_rows:  # the pipeline's end brought every result
-                    out = [await _rows(cur) for cur in cursors]
+                    out = [await cursor_rows(cur) for cur in cursors]
         except psycopg.Error as exc:
             raise StoreError(f"postgres: {exc}") from exc
         return Batch(out, refused)
@@ -583,10 +569,6 @@ class PostgresStore(EnforcerStore):
         if self._pool is None:
             raise StoreError("store is not open")
         return pg_advisory_lock(self._pool, name, self._lock_slots)
-
-
-async def _rows(cur: Any) -> list[tuple[Any, ...]]:
-    return [tuple(r) for r in await cur.fetchall()] if cur.description is not None else []
 
 
 def open_store(url: str) -> SqliteStore | PostgresStore:
