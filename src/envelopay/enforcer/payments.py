@@ -184,6 +184,7 @@ class Payments:
                 "pending_approval", "recipient_not_allowed", f"{req.to} is not on the mail allowlist"
             )
         hold = hold or check_payee(req, policy) or check_limits(req, policy)  # S2, S3
+        steps, taken, refusals = ([], [], []) if hold else self._cap_steps(agent, req, policy)
         intent = Intent(
             id=self.new_id(),
             agent_id=agent.id,
@@ -203,7 +204,7 @@ class Payments:
             wallet_id=wallet.id,
             invoice_ref=req.invoice or None,
             message_id=f"<{self.new_id()}@{agent.address.rsplit('@', 1)[1].lower()}>",
-            taken=[],
+            taken=taken,
             tx_id=None,
             tx_blob=None,
             created_at=self.clock(),
@@ -215,10 +216,8 @@ class Payments:
             # The mail caps, then S4 (hourly, then daily spend cap), and the RESERVED intent:
             # one transaction, so a refused cap or a concurrent call with this key leaves
             # every counter as it was (nothing to hand back).
-            steps, taken, refusals = self._cap_steps(agent, req, policy)
-            batch = await self.store.reserve(steps, replace(intent, taken=taken), self.clock())
+            batch = await self.store.reserve(steps, intent, self.clock())
             if batch.committed:
-                intent = replace(intent, taken=taken)
                 self.crash("after_intent")
                 from envelopay.enforcer.payments_exec import run
 
@@ -228,7 +227,7 @@ class Payments:
             if batch.refused_at == len(steps):  # a concurrent call with this key won
                 return await self._winner(agent.id, key)
             hold = refusals[batch.refused_at]
-            intent = replace(intent, state="PENDING", code=hold.code, reason=hold.reason)
+            intent = replace(intent, state="PENDING", code=hold.code, reason=hold.reason, taken=[])
         if not await self.store.insert_intent(intent, self.clock()):
             return await self._winner(agent.id, key)
         return self.disposition(intent)
