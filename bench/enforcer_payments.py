@@ -2,12 +2,16 @@
 
 - floor: the Solana rail's bare `pay()` (sign + send on the in-process LiteSVM chain) from
   a wallet the rail holds, one payment at a time, in the same run;
-- allowed payments: the whole pay-then-send — token, send checks, spend checks, cap
-  increments, the intent, unsealing the key, sign, the recorded tx id, broadcast on the same
-  chain, the recorded payment, the PAY composed and delivered over SMTP (aiosmtpd in a
-  separate process), the send record — one at a time (payments from one wallet are
-  serialized between blockhash and broadcast anyway). Figure: ms added per payment over the
-  floor; target <= 2 ms;
+- the floor with the PAY's SMTP delivery: the bare pay, then the PAY composed and
+  delivered once (what pay-then-send must do anyway);
+- allowed payments: the whole pay-then-send — one read (agent by token, spend policy,
+  idempotency key, wallet and sealed key), send checks, spend checks, one transaction for
+  the four cap increments and the intent, unsealing the key, sign, the recorded tx id with
+  the broadcast claim, broadcast on the same chain, the PAY composed and delivered over
+  SMTP (aiosmtpd in a separate process), one transaction for the send record and SENT —
+  one at a time (payments from one wallet are serialized between blockhash and broadcast
+  anyway). Figures: ms added per payment over the floor (target <= 2 ms) and over the
+  floor with SMTP (the leash itself); the store statements and commits one payment runs;
 - refusals at each check, 16 at a time: unknown asset (S1, blocked), payee not allowed
   (S2, held: an intent row), over the per-payment maximum (S3, held), daily cap reached
   (S4: the hourly increment, the refused daily one, the hand-back, held), require_invoice
@@ -126,6 +130,7 @@ async def bench_payments(
         return op
 
     await allowed(0)
+    statements, commits = await _count_store_work(store, lambda: allowed(0))
     floor_ms = min([await _sequential_ms(n, floor) for _ in range(rounds)])
     both_ms = min([await _sequential_ms(n, floor_and_mail) for _ in range(rounds)])
     allowed_ms = min([await _sequential_ms(n, allowed) for _ in range(rounds)])
@@ -145,6 +150,8 @@ async def bench_payments(
         f" ({allowed_ms - both_ms:.2f} ms over pay + SMTP)  ratio {allowed_ms / floor_ms:.2f}",
         f"{name}: bare pay + bare SMTP of the PAY         {both_ms:6.2f} ms/payment"
         f"  {1000 / both_ms:7,.0f}/s",
+        f"{name}: store work per allowed payment          {statements} statements, {commits} commits"
+        " (+ the wallet lock)",
     ]
     rates = []
     for label, op in kinds:
@@ -153,6 +160,29 @@ async def bench_payments(
         lines.append(f"{name}: refusal {label:<32} {value:>8,.0f} decisions/s")
     await deliverer.aclose()
     return lines, min(rates), added
+
+
+async def _count_store_work(store: EnforcerStore, op: Callable[[], Awaitable[Any]]) -> tuple[int, int]:
+    """(statements, store calls: each an autocommit statement or one transaction) of `op`."""
+    counts = [0, 0]
+    execute_sql, transaction = store.execute_sql, store.transaction
+
+    async def counting_sql(sql: str, params: Any) -> Any:
+        counts[0] += 1
+        counts[1] += not sql.lstrip().upper().startswith("SELECT")
+        return await execute_sql(sql, params)
+
+    async def counting_tx(steps: Any, **kw: Any) -> Any:
+        counts[0] += len(steps)
+        counts[1] += 1
+        return await transaction(steps, **kw)
+
+    store.execute_sql, store.transaction = counting_sql, counting_tx  # type: ignore[method-assign]
+    try:
+        await op()
+    finally:
+        del store.execute_sql, store.transaction
+    return counts[0], counts[1]
 
 
 def _req(amount: int, key: str, wallet: str | None = None) -> dict[str, Any]:

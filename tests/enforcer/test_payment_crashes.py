@@ -1,7 +1,9 @@
 """The enforcer SIGKILLed at each point of a payment (between intent and sign, sign and
 broadcast, broadcast and record, record and email), restarted each time, paying over a
 Solana JSON-RPC dev node both processes see: one transaction per intent on the chain,
-every intent ends paid and sent, and a retried call returns the first outcome."""
+every intent ends paid and sent, and a retried call returns the first outcome. On both
+stores, 50 payments each (40 of them killed): a process start is most of the cost, and
+PostgreSQL's run takes about as long as SQLite's."""
 
 from __future__ import annotations
 
@@ -11,10 +13,12 @@ import random
 import sys
 from pathlib import Path
 
+import pytest
+
 from envelopay.enforcer.core import Enforcer
 from envelopay.enforcer.payment_client import PaymentClient
 from envelopay.enforcer.payments import CRASH_ENV, CRASH_POINTS
-from envelopay.enforcer.store import SqliteStore
+from envelopay.enforcer.store import EnforcerStore, PostgresStore, SqliteStore
 from envelopay.errors import TransportError
 from envelopay.protocol.parse import parse
 from envelopay.testing.rpc_server import JsonRpcServer
@@ -26,7 +30,9 @@ from .paykit import USDC, make_kit, pay_req, payee_wallet
 SERVER = Path(__file__).with_name("payserver.py")
 
 
-async def _start(db: Path, sock: Path, sink: Sink, rpc: str, crash: str | None) -> asyncio.subprocess.Process:
+async def _start(
+    db: Path | str, sock: Path, sink: Sink, rpc: str, crash: str | None
+) -> asyncio.subprocess.Process:
     env = {k: v for k, v in os.environ.items() if k != CRASH_ENV}
     if crash:
         env[CRASH_ENV] = crash
@@ -46,9 +52,19 @@ async def _start(db: Path, sock: Path, sink: Sink, rpc: str, crash: str | None) 
     return proc
 
 
-async def test_sigkill_at_every_point_of_50_payments(tmp_path: Path, sink: Sink) -> None:
-    db, sock = tmp_path / "enf.db", tmp_path / "enf.sock"
-    store = SqliteStore(db)
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+async def test_sigkill_at_every_point_of_50_payments(
+    backend: str, tmp_path: Path, sink: Sink, request: pytest.FixtureRequest
+) -> None:
+    sock = tmp_path / "enf.sock"
+    db: Path | str
+    store: EnforcerStore
+    if backend == "sqlite":
+        db = tmp_path / "enf.db"
+        store = SqliteStore(db)
+    else:
+        db = request.getfixturevalue("pg_dsn")
+        store = PostgresStore(db)
     await store.open()
     from envelopay.enforcer.delivery import SmtpDeliverer
     from envelopay.mail.smtp import SmtpConfig
@@ -96,7 +112,7 @@ async def test_sigkill_at_every_point_of_50_payments(tmp_path: Path, sink: Sink)
             if proc.returncode is None:
                 proc.kill()
                 await proc.wait()
-    assert crashes == 40
+    assert crashes == sum(1 for c in plan if c is not None) == 40
     intents = [i for i in await kit.payments.store.queue(1000)]
     assert intents == []  # no payment was ever held
     txs = kit.payment_txs(address)

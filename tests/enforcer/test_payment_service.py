@@ -270,3 +270,21 @@ async def test_a_full_run_never_shows_the_wallet_key(
     for spelling in _encodings(secret):
         assert spelling not in everything
     assert str(key.pubkey()) in everything  # the search does see what the outputs do carry
+
+
+async def test_payment_bodies_are_read_under_the_send_paths_limits(paid_service: tuple[str, Kit]) -> None:
+    url, kit = paid_service
+    token, address = await kit.agent("limits")
+    headers = {"Authorization": f"Bearer {token}"}
+    deep = "[" * 200 + "]" * 200
+    huge = '{"amount": ' + "9" * 5000 + "}"
+    async with httpx.AsyncClient(base_url=url) as http:
+        for body in (deep, huge, '{"to": "\\ud800"}', "not json", '["a list"]'):
+            r = await http.post("/v1/pay", content=body, headers=headers)
+            assert r.status_code == 200
+            d = r.json()
+            assert (d["status"], d["code"]) == ("blocked", "invalid_request"), body[:20]
+        policy = await http.put("/v1/agents/limits/policy", content=deep,
+                                headers={"Authorization": f"Bearer {OPERATOR}"})
+        assert policy.status_code == 400
+    assert kit.payment_txs(address) == []  # nothing moved

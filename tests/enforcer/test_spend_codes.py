@@ -20,8 +20,9 @@ def spend_codes() -> set[str]:
     for name in ("spend.py", "payments.py", "payments_exec.py", "invoices.py"):
         for match in _LITERAL.finditer((SRC / name).read_text()):
             codes.update(g for g in match.groups() if g)
-    # Composed in payments._take_caps from the window names.
+    # Composed in payments._cap_steps from the window names, or named in its table.
     codes |= {f"{w}_cap_{s}" for w in ("hourly", "daily") for s in ("reached", "zero")}
+    codes |= {"mail_hourly_cap", "mail_daily_cap", "mail_cap_zero"}
     return codes
 
 

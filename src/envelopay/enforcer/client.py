@@ -7,9 +7,9 @@ service raises TransportError.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 import httpx
 
@@ -17,7 +17,9 @@ from envelopay.enforcer.model import Disposition, SendRequest
 from envelopay.errors import TransportError, UsageError
 from envelopay.protocol.outbound import Outbound
 
-__all__ = ["EnforcerClient", "OperatorClient", "request_from_outbound"]
+T = TypeVar("T")
+
+__all__ = ["EnforcerClient", "OperatorClient", "answer", "request_from_outbound"]
 
 
 def request_from_outbound(out: Outbound, *, text: str = "") -> SendRequest:
@@ -91,12 +93,18 @@ class EnforcerClient(_Http):
 
     @staticmethod
     def _disposition(status: int, data: Any) -> Disposition:
-        if status != 200:
-            raise TransportError(f"enforcer answered HTTP {status}: {data!r}")
-        try:
-            return Disposition.from_json(data)
-        except ValueError as exc:
-            raise TransportError(str(exc)) from exc
+        return answer(status, data, Disposition.from_json)
+
+
+def answer(status: int, data: Any, parse: Callable[[Any], T]) -> T:
+    """A disposition the enforcer answered (always HTTP 200): anything else, or a body
+    that does not parse, is a transport fault, never a verdict."""
+    if status != 200:
+        raise TransportError(f"enforcer answered HTTP {status}: {data!r}")
+    try:
+        return parse(data)
+    except ValueError as exc:
+        raise TransportError(str(exc)) from exc
 
 
 class OperatorClient(_Http):

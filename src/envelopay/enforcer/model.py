@@ -6,16 +6,53 @@ never an exception. Only transport and configuration faults are exceptions.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Collection
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 DispositionStatus = Literal["sent", "pending_approval", "blocked", "failed", "unknown"]
 QueueState = Literal["PENDING", "APPROVED", "REJECTED", "SENT", "FAILED"]
 AgentStatus = Literal["ACTIVE", "KILLED"]
 
+DISPOSITION_STATUSES: tuple[DispositionStatus, ...] = (
+    "sent",
+    "pending_approval",
+    "blocked",
+    "failed",
+    "unknown",
+)
 DEFAULT_HOURLY = 20
 DEFAULT_DAILY = 100
 BODY_CAP = 50_000  # characters, text plus the serialized protocol body
+
+
+def set_fields(obj: Any) -> dict[str, Any]:
+    """A result dataclass as JSON: every field that is set (neither None nor ""). Read
+    field by field (not dataclasses.asdict, which deep-copies): one per answer."""
+    out: dict[str, Any] = {}
+    for f in fields(obj):
+        value = getattr(obj, f.name)
+        if value is not None and value != "":
+            out[f.name] = value
+    return out
+
+
+def fields_from_json(cls: Any, data: Any, statuses: Collection[str], what: str) -> dict[str, Any]:
+    """The fields of a result dataclass (a string `status` among `statuses`, the rest
+    strings) read back from its JSON: a field defaulting to "" is str()'d, one defaulting
+    to None is kept only when it is a string. ValueError for anything else."""
+    if not isinstance(data, dict) or data.get("status") not in statuses:
+        raise ValueError(f"not a {what}: {data!r}")
+    out: dict[str, Any] = {"status": data["status"]}
+    for f in fields(cls):
+        if f.name == "status":
+            continue
+        value = data.get(f.name)
+        if f.default == "":
+            out[f.name] = str(value if value is not None else "")
+        else:
+            out[f.name] = value if isinstance(value, str) else None
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,38 +66,11 @@ class Disposition:
     code: str | None = None  # a stable refusal code where one is defined (SPEC.md, enforcer)
 
     def to_json(self) -> dict[str, Any]:
-        # Written out (not dataclasses.asdict, which deep-copies): one per HTTP answer.
-        out: dict[str, Any] = {"status": self.status}
-        for key in ("reason", "message_id", "approval_id", "id", "state", "code"):
-            value = getattr(self, key)
-            if value is not None and value != "":
-                out[key] = value
-        return out
+        return set_fields(self)
 
     @classmethod
     def from_json(cls, data: Any) -> Disposition:
-        if not isinstance(data, dict) or data.get("status") not in (
-            "sent",
-            "pending_approval",
-            "blocked",
-            "failed",
-            "unknown",
-        ):
-            raise ValueError(f"not a disposition: {data!r}")
-
-        def opt(key: str) -> str | None:
-            value = data.get(key)
-            return value if isinstance(value, str) else None
-
-        return cls(
-            status=data["status"],
-            reason=str(data.get("reason", "")),
-            message_id=opt("message_id"),
-            approval_id=opt("approval_id"),
-            id=opt("id"),
-            state=opt("state"),
-            code=opt("code"),
-        )
+        return cls(**fields_from_json(cls, data, DISPOSITION_STATUSES, "disposition"))
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
-from envelopay.enforcer.client import OperatorClient, _Http
+from envelopay.enforcer.client import OperatorClient, _Http, answer
 from envelopay.enforcer.payment_model import PaymentDisposition
 from envelopay.errors import TransportError, UsageError
 
@@ -35,12 +35,7 @@ class PaymentClient(_Http):
 
     @staticmethod
     def _disposition(status: int, data: Any) -> PaymentDisposition:
-        if status != 200:
-            raise TransportError(f"enforcer answered HTTP {status}: {data!r}")
-        try:
-            return PaymentDisposition.from_json(data)
-        except ValueError as exc:
-            raise TransportError(str(exc)) from exc
+        return answer(status, data, PaymentDisposition.from_json)
 
 
 class SpendOperatorClient(OperatorClient):

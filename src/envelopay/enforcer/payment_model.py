@@ -10,8 +10,10 @@ unknown           in flight, or paid with the email not yet delivered (it is ret
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Literal
+
+from envelopay.enforcer.model import fields_from_json, set_fields
 
 __all__ = ["PAYMENT_STATUSES", "PaymentDecision", "PaymentDisposition", "PaymentStatus"]
 
@@ -40,30 +42,11 @@ class PaymentDisposition:
     chain: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v is not None and v != ""}
+        return set_fields(self)
 
     @classmethod
     def from_json(cls, data: Any) -> PaymentDisposition:
-        if not isinstance(data, dict) or data.get("status") not in PAYMENT_STATUSES:
-            raise ValueError(f"not a payment disposition: {data!r}")
-
-        def opt(key: str) -> str | None:
-            value = data.get(key)
-            return value if isinstance(value, str) else None
-
-        return cls(
-            status=data["status"],
-            code=str(data.get("code", "")),
-            reason=str(data.get("reason", "")),
-            id=opt("id"),
-            approval_id=opt("approval_id"),
-            tx_id=opt("tx_id"),
-            message_id=opt("message_id"),
-            state=opt("state"),
-            amount=opt("amount"),
-            token=opt("token"),
-            chain=opt("chain"),
-        )
+        return cls(**fields_from_json(cls, data, PAYMENT_STATUSES, "payment disposition"))
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,9 @@ from typing import Any
 
 from aiohttp import web
 
+from envelopay.enforcer.http import bearer as _bearer
+from envelopay.enforcer.http import read_object
+from envelopay.enforcer.model import Disposition
 from envelopay.enforcer.payment_model import PaymentDecision, PaymentDisposition
 from envelopay.enforcer.payments import Payments
 from envelopay.enforcer.spend import SpendPolicy
@@ -28,25 +31,16 @@ __all__ = ["PAYMENTS", "add_payment_routes", "decide_payment"]
 PAYMENTS: web.AppKey[Payments] = web.AppKey("payments", Payments)
 
 
-def _bearer(request: web.Request) -> str | None:
-    auth = request.headers.get("Authorization", "")
-    return auth[7:].strip() if auth.lower().startswith("bearer ") else None
-
-
-async def _body(request: web.Request) -> dict[str, Any] | None:
-    try:
-        body = await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError, web.HTTPRequestEntityTooLarge):
-        return None
-    return body if isinstance(body, dict) else None
+async def _body(request: web.Request) -> dict[str, Any] | Disposition:
+    return await read_object(request)  # the send path's limits on every request body
 
 
 def _submit(kind: str) -> Any:
     async def handler(request: web.Request) -> web.Response:
         body = await _body(request)
-        if body is None:
+        if isinstance(body, Disposition):
             refusal = PaymentDisposition(status="blocked", code="invalid_request",
-                                         reason="invalid_request: a JSON object is required")
+                                         reason=f"invalid_request: {body.reason}")
             return web.json_response(refusal.to_json())
         d = await request.app[PAYMENTS].submit(kind, _bearer(request), body)
         return web.json_response(d.to_json())
@@ -73,6 +67,8 @@ async def _get_policy(request: web.Request) -> web.Response:
 async def _put_policy(request: web.Request) -> web.Response:
     body = await _body(request)
     try:
+        if isinstance(body, Disposition):
+            raise ValueError(body.reason)
         policy = SpendPolicy.from_json(body)
     except ValueError as exc:
         return web.json_response({"error": str(exc)}, status=400)
@@ -98,7 +94,7 @@ async def _add_wallet(request: web.Request) -> web.Response:
     """{"chain", "label"?, "import_file"?}: a new key, or one imported from a file on the
     enforcer's host (the key never travels in a request or a response)."""
     body = await _body(request)
-    if body is None or not isinstance(body.get("chain"), str):
+    if isinstance(body, Disposition) or not isinstance(body.get("chain"), str):
         return web.json_response({"error": "a JSON object with chain is required"}, status=400)
     secret: bytes | None = None
     path = body.get("import_file")

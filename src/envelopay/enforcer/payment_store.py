@@ -14,11 +14,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from envelopay.enforcer.batch import Batch, Step
 from envelopay.enforcer.custody import WalletRecord
+from envelopay.enforcer.model import Agent
 from envelopay.enforcer.spend import SpendPolicy, policy_json
-from envelopay.enforcer.store import EnforcerStore
+from envelopay.enforcer.store import AGENT_COLS, EnforcerStore, agent_row
 
-__all__ = ["INTENT_STATES", "Intent", "IntentState", "PaymentStore"]
+__all__ = ["INTENT_STATES", "Context", "Intent", "IntentState", "PaymentStore"]
 
 IntentState = Literal[
     "PENDING", "APPROVED", "REJECTED", "RESERVED", "SIGNED", "BROADCAST", "PAID", "SENT", "FAILED"
@@ -165,6 +167,19 @@ class Intent:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What one payment call reads before deciding, in one statement: the token's agent,
+    its spend policy, the intent already recorded under the call's key (its id), and the
+    agent's wallet on the call's chain with its sealed key (opened only to sign)."""
+
+    agent: Agent
+    policy: SpendPolicy
+    prior_id: str | None
+    wallet: WalletRecord | None
+    sealed: bytes | None
+
+
 def _intent(row: Sequence[Any]) -> Intent:
     return Intent(
         id=row[0],
@@ -195,14 +210,26 @@ def _intent(row: Sequence[Any]) -> Intent:
     )
 
 
+_A_COLS = ", ".join(f"a.{c}" for c in AGENT_COLS.split(", "))
+_WALLET_ORDER = "ORDER BY CASE label WHEN 'default' THEN 0 ELSE 1 END, created_at LIMIT 1"
+
 _SQL = {
+    # The agent by token, its spend policy, the intent under the call's key and the wallet
+    # on the call's chain: one read for the whole decision (always fresh: no cache can let
+    # a killed agent through, or an old policy).
+    "context": f"SELECT {_A_COLS},"
+    " (SELECT policy FROM enf_spend_policies WHERE agent_id = a.id),"
+    " (SELECT id FROM enf_payments WHERE agent_id = a.id AND idem_key = ?),"
+    " w.id, w.address, w.label, w.created_at, w.sealed"
+    " FROM enf_agents a LEFT JOIN enf_wallets w ON w.id ="
+    f" (SELECT id FROM enf_wallets WHERE agent_id = a.id AND chain = ? {_WALLET_ORDER})"
+    " WHERE a.token_hash = ?",
     "insert_wallet": "INSERT INTO enf_wallets (id, agent_id, chain, address, label, sealed, created_at)"
     " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING id",
     "wallets": "SELECT id, agent_id, chain, address, label, created_at FROM enf_wallets WHERE agent_id = ?"
     " ORDER BY chain, label",
     "wallet_for": "SELECT id, agent_id, chain, address, label, created_at FROM enf_wallets"
-    " WHERE agent_id = ? AND chain = ?"
-    " ORDER BY CASE label WHEN 'default' THEN 0 ELSE 1 END, created_at LIMIT 1",
+    f" WHERE agent_id = ? AND chain = ? {_WALLET_ORDER}",
     "sealed": "SELECT sealed FROM enf_wallets WHERE id = ? AND agent_id = ?",
     "put_policy": "INSERT INTO enf_spend_policies (agent_id, policy, updated_at) VALUES (?, ?, ?)"
     " ON CONFLICT (agent_id) DO UPDATE SET policy = excluded.policy, updated_at = excluded.updated_at",
@@ -250,9 +277,13 @@ _SQL = {
     f"{_ACTIVE} RETURNING id",
     "paid": "UPDATE enf_payments SET state = 'PAID', updated_at = ? WHERE id = ? AND state = 'BROADCAST'"
     " RETURNING id",
+    # From PAID, or straight from BROADCAST once the chain confirmed it on the live path
+    # (PAID is recorded only when the email could not go out at once: recovery asks the
+    # chain about a BROADCAST intent first, so that record is no durability point).
     "sent": "UPDATE enf_payments SET state = 'SENT', reason = ?, updated_at = ?"
-    " WHERE id = ? AND state = 'PAID'"
-    " RETURNING id",
+    " WHERE id = ? AND state IN ('BROADCAST', 'PAID') RETURNING id",
+    "paid_note": "UPDATE enf_payments SET state = 'PAID', reason = ?, updated_at = ?"
+    " WHERE id = ? AND state IN ('BROADCAST', 'PAID') RETURNING id",
     "note": "UPDATE enf_payments SET reason = ?, updated_at = ? WHERE id = ? AND state = ?",
     # FAILED only from states where no money has moved or can still move.
     "fail": "UPDATE enf_payments SET state = 'FAILED', code = ?, reason = ?, invoice_key = NULL,"
@@ -270,6 +301,7 @@ class PaymentStore:
         from envelopay.enforcer.store import PostgresStore
 
         self.store = store
+        self._policies: dict[str, SpendPolicy] = {}
         self._sql = dict(_SQL)
         if isinstance(store, PostgresStore):
             # Under READ COMMITTED the subquery reads a snapshot: without a share lock on
@@ -322,12 +354,37 @@ class PaymentStore:
         rows = await self._x("sealed", (wallet_id, agent_id))
         return bytes.fromhex(rows[0][0]) if rows else None
 
+    async def context(self, token_hash: str, chain: str, key: str) -> Context | None:
+        rows = await self._x("context", (key, chain, token_hash))
+        if not rows:
+            return None
+        r = rows[0]  # agent columns 0-6, then policy, prior id, the wallet and its sealed key
+        wallet = None if r[9] is None else WalletRecord(r[9], r[0], chain, r[10], r[11], float(r[12]))
+        return Context(
+            agent=agent_row(r),
+            policy=self._policy(r[7]),
+            prior_id=r[8],
+            wallet=wallet,
+            sealed=bytes.fromhex(r[13]) if r[13] else None,
+        )
+
+    def _policy(self, text: str | None) -> SpendPolicy:
+        # Parsed once per distinct text: the text itself is read fresh on every call.
+        if text is None:
+            return SpendPolicy()
+        policy = self._policies.get(text)
+        if policy is None:
+            if len(self._policies) > 256:
+                self._policies.clear()
+            policy = self._policies[text] = SpendPolicy.from_json(json.loads(text))
+        return policy
+
     async def put_policy(self, agent_id: str, policy: SpendPolicy, now: float) -> None:
         await self._x("put_policy", (agent_id, policy_json(policy), now))
 
     async def policy(self, agent_id: str) -> SpendPolicy:
         rows = await self._x("policy", (agent_id,))
-        return SpendPolicy.from_json(json.loads(rows[0][0])) if rows else SpendPolicy()
+        return self._policy(rows[0][0] if rows else None)
 
     # -- spend counters -----------------------------------------------------------------
 
@@ -344,33 +401,41 @@ class PaymentStore:
     # -- intents ------------------------------------------------------------------------
 
     async def insert_intent(self, i: Intent, now: float) -> bool:
-        rows = await self._x(
-            "insert_intent",
-            (
-                i.id,
-                i.agent_id,
-                i.idem_key,
-                i.invoice_key,
-                i.kind,
-                i.state,
-                i.code,
-                i.reason,
-                json.dumps(i.request),
-                i.chain,
-                i.token,
-                i.amount,
-                i.decimals,
-                i.payee,
-                i.wallet,
-                i.wallet_id,
-                i.invoice_ref,
-                i.message_id,
-                json.dumps(i.taken),
-                now,
-                now,
-            ),
+        return bool(await self._x("insert_intent", self._intent_params(i, now)))
+
+    @staticmethod
+    def _intent_params(i: Intent, now: float) -> tuple[Any, ...]:
+        return (
+            i.id, i.agent_id, i.idem_key, i.invoice_key, i.kind, i.state, i.code, i.reason,
+            json.dumps(i.request), i.chain, i.token, i.amount, i.decimals, i.payee, i.wallet,
+            i.wallet_id, i.invoice_ref, i.message_id, json.dumps(i.taken), now, now,
         )
-        return bool(rows)
+
+    def spend_step(self, agent_id: str, asset: str, win: str, slot: str, amount: int, cap: int) -> Step:
+        return self._sql["take_spend"], (agent_id, asset, win, slot, amount, amount, cap, cap)
+
+    async def reserve(self, caps: Sequence[Step], i: Intent, now: float) -> Batch:
+        """The cap increments, in order, and the intent: one transaction, all or nothing.
+        `refused_at` < len(caps) names the cap that refused; == len(caps), the key was
+        taken by a concurrent call. Non-durable on PostgreSQL: the RESERVED intent moves
+        no money, and the durable commit of its tx id (before any broadcast) flushes it."""
+        return await self.store.transaction(
+            [*caps, (self._sql["insert_intent"], self._intent_params(i, now))],
+            require_rows=True,
+            durable=False,
+        )
+
+    async def finish_sent(self, send: Step, intent_id: str, now: float) -> bool:
+        """The send record and SENT, one transaction. Non-durable on PostgreSQL: if a
+        database crash loses it, the intent is still BROADCAST or PAID and recovery sends
+        the PAY again with its Message-ID (the email is at least once)."""
+        batch = await self.store.transaction(
+            [send, (self._sql["sent"], ("", now, intent_id))], durable=False
+        )
+        return bool(batch.rows[1])
+
+    async def paid_note(self, intent_id: str, reason: str, now: float) -> bool:
+        return bool(await self._x("paid_note", (reason, now, intent_id)))
 
     async def get(self, intent_id: str) -> Intent | None:
         rows = await self._x("by_id", (intent_id,))

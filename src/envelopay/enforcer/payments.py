@@ -24,7 +24,8 @@ from dataclasses import replace
 from typing import Any
 
 from envelopay import dkim
-from envelopay.enforcer.core import Enforcer
+from envelopay.enforcer.batch import Step
+from envelopay.enforcer.core import Enforcer, hash_token
 from envelopay.enforcer.custody import Vault, WalletRecord
 from envelopay.enforcer.invoices import (
     ALREADY_PAID,
@@ -36,7 +37,7 @@ from envelopay.enforcer.invoices import (
 )
 from envelopay.enforcer.model import Agent, Disposition
 from envelopay.enforcer.payment_model import PaymentDisposition
-from envelopay.enforcer.payment_store import Intent, PaymentStore
+from envelopay.enforcer.payment_store import Context, Intent, PaymentStore
 from envelopay.enforcer.policy import allowlisted, check_request
 from envelopay.enforcer.spend import (
     PaymentRequest,
@@ -66,6 +67,15 @@ def crash_hook_from_env(env: Mapping[str, str] = os.environ) -> Callable[[str], 
             os.kill(os.getpid(), signal.SIGKILL)
 
     return hook
+
+
+# A statement that returns no row: a cap of zero, which no payment fits.
+_NEVER: Step = ("SELECT 1 WHERE 1 = 0", ())
+
+
+def _call_key(req: PaymentRequest) -> str:
+    """The idempotency key the call itself names (an INVOICE may supply one instead)."""
+    return req.key or (f"id:{req.msg_id}" if req.msg_id else "")
 
 
 def _blocked(code: str, detail: str = "") -> PaymentDisposition:
@@ -111,17 +121,20 @@ class Payments:
         if isinstance(checked, Refusal):
             return _blocked(checked.code, checked.detail)
         try:
-            agent = await self.enforcer._agent_for(token)
-            if agent is None:
+            # One read: the agent (identity from the token only), its spend policy, the
+            # intent already under this key, and its wallet on this chain.
+            key = _call_key(checked)
+            ctx = await self.store.context(hash_token(token), checked.chain, key) if token else None
+            if ctx is None:
                 return _blocked("unknown_agent")
-            if agent.killed:
+            if ctx.agent.killed:
                 return _blocked("killed")
-            return await self._decide(agent, checked)
+            return await self._decide(ctx, checked)
         except StoreError as exc:
             return PaymentDisposition(status="failed", code="store_error", reason=f"store error: {exc}")
 
-    async def _decide(self, agent: Agent, req: PaymentRequest) -> PaymentDisposition:
-        policy = await self.store.policy(agent.id)
+    async def _decide(self, ctx: Context, req: PaymentRequest) -> PaymentDisposition:
+        agent, policy = ctx.agent, ctx.policy
         invoice_key: str | None = None
         if req.kind == "pay_invoice" or (req.kind == "pay" and req.invoice):
             bound = await self._bind(agent, req)
@@ -133,7 +146,10 @@ class Payments:
         key = req.key or (invoice_key or "") or (f"id:{req.msg_id}" if req.msg_id else "")
         if not key:
             return _blocked("invalid_request", "idempotency_key (or id) is required")
-        prior = await self.store.by_key(agent.id, key)
+        if key == _call_key(req):
+            prior = await self.store.get(ctx.prior_id) if ctx.prior_id is not None else None
+        else:  # the key came from the INVOICE
+            prior = await self.store.by_key(agent.id, key)
         if prior is not None:  # a retried call returns the first outcome
             return await self.resume(prior)
         if invoice_key is not None and await self.store.by_invoice(agent.id, invoice_key) is not None:
@@ -146,7 +162,9 @@ class Payments:
         if not payer.valid_address(req.wallet):
             return _blocked("invalid_request", f"wallet is not a {req.chain} address")
         req = replace(req, token=asset.symbol)
-        wallet = await self.store.wallet_for(agent.id, req.chain)
+        wallet, sealed = ctx.wallet, ctx.sealed
+        if wallet is None or wallet.chain != req.chain:  # the chain came from the INVOICE
+            wallet, sealed = await self.store.wallet_for(agent.id, req.chain), None
         if wallet is None:
             return _blocked("no_wallet", f"the agent holds no wallet on {req.chain}")
         # The send checks on the PAY email (with a placeholder proof: the real one exists
@@ -166,9 +184,7 @@ class Payments:
                 "pending_approval", "recipient_not_allowed", f"{req.to} is not on the mail allowlist"
             )
         hold = hold or check_payee(req, policy) or check_limits(req, policy)  # S2, S3
-        taken: list[list[Any]] = []
-        if hold is None:
-            hold, taken = await self._take_caps(agent, req, policy)  # mail caps, then S5
+        steps, taken, refusals = ([], [], []) if hold else self._cap_steps(agent, req, policy)
         intent = Intent(
             id=self.new_id(),
             agent_id=agent.id,
@@ -196,19 +212,31 @@ class Payments:
             decided_by=None,
             agent_name=agent.name,
         )
-        if not await self.store.insert_intent(intent, self.clock()):
-            await self._give_back(agent.id, taken)  # a concurrent call with this key won
-            winner = await self.store.by_key(agent.id, key)
-            if winner is None:
-                return _blocked(ALREADY_PAID, "this INVOICE already has a payment")
-            return await self.resume(winner)
-        if hold is not None:
-            return self.disposition(intent)
-        self.crash("after_intent")
-        from envelopay.enforcer.payments_exec import run
+        if hold is None:
+            # The mail caps, then S4 (hourly, then daily spend cap), and the RESERVED intent:
+            # one transaction, so a refused cap or a concurrent call with this key leaves
+            # every counter as it was (nothing to hand back).
+            batch = await self.store.reserve(steps, intent, self.clock())
+            if batch.committed:
+                self.crash("after_intent")
+                from envelopay.enforcer.payments_exec import run
 
-        # The intent as just inserted: nothing else can have moved it (its key is new).
-        return await run(self, intent.id, live=True, agent=agent, intent=intent)
+                # The intent as just inserted: nothing else can have moved it (its key is new).
+                return await run(self, intent.id, live=True, agent=agent, intent=intent, sealed=sealed)
+            assert batch.refused_at is not None
+            if batch.refused_at == len(steps):  # a concurrent call with this key won
+                return await self._winner(agent.id, key)
+            hold = refusals[batch.refused_at]
+            intent = replace(intent, state="PENDING", code=hold.code, reason=hold.reason, taken=[])
+        if not await self.store.insert_intent(intent, self.clock()):
+            return await self._winner(agent.id, key)
+        return self.disposition(intent)
+
+    async def _winner(self, agent_id: str, key: str) -> PaymentDisposition:
+        winner = await self.store.by_key(agent_id, key)
+        if winner is None:
+            return _blocked(ALREADY_PAID, "this INVOICE already has a payment")
+        return await self.resume(winner)
 
     async def _bind(
         self, agent: Agent, req: PaymentRequest
@@ -296,52 +324,46 @@ class Payments:
         body["v"] = "0.1.0"
         return {"to": req.to, "from": agent.address, "type": kind, "body": body}
 
-    async def _take_caps(
+    def _cap_steps(
         self, agent: Agent, req: PaymentRequest, policy: SpendPolicy
-    ) -> tuple[Refusal | None, list[list[Any]]]:
-        """The mail caps (one slot each), then S5: the hourly, then the daily spend cap,
-        each one conditional increment. Any refusal hands back what was taken."""
-        now = self.clock()
-        hour = time.strftime("%Y-%m-%dT%H", time.gmtime(now))
+    ) -> tuple[list[Step], list[list[Any]], list[Refusal]]:
+        """The conditional increments in order — the mail caps (one slot each), then the
+        hourly, then the daily spend cap — with what each takes and the refusal if it does
+        not fit. A cap of zero is a step that never fits: it holds every payment, and the
+        rollback leaves every counter untouched."""
+        hour = time.strftime("%Y-%m-%dT%H", time.gmtime(self.clock()))
         day = hour[:10]
+        steps: list[Step] = []
         taken: list[list[Any]] = []
+        refusals: list[Refusal] = []
+
+        def never(code: str, reason: str) -> tuple[list[Step], list[list[Any]], list[Refusal]]:
+            return [*steps, _NEVER], taken, [*refusals, Refusal("pending_approval", code, reason)]
+
         p = agent.policy
-        held: Refusal | None = None
-        mail = req.kind != "counter"  # a counter-leg's email takes its slots on the send path
-        if mail and (p.hourly_cap <= 0 or p.daily_cap <= 0):
-            return Refusal("pending_approval", "mail_cap_zero", "the agent's mail cap is zero"), []
-        if mail and not await self.enforcer.store.take_slot(agent.id, "h", hour, p.hourly_cap):
-            return Refusal("pending_approval", "mail_hourly_cap", "hourly mail cap reached"), []
-        if mail:
-            taken.append(["mail", "h", hour])
-        if mail and not await self.enforcer.store.take_slot(agent.id, "d", day, p.daily_cap):
-            held = Refusal("pending_approval", "mail_daily_cap", "daily mail cap reached")
-        else:
-            if mail:
-                taken.append(["mail", "d", day])
-            key = asset_key(req.chain, req.token)
-            limit = policy.limits[key]  # check_limits held a missing entry already
-            for win, slot, cap, code in (
-                ("h", hour, limit.hourly, "hourly_cap"),
-                ("d", day, limit.daily, "daily_cap"),
+        if req.kind != "counter":  # a counter-leg's email takes its slots on the send path
+            if p.hourly_cap <= 0 or p.daily_cap <= 0:
+                return never("mail_cap_zero", "the agent's mail cap is zero")
+            for win, slot, sends, code, what in (
+                ("h", hour, p.hourly_cap, "mail_hourly_cap", "hourly mail cap reached"),
+                ("d", day, p.daily_cap, "mail_daily_cap", "daily mail cap reached"),
             ):
-                if cap is None:
-                    continue
-                if cap <= 0:  # zero holds every payment, before any counter is touched
-                    held = Refusal(
-                        "pending_approval", f"{code}_zero", f"the {key} {code.replace('_', ' ')} is zero"
-                    )
-                    break
-                if not await self.store.take_spend(agent.id, key, win, slot, req.amount, cap):
-                    held = Refusal(
-                        "pending_approval", f"{code}_reached", f"{key} {code.replace('_', ' ')} reached"
-                    )
-                    break
-                taken.append(["spend", key, win, slot, req.amount])
-        if held is not None:
-            await self._give_back(agent.id, taken)
-            return held, []
-        return None, taken
+                steps.append(self.enforcer.store.step("take_slot", (agent.id, win, slot, sends)))
+                taken.append(["mail", win, slot])
+                refusals.append(Refusal("pending_approval", code, what))
+        key = asset_key(req.chain, req.token)
+        limit = policy.limits[key]  # check_limits held a missing entry already
+        spend = (("h", hour, limit.hourly, "hourly_cap"), ("d", day, limit.daily, "daily_cap"))
+        for win, slot, cap, code in spend:
+            if cap is None:
+                continue
+            what = f"{key} {code.replace('_', ' ')}"
+            if cap <= 0:
+                return never(f"{code}_zero", f"the {what} is zero")
+            steps.append(self.store.spend_step(agent.id, key, win, slot, req.amount, cap))
+            taken.append(["spend", key, win, slot, req.amount])
+            refusals.append(Refusal("pending_approval", f"{code}_reached", f"{what} reached"))
+        return steps, taken, refusals
 
     async def _give_back(self, agent_id: str, taken: list[list[Any]]) -> None:
         for entry in taken:

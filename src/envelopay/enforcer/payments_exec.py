@@ -33,10 +33,17 @@ __all__ = ["approve", "execute", "recover", "reject", "run"]
 
 
 async def run(
-    p: Payments, intent_id: str, *, live: bool, agent: Agent | None = None, intent: Intent | None = None
+    p: Payments,
+    intent_id: str,
+    *,
+    live: bool,
+    agent: Agent | None = None,
+    intent: Intent | None = None,
+    sealed: bytes | None = None,
 ) -> PaymentDisposition:
     """Drive one intent as far as it goes now. `live` is the first execution of a call
-    (crash hooks fire only there); otherwise this is recovery."""
+    (crash hooks fire only there); otherwise this is recovery. `sealed` is the wallet's
+    sealed key when the caller read it already."""
     try:
         i = intent if intent is not None and intent.id == intent_id else await p.store.get(intent_id)
         if i is None:
@@ -52,7 +59,7 @@ async def run(
                     # intent was just made or claimed by this call; the conditional
                     # transitions still refuse any stale step.)
                     i = await _reread(p, i)
-                i = await _advance(p, i, live)
+                i = await _advance(p, i, live, sealed)
             if i.state == "PAID":
                 if live:
                     p.crash("after_record")
@@ -79,13 +86,13 @@ async def _fail(p: Payments, i: Intent, code: str, reason: str) -> Intent:
     return await _reread(p, i)
 
 
-async def _advance(p: Payments, i: Intent, live: bool) -> Intent:
+async def _advance(p: Payments, i: Intent, live: bool, sealed: bytes | None = None) -> Intent:
     payer = p.payers.get(i.chain)
     while True:
         if i.state == "RESERVED":
             if payer is None:
                 return await _fail(p, i, "unknown_asset", f"no rail pays on {i.chain} here")
-            i, fresh = await _sign(p, payer, i, live)
+            i, fresh = await _sign(p, payer, i, live, sealed)
             if fresh:  # recorded as BROADCAST with its bytes just now: send them
                 i = await _broadcast(p, payer, i, live)
                 if i.state == "BROADCAST":
@@ -123,7 +130,9 @@ async def _advance(p: Payments, i: Intent, live: bool) -> Intent:
             return i
 
 
-async def _sign(p: Payments, payer: CustodialPayer, i: Intent, live: bool) -> tuple[Intent, bool]:
+async def _sign(
+    p: Payments, payer: CustodialPayer, i: Intent, live: bool, sealed: bytes | None
+) -> tuple[Intent, bool]:
     """(intent, True) when the signed bytes were just recorded with the broadcast claimed.
 
     One statement records the tx id and bytes and claims the broadcast (RESERVED →
@@ -131,7 +140,8 @@ async def _sign(p: Payments, payer: CustodialPayer, i: Intent, live: bool) -> tu
     kill is re-checked at that last write: bytes signed for an agent killed meanwhile are
     dropped unsent. Recovery of a BROADCAST intent asks the chain first, then re-sends only
     these bytes. (SIGNED remains for intents recorded by earlier versions.)"""
-    sealed = await p.store.sealed(i.wallet_id, i.agent_id)
+    if sealed is None:
+        sealed = await p.store.sealed(i.wallet_id, i.agent_id)
     if p.vault is None or sealed is None:
         return await _fail(p, i, "custody", "the wallet's key is not available to this enforcer"), False
     try:
@@ -168,7 +178,9 @@ async def _broadcast(p: Payments, payer: CustodialPayer | None, i: Intent, live:
     if live:
         p.crash("after_broadcast")
     if outcome == "sent" and detail != "not yet confirmed":
-        return await _paid(p, i)
+        # Live, the email follows at once and its record moves BROADCAST to SENT; PAID is
+        # written only if it cannot go out now (recovery asks the chain first anyway).
+        return replace(i, state="PAID") if live else await _paid(p, i)
     try:
         seen = await payer.lookup(i.tx_id)
     except TransportError as exc:
@@ -225,9 +237,9 @@ async def _deliver(p: Payments, i: Intent, live: bool, agent: Agent | None) -> I
             else await p.enforcer._transmit(agent, req, composed, recheck_kill=False)
         )
         if problem:
-            await p.store.note(i.id, "PAID", f"paid; the email is not delivered yet: {problem}"[:500], now)
+            await p.store.paid_note(i.id, f"paid; the email is not delivered yet: {problem}"[:500], now)
             return await _reread(p, i)
-        await p.enforcer.store.insert_send(
+        send = p.enforcer.store.send_step(
             id=p.new_id(),
             agent_id=agent.id,
             state="SENT",
@@ -237,7 +249,10 @@ async def _deliver(p: Payments, i: Intent, live: bool, agent: Agent | None) -> I
             message_id=i.message_id,
             now=p.clock(),
         )
-    if await p.store.mark_sent(i.id, "", p.clock()):
+        done = await p.store.finish_sent(send, i.id, p.clock())
+    else:  # delivered before a crash: only the intent's own record is missing
+        done = await p.store.mark_sent(i.id, "", p.clock())
+    if done:
         return replace(i, state="SENT", reason="")
     return await _reread(p, i)
 

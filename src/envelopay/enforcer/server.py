@@ -16,6 +16,8 @@ from typing import Any
 from aiohttp import web
 
 from envelopay.enforcer.core import Enforcer
+from envelopay.enforcer.http import bearer as _bearer
+from envelopay.enforcer.http import read_object
 from envelopay.enforcer.model import Decision, Disposition
 from envelopay.enforcer.requests import decode_send_body
 from envelopay.errors import StoreError, UsageError
@@ -27,11 +29,6 @@ SESSIONS: web.AppKey[dict[str, str]] = web.AppKey("sessions", dict)
 _COOKIE = "epa_session"
 
 
-def _bearer(request: web.Request) -> str | None:
-    auth = request.headers.get("Authorization", "")
-    return auth[7:].strip() if auth.lower().startswith("bearer ") else None
-
-
 def _json(data: Any, status: int = 200) -> web.Response:
     return web.json_response(data, status=status)
 
@@ -40,16 +37,10 @@ def _json(data: Any, status: int = 200) -> web.Response:
 
 
 async def _send(request: web.Request) -> web.Response:
-    enforcer = request.app[ENFORCER]
-    try:
-        data = await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        refusal = Disposition(status="blocked", reason="body too large: request over 1 MiB", code="too_large")
-        return _json(refusal.to_json())
-    body = decode_send_body(data)  # deep nesting, huge numbers, lone surrogates: refused here
+    body = await read_object(request)  # deep nesting, huge numbers, lone surrogates: refused here
     if isinstance(body, Disposition):
         return _json(body.to_json())
-    return _json((await enforcer.send(_bearer(request), body)).to_json())
+    return _json((await request.app[ENFORCER].send(_bearer(request), body)).to_json())
 
 
 async def _status(request: web.Request) -> web.Response:

@@ -18,11 +18,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from envelopay.enforcer.batch import Batch, Step, cursor_rows
 from envelopay.enforcer.model import Agent, Policy, QueueRow, QueueState, SendRequest
+from envelopay.enforcer.sqlite_wal import BACKSTOP_PAGES, Checkpointer
 from envelopay.enforcer.wallet_locks import file_lock, pg_advisory_lock
 from envelopay.errors import StoreError
 
-__all__ = ["QUEUE_ORDER", "EnforcerStore", "PostgresStore", "QueueCursor", "SqliteStore", "open_store"]
+__all__ = [
+    "QUEUE_ORDER",
+    "EnforcerStore",
+    "PostgresStore",
+    "QueueCursor",
+    "SqliteStore",
+    "open_store",
+]
+
+
 
 _SCHEMA = [
     """CREATE TABLE IF NOT EXISTS enf_agents (
@@ -82,14 +93,15 @@ _SCHEMA = [
         at DOUBLE PRECISION NOT NULL)""",
 ]
 
-_AGENT_COLS = "id, name, address, status, hourly_cap, daily_cap, allow"
+AGENT_COLS = "id, name, address, status, hourly_cap, daily_cap, allow"
 _SEND_COLS = (
     "s.id, s.agent_id, s.state, s.reason, s.request, s.message_id, s.created_at, s.decided_at,"
     " s.decided_by, a.name"
 )
 
 
-def _agent(row: Sequence[Any]) -> Agent:
+def agent_row(row: Sequence[Any]) -> Agent:
+    """An agent from the first columns of `row` (AGENT_COLS, in that order)."""
     return Agent(
         id=row[0],
         name=row[1],
@@ -163,15 +175,15 @@ class QueueCursor:
 
 # (statement, parameters) pairs, written once with '?' placeholders.
 _SQL = {
-    "insert_agent": f"INSERT INTO enf_agents ({_AGENT_COLS}, token_hash, created_at)"
+    "insert_agent": f"INSERT INTO enf_agents ({AGENT_COLS}, token_hash, created_at)"
     " VALUES (?, ?, ?, 'ACTIVE', ?, ?, ?, ?, ?) ON CONFLICT (name) DO NOTHING RETURNING id",
-    "agent_by_token": f"SELECT {_AGENT_COLS} FROM enf_agents WHERE token_hash = ?",
-    "agent_by_name": f"SELECT {_AGENT_COLS} FROM enf_agents WHERE name = ?",
-    "agent_by_id": f"SELECT {_AGENT_COLS} FROM enf_agents WHERE id = ?",
-    "list_agents": f"SELECT {_AGENT_COLS} FROM enf_agents ORDER BY name LIMIT ?",
-    "list_agents_after": f"SELECT {_AGENT_COLS} FROM enf_agents WHERE name > ? ORDER BY name LIMIT ?",
+    "agent_by_token": f"SELECT {AGENT_COLS} FROM enf_agents WHERE token_hash = ?",
+    "agent_by_name": f"SELECT {AGENT_COLS} FROM enf_agents WHERE name = ?",
+    "agent_by_id": f"SELECT {AGENT_COLS} FROM enf_agents WHERE id = ?",
+    "list_agents": f"SELECT {AGENT_COLS} FROM enf_agents ORDER BY name LIMIT ?",
+    "list_agents_after": f"SELECT {AGENT_COLS} FROM enf_agents WHERE name > ? ORDER BY name LIMIT ?",
     # The only statement that writes an agent's status, and it writes a literal.
-    "kill": f"UPDATE enf_agents SET status = 'KILLED' WHERE name = ? RETURNING {_AGENT_COLS}",
+    "kill": f"UPDATE enf_agents SET status = 'KILLED' WHERE name = ? RETURNING {AGENT_COLS}",
     "take_slot": "INSERT INTO enf_counters (agent_id, win, slot, sends) VALUES (?, ?, ?, 1)"
     " ON CONFLICT (agent_id, win, slot) DO UPDATE SET sends = enf_counters.sends + 1"
     " WHERE enf_counters.sends < ? RETURNING sends",
@@ -255,8 +267,33 @@ class EnforcerStore(ABC):
     async def execute(self, name: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         return await self.execute_sql(_SQL[name], params)
 
+    @staticmethod
+    def step(name: str, params: Sequence[Any]) -> Step:
+        """One named statement of this store, for `transaction`."""
+        return _SQL[name], params
+
+    @staticmethod
+    def send_step(
+        *, id: str, agent_id: str, state: QueueState, reason: str, request: SendRequest,
+        fingerprint: str, message_id: str | None, now: float,
+    ) -> Step:
+        return _SQL["insert_send"], (
+            id, agent_id, state, reason, json.dumps(request.to_json()), fingerprint, message_id, now, now
+        )
+
     @abstractmethod
     async def execute_sql(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]: ...
+
+    @abstractmethod
+    async def transaction(
+        self, steps: Sequence[Step], *, require_rows: bool = False, durable: bool = True
+    ) -> Batch:
+        """Run `steps` in ONE transaction (one commit). With `require_rows`, a statement
+        that returns no row rolls the whole batch back (a chain of conditional writes
+        that holds together or not at all). `durable=False` lets PostgreSQL acknowledge
+        the commit before its WAL is flushed (synchronous_commit off): a database crash
+        may lose it, an enforcer crash never does, and the next durable commit flushes it
+        first. SQLite in WAL mode with synchronous=NORMAL already commits that way."""
 
     @abstractmethod
     def wallet_lock(self, name: str) -> AbstractAsyncContextManager[None]:
@@ -274,15 +311,15 @@ class EnforcerStore(ABC):
 
     async def agent_by_token(self, token_hash: str) -> Agent | None:
         rows = await self.execute("agent_by_token", (token_hash,))
-        return _agent(rows[0]) if rows else None
+        return agent_row(rows[0]) if rows else None
 
     async def agent_by_name(self, name: str) -> Agent | None:
         rows = await self.execute("agent_by_name", (name,))
-        return _agent(rows[0]) if rows else None
+        return agent_row(rows[0]) if rows else None
 
     async def agent_by_id(self, agent_id: str) -> Agent | None:
         rows = await self.execute("agent_by_id", (agent_id,))
-        return _agent(rows[0]) if rows else None
+        return agent_row(rows[0]) if rows else None
 
     async def list_agents(self, limit: int = 1000, after: str | None = None) -> list[Agent]:
         """Agents by name, one page: those after `after` (the previous page's last name)."""
@@ -290,11 +327,11 @@ class EnforcerStore(ABC):
             rows = await self.execute("list_agents", (limit,))
         else:
             rows = await self.execute("list_agents_after", (after, limit))
-        return [_agent(r) for r in rows]
+        return [agent_row(r) for r in rows]
 
     async def kill_agent(self, name: str) -> Agent | None:
         rows = await self.execute("kill", (name,))
-        return _agent(rows[0]) if rows else None
+        return agent_row(rows[0]) if rows else None
 
     async def take_slot(self, agent_id: str, win: str, slot: str, cap: int) -> bool:
         return bool(await self.execute("take_slot", (agent_id, win, slot, cap)))
@@ -313,10 +350,10 @@ class EnforcerStore(ABC):
         self, *, id: str, agent_id: str, state: QueueState, reason: str, request: SendRequest,
         fingerprint: str, message_id: str | None, now: float,
     ) -> None:
-        await self.execute(
-            "insert_send",
-            (id, agent_id, state, reason, json.dumps(request.to_json()), fingerprint, message_id, now, now),
-        )
+        await self.execute_sql(*self.send_step(
+            id=id, agent_id=agent_id, state=state, reason=reason, request=request, fingerprint=fingerprint,
+            message_id=message_id, now=now,
+        ))
 
     async def get_send(self, send_id: str) -> QueueRow | None:
         rows = await self.execute("get_send", (send_id,))
@@ -386,6 +423,7 @@ class SqliteStore(EnforcerStore):
     def __init__(self, path: str | Path) -> None:
         self.path = str(path)
         self._conn: sqlite3.Connection | None = None
+        self._checkpointer: Checkpointer | None = None
 
     async def open(self) -> None:
         try:
@@ -394,11 +432,20 @@ class SqliteStore(EnforcerStore):
             conn.execute("PRAGMA synchronous=NORMAL")
             for stmt in _SCHEMA:
                 conn.execute(stmt)
+            if not self._in_memory():  # checkpoints (and their fsyncs) off the loop's thread
+                conn.execute(f"PRAGMA wal_autocheckpoint={BACKSTOP_PAGES}")
+                self._checkpointer = Checkpointer(self.path)
         except sqlite3.Error as exc:
             raise StoreError(f"sqlite open failed: {exc}") from exc
         self._conn = conn
 
+    def _in_memory(self) -> bool:
+        return self.path == ":memory:" or self.path.startswith("file::memory:")
+
     async def close(self) -> None:
+        if self._checkpointer is not None:
+            self._checkpointer.stop()
+            self._checkpointer = None
         if self._conn is not None:
             self._conn.close()
             self._conn = None
@@ -411,8 +458,35 @@ class SqliteStore(EnforcerStore):
         except sqlite3.Error as exc:
             raise StoreError(f"sqlite: {exc}") from exc
 
+    async def transaction(
+        self, steps: Sequence[Step], *, require_rows: bool = False, durable: bool = True
+    ) -> Batch:
+        # Synchronous from BEGIN to COMMIT: no other task's statement can land inside it
+        # on this shared connection.
+        conn = self._conn
+        if conn is None:
+            raise StoreError("store is not open")
+        out: list[list[tuple[Any, ...]]] = []
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for n, (sql, params) in enumerate(steps):
+                    rows = [tuple(r) for r in conn.execute(sql, tuple(params)).fetchall()]
+                    if require_rows and not rows:
+                        conn.execute("ROLLBACK")
+                        return Batch(out, n)
+                    out.append(rows)
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            raise StoreError(f"sqlite: {exc}") from exc
+        return Batch(out)
+
     def wallet_lock(self, name: str) -> AbstractAsyncContextManager[None]:
-        if self.path == ":memory:" or self.path.startswith("file::memory:"):
+        if self._in_memory():
             return nullcontext()  # no other process can open this store
         return file_lock(self.path + "-wallet-locks", name)
 
@@ -474,6 +548,38 @@ class PostgresStore(EnforcerStore):
                 return [tuple(r) for r in await cur.fetchall()]
         except psycopg.Error as exc:
             raise StoreError(f"postgres: {exc}") from exc
+
+    async def transaction(
+        self, steps: Sequence[Step], *, require_rows: bool = False, durable: bool = True
+    ) -> Batch:
+        import psycopg
+
+        if self._pool is None:
+            raise StoreError("store is not open")
+        out: list[list[tuple[Any, ...]]] = []
+        refused: int | None = None
+        try:
+            # Pipelined: BEGIN, every statement and COMMIT travel together (one round
+            # trip); with require_rows the COMMIT or ROLLBACK waits for the rows (two).
+            # Statements after a refused one still run; the rollback undoes them.
+            async with self._pool.connection() as conn:
+                async with conn.pipeline() as pipe, conn.transaction() as tx:
+                    if not durable:
+                        await conn.execute("SET LOCAL synchronous_commit = off")
+                    cursors = [await conn.execute(sql.replace("?", "%s"), tuple(p)) for sql, p in steps]
+                    if require_rows:
+                        await pipe.sync()
+                        for cur in cursors:
+                            rows = await cursor_rows(cur)
+                            if not rows:
+                                refused = len(out)
+                                raise psycopg.Rollback(tx)
+                            out.append(rows)
+                if not require_rows:  # the pipeline's end brought every result
+                    out = [await cursor_rows(cur) for cur in cursors]
+        except psycopg.Error as exc:
+            raise StoreError(f"postgres: {exc}") from exc
+        return Batch(out, refused)
 
     def wallet_lock(self, name: str) -> AbstractAsyncContextManager[None]:
         if self._pool is None:

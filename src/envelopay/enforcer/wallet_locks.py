@@ -36,10 +36,13 @@ def advisory_key(name: str) -> int:
 @contextlib.asynccontextmanager
 async def file_lock(directory: str, name: str) -> AsyncIterator[None]:
     """An exclusive flock on DIRECTORY/<hash of name>; polled so the event loop never blocks."""
+    path = os.path.join(directory, hashlib.sha256(name.encode()).hexdigest()[:32] + ".lock")
     try:
-        os.makedirs(directory, mode=0o700, exist_ok=True)
-        path = os.path.join(directory, hashlib.sha256(name.encode()).hexdigest()[:32] + ".lock")
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        except FileNotFoundError:  # the first lock on this store (or its folder was removed)
+            os.makedirs(directory, mode=0o700, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     except OSError as exc:
         raise StoreError(f"wallet lock: {exc}") from exc
     try:

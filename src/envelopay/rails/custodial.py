@@ -12,13 +12,23 @@ No chain library is imported here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from envelopay.errors import UsageError
 from envelopay.rails.interface import AssetInfo
 
-__all__ = ["Broadcast", "ChainState", "CustodialPayer", "SignedPayment"]
+__all__ = [
+    "Broadcast",
+    "ChainState",
+    "CustodialPayer",
+    "SignedPayment",
+    "await_confirmation",
+    "check_payment",
+    "tx_proof",
+]
 
 # What a broadcast did: "sent" (the network has it, or already had it), "expired" (it
 # can never land: its validity window has passed), "failed" (refused or failed on chain).
@@ -72,3 +82,49 @@ class CustodialPayer(Protocol):
     def proof(self, tx_id: str) -> Mapping[str, Any]:
         """The PAY proof object for a transaction id."""
         ...
+
+
+# -- shared by the rails' payers --------------------------------------------------------
+
+
+def check_payment(payer: CustodialPayer, token: str, amount: int, recipient: str) -> AssetInfo:
+    """The asset to pay, after the caller mistakes every payer refuses before any I/O
+    (UsageError): an unknown token, a recipient that is no address of the chain, a
+    non-positive amount."""
+    asset = payer.asset(token)
+    if asset is None:
+        raise UsageError(f"unknown token {token!r} on {payer.chain}")
+    if not payer.valid_address(recipient):
+        raise UsageError(f"recipient is not a {payer.chain} address")
+    if amount <= 0:
+        raise UsageError("amount must be positive")
+    return asset
+
+
+async def await_confirmation(
+    lookup: Callable[[str], Awaitable[ChainState]],
+    tx_id: str,
+    *,
+    timeout: float,
+    poll: float,
+    failed: str,
+) -> tuple[Broadcast, str]:
+    """After a broadcast: ask the chain until it confirms, fails (`failed` is the detail)
+    or `timeout` seconds pass — then "sent", "not yet confirmed": the caller looks it up
+    later, and never signs again."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max(timeout, 0.0)
+    while True:
+        state = await lookup(tx_id)
+        if state == "confirmed":
+            return "sent", ""
+        if state == "failed":
+            return "failed", failed
+        if loop.time() >= deadline:
+            return "sent", "not yet confirmed"
+        await asyncio.sleep(poll)
+
+
+def tx_proof(tx_id: str) -> Mapping[str, Any]:
+    """The PAY proof of a transaction id, on every rail that proves by transaction."""
+    return {"tx": tx_id}

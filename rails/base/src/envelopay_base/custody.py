@@ -12,7 +12,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from envelopay.errors import RailError, UsageError
-from envelopay.rails.custodial import Broadcast, ChainState, SignedPayment
+from envelopay.rails.custodial import (
+    Broadcast,
+    ChainState,
+    SignedPayment,
+    await_confirmation,
+    check_payment,
+    tx_proof,
+)
 from envelopay.rails.interface import AssetInfo
 from envelopay_base.assets import is_address, norm_address
 from envelopay_base.backend import ChainUnavailable
@@ -56,16 +63,10 @@ class BasePayer:
         return is_address(address)
 
     def proof(self, tx_id: str) -> Mapping[str, Any]:
-        return {"tx": tx_id}
+        return tx_proof(tx_id)
 
     async def prepare(self, secret: bytes, *, token: str, amount: int, recipient: str) -> SignedPayment:
-        asset = self.asset(token)
-        if asset is None:
-            raise UsageError(f"unknown token {token!r} on {self.chain}")
-        if not is_address(recipient):
-            raise UsageError("recipient is not an EVM address")
-        if amount <= 0:
-            raise UsageError("amount must be positive")
+        asset = check_payment(self, token, amount, recipient)
         account = _account(secret)
         try:
             tx = await self.rail._build(str(account.address), asset, amount, recipient)
@@ -84,22 +85,13 @@ class BasePayer:
             if "nonce too low" in text or "nonce" in text:
                 return "expired", "its nonce was used: the transaction can never land"
             return "failed", str(exc)[:300]
-        return await self._confirm(payment.tx_id)
-
-    async def _confirm(self, tx_id: str) -> tuple[Broadcast, str]:
-        import asyncio
-
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + max(self.rail._confirm_timeout, 0.0)
-        while True:
-            state = await self.lookup(tx_id)
-            if state == "confirmed":
-                return "sent", ""
-            if state == "failed":
-                return "failed", "the transaction reverted"
-            if loop.time() >= deadline:
-                return "sent", "not yet confirmed"
-            await asyncio.sleep(self.rail._poll)
+        return await await_confirmation(
+            self.lookup,
+            payment.tx_id,
+            timeout=self.rail._confirm_timeout,
+            poll=self.rail._poll,
+            failed="the transaction reverted",
+        )
 
     async def lookup(self, tx_id: str) -> ChainState:
         from envelopay.errors import TransportError

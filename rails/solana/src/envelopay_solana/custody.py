@@ -19,7 +19,14 @@ from solders.pubkey import Pubkey
 from solders.transaction import Transaction
 
 from envelopay.errors import RailError, TransportError, UsageError
-from envelopay.rails.custodial import Broadcast, ChainState, SignedPayment
+from envelopay.rails.custodial import (
+    Broadcast,
+    ChainState,
+    SignedPayment,
+    await_confirmation,
+    check_payment,
+    tx_proof,
+)
 from envelopay.rails.interface import AssetInfo
 from envelopay_solana import tx as txb
 from envelopay_solana.rail import TOKEN_ACCOUNT_RENT, SolanaRail, _check_new_account_rent, _is_pubkey
@@ -61,18 +68,12 @@ class SolanaPayer:
         return _is_pubkey(address)
 
     def proof(self, tx_id: str) -> Mapping[str, Any]:
-        return {"tx": tx_id}
+        return tx_proof(tx_id)
 
     # -- sign ---------------------------------------------------------------------------
 
     async def prepare(self, secret: bytes, *, token: str, amount: int, recipient: str) -> SignedPayment:
-        asset = self.asset(token)
-        if asset is None:
-            raise UsageError(f"unknown token {token!r} on {self.chain}")
-        if not _is_pubkey(recipient):
-            raise UsageError("recipient is not a Solana address")
-        if amount <= 0:
-            raise UsageError("amount must be positive")
+        asset = check_payment(self, token, amount, recipient)
         kp = _keypair(secret)
         me, to = kp.pubkey(), Pubkey.from_string(recipient)
         await self._precheck(me, to, asset, amount)
@@ -115,6 +116,17 @@ class SolanaPayer:
         return info.get("value") is not None
 
     async def _precheck(self, me: Pubkey, to: Pubkey, asset: AssetInfo, amount: int) -> None:
+        local = self.rail.local
+        if local is not None:  # in process: three plain reads, no tasks to gather
+            if asset.native:
+                sol, exists = local.balance(me), local.account_exists(to)
+                if sol < amount + txb.SIGNATURE_FEE:
+                    raise RailError("insufficient_funds", f"balance {sol} lamports, need {amount} + fee")
+                _check_new_account_rent(amount, exists)
+                return
+            sol, have = local.balance(me), local.token_balance(txb.ata(me, asset))
+            self._funds(asset, amount, sol, have, local.account_exists(txb.ata(to, asset)))
+            return
         try:
             if asset.native:
                 sol, exists = await asyncio.gather(self._sol(me), self._exists(to))
@@ -127,6 +139,10 @@ class SolanaPayer:
             )
         except RpcError as exc:
             raise RailError("rpc_unavailable", exc.message) from exc
+        self._funds(asset, amount, sol, have, exists)
+
+    @staticmethod
+    def _funds(asset: AssetInfo, amount: int, sol: int, have: int | None, exists: bool) -> None:
         if (have or 0) < amount:
             raise RailError("insufficient_funds", f"{asset.symbol} balance {have or 0}, need {amount}")
         if sol < txb.SIGNATURE_FEE + (0 if exists else TOKEN_ACCOUNT_RENT):
@@ -149,19 +165,13 @@ class SolanaPayer:
             )
         except RpcError as exc:
             return _classify(f"{exc.message} {exc.data}")
-        return await self._confirm(payment.tx_id)
-
-    async def _confirm(self, tx_id: str) -> tuple[Broadcast, str]:
-        deadline = asyncio.get_running_loop().time() + max(self.rail._confirm_timeout, 0.0)
-        while True:
-            state = await self.lookup(tx_id)
-            if state == "confirmed":
-                return "sent", ""
-            if state == "failed":
-                return "failed", "transaction failed on chain"
-            if asyncio.get_running_loop().time() >= deadline:
-                return "sent", "not yet confirmed"  # sent; the caller looks it up later
-            await asyncio.sleep(self.rail._poll)
+        return await await_confirmation(
+            self.lookup,
+            payment.tx_id,
+            timeout=self.rail._confirm_timeout,
+            poll=self.rail._poll,
+            failed="transaction failed on chain",
+        )
 
     async def lookup(self, tx_id: str) -> ChainState:
         if self.rail.local is not None:
