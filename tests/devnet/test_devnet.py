@@ -172,3 +172,26 @@ async def test_devnet_garden_refuses_an_insider_sending_from_another_agent(tmp_p
         assert via.delivered == ("worker@garden.local",)
         users = {authenticated_sender(f.read_bytes(), authserv_id="garden.local") for f in box.iterdir()}
         assert users == {"buyer@garden.local", "enforcer"}
+
+
+def test_an_exited_unreaped_process_is_not_alive() -> None:
+    """`devnet down` waits until the devnet's process is gone; a devnet started by the
+    caller's own process stays a zombie until reaped, and must count as stopped."""
+    import subprocess
+    import time as _time
+
+    from envelopay.devnet.state import pid_alive
+
+    proc = subprocess.Popen(["sleep", "30"])
+    try:
+        assert pid_alive(proc.pid)
+        proc.kill()
+        deadline = _time.monotonic() + 10
+        while pid_alive(proc.pid):  # the zombie is not reaped: only its state says it exited
+            assert _time.monotonic() < deadline, "a killed child still counts as alive"
+            _time.sleep(0.01)
+        assert proc.returncode is None  # still unreaped when pid_alive said it ended
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not pid_alive(proc.pid)

@@ -195,7 +195,9 @@ def stop_devnet(home: Path, *, timeout: float = 15.0) -> DevnetState:
     state = read_state(home)
     os.kill(state.pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while state_path(home).exists() and pid_alive(state.pid):
+    # Until the process is gone, not only its state file (removed first as it stops): a
+    # caller that starts a new devnet or signals again must not meet the old one still ending.
+    while pid_alive(state.pid):
         if time.monotonic() > deadline:
             raise ConfigError(f"the devnet (pid {state.pid}) did not stop within {timeout}s")
         time.sleep(0.05)

@@ -112,10 +112,15 @@ def read_state(home: Path | None = None, *, require_running: bool = True) -> Dev
 
 
 def pid_alive(pid: int) -> bool:
+    """Whether `pid` still runs. A zombie (exited, not yet reaped by its parent) does not."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:  # Linux: field 3 of /proc/PID/stat is the state; Z = exited
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
