@@ -47,3 +47,38 @@ def test_detached_devnet_status_fund_down(tmp_path: Path) -> None:
     assert not (home / "devnet.json").exists()
     gone = run("fund", str(Keypair().pubkey()), "--sol", "1", home=home, check=False)
     assert gone.returncode == 3 and "no devnet is running" in gone.stderr  # the environment
+
+
+def test_fund_says_the_environment_is_at_fault(tmp_path: Path) -> None:
+    """A devnet whose process is gone, or whose node does not answer: exit 3 (README
+    "Output and exit codes": the environment), not 2 (bad input)."""
+    from datetime import UTC, datetime
+
+    from typer.testing import CliRunner
+
+    from envelopay.cli.app import app
+    from envelopay.devnet.state import BaseEndpoint, DevnetState, SolanaEndpoint, write_state
+
+    home = tmp_path / "devnet"
+    home.mkdir()
+    wallet = str(Keypair().pubkey())
+
+    def state(pid: int) -> None:
+        write_state(DevnetState(home=str(home), pid=pid, started=datetime.now(UTC).isoformat(),
+                                solana=SolanaEndpoint("http://127.0.0.1:9/", 0.4, 2, 32),
+                                base=BaseEndpoint("http://127.0.0.1:9/", "eth-tester", 1, 1.0,
+                                                  "0x" + "00" * 20),
+                                garden_socket=str(home / "garden.sock"), garden_root=str(home / "garden"),
+                                agents_dir=str(home / "agents")))
+
+    runner = CliRunner()
+    state(os.getpid())  # "running", but nothing listens on the node's port
+    res = runner.invoke(app, ["fund", wallet, "--sol", "1", "--home", str(home), "--json"])
+    assert res.exit_code == 3, res.output
+    assert "did not answer" in res.output
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    state(gone.pid)  # its process ended without `devnet down`
+    res = runner.invoke(app, ["fund", wallet, "--sol", "1", "--home", str(home), "--json"])
+    assert res.exit_code == 3, res.output
+    assert "not running" in res.output

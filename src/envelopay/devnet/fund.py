@@ -16,7 +16,7 @@ from pathlib import Path
 
 from envelopay.devnet import registry
 from envelopay.devnet.state import DevnetState
-from envelopay.errors import UsageError
+from envelopay.errors import ConfigError, TransportError, UsageError
 
 __all__ = ["FundPlan", "Funded", "fund", "plan_funding", "to_units"]
 
@@ -98,7 +98,7 @@ async def fund(state: DevnetState, plan: FundPlan) -> list[Funded]:
     from envelopay.devnet.state import pid_alive
 
     if not pid_alive(state.pid):
-        raise UsageError("the devnet is not running: `envelopay devnet up` first")
+        raise ConfigError("the devnet is not running: `envelopay devnet up` first")  # environment: exit 3
     done: list[Funded] = []
     if plan.solana_wallet and (plan.lamports or plan.solana_usdc):
         async with httpx.AsyncClient(timeout=10.0) as client:
@@ -116,7 +116,7 @@ async def fund(state: DevnetState, plan: FundPlan) -> list[Funded]:
             try:
                 await dev.fund(plan.base_wallet, eth=plan.wei, usdc=plan.base_usdc)
             except DevChainError as exc:
-                raise UsageError(f"the devnet's Base node refused: {exc}") from exc
+                raise TransportError(f"the devnet's Base node refused: {exc}") from exc
         done.append(Funded("base-local", plan.base_wallet, plan.wei, plan.base_usdc))
     return done
 
@@ -129,7 +129,7 @@ async def _solana(client: object, url: str, method: str, params: list[object]) -
         ask = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
         doc = (await client.post(url, json=ask)).json()
     except (httpx.HTTPError, ValueError) as exc:
-        raise UsageError(f"the devnet's Solana node at {url} did not answer: {exc}") from exc
+        raise TransportError(f"the devnet's Solana node at {url} did not answer: {exc}") from exc
     if not isinstance(doc, dict) or doc.get("error"):
-        raise UsageError(f"{method} refused: {doc.get('error') if isinstance(doc, dict) else doc}")
+        raise TransportError(f"{method} refused: {doc.get('error') if isinstance(doc, dict) else doc}")
     return doc.get("result")
