@@ -225,7 +225,12 @@ async def test_a_worker_process_killed_while_it_waits_restarts_and_fulfills(worl
     from envelopay.ledger.deferrals import DeferralStore
     from envelopay.ledger.sqlite import SqliteStore
 
-    ledger = load_config(world.dirs[WORKER] / "envelopay.toml").agent.ledger
+    cfg_path = world.dirs[WORKER] / "envelopay.toml"
+    # Looks spaced out to seconds (5 s cap): the kill below lands right after a look was
+    # parked, never inside one (a look killed mid-way holds its claim for the lease).
+    cfg_path.write_text(cfg_path.read_text().replace("[wait]\n", "[wait]\ncap_solana = 5\n", 1))
+    assert "cap_solana = 5" in cfg_path.read_text()
+    ledger = load_config(cfg_path).agent.ledger
     first = await _worker_process(world)
     try:
         async with buyer_node(world) as buyer:
@@ -234,8 +239,14 @@ async def test_a_worker_process_killed_while_it_waits_restarts_and_fulfills(worl
             view = SqliteStore(world.dirs[WORKER] / ledger)
             try:
                 assert isinstance(view, DeferralStore)
-                await until(lambda: view.deferrals_count(WORKER) == 1, "the worker to park the PAY")
-                first.kill()  # SIGKILL, mid-wait
+                def attempts() -> int:
+                    d = view.deferral_get(WORKER, paid.message_id)
+                    return d.attempts if d is not None else 0
+
+                await until(lambda: attempts() >= 6, "the worker to park the PAY and look again", 60)
+                seen = attempts()
+                await until(lambda: attempts() > seen, "the next look, parked again", 60)
+                first.kill()  # SIGKILL, mid-wait (the next look is >= 1.6 s away)
                 await first.wait()
                 following = asyncio.create_task(follow(buyer, paid, timeout=60))
                 world.tick(CONFIRMED_AFTER)
