@@ -4,11 +4,8 @@ it holds, once per OFFER, within its spend policy."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
-
-import pytest
 
 from envelopay.client.demo import WORKER, DemoWorld
 from envelopay.enforcer.core import Enforcer
@@ -25,18 +22,8 @@ from envelopay_base.custody import BasePayer
 from envelopay_base.rail import make_rail
 
 
-@pytest.fixture
-async def world(tmp_path: Path) -> AsyncIterator[DemoWorld]:
-    w = DemoWorld(tmp_path, None)
-    await w.setup()
-    try:
-        yield w
-    finally:
-        await w.teardown()
-
-
 async def test_counter_legs_through_the_enforcer_pay_once_within_policy(
-    world: DemoWorld, tmp_path: Path
+    demo_world: DemoWorld, tmp_path: Path
 ) -> None:
     from envelopay.engine import Context, Refuse
     from envelopay.flows import FlowKind
@@ -48,13 +35,13 @@ async def test_counter_legs_through_the_enforcer_pay_once_within_policy(
     await pstore.open()
     payer = BasePayer(
         make_rail(
-            {"backend": "local", "local_chain": world.base, "confirm_timeout": 5, "poll_interval": 0.01}
+            {"backend": "local", "local_chain": demo_world.base, "confirm_timeout": 5, "poll_interval": 0.01}
         )
     )
     payments = Payments(enforcer, pstore, Vault(b"test-vault-secret-0123456789abcdef"), {"base-local": payer})
     _, token = await enforcer.create_agent("worker", WORKER)
     wallet = await payments.create_wallet("worker", "base-local")
-    world.base.fund(wallet.address, eth=10**18, usdc=100_000_000)
+    demo_world.base.fund(wallet.address, eth=10**18, usdc=100_000_000)
     await payments.set_policy(
         "worker",
         SpendPolicy(
@@ -64,15 +51,15 @@ async def test_counter_legs_through_the_enforcer_pay_once_within_policy(
     )
     runner, url = await start_server(enforcer, payments=payments)
     try:
-        app = world.worker.engine.app
+        app = demo_world.worker.engine.app
         app.app.counter_payer = EnforcedPayer(url, token)  # what build_node does for payments = "enforcer"
-        sol_wallet = world.wallets["worker_sol"]
-        proof = await world.pay(world.buyer_rails, "solana-local", "SOL", 10**9, sol_wallet)
+        sol_wallet = demo_world.wallets["worker_sol"]
+        proof = await demo_world.pay(demo_world.buyer_rails, "solana-local", "SOL", 10**9, sol_wallet)
         offer = Offer(
             id="of-enf",
             give=Give(amount=10**9, token="SOL", chain="solana-local", to=sol_wallet, proof=proof),
             want=Want(amount=30_000_000, token="USDC", chain="base-local"),
-            wallet=world.wallets["buyer_base"],
+            wallet=demo_world.wallets["buyer_base"],
         )
         ctx = Context(
             local=WORKER,
@@ -84,19 +71,19 @@ async def test_counter_legs_through_the_enforcer_pay_once_within_policy(
             now=datetime.now(UTC),
             new_id=lambda p: f"{p}_x",
         )
-        before = world.base.token_balance(world.wallets["buyer_base"])
-        worker_before = world.base.token_balance(world.wallets["worker_base"])
+        before = demo_world.base.token_balance(demo_world.wallets["buyer_base"])
+        worker_before = demo_world.base.token_balance(demo_world.wallets["worker_base"])
         first = await app.offer(offer, ctx)
         again = await app.offer(offer, ctx)  # the engine's redo after a crash
         assert first is not None and first.type == "accept" and again == first
-        assert world.base.token_balance(world.wallets["buyer_base"]) - before == 30_000_000  # once
+        assert demo_world.base.token_balance(demo_world.wallets["buyer_base"]) - before == 30_000_000  # once
         # Paid from the enforcer's wallet, not the worker's own key.
-        assert world.base.token_balance(world.wallets["worker_base"]) == worker_before
-        assert world.base.token_balance(wallet.address) == 70_000_000
+        assert demo_world.base.token_balance(demo_world.wallets["worker_base"]) == worker_before
+        assert demo_world.base.token_balance(wallet.address) == 70_000_000
         # The daily spend cap holds the next counter-leg: refused to the peer, nothing paid.
         second = await app.offer(offer.model_copy(update={"id": "of-enf-2"}), ctx)
         assert isinstance(second, Refuse) and second.code.value == "rail_unavailable"
-        assert world.base.token_balance(world.wallets["buyer_base"]) - before == 30_000_000
+        assert demo_world.base.token_balance(demo_world.wallets["buyer_base"]) - before == 30_000_000
     finally:
         await runner.cleanup()
         await store.close()
