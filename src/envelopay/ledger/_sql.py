@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from envelopay.ledger._sql_outbox import OutboxCallsMixin
+from envelopay.ledger.compacted import same_content, small
 from envelopay.ledger.deferrals import DeferralsMixin
 from envelopay.ledger.store import (
     Begin,
@@ -228,19 +229,22 @@ class SqlStore(DeferralsMixin, OutboxCallsMixin, ABC):
         if got is not None:
             return None
         row = x.one(
-            "SELECT owner, content_hash, status, outcome FROM ep_replay"
+            "SELECT owner, content_hash, digest, status, outcome FROM ep_replay"
             " WHERE local = ? AND sender = ? AND protocol_id = ?" + self.lock_clause,
             (c.local, c.sender, c.protocol_id),
         )
         assert row is not None
-        owner, digest, status, outcome = row
+        owner, stored_hash, stored_digest, status, outcome = row
         if owner == c.message_id:
             return None
-        if digest != c.content_hash:
+        if not same_content(stored_hash, stored_digest, c.content_hash):
             return Begin("duplicate_id")
         if status != "done":
             return Begin("busy")  # the original is still being handled
-        recorded = self.uj(outcome)
+        if outcome is None:  # a compacted pair: its original claim keeps the outcome
+            got = x.one("SELECT outcome FROM ep_inbound WHERE local = ? AND message_id = ?", (c.local, owner))
+            outcome = got[0] if got is not None else None
+        recorded = self.uj(outcome) if outcome is not None else small(None)
         requeued = tuple(recorded.get("outbox", ()))
         if requeued:
             # The recorded reply goes out again: the same rows, so the same bytes.
@@ -392,10 +396,11 @@ class SqlStore(DeferralsMixin, OutboxCallsMixin, ABC):
         if c.proof is not None and c.proof_fate is not None:
             owner = (c.proof.chain, c.proof.key, c.local, c.message_id or "")
             if c.proof_fate == "spend":
+                # No verdict: the flow log holds it and ages out with it (schema v10).
                 x.exec(
-                    "UPDATE ep_proofs SET status = 'spent', verdict = ?, spent_at = ?"
+                    "UPDATE ep_proofs SET status = 'spent', spent_at = ?"
                     " WHERE chain = ? AND proof_key = ? AND owner_local = ? AND owner_message = ?",
-                    (self.j(dict(c.proof_verdict or {})), now, *owner),
+                    (now, *owner),
                 )
             else:
                 x.exec(
