@@ -96,19 +96,17 @@ def test_compaction_keeps_what_refuses_replays(make: Callable[[], SqlStore]) -> 
         pair = x.one("SELECT content_hash, digest, outcome FROM ep_replay WHERE protocol_id = 'p7'")
         claim = x.one("SELECT content_hash, lease_until, worker, done_at FROM ep_inbound"
                       " WHERE message_id = '<in7@fill.test>'")
-    assert pair is not None and (pair[0], bytes(pair[1]), pair[2]) == ("", bytes.fromhex("a" * 64), None)
+    assert pair is not None and (pair[0], bytes(pair[1]), pair[2]) == ("", bytes.fromhex("a" * 32), None)
     assert claim is not None and tuple(claim) == ("", None, None, None)
     assert store.get_flow("real-1") is not None and store.flow_log("real-1") == []
-    assert store.inbound_outcome(LOCAL, "<m1@real.test>") == {
-        "compacted": True, "status": "processed", "flow_id": "real-1"
-    }
+    assert store.inbound_outcome(LOCAL, "<m1@real.test>") == {"status": "processed", "flow_id": "real-1"}
 
     # Every replay is still refused, whoever presents it.
     assert store.begin_step(_claim("<m1@real.test>", pid="ord-1", key="sig-1")).status == "seen"
     assert store.begin_step(_claim("<m2@real.test>", content="other", pid="ord-1")).status == "duplicate_id"
     again = store.begin_step(_claim("<m3@real.test>", pid="ord-1", key="sig-1"))
     assert again.status == "retransmission" and again.requeued == ()  # the old reply aged out
-    assert again.outcome == {"compacted": True, "status": "processed", "flow_id": "real-1"}
+    assert again.outcome == {"status": "processed", "flow_id": "real-1"}
     assert store.begin_step(_claim("<m4@real.test>", pid="ord-new", key="sig-1")).status == "proof_replayed"
     assert store.proof_status(ProofKey("solana", "k7")) == "spent"
 

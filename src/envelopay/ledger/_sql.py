@@ -47,7 +47,8 @@ class Executor(ABC):
     def exec(self, sql: str, params: Sequence[Any] = ()) -> int: ...
 
     @abstractmethod
-    def many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None: ...
+    def many(self, sql: str, rows: Sequence[Sequence[Any]]) -> int:
+        """Run `sql` once per row (PostgreSQL: pipelined, one round trip); rows changed."""
 
 
 class Abort(Exception):

@@ -11,17 +11,22 @@ import json
 import re
 from typing import Any
 
-__all__ = ["digest", "same_content", "small", "small_json"]
+__all__ = ["DIGEST_BYTES", "digest", "same_content", "small", "small_json"]
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
+DIGEST_BYTES = 16
+
+
 def digest(content_hash: str) -> bytes:
-    """A content hash in 32 bytes: the engine's hex SHA-256 decoded; any other text
-    (another implementation's hash) hashed, so equal inputs stay equal and only equal."""
-    if _HEX64.fullmatch(content_hash):
-        return bytes.fromhex(content_hash)
-    return hashlib.sha256(content_hash.encode()).digest()
+    """A content hash in 16 bytes: the first half of the engine's hex SHA-256, decoded;
+    any other text (another implementation's hash) hashed first. 128 bits keep distinct
+    contents distinct; and a collision could only make a reused id with other content
+    answer as a retransmission (the recorded outcome again): nothing is done twice."""
+    if not _HEX64.fullmatch(content_hash):
+        content_hash = hashlib.sha256(content_hash.encode()).hexdigest()
+    return bytes.fromhex(content_hash[: DIGEST_BYTES * 2])
 
 
 def same_content(stored_hash: str, stored_digest: bytes | None, claimed: str) -> bool:
@@ -33,12 +38,11 @@ def same_content(stored_hash: str, stored_digest: bytes | None, claimed: str) ->
 
 
 def small(outcome: Any) -> dict[str, Any]:
-    """An outcome's smallest form: its status and flow, marked compacted (`status` is
-    what every reader of an outcome needs)."""
+    """An outcome's smallest form: its status (what every reader of an outcome needs)
+    and its flow."""
     doc = outcome if isinstance(outcome, dict) else {}
     status = doc.get("status")
-    out: dict[str, Any] = {"compacted": True, "status": status if isinstance(status, str) and status else ""}
-    out["status"] = out["status"] or "compacted"
+    out: dict[str, Any] = {"status": status if isinstance(status, str) and status else "compacted"}
     if isinstance(doc.get("flow_id"), str):
         out["flow_id"] = doc["flow_id"]
     return out

@@ -51,8 +51,9 @@ class _Cursor(Executor):
         self.cur.execute(_pg(sql), params)
         return self.cur.rowcount
 
-    def many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+    def many(self, sql: str, rows: Sequence[Sequence[Any]]) -> int:
         self.cur.executemany(_pg(sql), rows)
+        return self.cur.rowcount
 
 
 class PostgresStore(SqlStore):

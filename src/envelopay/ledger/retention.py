@@ -4,8 +4,9 @@ Kept forever (they are what refuses replays; SPEC.md "Retention"):
 - spent proof keys (`ep_proofs`): a proof spent once is refused for good; the row keeps
   its key, owner and times (v10 writes no verdict; an older row's verdict is cleared);
 - the (sender, id) pairs (`ep_replay`): a reused id is refused, a retransmission is
-  still recognised. Once its flow is compacted the pair keeps the body's hash as 32
-  bytes (`digest`) and no outcome: a retransmission answers with its original claim's;
+  still recognised. Once its flow is compacted the pair keeps 16 bytes of the body's
+  hash (`digest`, compacted.py) and no outcome: a retransmission answers with its
+  original claim's;
 - each inbound Message-ID claim (`ep_inbound`): a redelivered message is still `seen`;
   its outcome shrinks to its status and flow (compacted.small), and its lease, worker,
   unused content hash and done time are cleared;
@@ -164,7 +165,7 @@ def _batch(store: SqlStore, w: _Walk, until: Any, since: Any, batch: int) -> tup
 def _flows(store: SqlStore, r: CompactReport, cutoff: datetime, now: datetime, batch: int) -> bool:
     with store.write() as x:
         mark = _mark(x, "flows")
-        sql = "SELECT flow_id, updated_at FROM ep_flows WHERE updated_at < ?"
+        sql = "SELECT flow_id, updated_at, local FROM ep_flows WHERE updated_at < ?"
         args: list[Any] = [store.t(cutoff)]
         if mark is not None:
             sql += " AND (updated_at, flow_id) > (?, ?)"
@@ -180,18 +181,25 @@ def _flows(store: SqlStore, r: CompactReport, cutoff: datetime, now: datetime, b
             f" WHERE flow_id IN ({marks})",
             ids,
         )
-        # The flows' (sender, id) pairs keep their row and the hash's 32 bytes; the
+        # The flows' (sender, id) pairs keep their row and 16 bytes of the hash; the
         # outcome goes (the original claim keeps its own, which a retransmission reads).
-        r._add(r.trimmed, "ep_replay", x.exec(
-            "UPDATE ep_replay SET digest = ep_digest(content_hash), content_hash = '', outcome = NULL"
-            " WHERE digest IS NULL AND status = 'done' AND (local, sender, protocol_id) IN"
-            " (SELECT f.local, l.sender, l.protocol_id FROM ep_log l JOIN ep_flows f ON f.flow_id = l.flow_id"
-            f" WHERE l.flow_id IN ({marks}) AND l.direction = 'in' AND l.protocol_id IS NOT NULL"
-            " AND l.sender IS NOT NULL)"
-            " AND EXISTS (SELECT 1 FROM ep_inbound i WHERE i.local = ep_replay.local"
-            " AND i.message_id = ep_replay.owner)",
+        # One primary-key update per pair, pipelined: a join here is a plan that can
+        # flip (without statistics PostgreSQL walked the log for every pair).
+        local = {row[0]: row[2] for row in rows}
+        pairs = x.all(
+            f"SELECT flow_id, sender, protocol_id FROM ep_log WHERE flow_id IN ({marks})"
+            " AND direction = 'in' AND protocol_id IS NOT NULL AND sender IS NOT NULL",
             ids,
-        ))
+        )
+        keys = sorted({(local[f], s, p) for f, s, p in pairs})
+        if keys:
+            r._add(r.trimmed, "ep_replay", x.many(
+                "UPDATE ep_replay SET digest = ep_digest(content_hash), content_hash = '', outcome = NULL"
+                " WHERE local = ? AND sender = ? AND protocol_id = ? AND digest IS NULL AND status = 'done'"
+                " AND EXISTS (SELECT 1 FROM ep_inbound i WHERE i.local = ep_replay.local"
+                " AND i.message_id = ep_replay.owner)",
+                keys,
+            ))
         for table in ("ep_log", "ep_flow_msgids", "ep_flow_refs"):
             r._add(r.removed, table, x.exec(f"DELETE FROM {table} WHERE flow_id IN ({marks})", ids))
         last = rows[-1]

@@ -116,7 +116,7 @@ CREATE TABLE ep_retention (name TEXT PRIMARY KEY, mark TEXT NOT NULL, at {T} NOT
 # partial indexes hold only rows compaction has still to shrink: spent proofs that still
 # carry a verdict (v10 no longer writes it: the flow log holds the same verdict, and ages
 # out with it) and transport events by age. A compacted (sender, id) pair keeps its
-# content hash as 32 bytes (`digest`, ep_digest(): the hex decoded) and no outcome
+# content hash in 16 bytes (`digest`, ep_digest(): compacted.py) and no outcome
 # (a retransmission reads its original claim's outcome instead).
 _V10 = """
 ALTER TABLE ep_replay ADD COLUMN digest {B};
@@ -361,13 +361,13 @@ _PG_BEGIN_V6 = _PG_BEGIN_V4.replace(_PG_PROOF_V4, _PG_PROOF_V6, 1)
 # digest; its outcome from the original claim) and writing no verdict on a spent proof.
 _PG_DIGEST = r"""
 CREATE OR REPLACE FUNCTION ep_digest(h text) RETURNS bytea LANGUAGE sql IMMUTABLE AS $$
-    SELECT CASE WHEN h ~ '^[0-9a-f]{64}$' THEN decode(h, 'hex') ELSE sha256(convert_to(h, 'UTF8')) END
+    SELECT substring(CASE WHEN h ~ '^[0-9a-f]{64}$' THEN decode(h, 'hex')
+                          ELSE sha256(convert_to(h, 'UTF8')) END FROM 1 FOR 16)
 $$
 """
 _PG_SMALL = r"""
 CREATE OR REPLACE FUNCTION ep_small(o jsonb) RETURNS jsonb LANGUAGE sql IMMUTABLE AS $$
     SELECT jsonb_strip_nulls(jsonb_build_object(
-        'compacted', true,
         'status', CASE WHEN jsonb_typeof(o -> 'status') = 'string' AND o ->> 'status' <> ''
                        THEN o ->> 'status' ELSE 'compacted' END,
         'flow_id', CASE WHEN jsonb_typeof(o -> 'flow_id') = 'string' THEN o -> 'flow_id' END))

@@ -42,8 +42,8 @@ class _Cursor(Executor):
     def exec(self, sql: str, params: Sequence[Any] = ()) -> int:
         return self.conn.execute(sql, params).rowcount
 
-    def many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
-        self.conn.executemany(sql, rows)
+    def many(self, sql: str, rows: Sequence[Sequence[Any]]) -> int:
+        return self.conn.executemany(sql, rows).rowcount
 
 
 class SqliteStore(SqlStore):
