@@ -137,3 +137,19 @@ def test_compaction_runs_beside_a_live_writer(make: Callable[[], SqlStore]) -> N
     assert report.flows == 2_000  # the live flows are new: not compacted
     assert [f.flow_id for f in worker.list_flows(LOCAL, 1)] == ["real-159"]
     assert len(worker.flow_log("real-120")) == 1
+
+
+def test_transport_events_age_out_on_the_operators_window(make: Callable[[], SqlStore]) -> None:
+    # The AgentMail transport's records (webhook event ids, handled message ids, the
+    # Message-ID -> AgentMail id map) go once older than the window, but never younger
+    # than the poller's 7-day lookback.
+    store = make()
+    inbox = "agentmail-event:seller@agentmail.to"
+    for age in (2, 8, 40):
+        assert store.event_done(inbox, f"evt_{age}d", LATER - timedelta(days=age), {"message_id": "am"})
+    report = compact_ledger(store, older_than=timedelta(days=30), now=LATER)
+    assert report.removed == {"ep_events": 1}
+    assert not store.event_seen(inbox, "evt_40d") and store.event_seen(inbox, "evt_8d")
+    short = compact_ledger(store, older_than=timedelta(days=1), now=LATER)
+    assert short.removed == {"ep_events": 1}
+    assert not store.event_seen(inbox, "evt_8d") and store.event_data(inbox, "evt_2d") == {"message_id": "am"}
