@@ -20,7 +20,8 @@ from psycopg_pool import ConnectionPool
 
 from envelopay.errors import StoreError
 from envelopay.ledger._sql import Executor, Row, SqlStore
-from envelopay.ledger.schema import LATEST, MIGRATIONS_TABLE, steps
+from envelopay.ledger._sql_base import apply_migrations
+from envelopay.ledger.schema import LATEST, MIGRATIONS_TABLE
 from envelopay.ledger.store import Begin, Claim, Commit, CommitResult, FlowRecord, outbound_to_row
 
 __all__ = ["PostgresStore"]
@@ -228,18 +229,7 @@ class PostgresStore(SqlStore):
     def migrate(self, target: int = LATEST) -> int:
         with self.write() as x:
             x.exec("SELECT pg_advisory_xact_lock(?)", (_MIGRATION_LOCK,))
-            x.exec(MIGRATIONS_TABLE)
-            row = x.one("SELECT MAX(version) FROM ep_migrations")
-            current = int(row[0] or 0) if row else 0
-            for version, name, stmts in steps("postgres"):
-                if current < version <= target:
-                    for stmt in stmts:
-                        x.exec(stmt)
-                    x.exec(
-                        "INSERT INTO ep_migrations (version, name, applied_at) VALUES (?, ?, ?)",
-                        (version, name, datetime.now(UTC).isoformat()),
-                    )
-                    current = version
+            current = apply_migrations(x, "postgres", target, datetime.now(UTC).isoformat())
         self._server_steps = current >= 3
         return current
 

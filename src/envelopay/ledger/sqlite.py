@@ -20,8 +20,9 @@ from typing import Any, Literal
 
 from envelopay.errors import StoreError
 from envelopay.ledger._sql import Executor, Row, SqlStore
+from envelopay.ledger._sql_base import apply_migrations
 from envelopay.ledger.compacted import digest, small_json
-from envelopay.ledger.schema import LATEST, MIGRATIONS_TABLE, steps
+from envelopay.ledger.schema import LATEST, MIGRATIONS_TABLE
 
 __all__ = ["SqliteStore"]
 
@@ -129,19 +130,7 @@ class SqliteStore(SqlStore):
 
     def migrate(self, target: int = LATEST) -> int:
         with self.write() as x:
-            x.exec(MIGRATIONS_TABLE)
-            row = x.one("SELECT MAX(version) FROM ep_migrations")
-            current = int(row[0] or 0) if row else 0
-            for version, name, stmts in steps("sqlite"):
-                if current < version <= target:
-                    for stmt in stmts:
-                        x.exec(stmt)
-                    x.exec(
-                        "INSERT INTO ep_migrations (version, name, applied_at) VALUES (?, ?, ?)",
-                        (version, name, self.t(datetime.now(UTC))),
-                    )
-                    current = version
-        return current
+            return apply_migrations(x, "sqlite", target, self.t(datetime.now(UTC)))
 
     def close(self) -> None:
         with self._lock:

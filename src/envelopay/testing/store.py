@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from envelopay.ledger.schema import LATEST
 from envelopay.ledger.store import (
@@ -212,57 +213,32 @@ def check_proof_keys(factory: Callable[[], Store]) -> None:
     assert s.begin_step(_claim(local, "<q2>", proof=q)).status == "new"
 
 
+def _finish(local: str, mid: str, flow: FlowRecord, **kw: Any) -> Commit:
+    """The commit that finishes inbound `mid` (worker w1) by writing `flow`."""
+    return Commit(local, T0, {"status": "processed"}, message_id=mid, worker="w1", flow=FlowWrite(flow), **kw)
+
+
 def check_flow_versions(factory: Callable[[], Store]) -> None:
     s, local = factory(), _ns("flow")
     fid = f"flow-{next(_seq)}"
     assert s.begin_step(_claim(local, "<f1>")).status == "new"
     ob = _outbound(local, 2)
-    create = Commit(
-        local,
-        T0,
-        {"status": "processed"},
-        message_id="<f1>",
-        worker="w1",
-        flow=FlowWrite(_flow(local, fid)),
-        outbox=((ob, fid),),
-    )
+    create = _finish(local, "<f1>", _flow(local, fid), outbox=((ob, fid),))
     assert s.commit_step(create) == "ok"
     got = s.get_flow(fid)
     assert got is not None and got.version == 1 and got.state == "ordered" and got.data["n"] == 0
     # Finishing an already finished message with a new flow: lost, and the flow not written.
-    lost = Commit(
-        local,
-        T0,
-        {"status": "processed"},
-        message_id="<f1>",
-        worker="w1",
-        flow=FlowWrite(_flow(local, fid + "-x")),
-    )
+    lost = _finish(local, "<f1>", _flow(local, fid + "-x"))
     assert s.commit_step(lost) == "lost"
     assert s.get_flow(fid + "-x") is None
     # A second creation of the same flow conflicts, and writes nothing at all.
     assert s.begin_step(_claim(local, "<f2>")).status == "new"
     ob3 = _outbound(local, 3)
-    again = Commit(
-        local,
-        T0,
-        {"status": "processed"},
-        message_id="<f2>",
-        worker="w1",
-        flow=FlowWrite(_flow(local, fid)),
-        outbox=((ob3, fid),),
-    )
+    again = _finish(local, "<f2>", _flow(local, fid), outbox=((ob3, fid),))
     assert s.commit_step(again) == "conflict"
     assert s.outbox_get(ob3.message_id) is None
     assert s.inbound_outcome(local, "<f2>") is None  # still claimed, not done
-    upd = Commit(
-        local,
-        T0,
-        {"status": "processed"},
-        message_id="<f2>",
-        worker="w1",
-        flow=FlowWrite(_flow(local, fid, version=1, state="invoiced")),
-    )
+    upd = _finish(local, "<f2>", _flow(local, fid, version=1, state="invoiced"))
     assert s.commit_step(upd) == "ok"
     stale = Commit(local, T0, {"status": "sent"}, flow=FlowWrite(_flow(local, fid, version=1, state="paid")))
     assert s.commit_step(stale) == "conflict"
