@@ -123,6 +123,7 @@ def compact_ledger(
     `pause` runs between batches (a sleep, to leave the write lock to workers)."""
     cutoff = now - older_than
     report = CompactReport(cutoff)
+    _statistics(store)
     while _flows(store, report, cutoff, now, batch):
         if pause is not None:
             pause()
@@ -206,6 +207,16 @@ def _flows(store: SqlStore, r: CompactReport, cutoff: datetime, now: datetime, b
         _set_mark(store, x, "flows", (store.ut(last[1]).isoformat(), last[0]), now)
     r.flows += len(ids)
     return len(rows) >= batch
+
+
+def _statistics(store: SqlStore) -> None:
+    """PostgreSQL: statistics first (ANALYZE samples; online). Without any, as on a
+    ledger just filled or restored, the planner may walk a whole table for each batch."""
+    pool = getattr(store, "pool", None)
+    if pool is not None:
+        with pool.connection() as conn:
+            for table in _TABLES:
+                conn.execute(f"ANALYZE {table}")
 
 
 def _vacuum(store: SqlStore) -> None:
