@@ -31,9 +31,8 @@ def register(app: typer.Typer) -> None:
         vacuum: Annotated[bool, typer.Option("--vacuum", help="PostgreSQL: VACUUM (online) after.")] = False,
         as_json: JsonObjectOpt = False,
     ) -> None:
-        """Retention: age out sent outbox rows, settled calls, transport events and the log
-        of idle flows; keep spent proofs, (sender, id) pairs and Message-ID claims in their
-        smallest form. Online."""
+        """Retention: age out sent outbox rows, settled calls and the log of idle flows;
+        keep spent proofs, (sender, id) pairs and Message-ID claims. Online."""
         from envelopay.config import load_config
         from envelopay.ledger._sql import SqlStore
         from envelopay.ledger.retention import compact_ledger
@@ -60,6 +59,5 @@ def register(app: typer.Typer) -> None:
             as_json,
             doc,
             f"compacted {report.flows} flows; removed {removed} rows; "
-            f"trimmed {sum(report.trimmed.values())} kept rows to their smallest form"
-            f" (cutoff {doc['cutoff']})",
+            f"trimmed {sum(report.trimmed.values())} claims (cutoff {doc['cutoff']})",
         )
