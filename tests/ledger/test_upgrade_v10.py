@@ -112,3 +112,35 @@ def test_a_spend_records_no_verdict(opener: Callable[[bool], SqlStore]) -> None:
     _step(store, "<v1@real.test>", 1)
     assert _one(store, "SELECT count(*) FROM ep_proofs WHERE status = 'spent' AND verdict IS NULL") == 1
     assert store.flow_log("real-1")[0].type == "order"
+
+
+def test_upgrade_runs_beside_a_live_worker(opener: Callable[[bool], SqlStore]) -> None:
+    # A worker still on the v9 schema keeps stepping while another process opens the
+    # ledger (and so migrates it): no step fails, and every step it made is there.
+    import threading
+
+    from tests.ledger.test_retention import _step
+
+    worker = opener(False)
+    _v9_ledger(worker)
+    errors: list[BaseException] = []
+    started = threading.Event()
+
+    def live() -> None:
+        try:
+            for n in range(200, 260):
+                _step(worker, f"<live{n}@real.test>", n, at=LATER)
+                started.set()
+        except BaseException as exc:  # reported by the assertion below
+            errors.append(exc)
+            started.set()
+
+    t = threading.Thread(target=live)
+    t.start()
+    started.wait(timeout=60)
+    new = opener(True)
+    t.join()
+    assert errors == []
+    assert new.version() == LATEST  # type: ignore[attr-defined]
+    assert len(new.list_flows(LOCAL, 100)) == 100 and new.get_flow("real-259") is not None
+    assert new.begin_step(_claim("<x9@fill.test>", "p17", "k-n9", "b" * 64)).status == "duplicate_id"
