@@ -50,10 +50,10 @@ class _Recorder(Executor):
         self.seen.append((sql, params))
         return self.inner.exec(sql, params)
 
-    def many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+    def many(self, sql: str, rows: Sequence[Sequence[Any]]) -> int:
         if rows:
             self.seen.append((sql, rows[0]))
-        self.inner.many(sql, rows)
+        return self.inner.many(sql, rows)
 
 
 def _record(store: SqlStore) -> list[tuple[str, Sequence[Any]]]:

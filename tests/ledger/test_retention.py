@@ -82,24 +82,31 @@ def test_compaction_keeps_what_refuses_replays(make: Callable[[], SqlStore]) -> 
     report = compact_ledger(store, older_than=timedelta(days=30), now=LATER, batch=50, vacuum=True)
     assert report.flows == 301
     assert report.removed["ep_log"] == 601 and report.removed["ep_outbox"] == 271
-    assert report.trimmed == {"ep_inbound": 301}
+    assert report.trimmed == {"ep_inbound": 301, "ep_replay": 301}
     assert _count(store, "ep_log") == 0 and _count(store, "ep_flow_msgids") == 0
     assert _count(store, "ep_flow_refs") == 0
     assert _count(store, "ep_outbox") == 30  # the pending backlog stays until it is sent
     assert _count(store, "ep_outbox", "WHERE status = 'pending'") == 30
     assert _count(store, "ep_replay") == 301 and _count(store, "ep_proofs") == 301
-    assert _count(store, "ep_flow_summary") == 301
+    # The smallest forms: the log count in the flow row, a pair's hash in 32 bytes and
+    # no outcome, a claim without its hash, lease or done time.
+    assert _count(store, "ep_flows", "WHERE compacted = 2") == 300
+    assert _count(store, "ep_flows", "WHERE compacted = 1") == 1
+    with store.read() as x:
+        pair = x.one("SELECT content_hash, digest, outcome FROM ep_replay WHERE protocol_id = 'p7'")
+        claim = x.one("SELECT content_hash, lease_until, worker, done_at FROM ep_inbound"
+                      " WHERE message_id = '<in7@fill.test>'")
+    assert pair is not None and (pair[0], bytes(pair[1]), pair[2]) == ("", bytes.fromhex("a" * 32), None)
+    assert claim is not None and tuple(claim) == ("", None, None, None)
     assert store.get_flow("real-1") is not None and store.flow_log("real-1") == []
-    assert store.inbound_outcome(LOCAL, "<m1@real.test>") == {
-        "compacted": True, "status": "processed", "flow_id": "real-1"
-    }
+    assert store.inbound_outcome(LOCAL, "<m1@real.test>") == {"status": "processed", "flow_id": "real-1"}
 
     # Every replay is still refused, whoever presents it.
     assert store.begin_step(_claim("<m1@real.test>", pid="ord-1", key="sig-1")).status == "seen"
     assert store.begin_step(_claim("<m2@real.test>", content="other", pid="ord-1")).status == "duplicate_id"
     again = store.begin_step(_claim("<m3@real.test>", pid="ord-1", key="sig-1"))
     assert again.status == "retransmission" and again.requeued == ()  # the old reply aged out
-    assert again.outcome == {"compacted": True, "status": "processed", "flow_id": "real-1"}
+    assert again.outcome == {"status": "processed", "flow_id": "real-1"}
     assert store.begin_step(_claim("<m4@real.test>", pid="ord-new", key="sig-1")).status == "proof_replayed"
     assert store.proof_status(ProofKey("solana", "k7")) == "spent"
 
@@ -130,3 +137,19 @@ def test_compaction_runs_beside_a_live_writer(make: Callable[[], SqlStore]) -> N
     assert report.flows == 2_000  # the live flows are new: not compacted
     assert [f.flow_id for f in worker.list_flows(LOCAL, 1)] == ["real-159"]
     assert len(worker.flow_log("real-120")) == 1
+
+
+def test_transport_events_age_out_on_the_operators_window(make: Callable[[], SqlStore]) -> None:
+    # The AgentMail transport's records (webhook event ids, handled message ids, the
+    # Message-ID -> AgentMail id map) go once older than the window, but never younger
+    # than the poller's 7-day lookback.
+    store = make()
+    inbox = "agentmail-event:seller@agentmail.to"
+    for age in (2, 8, 40):
+        assert store.event_done(inbox, f"evt_{age}d", LATER - timedelta(days=age), {"message_id": "am"})
+    report = compact_ledger(store, older_than=timedelta(days=30), now=LATER)
+    assert report.removed == {"ep_events": 1}
+    assert not store.event_seen(inbox, "evt_40d") and store.event_seen(inbox, "evt_8d")
+    short = compact_ledger(store, older_than=timedelta(days=1), now=LATER)
+    assert short.removed == {"ep_events": 1}
+    assert not store.event_seen(inbox, "evt_8d") and store.event_data(inbox, "evt_2d") == {"message_id": "am"}

@@ -10,43 +10,26 @@ racing for one Message-ID, one (sender, id) or one proof see exactly one winner.
 from __future__ import annotations
 
 import json
-from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
+from envelopay.ledger._sql_base import Executor, Row, SqlBase
 from envelopay.ledger._sql_outbox import OutboxCallsMixin
+from envelopay.ledger.compacted import same_content, small
 from envelopay.ledger.deferrals import DeferralsMixin
 from envelopay.ledger.store import (
     Begin,
-    CallRecord,
     Claim,
     Commit,
     CommitResult,
     FlowRecord,
     LogEntry,
-    OutboxRow,
     ProofKey,
-    outbound_from_row,
     outbound_to_row,
 )
 
-Row = Sequence[Any]
-
-
-class Executor(ABC):
-    @abstractmethod
-    def one(self, sql: str, params: Sequence[Any] = ()) -> Row | None: ...
-
-    @abstractmethod
-    def all(self, sql: str, params: Sequence[Any] = ()) -> list[Row]: ...
-
-    @abstractmethod
-    def exec(self, sql: str, params: Sequence[Any] = ()) -> int: ...
-
-    @abstractmethod
-    def many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None: ...
+__all__ = ["Abort", "Executor", "Row", "SqlStore", "dumps", "iter_chunks"]
 
 
 class Abort(Exception):
@@ -62,34 +45,9 @@ _FLOW_COLS = (
 )
 
 
-class SqlStore(DeferralsMixin, OutboxCallsMixin, ABC):
+class SqlStore(DeferralsMixin, OutboxCallsMixin, SqlBase):
     lock_clause = ""  # " FOR UPDATE" where the backend has row locks
     skip_locked = ""  # " FOR UPDATE SKIP LOCKED" where it has them (claims)
-
-    # -- backend hooks
-    @abstractmethod
-    def write(self) -> AbstractContextManager[Executor]: ...
-
-    @abstractmethod
-    def read(self) -> AbstractContextManager[Executor]: ...
-
-    @abstractmethod
-    def t(self, dt: datetime | None) -> Any: ...
-
-    @abstractmethod
-    def ut(self, value: Any) -> datetime: ...
-
-    @abstractmethod
-    def j(self, obj: Any) -> Any: ...
-
-    @abstractmethod
-    def uj(self, value: Any) -> Any: ...
-
-    def ut_opt(self, value: Any) -> datetime | None:
-        return None if value is None else self.ut(value)
-
-    def uj_opt(self, value: Any) -> Any:
-        return None if value is None else self.uj(value)
 
     # -- records
     def _flow(self, row: Row) -> FlowRecord:
@@ -104,44 +62,6 @@ class SqlStore(DeferralsMixin, OutboxCallsMixin, ABC):
             data=self.uj(row[7]),
             created_at=self.ut(row[8]),
             updated_at=self.ut(row[9]),
-        )
-
-    def _outbox(self, row: Row) -> OutboxRow:
-        ob = outbound_from_row(
-            message_id=row[0],
-            sender=row[2],
-            recipient=row[3],
-            type=row[4],
-            body=self.uj(row[5]),
-            date=self.ut(row[6]),
-            in_reply_to=row[7],
-            refs=self.uj(row[8]),
-            note=row[9],
-        )
-        return OutboxRow(
-            outbound=ob,
-            flow_id=row[1],
-            status=row[10],
-            attempts=int(row[11]),
-            created_at=self.ut(row[12]),
-            next_attempt=self.ut_opt(row[13]),
-            sent_at=self.ut_opt(row[14]),
-            last_error=row[15],
-            bounce_status=row[16],
-        )
-
-    def _call(self, row: Row) -> CallRecord:
-        return CallRecord(
-            call_id=row[0],
-            local=row[1],
-            peer=row[2],
-            message_id=row[3],
-            deadline=self.ut(row[4]),
-            status=row[5],
-            request=self.uj(row[6]),
-            result=self.uj_opt(row[7]),
-            created_at=self.ut_opt(row[8]),
-            resolved_at=self.ut_opt(row[9]),
         )
 
     # -- the inbound step
@@ -228,19 +148,22 @@ class SqlStore(DeferralsMixin, OutboxCallsMixin, ABC):
         if got is not None:
             return None
         row = x.one(
-            "SELECT owner, content_hash, status, outcome FROM ep_replay"
+            "SELECT owner, content_hash, digest, status, outcome FROM ep_replay"
             " WHERE local = ? AND sender = ? AND protocol_id = ?" + self.lock_clause,
             (c.local, c.sender, c.protocol_id),
         )
         assert row is not None
-        owner, digest, status, outcome = row
+        owner, stored_hash, stored_digest, status, outcome = row
         if owner == c.message_id:
             return None
-        if digest != c.content_hash:
+        if not same_content(stored_hash, stored_digest, c.content_hash):
             return Begin("duplicate_id")
         if status != "done":
             return Begin("busy")  # the original is still being handled
-        recorded = self.uj(outcome)
+        if outcome is None:  # a compacted pair: its original claim keeps the outcome
+            got = x.one("SELECT outcome FROM ep_inbound WHERE local = ? AND message_id = ?", (c.local, owner))
+            outcome = got[0] if got is not None else None
+        recorded = self.uj(outcome) if outcome is not None else small(None)
         requeued = tuple(recorded.get("outbox", ()))
         if requeued:
             # The recorded reply goes out again: the same rows, so the same bytes.
@@ -392,10 +315,11 @@ class SqlStore(DeferralsMixin, OutboxCallsMixin, ABC):
         if c.proof is not None and c.proof_fate is not None:
             owner = (c.proof.chain, c.proof.key, c.local, c.message_id or "")
             if c.proof_fate == "spend":
+                # No verdict: the flow log holds it and ages out with it (schema v10).
                 x.exec(
-                    "UPDATE ep_proofs SET status = 'spent', verdict = ?, spent_at = ?"
+                    "UPDATE ep_proofs SET status = 'spent', spent_at = ?"
                     " WHERE chain = ? AND proof_key = ? AND owner_local = ? AND owner_message = ?",
-                    (self.j(dict(c.proof_verdict or {})), now, *owner),
+                    (now, *owner),
                 )
             else:
                 x.exec(

@@ -4,16 +4,12 @@ one sitting). Same conventions: `?` placeholders, single conditional writes."""
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from envelopay.ledger.store import CallRecord, CallStatus, OutboxRow
-
-if TYPE_CHECKING:
-    from envelopay.ledger._sql import Executor, Row
+from envelopay.ledger._sql_base import Row, SqlBase
+from envelopay.ledger.store import CallRecord, CallStatus, OutboxRow, outbound_from_row
 
 __all__ = ["OutboxCallsMixin"]
 
@@ -24,34 +20,48 @@ _OUTBOX_COLS = (
 _CALL_COLS = "call_id, local, peer, message_id, deadline, status, request, result, created_at, resolved_at"
 
 
-class OutboxCallsMixin(ABC):
-    """Provided by SqlStore: the executor, the value codecs and the row decoders."""
+class OutboxCallsMixin(SqlBase):
+    """The outbox, event and call queries over a SqlStore's executor and codecs."""
 
     skip_locked: str  # the backend's row-claim clause (SqlStore)
 
-    @abstractmethod
-    def write(self) -> AbstractContextManager[Executor]: ...
+    def _outbox(self, row: Row) -> OutboxRow:
+        ob = outbound_from_row(
+            message_id=row[0],
+            sender=row[2],
+            recipient=row[3],
+            type=row[4],
+            body=self.uj(row[5]),
+            date=self.ut(row[6]),
+            in_reply_to=row[7],
+            refs=self.uj(row[8]),
+            note=row[9],
+        )
+        return OutboxRow(
+            outbound=ob,
+            flow_id=row[1],
+            status=row[10],
+            attempts=int(row[11]),
+            created_at=self.ut(row[12]),
+            next_attempt=self.ut_opt(row[13]),
+            sent_at=self.ut_opt(row[14]),
+            last_error=row[15],
+            bounce_status=row[16],
+        )
 
-    @abstractmethod
-    def read(self) -> AbstractContextManager[Executor]: ...
-
-    @abstractmethod
-    def t(self, dt: datetime | None) -> Any: ...
-
-    @abstractmethod
-    def ut(self, value: Any) -> datetime: ...
-
-    @abstractmethod
-    def j(self, obj: Any) -> Any: ...
-
-    @abstractmethod
-    def uj(self, value: Any) -> Any: ...
-
-    @abstractmethod
-    def _outbox(self, row: Row) -> OutboxRow: ...
-
-    @abstractmethod
-    def _call(self, row: Row) -> CallRecord: ...
+    def _call(self, row: Row) -> CallRecord:
+        return CallRecord(
+            call_id=row[0],
+            local=row[1],
+            peer=row[2],
+            message_id=row[3],
+            deadline=self.ut(row[4]),
+            status=row[5],
+            request=self.uj(row[6]),
+            result=self.uj_opt(row[7]),
+            created_at=self.ut_opt(row[8]),
+            resolved_at=self.ut_opt(row[9]),
+        )
 
     def outbox_pending(self, now: datetime, limit: int = 100) -> list[OutboxRow]:
         with self.read() as x:

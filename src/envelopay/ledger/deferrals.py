@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
+from envelopay.ledger._sql_base import SqlBase
+
 __all__ = ["Deferral", "DeferralStore", "DeferralsMixin"]
 
 
@@ -61,14 +63,8 @@ class DeferralStore(Protocol):
 _COLS = "local, message_id, raw, first_seen, next_at, deadline, attempts, last_status, last_detail"
 
 
-class DeferralsMixin:
+class DeferralsMixin(SqlBase):
     """The deferral queries over a SqlStore's executor and value codecs."""
-
-    # Provided by SqlStore.
-    write: Any
-    read: Any
-    t: Any
-    ut: Any
 
     def _deferral(self, row: Any) -> Deferral:
         return Deferral(str(row[0]), str(row[1]), base64.b64decode(row[2]), self.ut(row[3]), self.ut(row[4]),

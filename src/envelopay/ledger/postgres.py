@@ -9,6 +9,7 @@ several workers starting at once upgrade an existing database exactly once.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -20,12 +21,14 @@ from psycopg_pool import ConnectionPool
 
 from envelopay.errors import StoreError
 from envelopay.ledger._sql import Executor, Row, SqlStore
-from envelopay.ledger.schema import LATEST, MIGRATIONS_TABLE, steps
+from envelopay.ledger._sql_base import apply_migrations
+from envelopay.ledger.schema import LATEST, MIGRATIONS_TABLE
 from envelopay.ledger.store import Begin, Claim, Commit, CommitResult, FlowRecord, outbound_to_row
 
 __all__ = ["PostgresStore"]
 
 _MIGRATION_LOCK = 0x65_70_6C_65  # "eple": one advisory lock id for schema changes
+_LOCK_TRIES = 50
 
 
 def _pg(sql: str) -> str:
@@ -51,8 +54,9 @@ class _Cursor(Executor):
         self.cur.execute(_pg(sql), params)
         return self.cur.rowcount
 
-    def many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+    def many(self, sql: str, rows: Sequence[Sequence[Any]]) -> int:
         self.cur.executemany(_pg(sql), rows)
+        return self.cur.rowcount
 
 
 class PostgresStore(SqlStore):
@@ -225,22 +229,35 @@ class PostgresStore(SqlStore):
         return int(row[0] or 0) if row else 0
 
     def migrate(self, target: int = LATEST) -> int:
+        # A migration that alters tables takes every ep_ table's lock at once, NOWAIT,
+        # before its first statement: waiting for one lock while holding another could
+        # deadlock with live workers (a step's two calls take ep_replay and ep_flows in
+        # opposite orders). Busy: roll back, wait a moment, try again; the last try waits.
+        current = 0
+        for attempt in range(_LOCK_TRIES):
+            try:
+                current = self._migrate(target, nowait=attempt < _LOCK_TRIES - 1)
+                break
+            except StoreError as exc:
+                if not isinstance(exc.__cause__, psycopg.errors.LockNotAvailable):
+                    raise
+                time.sleep(0.02 * (attempt + 1))
+        self._server_steps = current >= 3
+        return current
+
+    def _migrate(self, target: int, *, nowait: bool) -> int:
         with self.write() as x:
             x.exec("SELECT pg_advisory_xact_lock(?)", (_MIGRATION_LOCK,))
             x.exec(MIGRATIONS_TABLE)
             row = x.one("SELECT MAX(version) FROM ep_migrations")
-            current = int(row[0] or 0) if row else 0
-            for version, name, stmts in steps("postgres"):
-                if current < version <= target:
-                    for stmt in stmts:
-                        x.exec(stmt)
-                    x.exec(
-                        "INSERT INTO ep_migrations (version, name, applied_at) VALUES (?, ?, ?)",
-                        (version, name, datetime.now(UTC).isoformat()),
-                    )
-                    current = version
-        self._server_steps = current >= 3
-        return current
+            if (int(row[0] or 0) if row else 0) < target:
+                tables = [r[0] for r in x.all(
+                    "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
+                    " AND left(tablename, 3) = 'ep_' AND tablename <> 'ep_migrations' ORDER BY tablename"
+                )]
+                if tables:
+                    x.exec(f"LOCK TABLE {', '.join(tables)} IN ACCESS EXCLUSIVE MODE{' NOWAIT' * nowait}")
+            return apply_migrations(x, "postgres", target, datetime.now(UTC).isoformat())
 
     def close(self) -> None:
         self.pool.close()

@@ -1,28 +1,36 @@
 """Ledger retention: what is kept forever in its smallest form, and what ages out.
 
 Kept forever (they are what refuses replays; SPEC.md "Retention"):
-- spent proof keys (`ep_proofs`): a proof spent once is refused for good;
-- the (sender, id) pairs (`ep_replay`), with the body's hash: a reused id is refused, a
-  retransmission is still recognised; when its flow is compacted the recorded outcome
-  shrinks like a claim's (its outbox rows are gone: nothing is sent again);
+- spent proof keys (`ep_proofs`): a proof spent once is refused for good; the row keeps
+  its key, owner and times (v10 writes no verdict; an older row's verdict is cleared);
+- the (sender, id) pairs (`ep_replay`): a reused id is refused, a retransmission is
+  still recognised. Once its flow is compacted the pair keeps 16 bytes of the body's
+  hash (`digest`, compacted.py) and no outcome: a retransmission answers with its
+  original claim's;
 - each inbound Message-ID claim (`ep_inbound`): a redelivered message is still `seen`;
-  its outcome shrinks to its status, its lease and worker are cleared;
-- the flow row (`ep_flows`: state, data, version), and a per-flow summary
-  (`ep_flow_summary`: how many log entries were deleted, and when).
+  its outcome shrinks to its status and flow (compacted.small), and its lease, worker,
+  unused content hash and done time are cleared;
+- the flow row (`ep_flows`: state, data, version), with `compacted`: how many log
+  entries were deleted (the per-flow summary).
 
 Aged out once older than the window the operator gives:
-- outbox rows no longer pending (sent or failed), by `created_at`;
+- outbox rows no longer pending (sent, failed, bounced), by `created_at`;
 - for flows not updated within the window: their message log, Message-ID links and
   typed refs. A late message in such a flow no longer finds it (it is answered as an
   unknown ref, or starts a new flow): the window is also the flows' idle lifetime;
-- settled calls of the email-as-tool client, by `resolved_at`.
+- settled calls of the email-as-tool client, by `resolved_at`;
+- transport events (`ep_events`: AgentMail webhook event ids, handled message ids, the
+  Message-ID → AgentMail id map), by `done_at`, never younger than EVENTS_FLOOR (the
+  AgentMail poller looks back 7 days; a message it lists must still be known handled).
 
-Online: every batch is one short write transaction on the store's own connection, so
-workers keep running beside it (SQLite: they wait at most one batch for the write lock;
-PostgreSQL: only the compacted rows are locked). Each walk resumes from a cursor kept
-in `ep_retention`, so a run costs what it removes, not the ledger's size. Deleted space
-is reused by later writes (SQLite's free pages; PostgreSQL's VACUUM, which `vacuum=True`
-runs, online, after the batches).
+Online: every batch is one short write transaction of a few set-based statements on
+the store's own connection (no statement per row), so workers keep running beside it
+(SQLite: they wait at most one batch for the write lock; PostgreSQL: only the compacted
+rows are locked). Each walk goes in index order from where its last batch stopped
+(keyset pagination: a batch never rescans what earlier batches removed), and the flow
+walk keeps its cursor in `ep_retention`, so a run costs what it removes, not the
+ledger's size. Deleted space is reused by later writes (SQLite's free pages;
+PostgreSQL's VACUUM, which `vacuum=True` runs, online, after the batches).
 """
 
 from __future__ import annotations
@@ -35,15 +43,17 @@ from typing import Any
 
 from envelopay.ledger._sql import Executor, SqlStore
 
-__all__ = ["CompactReport", "compact_ledger", "ledger_bytes"]
+__all__ = ["EVENTS_FLOOR", "CompactReport", "compact_ledger", "ledger_bytes"]
 
-_TABLES = ("ep_log", "ep_outbox", "ep_flow_msgids", "ep_flow_refs", "ep_inbound", "ep_calls")
+EVENTS_FLOOR = timedelta(days=7)
+_TABLES = ("ep_log", "ep_outbox", "ep_flow_msgids", "ep_flow_refs", "ep_inbound", "ep_calls", "ep_replay",
+           "ep_proofs", "ep_events", "ep_flows")
 
 
 @dataclass
 class CompactReport:
     cutoff: datetime
-    flows: int = 0  # flows compacted into a summary
+    flows: int = 0  # flows compacted (their log counted into `ep_flows.compacted`)
     removed: dict[str, int] = field(default_factory=dict)
     trimmed: dict[str, int] = field(default_factory=dict)
 
@@ -56,17 +66,35 @@ class CompactReport:
         }
 
     def _add(self, where: dict[str, int], table: str, n: int) -> None:
-        where[table] = where.get(table, 0) + max(n, 0)
+        if n > 0:
+            where[table] = where.get(table, 0) + n
 
 
-def _small(outcome: Any) -> dict[str, Any]:
-    """An outcome's smallest form: its status and flow, marked compacted (`status` is
-    what every reader of an outcome needs)."""
-    doc = outcome if isinstance(outcome, dict) else {}
-    out: dict[str, Any] = {"status": doc.get("status") or "compacted", "compacted": True}
-    if isinstance(doc.get("flow_id"), str):
-        out["flow_id"] = doc["flow_id"]
-    return out
+@dataclass(frozen=True)
+class _Walk:
+    """One time-ordered batch walk over a partial index: `action` applies to the rows
+    matching `where` whose time `at` is older than the cutoff, oldest first."""
+
+    table: str
+    at: str
+    where: str
+    action: str  # "DELETE FROM t" or "UPDATE t SET ..."
+    trims: bool = False  # counted as trimmed (kept, shrunk) rather than removed
+
+
+_WALKS = (
+    _Walk("ep_outbox", "created_at", "status <> 'pending'", "DELETE FROM ep_outbox"),
+    _Walk("ep_calls", "resolved_at", "status <> 'pending'", "DELETE FROM ep_calls"),
+    _Walk("ep_events", "done_at", "done_at IS NOT NULL", "DELETE FROM ep_events"),
+    _Walk("ep_proofs", "spent_at", "status = 'spent' AND verdict IS NOT NULL",
+          "UPDATE ep_proofs SET verdict = NULL", trims=True),
+    # A claim's lease and worker mean nothing once it is done (begin_step answers `seen`
+    # from the status first), nor its content hash (the pair holds the one compared);
+    # clearing the lease takes the row out of the index this walk reads.
+    _Walk("ep_inbound", "done_at", "status = 'done' AND lease_until IS NOT NULL",
+          "UPDATE ep_inbound SET outcome = ep_small(outcome), lease_until = NULL, worker = NULL,"
+          " content_hash = '', done_at = NULL", trims=True),
+)
 
 
 def _mark(x: Executor, name: str) -> list[str] | None:
@@ -82,10 +110,6 @@ def _set_mark(store: SqlStore, x: Executor, name: str, mark: Sequence[Any], now:
     )
 
 
-def _text_time(store: SqlStore, value: Any) -> str:
-    return store.ut(value).isoformat()
-
-
 def compact_ledger(
     store: SqlStore,
     *,
@@ -99,9 +123,18 @@ def compact_ledger(
     `pause` runs between batches (a sleep, to leave the write lock to workers)."""
     cutoff = now - older_than
     report = CompactReport(cutoff)
-    steps = (_outbox, _flows, _calls, _inbound)
-    for step in steps:
-        while step(store, report, cutoff, now, batch):
+    _statistics(store)
+    while _flows(store, report, cutoff, now, batch):
+        if pause is not None:
+            pause()
+    for walk in _WALKS:
+        until = min(cutoff, now - EVENTS_FLOOR) if walk.table == "ep_events" else cutoff
+        since: Any = None
+        while True:
+            n, seen, since = _batch(store, walk, store.t(until), since, batch)
+            report._add(report.trimmed if walk.trims else report.removed, walk.table, n)
+            if seen < batch:
+                break
             if pause is not None:
                 pause()
     if vacuum:
@@ -109,32 +142,31 @@ def compact_ledger(
     return report
 
 
-def _outbox(store: SqlStore, r: CompactReport, cutoff: datetime, now: datetime, batch: int) -> bool:
+def _batch(store: SqlStore, w: _Walk, until: Any, since: Any, batch: int) -> tuple[int, int, Any]:
+    """One batch of a walk: (rows done, rows it chose, where the next batch starts). The batch
+    is an index range: from the last batch's end (inclusive: rows of that time it did
+    not reach still match, the ones it did no longer do) to the time of the `batch`-th
+    row, so no batch steps again over what earlier ones removed (PostgreSQL keeps dead
+    index entries until VACUUM) and no statement names rows one by one."""
+    rng, args = f"{w.where} AND {w.at} < ?", [until]
+    if since is not None:
+        rng, args = rng + f" AND {w.at} >= ?", [*args, since]
     with store.write() as x:
-        n = x.exec(
-            "DELETE FROM ep_outbox WHERE seq IN (SELECT seq FROM ep_outbox WHERE status <> 'pending'"
-            " AND created_at < ? ORDER BY created_at, seq LIMIT ?)",
-            (store.t(cutoff), batch),
+        got = x.one(
+            f"SELECT count(*), max(at) FROM (SELECT {w.at} AS at FROM {w.table} WHERE {rng}"
+            f" ORDER BY {w.at} LIMIT ?) b",
+            (*args, batch),
         )
-    r._add(r.removed, "ep_outbox", n)
-    return n >= batch
-
-
-def _calls(store: SqlStore, r: CompactReport, cutoff: datetime, now: datetime, batch: int) -> bool:
-    with store.write() as x:
-        n = x.exec(
-            "DELETE FROM ep_calls WHERE call_id IN (SELECT call_id FROM ep_calls WHERE status <> 'pending'"
-            " AND resolved_at < ? ORDER BY resolved_at, call_id LIMIT ?)",
-            (store.t(cutoff), batch),
-        )
-    r._add(r.removed, "ep_calls", n)
-    return n >= batch
+        if got is None or not got[0]:
+            return 0, 0, since
+        n = x.exec(f"{w.action} WHERE {rng} AND {w.at} <= ?", (*args, got[1]))
+    return n, int(got[0]), got[1]
 
 
 def _flows(store: SqlStore, r: CompactReport, cutoff: datetime, now: datetime, batch: int) -> bool:
     with store.write() as x:
         mark = _mark(x, "flows")
-        sql = "SELECT flow_id, updated_at FROM ep_flows WHERE updated_at < ?"
+        sql = "SELECT flow_id, updated_at, local FROM ep_flows WHERE updated_at < ?"
         args: list[Any] = [store.t(cutoff)]
         if mark is not None:
             sql += " AND (updated_at, flow_id) > (?, ?)"
@@ -144,64 +176,47 @@ def _flows(store: SqlStore, r: CompactReport, cutoff: datetime, now: datetime, b
             return False
         ids = [row[0] for row in rows]
         marks = ",".join("?" * len(ids))
-        counts = x.all(
-            f"SELECT flow_id, count(*) FROM ep_log WHERE flow_id IN ({marks}) GROUP BY flow_id", ids
+        x.exec(
+            "UPDATE ep_flows SET compacted = coalesce(compacted, 0)"
+            " + (SELECT count(*) FROM ep_log l WHERE l.flow_id = ep_flows.flow_id)"
+            f" WHERE flow_id IN ({marks})",
+            ids,
         )
-        x.many(
-            "INSERT INTO ep_flow_summary (flow_id, messages, compacted_at) VALUES (?, ?, ?)"
-            " ON CONFLICT (flow_id) DO UPDATE SET messages = ep_flow_summary.messages + excluded.messages,"
-            " compacted_at = excluded.compacted_at",
-            [(fid, int(n), store.t(now)) for fid, n in counts],
+        # The flows' (sender, id) pairs keep their row and 16 bytes of the hash; the
+        # outcome goes (the original claim keeps its own, which a retransmission reads).
+        # One primary-key update per pair, pipelined: a join here is a plan that can
+        # flip (without statistics PostgreSQL walked the log for every pair).
+        local = {row[0]: row[2] for row in rows}
+        pairs = x.all(
+            f"SELECT flow_id, sender, protocol_id FROM ep_log WHERE flow_id IN ({marks})"
+            " AND direction = 'in' AND protocol_id IS NOT NULL AND sender IS NOT NULL",
+            ids,
         )
-        _shrink_replays(store, x, ids, marks)
+        keys = sorted({(local[f], s, p) for f, s, p in pairs})
+        if keys:
+            r._add(r.trimmed, "ep_replay", x.many(
+                "UPDATE ep_replay SET digest = ep_digest(content_hash), content_hash = '', outcome = NULL"
+                " WHERE local = ? AND sender = ? AND protocol_id = ? AND digest IS NULL AND status = 'done'"
+                " AND EXISTS (SELECT 1 FROM ep_inbound i WHERE i.local = ep_replay.local"
+                " AND i.message_id = ep_replay.owner)",
+                keys,
+            ))
         for table in ("ep_log", "ep_flow_msgids", "ep_flow_refs"):
             r._add(r.removed, table, x.exec(f"DELETE FROM {table} WHERE flow_id IN ({marks})", ids))
         last = rows[-1]
-        _set_mark(store, x, "flows", (_text_time(store, last[1]), last[0]), now)
+        _set_mark(store, x, "flows", (store.ut(last[1]).isoformat(), last[0]), now)
     r.flows += len(ids)
     return len(rows) >= batch
 
 
-def _shrink_replays(store: SqlStore, x: Executor, ids: list[str], marks: str) -> None:
-    """The (sender, id) pairs of the flows' inbound messages keep their row; the recorded
-    outcome shrinks (its outbox rows are gone: a retransmission now requeues nothing)."""
-    pairs = x.all(
-        "SELECT DISTINCT f.local, l.sender, l.protocol_id FROM ep_log l"
-        " JOIN ep_flows f ON f.flow_id = l.flow_id"
-        f" WHERE l.flow_id IN ({marks}) AND l.direction = 'in' AND l.protocol_id IS NOT NULL"
-        " AND l.sender IS NOT NULL",
-        ids,
-    )
-    for local, sender, pid in pairs:
-        row = x.one(
-            "SELECT outcome FROM ep_replay WHERE local = ? AND sender = ? AND protocol_id = ?"
-            " AND status = 'done'",
-            (local, sender, pid),
-        )
-        if row is not None:
-            x.exec(
-                "UPDATE ep_replay SET outcome = ? WHERE local = ? AND sender = ? AND protocol_id = ?",
-                (store.j(_small(store.uj_opt(row[0]))), local, sender, pid),
-            )
-
-
-def _inbound(store: SqlStore, r: CompactReport, cutoff: datetime, now: datetime, batch: int) -> bool:
-    # A claim's lease and worker mean nothing once it is done (begin_step answers `seen`
-    # from the status first); clearing the lease also takes the row out of the index
-    # this walk reads, so compacted claims cost the next run nothing.
-    with store.write() as x:
-        rows = x.all(
-            "SELECT local, message_id, outcome FROM ep_inbound WHERE status = 'done'"
-            " AND lease_until IS NOT NULL AND done_at < ? ORDER BY done_at LIMIT ?",
-            (store.t(cutoff), batch),
-        )
-        x.many(
-            "UPDATE ep_inbound SET outcome = ?, lease_until = NULL, worker = NULL"
-            " WHERE local = ? AND message_id = ?",
-            [(store.j(_small(store.uj_opt(o))), loc, mid) for loc, mid, o in rows],
-        )
-    r._add(r.trimmed, "ep_inbound", len(rows))
-    return len(rows) >= batch
+def _statistics(store: SqlStore) -> None:
+    """PostgreSQL: statistics first (ANALYZE samples; online). Without any, as on a
+    ledger just filled or restored, the planner may walk a whole table for each batch."""
+    pool = getattr(store, "pool", None)
+    if pool is not None:
+        with pool.connection() as conn:
+            for table in _TABLES:
+                conn.execute(f"ANALYZE {table}")
 
 
 def _vacuum(store: SqlStore) -> None:

@@ -12,6 +12,7 @@ Dialect = Literal["sqlite", "postgres"]
 _TIME = {"sqlite": "TEXT", "postgres": "TIMESTAMPTZ"}
 _JSON = {"sqlite": "TEXT", "postgres": "JSONB"}
 _SERIAL = {"sqlite": "INTEGER PRIMARY KEY AUTOINCREMENT", "postgres": "BIGSERIAL PRIMARY KEY"}
+_BLOB = {"sqlite": "BLOB", "postgres": "BYTEA"}
 
 _V1 = """
 CREATE TABLE ep_inbound (
@@ -108,6 +109,24 @@ CREATE TABLE ep_flow_summary (flow_id TEXT PRIMARY KEY, messages INTEGER NOT NUL
 CREATE TABLE ep_retention (name TEXT PRIMARY KEY, mark TEXT NOT NULL, at {T} NOT NULL)
 """
 
+# v10 (issue 17): what stays forever, in its smallest form. Every statement is instant or
+# touches only compacted rows, so a live ledger upgrades beside its workers: new columns
+# are nullable (no rewrite on either backend), the per-flow summary moves into the flow
+# row (`compacted`: log entries deleted; only flows compacted before, all idle), and two
+# partial indexes hold only rows compaction has still to shrink: spent proofs that still
+# carry a verdict (v10 no longer writes it: the flow log holds the same verdict, and ages
+# out with it) and transport events by age. A compacted (sender, id) pair keeps its
+# content hash in 16 bytes (`digest`, ep_digest(): compacted.py) and no outcome
+# (a retransmission reads its original claim's outcome instead).
+_V10 = """
+ALTER TABLE ep_replay ADD COLUMN digest {B};
+ALTER TABLE ep_flows ADD COLUMN compacted INTEGER;
+UPDATE ep_flows SET compacted = s.messages FROM ep_flow_summary s WHERE s.flow_id = ep_flows.flow_id;
+DROP TABLE ep_flow_summary;
+CREATE INDEX ep_proofs_trim ON ep_proofs (spent_at) WHERE status = 'spent' AND verdict IS NOT NULL;
+CREATE INDEX ep_events_done ON ep_events (done_at)
+"""
+
 MIGRATIONS: tuple[tuple[int, str, str], ...] = (
     (1, "inbound, replay, proofs, flows, log, outbox", _V1),
     (2, "calls; outbox drain index", _V2),
@@ -115,6 +134,7 @@ MIGRATIONS: tuple[tuple[int, str, str], ...] = (
     (7, "outbox claims (owner, lease)", _V7),
     (8, "partial drain index; paging and retention indexes", _V8_PLANS),
     (9, "deferred proofs", _V9),
+    (10, "smallest retained form: digests, summary in the flow row", _V10),
 )
 
 MIGRATIONS_TABLE = (
@@ -125,6 +145,7 @@ MIGRATIONS_TABLE = (
 
 def statements(sql: str, dialect: Dialect) -> list[str]:
     text = sql.replace("{T}", _TIME[dialect]).replace("{J}", _JSON[dialect]).replace("{S}", _SERIAL[dialect])
+    text = text.replace("{B}", _BLOB[dialect])
     return [s.strip() for s in text.split(";") if s.strip()]
 
 
@@ -335,20 +356,63 @@ _PG_PROOF_V6 = """            SELECT p.owner_local, p.owner_message, p.status AS
 assert _PG_PROOF_V4 in _PG_BEGIN_V4
 _PG_BEGIN_V6 = _PG_BEGIN_V4.replace(_PG_PROOF_V4, _PG_PROOF_V6, 1)
 
+# v10 (PostgreSQL): the two codecs compaction uses (SQLite registers the same two on its
+# connection: ledger/compacted.py), and the step functions reading a compacted pair (its
+# digest; its outcome from the original claim) and writing no verdict on a spent proof.
+_PG_DIGEST = r"""
+CREATE OR REPLACE FUNCTION ep_digest(h text) RETURNS bytea LANGUAGE sql IMMUTABLE AS $$
+    SELECT substring(CASE WHEN h ~ '^[0-9a-f]{64}$' THEN decode(h, 'hex')
+                          ELSE sha256(convert_to(h, 'UTF8')) END FROM 1 FOR 16)
+$$
+"""
+_PG_SMALL = r"""
+CREATE OR REPLACE FUNCTION ep_small(o jsonb) RETURNS jsonb LANGUAGE sql IMMUTABLE AS $$
+    SELECT jsonb_strip_nulls(jsonb_build_object(
+        'status', CASE WHEN jsonb_typeof(o -> 'status') = 'string' AND o ->> 'status' <> ''
+                       THEN o ->> 'status' ELSE 'compacted' END,
+        'flow_id', CASE WHEN jsonb_typeof(o -> 'flow_id') = 'string' THEN o -> 'flow_id' END))
+$$
+"""
+_PG_BEGIN_V10 = _PG_BEGIN_V6
+for _old, _new in (
+    ("    queued jsonb;\n", "    queued jsonb;\n    recorded jsonb;\n"),
+    ("SELECT owner, content_hash, status, outcome INTO r FROM ep_replay",
+     "SELECT owner, content_hash, digest, status, outcome INTO r FROM ep_replay"),
+    ("IF r.content_hash <> p_hash THEN",
+     "IF (CASE WHEN r.digest IS NULL THEN r.content_hash <> p_hash\n"
+     "                    ELSE r.digest <> ep_digest(p_hash) END) THEN"),
+    ("                queued := coalesce(r.outcome -> 'outbox', '[]'::jsonb);",
+     "                recorded := coalesce(r.outcome, (SELECT i.outcome FROM ep_inbound i\n"
+     "                    WHERE i.local = p_local AND i.message_id = r.owner), ep_small('{}'::jsonb));\n"
+     "                queued := coalesce(recorded -> 'outbox', '[]'::jsonb);"),
+    ("outcome = r.outcome || jsonb_build_object", "outcome = recorded || jsonb_build_object"),
+    ("'retransmission_of', r.outcome -> 'message_id')", "'retransmission_of', recorded -> 'message_id')"),
+    ("'outcome', r.outcome,\n", "'outcome', recorded,\n"),
+):
+    assert _old in _PG_BEGIN_V10, _old
+    _PG_BEGIN_V10 = _PG_BEGIN_V10.replace(_old, _new, 1)
+_PG_COMMIT_V10 = _PG_COMMIT.replace(
+    "SET status = 'spent', verdict = c -> 'proof_verdict', spent_at = v_now",
+    "SET status = 'spent', spent_at = v_now", 1)
+assert _PG_COMMIT_V10 != _PG_COMMIT
+
 # Migrations whose statements differ per dialect, given as ready statement lists.
 DIALECT_MIGRATIONS: dict[int, tuple[str, dict[str, tuple[str, ...]]]] = {
     3: ("server-side step functions (PostgreSQL)", {"sqlite": (), "postgres": (_PG_BEGIN, _PG_COMMIT)}),
     4: ("begin call commits asynchronously (PostgreSQL)", {"sqlite": (), "postgres": (_PG_BEGIN_V4,)}),
     6: ("a proof held by a live message is busy, not replayed (PostgreSQL)",
         {"sqlite": (), "postgres": (_PG_BEGIN_V6,)}),
+    10: ("", {"sqlite": (), "postgres": (_PG_DIGEST, _PG_SMALL, _PG_BEGIN_V10, _PG_COMMIT_V10)}),
 }
 
 
 def steps(dialect: Dialect) -> list[tuple[int, str, list[str]]]:
     """Every migration in order: (version, name, statements for this dialect)."""
-    out = [(v, name, statements(sql, dialect)) for v, name, sql in MIGRATIONS]
-    out += [(v, name, list(per[dialect])) for v, (name, per) in DIALECT_MIGRATIONS.items()]
-    return sorted(out)
+    found = {v: (name, statements(sql, dialect)) for v, name, sql in MIGRATIONS}
+    for v, (name, per) in DIALECT_MIGRATIONS.items():  # a version may have both parts
+        base_name, stmts = found.get(v, (name, []))
+        found[v] = (base_name, stmts + list(per[dialect]))
+    return [(v, name, stmts) for v, (name, stmts) in sorted(found.items())]
 
 
 LATEST = max([v for v, _, _ in MIGRATIONS] + list(DIALECT_MIGRATIONS))

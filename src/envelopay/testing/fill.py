@@ -55,7 +55,7 @@ _TABLES: tuple[tuple[str, str, str], ...] = (
         "ep_proofs",
         "chain, proof_key, owner_local, owner_message, status, verdict, created_at, spent_at",
         "'solana', 'k' || {i}, '{L}', '<in' || {i} || '@fill.test>', 'spent',"
-        " {J<}'{\"status\":\"valid\",\"amount\":\"1.00\"}'{J>}, {T}({i}), {T}({i})",
+        " NULL, {T}({i}), {T}({i})",
     ),
     (
         "ep_flow_refs",

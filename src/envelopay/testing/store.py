@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from envelopay.ledger.schema import LATEST
 from envelopay.ledger.store import (
@@ -80,6 +81,11 @@ def _flow(local: str, fid: str, version: int = 0, state: str = "ordered") -> Flo
     )
 
 
+def _done(local: str, mid: str, status: str, **kw: Any) -> Commit:
+    """The commit that finishes inbound `mid` (worker w1) with outcome `status`."""
+    return Commit(local, T0, {"status": status}, message_id=mid, worker="w1", **kw)
+
+
 def check_claim_and_seen(factory: Callable[[], Store]) -> None:
     s, local = factory(), _ns("claim")
     assert s.begin_step(_claim(local, "<m1>")).status == "new"
@@ -92,7 +98,7 @@ def check_claim_and_seen(factory: Callable[[], Store]) -> None:
     assert again.outcome is not None and again.outcome["k"] == 1
     assert s.inbound_outcome(local, "<m1>") == {"status": "processed", "k": 1}
     # A finished message cannot be finished twice.
-    assert s.commit_step(Commit(local, T0, {"status": "x"}, message_id="<m1>", worker="w1")) == "lost"
+    assert s.commit_step(_done(local, "<m1>", "x")) == "lost"
     # Another mailbox's claim on the same Message-ID is its own.
     assert s.begin_step(_claim(_ns("claim-other"), "<m1>")).status == "new"
 
@@ -147,16 +153,7 @@ def check_replay_keys(factory: Callable[[], Store]) -> None:
     # A released reservation may be taken again (a pending verdict).
     c5 = _claim(local, "<r5>", sender=peer, protocol_id="pay_5", content_hash="H5")
     assert s.begin_step(c5).status == "new"
-    rel = Commit(
-        local,
-        T0,
-        {"status": "refused"},
-        message_id="<r5>",
-        worker="w1",
-        sender=peer,
-        protocol_id="pay_5",
-        replay_fate="release",
-    )
+    rel = _done(local, "<r5>", "refused", sender=peer, protocol_id="pay_5", replay_fate="release")
     assert s.commit_step(rel) == "ok"
     assert (
         s.begin_step(_claim(local, "<r6>", sender=peer, protocol_id="pay_5", content_hash="H5")).status
@@ -187,16 +184,7 @@ def check_proof_keys(factory: Callable[[], Store]) -> None:
     taken = _claim(local, "<t3>", proof=r, worker="w2", now=later, lease_until=later + timedelta(seconds=60))
     assert s.begin_step(taken).status == "new"
     assert s.proof_status(r) == "held"
-    spend = Commit(
-        local,
-        T0,
-        {"status": "processed"},
-        message_id="<p1>",
-        worker="w1",
-        proof=p,
-        proof_fate="spend",
-        proof_verdict={"status": "ok"},
-    )
+    spend = _done(local, "<p1>", "processed", proof=p, proof_fate="spend", proof_verdict={"status": "ok"})
     assert s.commit_step(spend) == "ok"
     assert s.proof_status(p) == "spent"
     # Spent forever, whoever presents it, to whichever mailbox.
@@ -204,12 +192,15 @@ def check_proof_keys(factory: Callable[[], Store]) -> None:
     assert s.begin_step(_claim(local, "<p4>", proof=ProofKey("base", p.key))).status == "new"  # other chain
     q = ProofKey("solana", f"sig-{next(_seq)}")
     assert s.begin_step(_claim(local, "<q1>", proof=q)).status == "new"
-    rel = Commit(
-        local, T0, {"status": "refused"}, message_id="<q1>", worker="w1", proof=q, proof_fate="release"
-    )
+    rel = _done(local, "<q1>", "refused", proof=q, proof_fate="release")
     assert s.commit_step(rel) == "ok"
     assert s.proof_status(q) is None
     assert s.begin_step(_claim(local, "<q2>", proof=q)).status == "new"
+
+
+def _finish(local: str, mid: str, flow: FlowRecord, **kw: Any) -> Commit:
+    """The commit that finishes inbound `mid` (worker w1) by writing `flow`."""
+    return _done(local, mid, "processed", flow=FlowWrite(flow), **kw)
 
 
 def check_flow_versions(factory: Callable[[], Store]) -> None:
@@ -217,52 +208,22 @@ def check_flow_versions(factory: Callable[[], Store]) -> None:
     fid = f"flow-{next(_seq)}"
     assert s.begin_step(_claim(local, "<f1>")).status == "new"
     ob = _outbound(local, 2)
-    create = Commit(
-        local,
-        T0,
-        {"status": "processed"},
-        message_id="<f1>",
-        worker="w1",
-        flow=FlowWrite(_flow(local, fid)),
-        outbox=((ob, fid),),
-    )
+    create = _finish(local, "<f1>", _flow(local, fid), outbox=((ob, fid),))
     assert s.commit_step(create) == "ok"
     got = s.get_flow(fid)
     assert got is not None and got.version == 1 and got.state == "ordered" and got.data["n"] == 0
     # Finishing an already finished message with a new flow: lost, and the flow not written.
-    lost = Commit(
-        local,
-        T0,
-        {"status": "processed"},
-        message_id="<f1>",
-        worker="w1",
-        flow=FlowWrite(_flow(local, fid + "-x")),
-    )
+    lost = _finish(local, "<f1>", _flow(local, fid + "-x"))
     assert s.commit_step(lost) == "lost"
     assert s.get_flow(fid + "-x") is None
     # A second creation of the same flow conflicts, and writes nothing at all.
     assert s.begin_step(_claim(local, "<f2>")).status == "new"
     ob3 = _outbound(local, 3)
-    again = Commit(
-        local,
-        T0,
-        {"status": "processed"},
-        message_id="<f2>",
-        worker="w1",
-        flow=FlowWrite(_flow(local, fid)),
-        outbox=((ob3, fid),),
-    )
+    again = _finish(local, "<f2>", _flow(local, fid), outbox=((ob3, fid),))
     assert s.commit_step(again) == "conflict"
     assert s.outbox_get(ob3.message_id) is None
     assert s.inbound_outcome(local, "<f2>") is None  # still claimed, not done
-    upd = Commit(
-        local,
-        T0,
-        {"status": "processed"},
-        message_id="<f2>",
-        worker="w1",
-        flow=FlowWrite(_flow(local, fid, version=1, state="invoiced")),
-    )
+    upd = _finish(local, "<f2>", _flow(local, fid, version=1, state="invoiced"))
     assert s.commit_step(upd) == "ok"
     stale = Commit(local, T0, {"status": "sent"}, flow=FlowWrite(_flow(local, fid, version=1, state="paid")))
     assert s.commit_step(stale) == "conflict"
