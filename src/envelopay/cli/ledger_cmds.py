@@ -58,4 +58,5 @@ def register(app: typer.Typer) -> None:
         removed = sum(report.removed.values())
         finish(keep.as_json, ran("ledger compact") | doc,
                [f"compacted {report.flows} flows; removed {removed} rows; "
-                f"trimmed {sum(report.trimmed.values())} claims (cutoff {doc['cutoff']})"])
+                f"trimmed {sum(report.trimmed.values())} kept rows (claims, pairs, proofs) "
+                f"(cutoff {doc['cutoff']})"])
