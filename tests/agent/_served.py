@@ -1,5 +1,5 @@
-"""A worker served in a background thread for the CLI tests here, and the DKIM record
-line one agent's config needs for its peer's key."""
+"""A worker served in a background thread for the CLI tests here, the DKIM record line
+one agent's config needs for its peer's key, and the garden wiring of an `init` config."""
 
 from __future__ import annotations
 
@@ -42,3 +42,13 @@ def dkim_record(agent_dir: Path, selector: str) -> str:
     """The `[dkim_records]` line publishing the key `envelopay init` wrote in `agent_dir`."""
     txt = (agent_dir / "keys" / "dkim.txt").read_text().strip()
     return f'"{selector}._domainkey.garden.local" = "{txt}"\n'
+
+
+def wire_garden(cfg: Path, garden: Path, sock: Path, records: str, peers: list[str]) -> None:
+    """Point an `init` config at one shared garden (root, socket, the peers it hosts) and
+    add the peer's DKIM record."""
+    text = cfg.read_text()
+    text = text.replace('garden_root = "var/garden"', f'garden_root = "{garden}"\ngarden_socket = "{sock}"\n'
+                        f"garden_addresses = {peers!r}".replace("'", '"'))
+    text = text.replace("[dkim_records]\n", "[dkim_records]\n" + records)
+    cfg.write_text(text)

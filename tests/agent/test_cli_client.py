@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from _served import dkim_record, served
+from _served import dkim_record, served, wire_garden
 from typer.testing import CliRunner
 
 from envelopay.cli.app import app
@@ -25,14 +25,6 @@ WORKER = "worker@garden.local"
 CLIENT = "client@garden.local"
 
 
-def _wire(cfg: Path, garden: Path, sock: Path, records: str, peers: list[str]) -> None:
-    text = cfg.read_text()
-    text = text.replace('garden_root = "var/garden"', f'garden_root = "{garden}"\ngarden_socket = "{sock}"\n'
-                        f"garden_addresses = {peers!r}".replace("'", '"'))
-    text = text.replace("[dkim_records]\n", "[dkim_records]\n" + records)
-    cfg.write_text(text)
-
-
 def _agents(tmp_path: Path) -> tuple[Path, Path]:
     """A worker and a client (their folders) made by `envelopay init`, wired to one
     embedded garden whose socket path is short enough for AF_UNIX."""
@@ -40,8 +32,8 @@ def _agents(tmp_path: Path) -> tuple[Path, Path]:
     init_agent(wdir, address=WORKER)
     init_agent(cdir, address=CLIENT)
     sock = Path(tempfile.mkdtemp(prefix="ep", dir="/tmp")) / "lmtp.sock"
-    _wire(wdir / "envelopay.toml", tmp_path / "garden", sock, dkim_record(cdir, "client"), [CLIENT])
-    _wire(cdir / "envelopay.toml", tmp_path / "garden", sock, dkim_record(wdir, "worker"), [])
+    wire_garden(wdir / "envelopay.toml", tmp_path / "garden", sock, dkim_record(cdir, "client"), [CLIENT])
+    wire_garden(cdir / "envelopay.toml", tmp_path / "garden", sock, dkim_record(wdir, "worker"), [])
     admit_agent(wdir / "garden-accounts.json", cdir / "envelopay.toml")  # the garden authenticates
     return wdir, cdir
 

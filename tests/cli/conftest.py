@@ -20,6 +20,11 @@ from typing import Any
 import pytest
 from aiosmtpd.controller import Controller
 
+# The agent tests' helpers (tests/agent/_served.py): the garden wiring of `init` configs.
+if str(Path(__file__).resolve().parents[1] / "agent") not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agent"))
+from _served import dkim_record, wire_garden
+
 from envelopay.mail.garden_auth import add_account
 from envelopay.node.init import admit_agent, init_agent
 
@@ -79,14 +84,6 @@ def stop(served: Served) -> int:
     return code
 
 
-def _wire(cfg: Path, garden: Path, sock: Path, records: str, peers: list[str]) -> None:
-    text = cfg.read_text()
-    text = text.replace('garden_root = "var/garden"', f'garden_root = "{garden}"\ngarden_socket = "{sock}"\n'
-                        f"garden_addresses = {peers!r}".replace("'", '"'))
-    text = text.replace("[dkim_records]\n", "[dkim_records]\n" + records)
-    cfg.write_text(text)
-
-
 @dataclass
 class World:
     tmp: Path
@@ -117,11 +114,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     short = Path(tempfile.mkdtemp(prefix="ep", dir="/tmp"))  # a Unix socket path must be short
     sock = short / "lmtp.sock"
 
-    def record(d: Path, sel: str) -> str:
-        return f'"{sel}._domainkey.garden.local" = "{(d / "keys" / "dkim.txt").read_text().strip()}"\n'
-
-    _wire(wdir / "envelopay.toml", tmp / "garden", sock, record(cdir, "client"), [CLIENT])
-    _wire(cdir / "envelopay.toml", tmp / "garden", sock, record(wdir, "worker"), [])
+    wire_garden(wdir / "envelopay.toml", tmp / "garden", sock, dkim_record(cdir, "client"), [CLIENT])
+    wire_garden(cdir / "envelopay.toml", tmp / "garden", sock, dkim_record(wdir, "worker"), [])
     # The worker's garden authenticates: the client is admitted by its own secret, and the
     # hand-written mail of `garden deliver` comes from an account made for peer@.
     admit_agent(wdir / "garden-accounts.json", cdir / "envelopay.toml")
