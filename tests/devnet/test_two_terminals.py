@@ -74,6 +74,13 @@ def test_two_terminals(tmp_path: Path) -> None:
         assert "base-local: final (" in base.stderr, base.stderr
         fulfilled = json.loads(base.stdout[base.stdout.index("\n{\n") + 1:])  # the answer, as printed
         assert fulfilled["type"] == "fulfill" and fulfilled["result"] == {"characters": 13, "words": 2}
+        # The same with --json: one document; what was paid names the INVOICE's wallet.
+        from envelopay.config import load_config
+
+        doc = json.loads(run([*order, "--json"]).stdout)
+        wallets = {a.chain: a.wallet for a in load_config(tmp_path / "worker" / "envelopay.toml").accept}
+        assert doc["exit"] == 0 and doc["answer"]["type"] == "fulfill", doc
+        assert doc["paid"]["chain"] == "solana-local" and doc["paid"]["to"] == wallets["solana-local"], doc
         # The devnet's garden authenticated every sender and says so in its own trace header.
         for who, sender in (("worker", "buyer"), ("buyer", "worker")):
             box = tmp_path / "devnet" / "garden" / f"{who}@garden.local"

@@ -279,6 +279,7 @@ class ClientRun:
     queued: str | None = None
     answer: Answer | None = None
     failed: bool = False  # the transport refused it for good (e.g. 550): no retry
+    paid_to: str | None = None  # the wallet a follow-up PAY paid (order --pay: the INVOICE's)
 
 
 def run(
@@ -317,8 +318,9 @@ def run(
                 if follow_up is not None:
                     done = ClientRun(follow_up.outbound.message.type.upper(), follow_up)
                     on_sent(done)
+                    paid_to = getattr(answer.message, "wallet", None)  # the INVOICE we paid
                     answer = await follow(node, follow_up, timeout=timeout, progress=progress)
-                    return ClientRun(done.kind, follow_up, answer=answer)
+                    return ClientRun(done.kind, follow_up, answer=answer, paid_to=paid_to)
             return ClientRun(done.kind, sent, answer=answer)
         finally:
             await node.close()
@@ -339,8 +341,8 @@ def execute(
     if wait:
         check_timeout(timeout)
     done = run(cfg, act, wait=wait, timeout=timeout, progress=progress, then=then)
-    return client_report(command, done, timeout=timeout, overrides=overrides, recipient=recipient,
-                         checked=checked or None)
+    return client_report(command, done, timeout=timeout, overrides=overrides,
+                         recipient=recipient or done.paid_to, checked=checked or None)
 
 
 def flows(cfg: WorkerConfig, limit: int, after: str | None = None) -> tuple[list[FlowRecord], str | None]:
