@@ -43,7 +43,9 @@ if ! command -v postfix >/dev/null 2>&1 && [ ! -x /usr/sbin/postfix ]; then
   apt-get update -qq
   apt-get install -y -qq postfix >/dev/null
 fi
-/usr/sbin/postconf -h mail_version >/dev/null
+# -d: the compiled-in defaults. With "No configuration" the package writes no
+# /etc/postfix/main.cf, and plain `postconf` then fails; the tests bring their own.
+/usr/sbin/postconf -d -h mail_version >/dev/null
 # --- end Postfix -------------------------------------------------------------
 # --- anvil (Foundry's EVM node) for the Base rail's node tests and `envelopay devnet` ---
 # From the npm registry, pinned by tools/package.json + package-lock.json, installed into
