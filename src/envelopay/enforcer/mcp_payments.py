@@ -9,8 +9,6 @@ tool error.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from envelopay.enforcer.payment_client import PaymentClient
@@ -20,8 +18,6 @@ if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
 
 __all__ = ["register_payment_tools"]
-
-_Shape = Callable[..., Awaitable[dict[str, Any]]]
 
 _KEY = (
     " idempotency_key: any stable string naming this payment; a retry with the same key returns"
@@ -43,33 +39,21 @@ def register_payment_tools(server: MCPServer, enforcer: str, token: str) -> None
         except TransportError as exc:
             raise ToolError(f"enforcer unreachable: {exc}") from exc
 
-    def leg(kind: str, name: str, description: str) -> Callable[[_Shape], object]:
-        """A payment tool: `shape` declares its arguments (the MCP schema is read from its
-        signature); the tool sends the ones given to the enforcer as one `kind` call."""
+    def given(**fields: Any) -> dict[str, Any]:
+        return {k: v for k, v in fields.items() if v is not None}
 
-        def register(shape: _Shape) -> object:
-            @functools.wraps(shape)
-            async def tool(**fields: Any) -> dict[str, Any]:
-                return await call(kind, {k: v for k, v in fields.items() if v is not None})
-
-            return server.tool(name=name, description=description)(tool)
-
-        return register
-
-    @leg(
-        "pay_invoice",
-        "pay_invoice",
-        "Pay an INVOICE in your inbox (by its Message-ID or INVOICE id), then send the PAY. The amount "
-        "and wallet come from the INVOICE itself.",
+    @server.tool(
+        name="pay_invoice",
+        description="Pay an INVOICE in your inbox (by its Message-ID or INVOICE id), then send the PAY. "
+        "The amount and wallet come from the INVOICE itself.",
     )
     async def pay_invoice(invoice: str, note: str | None = None) -> dict[str, Any]:
-        raise NotImplementedError  # arguments only: leg() sends them
+        return await call("pay_invoice", given(invoice=invoice, note=note))
 
-    @leg(
-        "pay",
-        "pay",
-        "Pay `amount` (smallest units, digits) of `token` on `chain` to `wallet`, then send the PAY to "
-        "`to`." + _KEY,
+    @server.tool(
+        name="pay",
+        description="Pay `amount` (smallest units, digits) of `token` on `chain` to `wallet`, then send "
+        "the PAY to `to`." + _KEY,
     )
     async def pay(
         to: str,
@@ -81,13 +65,13 @@ def register_payment_tools(server: MCPServer, enforcer: str, token: str) -> None
         invoice_ref: str | None = None,
         note: str | None = None,
     ) -> dict[str, Any]:
-        raise NotImplementedError
+        return await call("pay", given(to=to, amount=amount, token=token, chain=chain, wallet=wallet,
+                                       idempotency_key=idempotency_key, invoice_ref=invoice_ref, note=note))
 
-    @leg(
-        "offer",
-        "make_offer",
-        "Give `amount` of `token` on `chain` to `wallet` (the give leg is paid now) and send an OFFER to "
-        "`to` asking for `want` {amount, token, chain} in return." + _KEY,
+    @server.tool(
+        name="make_offer",
+        description="Give `amount` of `token` on `chain` to `wallet` (the give leg is paid now) and send "
+        "an OFFER to `to` asking for `want` {amount, token, chain} in return." + _KEY,
     )
     async def make_offer(
         to: str,
@@ -99,12 +83,13 @@ def register_payment_tools(server: MCPServer, enforcer: str, token: str) -> None
         idempotency_key: str,
         note: str | None = None,
     ) -> dict[str, Any]:
-        raise NotImplementedError
+        return await call("offer", given(to=to, amount=amount, token=token, chain=chain, wallet=wallet,
+                                         want=want, idempotency_key=idempotency_key, note=note))
 
-    @leg(
-        "accept",
-        "accept_offer",
-        "Accept an OFFER: pay its want leg to the offer's `wallet`, then send the ACCEPT." + _KEY,
+    @server.tool(
+        name="accept_offer",
+        description="Accept an OFFER: pay its want leg to the offer's `wallet`, then send the ACCEPT."
+        + _KEY,
     )
     async def accept_offer(
         to: str,
@@ -116,7 +101,8 @@ def register_payment_tools(server: MCPServer, enforcer: str, token: str) -> None
         idempotency_key: str,
         note: str | None = None,
     ) -> dict[str, Any]:
-        raise NotImplementedError
+        return await call("accept", given(to=to, offer_ref=offer_ref, amount=amount, token=token, chain=chain,
+                                          wallet=wallet, idempotency_key=idempotency_key, note=note))
 
     @server.tool(name="balances", description="Your wallets' addresses and balances.")
     async def balances() -> dict[str, Any]:
