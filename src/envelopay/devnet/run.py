@@ -114,18 +114,15 @@ class _RegistrySync:
         self._stamp: frozenset[tuple[str, int, int, int]] | None = None
 
     def _now(self) -> frozenset[tuple[str, int, int, int]]:
-        # Each file's inode, size and mtime: a directory's mtime alone is coarse (a clock
-        # tick), and two registrations within one tick would look like one. Registrations
-        # are written by os.replace, so each is a new inode.
+        # Each file's stamp: a directory's mtime alone is coarse (a clock tick), and two
+        # registrations within one tick would look like one.
+        from envelopay.mail.garden_auth import file_stamp
+
         files = [self.home / EXTRA_ACCOUNTS]
         with contextlib.suppress(FileNotFoundError):
             files += sorted(registry.agents_dir(self.home).glob("*.json"))
-        seen = set()
-        for f in files:
-            with contextlib.suppress(FileNotFoundError):
-                st = f.stat()
-                seen.add((f.name, st.st_ino, st.st_size, st.st_mtime_ns))
-        return frozenset(seen)
+        stamps = ((f.name, file_stamp(f)) for f in files)
+        return frozenset((name, *stamp) for name, stamp in stamps if stamp is not None)
 
     def __call__(self) -> None:
         from envelopay.mail.garden_auth import load_accounts

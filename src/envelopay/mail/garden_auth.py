@@ -46,6 +46,7 @@ __all__ = [
     "all_froms_allowed",
     "authenticated_sender",
     "claims_of",
+    "file_stamp",
     "load_accounts",
     "new_account",
     "new_secret",
@@ -244,6 +245,16 @@ def authenticated_sender(raw: bytes, *, authserv_id: str) -> str | None:
     return None
 
 
+def file_stamp(path: Path) -> tuple[int, int, int] | None:
+    """A file's inode, size and mtime (None when absent): two writes within one mtime tick
+    still differ in size or inode (files written by os.replace get a new inode)."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
 class AccountsFile:
     """An accounts file (plus accounts held only in memory, e.g. a worker's own), re-read
     when the file changed: a garden's `refresh` hook, called before it refuses an unknown
@@ -255,12 +266,7 @@ class AccountsFile:
         self.garden: Any = None  # the GardenServer to update (set once it exists)
 
     def _now(self) -> tuple[int, int, int] | None:
-        # inode, size and mtime: two writes within one mtime tick still differ in size or inode
-        try:
-            st = self.path.stat() if self.path is not None else None
-        except FileNotFoundError:
-            return None
-        return (st.st_ino, st.st_size, st.st_mtime_ns) if st is not None else None
+        return file_stamp(self.path) if self.path is not None else None
 
     def accounts(self) -> list[GardenAccount]:
         self._stamp = self._now()
