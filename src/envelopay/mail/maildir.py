@@ -12,9 +12,10 @@ reads these files unchanged). The file name is `<seconds>.M<micro>P<pid>Q<n>R<ra
 
 `Pickup` hands each new file to a consumer as soon as it appears: inotify on every
 new/ directory (ctypes; Linux), or a poll where inotify is unavailable: the poll
-stats each new/ and lists only those whose mtime moved (or moved within the last
+stats each new/ (an fstat of the directory held open, `dir_stamps`, within a budget
+of descriptors) and lists only those whose mtime moved (or moved within the last
 second, where a coarse clock could hide a second change), so an idle pickup over 1,000
-addresses costs 1,000 stat calls a tick, not 1,000 listings; and while nothing arrives
+addresses costs 1,000 fstat calls a tick, not 1,000 listings; and while nothing arrives
 its tick doubles from `poll_interval` (10 ms) up to `poll_idle_max` (0.5 s), back to
 10 ms as soon as a tick finds mail, so an idle garden costs a few sweeps a second. The
 consumer calls `done()` after it has committed the message, which moves the file to
@@ -38,6 +39,7 @@ from pathlib import Path
 
 from envelopay.errors import ConfigError
 from envelopay.mail.addresses import require_address
+from envelopay.mail.dir_stamps import DirStamps
 
 _SUBDIRS = ("tmp", "new", "cur")
 
@@ -321,31 +323,44 @@ class Pickup:
             self._offer(directory.parent, name)
 
     async def _poll_loop(self) -> None:
-        watched = [(d, os.path.join(d, "new")) for d in self._dirs]  # strings: one stat a tick each
-        while True:
-            await asyncio.sleep(self.interval)
-            racy_before = time.time_ns() - _RACY_NS
-            found = 0
-            for start in range(0, len(watched), _SWEEP_CHUNK):
-                offered = self._sweep(watched[start : start + _SWEEP_CHUNK], racy_before)
-                if offered:  # the consumer takes it now, not after the whole sweep
-                    found += offered
-                    self.interval = self._poll
-                    await asyncio.sleep(0)
-            self.interval = next_poll_interval(self.interval, found > 0, self._poll, self._poll_max)
+        stamps = DirStamps([os.path.join(d, "new") for d in self._dirs])
+        try:
+            verified = started = time.monotonic()
+            while True:
+                # A tick every `interval` from the start of the last one, not `interval`
+                # after its sweep ended: a mail landing behind the sweep waits one tick,
+                # however many directories the sweep covers.
+                await asyncio.sleep(max(0.0, started + self.interval - time.monotonic()))
+                started = time.monotonic()
+                racy_before = time.time_ns() - _RACY_NS
+                found = 0
+                n = len(self._dirs)
+                for start in range(0, n, _SWEEP_CHUNK):
+                    offered = self._sweep(stamps, start, min(n, start + _SWEEP_CHUNK), racy_before)
+                    if offered:  # the consumer takes it now, not after the whole sweep
+                        found += offered
+                        self.interval = self._poll
+                        await asyncio.sleep(0)
+                self.interval = next_poll_interval(self.interval, found > 0, self._poll, self._poll_max)
+                if time.monotonic() - verified >= _VERIFY_EVERY:
+                    stamps.verify()
+                    verified = time.monotonic()
+        finally:
+            stamps.close()
 
-    def _sweep(self, watched: list[tuple[Path, str]], racy_before: int) -> int:
-        """Part of a poll tick: stat each new/, list those that changed, offer their
-        files; how many were offered."""
+    def _sweep(self, stamps: DirStamps, lo: int, hi: int, racy_before: int) -> int:
+        """Part of a poll tick: the mtime of each new/ in [lo, hi), a listing of those
+        that changed, their files offered; how many were offered."""
         listed = self._listed
         offered = 0
-        for d, new in watched:
-            try:
-                mtime = os.stat(new).st_mtime_ns
-            except FileNotFoundError:
+        for i in range(lo, hi):
+            mtime = stamps.mtime_ns(i)
+            if mtime is None:
                 continue
+            d = self._dirs[i]
             if listed.get(d) == mtime and mtime < racy_before:
                 continue
+            new = stamps.paths[i]
             try:
                 names = os.listdir(new)
             except FileNotFoundError:
@@ -367,3 +382,4 @@ def next_poll_interval(current: float, found: bool, lo: float, hi: float) -> flo
 # A directory changed this recently may change again within the same mtime tick.
 _RACY_NS = 1_000_000_000
 _SWEEP_CHUNK = 128  # directories stat'ed between chances for the consumer to run
+_VERIFY_EVERY = 1.0  # seconds between checks that each held new/ is still the one at its path
