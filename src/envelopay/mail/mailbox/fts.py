@@ -36,6 +36,7 @@ __all__ = [
     "Expand",
     "Rendered",
     "Term",
+    "cheapest",
     "fts_query",
     "join",
     "narrow",
@@ -114,8 +115,8 @@ def _run_terms(run: str, left: bool, right: bool) -> list[Term]:
 def fts_query(pattern: str, *, narrowed: bool = False, expand: Expand | None = None) -> str | None:
     """An FTS5 MATCH expression every text the regex matches satisfies, or None;
     `narrowed`: only the terms `narrow` keeps; `expand`: prefixes as their tokens."""
-    rendered = [render(t, expand) for t in _terms(pattern)]
-    return join(narrow(rendered) if narrowed else rendered)
+    terms = _terms(pattern)
+    return join(cheapest(terms, expand) if narrowed else [render(t, expand) for t in terms])
 
 
 def join(rendered: list[Rendered]) -> str | None:
@@ -152,6 +153,13 @@ def narrow(rendered: list[Rendered]) -> list[Rendered]:
     token already drives."""
     best = min((kind for _, kind in rendered), default=WHOLE)
     return [r for r in rendered if r[1] == best]
+
+
+def cheapest(terms: list[Term], expand: Expand | None = None) -> list[Rendered]:
+    """`narrow` of the rendered terms, not asking `expand` when a whole token drives."""
+    if any(not t.prefix for t in terms):
+        expand = None
+    return narrow([render(t, expand) for t in terms])
 
 
 def words_terms(text: str, columns: str) -> list[Term]:

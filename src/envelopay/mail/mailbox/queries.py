@@ -14,7 +14,7 @@ import sqlite3
 from datetime import UTC, datetime
 from typing import Any
 
-from envelopay.mail.mailbox.fts import Expand, join, narrow, render, words_terms
+from envelopay.mail.mailbox.fts import Expand, cheapest, join, words_terms
 from envelopay.mail.mailbox.records import Attachment, CheckFilter, MailRecord
 
 __all__ = ["COLS", "check_query", "record"]
@@ -71,15 +71,13 @@ def check_query(folder: str, flt: CheckFilter, expand: Expand | None = None) -> 
     faster than letting FTS5 intersect every filter's column-limited terms newest first
     (bench/RESULTS.md, growth, run 7)."""
     terms = join(
-        narrow(
+        cheapest(
             [
-                render(t, expand)
-                for t in [
-                    *(words_terms(flt.from_, "from_addr") if flt.from_ else []),
-                    *(words_terms(flt.subject, "subject") if flt.subject else []),
-                    *(words_terms(flt.contains, "{subject body}") if flt.contains else []),
-                ]
-            ]
+                *(words_terms(flt.from_, "from_addr") if flt.from_ else []),
+                *(words_terms(flt.subject, "subject") if flt.subject else []),
+                *(words_terms(flt.contains, "{subject body}") if flt.contains else []),
+            ],
+            expand,
         )
     )
     direction = "DESC" if flt.sort == "newest" else "ASC"
