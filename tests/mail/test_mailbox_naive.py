@@ -348,6 +348,12 @@ def test_a_v2_index_is_upgraded_in_date_order(tmp_path: Path) -> None:
         ]
         version = box._index.db.execute("PRAGMA user_version").fetchone()[0]
         assert version == index_module._VERSION
+        ours, fts = _vocabulary(box)  # the rows indexed again filled the vocabulary
+        assert ours == fts and {"receipt", "tail", "word", "invoice"} <= ours
+        assert [r.id for r in box.check(flt=CheckFilter(contains="rece"))] == [
+            "000000000002",
+            "000000000001",
+        ]
 
 
 # ---------------------------------------------------------------- prefix expansion (v4)
