@@ -33,6 +33,7 @@ import os
 import platform
 import random
 import secrets
+import shutil
 import statistics
 import sys
 import tempfile
@@ -363,6 +364,7 @@ def _mailbox(small: int, large: int, reps: int) -> None:
         record(f"mail {name}", a, b, 100 if name.startswith("search") else 50)
     box_s.close()
     box_l.close()
+    shutil.rmtree(tmp, ignore_errors=True)  # two mailboxes: about 600 MB
 
 
 # ----------------------------------------------------------------------------- enforcer

@@ -348,3 +348,245 @@ def test_a_v2_index_is_upgraded_in_date_order(tmp_path: Path) -> None:
         ]
         version = box._index.db.execute("PRAGMA user_version").fetchone()[0]
         assert version == index_module._VERSION
+        ours, fts = _vocabulary(box)  # the rows indexed again filled the vocabulary
+        assert ours == fts and {"receipt", "tail", "word", "invoice"} <= ours
+        assert [r.id for r in box.check(flt=CheckFilter(contains="rece"))] == [
+            "000000000002",
+            "000000000001",
+        ]
+
+
+# ---------------------------------------------------------------- prefix expansion (v4)
+# Words the vocabulary must fold exactly as the full-text index does: diacritics (composed
+# and not), apostrophes, digits (ASCII and full-width), ligatures, dotted capitals, scripts
+# without case, a token longer than the vocabulary keeps, and one prefix covering more
+# tokens than EXPAND_CAP.
+UNI_WORDS = [
+    "naïve",
+    "NAÏVE",
+    "naïveté",
+    "naive",
+    "l'été",
+    "l’étage",
+    "O’Brien",
+    "o'brien's",
+    "İstanbul",
+    "ﬁnance",
+    "finale",
+    "Straße",
+    "STRASSE",
+    "Ωmega",
+    "ωmegas",
+    "x1",
+    "x10",
+    "x1b",
+    "x2",
+    "２０２６",
+    "2026-12",
+    "snake_case",
+    "日本語",
+    "emoji😀word",
+    "e\u0301te\u0301",
+    "receipt",
+    "receipts",
+    "Receipted",
+    "long" + "q" * 300,
+    *[f"zq{i}" for i in range(40)],
+]
+PREFIXES = [
+    "naï",
+    "nai",
+    "naive",
+    "l",
+    "l'é",
+    "été",
+    "o",
+    "o’b",
+    "obr",
+    "istan",
+    "ﬁn",
+    "fin",
+    "stra",
+    "straß",
+    "ωme",
+    "Ωmeg",
+    "x1",
+    "x",
+    "２０",
+    "20",
+    "snake",
+    "snake_c",
+    "日本",
+    "emoji",
+    "rec",
+    "receipt",
+    "RECEIPTS",
+    "long",
+    "longq",
+    "zq",
+    "zq1",
+    "zq39",
+    "absent",
+]
+
+
+def _uni_mail(k: int, rng: random.Random) -> bytes:
+    words = " ".join(rng.choice(UNI_WORDS) for _ in range(rng.choice([2, 6, 30])))
+    subject = rng.choice(UNI_WORDS)
+    return (
+        f"From: {rng.choice(SENDERS)}\r\nTo: {ME}\r\nSubject: =?utf-8?b?{_b64(subject)}?=\r\n"
+        f"Message-ID: <u{k}@x.test>\r\nContent-Type: text/plain; charset=utf-8\r\n"
+        f"Content-Transfer-Encoding: 8bit\r\n\r\n{words} n{k}\r\n"
+    ).encode()
+
+
+@pytest.fixture
+def unicode_box(tmp_path: Path) -> Iterator[Mailbox]:
+    clock = Clock()
+    box = Mailbox(tmp_path / "agent", address=ME, now=clock, duplicate_window=None)
+    rng = random.Random(3)
+    for k in range(150):
+        box.deliver(_uni_mail(k, rng))
+    yield box
+    box.close()
+
+
+def _everything(box: Mailbox) -> list[MailRecord]:
+    """Every message with its whole body, newest first (ids are in arrival order here)."""
+    ids = [r[0] for r in box._index.db.execute("SELECT id FROM messages ORDER BY seq DESC")]
+    return [box.get(i) for i in ids]
+
+
+def _vocabulary(box: Mailbox) -> tuple[set[str], set[str]]:
+    """(our `terms`, the full-text index's own tokens as fts5vocab reads them)."""
+    db = box._index.db
+    db.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.fts_vocab USING fts5vocab(main, messages_fts, row)")
+    ours = {r[0] for r in db.execute("SELECT term FROM terms")}
+    fts = {r[0][: index_module.TERM_KEEP] for r in db.execute("SELECT term FROM temp.fts_vocab")}
+    return ours, fts
+
+
+def _check_all_prefixes(box: Mailbox, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every prefix as `check --contains`, `--subject` and a regex search gives the naive
+    scan's answer, with the expansion and with prefix queries only (EXPAND_CAP 0)."""
+    allrecs = _everything(box)
+    for p in PREFIXES:
+        flts = [CheckFilter(contains=p, n=400), CheckFilter(subject=p, n=400)]
+        rx = re.compile(re.escape(p), re.IGNORECASE)
+        naive_check = [
+            [
+                r.id
+                for r in allrecs
+                if r.folder == "inbox"
+                and (at_word_start(p, r.subject) or (f.contains is not None and at_word_start(p, r.body)))
+            ]
+            for f in flts
+        ]
+        naive_search = [
+            r.id
+            for r in allrecs
+            if r.folder in ("inbox", "sent")
+            and (rx.search(r.from_addr) or rx.search(r.subject) or rx.search(r.body))
+        ]
+        for cap in (index_module.EXPAND_CAP, 0):
+            with monkeypatch.context() as m:
+                m.setattr(index_module, "EXPAND_CAP", cap)
+                for f, naive in zip(flts, naive_check, strict=True):
+                    assert [r.id for r in box.check(flt=f)] == naive, (p, f, cap)
+                # the regex's first word: its matches start a word of the text
+                got = [r.id for r in box.search(re.escape(p), limit=500)]
+                assert got == [i for i in naive_search if _starts_word(box, i, p)], (p, cap)
+
+
+def _starts_word(box: Mailbox, mid: str, p: str) -> bool:
+    r = box.get(mid)
+    rx = re.compile(r"(?<![^\W_])" + re.escape(p), re.IGNORECASE)  # the first word's rule (SPEC)
+    return any(rx.search(t) for t in (r.from_addr, r.subject, r.body))
+
+
+def test_the_vocabulary_is_the_full_text_index_tokens(unicode_box: Mailbox) -> None:
+    ours, fts = _vocabulary(unicode_box)
+    assert ours == fts
+    assert {"naive", "naivete", "l", "ete", "etage", "istanbul", "straße", "strasse", "x1b"} <= ours
+    assert "２０２６" in ours
+    assert {"日本語", "emoji", "word", "snake", "case"} <= ours  # separators: U+1F600, "_"
+
+
+def test_prefixes_expand_to_the_tokens_they_cover(unicode_box: Mailbox) -> None:
+    expand = unicode_box._index.expander()
+    assert expand("receipt") == ["receipt", "receipted", "receipts"]
+    assert expand("naï") == expand("NAI") == ["naive", "naivete"]
+    assert expand("Ωmeg") == ["ωmega", "ωmegas"]
+    assert expand("x1") == ["x1", "x10", "x1b"]
+    assert expand("absent") == []
+    assert expand("zq") is None  # more than EXPAND_CAP: the prefix query
+    assert len(expand("zq1") or []) == 11
+    assert expand("long") is None  # a token longer than the vocabulary keeps
+    assert unicode_box._index.expander(single=True)("receipt") is None  # BM25: one token or the prefix
+    assert unicode_box._index.expander(single=True)("receipte") == ["receipted"]
+    flt = CheckFilter(contains="naï")
+    _, args = index_module.check_query("inbox", flt, expand)
+    assert args[0] == '{subject body} : ("naive" OR "naivete")'
+    _, args = index_module.check_query("inbox", CheckFilter(contains="zq"), expand)
+    assert args[0] == '{subject body} : "zq"*'
+
+
+def test_expanded_prefixes_equal_a_naive_scan(unicode_box: Mailbox, monkeypatch: pytest.MonkeyPatch) -> None:
+    _check_all_prefixes(unicode_box, monkeypatch)
+
+
+def test_expansion_follows_archive_delete_refile_and_new_words(
+    unicode_box: Mailbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    box = unicode_box
+    inbox = [r.id for r in box.check(flt=CheckFilter(n=500))]
+    box.archive(inbox[:20])
+    box.delete(inbox[20:40])
+    rng = random.Random(5)
+
+    async def sent(out: OutgoingMail) -> SendResult:
+        box.deliver(_uni_mail(900, rng))  # arrives while the send is under way (a refile)
+        return SendResult("sent")
+
+    res = asyncio.run(box.send(sent, "bob@b.test", "naïvetés receipt", "finales x1c zq1new 日本"))
+    assert res.id is not None
+    box.deliver(_uni_mail(901, rng) + "naïf receiptless x1d\r\n".encode())
+    ours, fts = _vocabulary(box)
+    assert ours == fts and {"naivetes", "naif", "receiptless", "x1c", "x1d", "zq1new"} <= ours
+    assert "x1d" in (box._index.expander()("x1") or [])
+    _check_all_prefixes(box, monkeypatch)
+
+
+def test_ranked_search_expanded_ranks_as_the_prefix(
+    unicode_box: Mailbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A prefix covering one token is queried as that token: BM25 gives the same order."""
+    box = unicode_box
+    for word in ("receipte", "ﬁnan", "emoji", "２０２", "zq", "naï"):
+        monkeypatch.setattr(index_module, "RANK_WINDOW", 8)
+        got = [r.id for r in box.search(word, rank=True, limit=1)] + [
+            r.id for r in box.search(word, rank=True, limit=200)
+        ]
+        monkeypatch.setattr(index_module, "EXPAND_CAP", 0)
+        monkeypatch.setattr(index_module.MailIndex, "expander", lambda self, single=False: lambda w: None)
+        want = [r.id for r in box.search(word, rank=True, limit=1)] + [
+            r.id for r in box.search(word, rank=True, limit=200)
+        ]
+        monkeypatch.undo()
+        assert got == want and len(got) > 1, word
+
+
+def test_a_v3_index_gets_its_vocabulary(unicode_box: Mailbox, tmp_path: Path) -> None:
+    box = unicode_box
+    before = [r.id for r in box.check(flt=CheckFilter(contains="naï", n=300))]
+    db = box._index.db
+    db.execute("DROP TABLE terms")
+    db.execute("PRAGMA user_version = 3")
+    box.close()
+    with Mailbox(tmp_path / "agent", address=ME) as again:
+        ours, fts = _vocabulary(again)
+        assert ours == fts and "naivete" in ours
+        assert again._index.db.execute("PRAGMA user_version").fetchone()[0] == index_module._VERSION
+        assert [r.id for r in again.check(flt=CheckFilter(contains="naï", n=300))] == before
+        assert before
+    box._index = again._index  # closed with the fixture (a closed connection closes again quietly)

@@ -234,7 +234,8 @@ class Mailbox:
             raise MailboxError("invalid_filter", "must be at least 1", "limit")
         folders = (check_folder(folder),) if folder is not None else ("inbox", "sent")
         out: list[MailRecord] = []
-        fts = fts_query(query, narrowed=not rank)  # ranking weighs every term
+        # Ranking weighs every term, and a prefix as one phrase (so: one token, or the prefix).
+        fts = fts_query(query, narrowed=not rank, expand=self._index.expander(single=rank))
         for r in self._index.search(fts, folders, truncate=truncate, rank=rank, limit=limit):
             if (
                 pattern.search(r.from_addr)

@@ -7,10 +7,12 @@ boundary) becomes a term: a whole token when a boundary follows it (a literal
 non-alphanumeric character, `\\b`, `$`, `\\s`, `\\W`), else a prefix (`"word"*`). All
 terms must be present (AND); the regex then runs on those candidates only.
 
-Any subset of those terms still finds every candidate, and a prefix term costs its
-whole posting list (FTS5 merges every token with that prefix before the first row),
-while a whole-token term streams newest first: so `narrow` keeps the whole-token terms
-when there is one (the regex, or `check`'s exact test, decides the rest).
+Any subset of those terms still finds every candidate. A whole-token term streams
+newest first; a prefix term, as SQLite's FTS5 (3.40) runs it, merges the posting list of
+every token with that prefix before its first row. So the index expands a prefix into
+the whole tokens it covers (`Expand`, from its own vocabulary; `"a" OR "b"` streams) when
+they are few, and `narrow` keeps the cheapest terms (the regex, or `check`'s exact
+test, decides the rest).
 
 So `search` matches where the pattern's first literal word starts a word of the text:
 `invoice` finds "invoice" and "invoices", not "reinvoice" (a token index cannot look
@@ -22,10 +24,26 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable
 from re import _constants as sre  # type: ignore[attr-defined]
 from re import _parser as sre_parse  # type: ignore[attr-defined]
+from typing import NamedTuple
 
-__all__ = ["fts_query", "narrow", "word_start", "words_query", "words_terms"]
+__all__ = [
+    "EXPANDED",
+    "PREFIX",
+    "WHOLE",
+    "Expand",
+    "Rendered",
+    "Term",
+    "cheapest",
+    "fts_query",
+    "join",
+    "narrow",
+    "render",
+    "word_start",
+    "words_terms",
+]
 
 _BOUND_AT = {sre.AT_BOUNDARY, sre.AT_BEGINNING, sre.AT_BEGINNING_STRING, sre.AT_END, sre.AT_END_STRING}
 _NON_WORD = {sre.CATEGORY_SPACE, sre.CATEGORY_NOT_WORD}
@@ -43,33 +61,75 @@ def _bounding(op: object, arg: object) -> bool:
     return False
 
 
+class Term(NamedTuple):
+    """One literal word of a pattern: a whole token, or a prefix (the word may go on),
+    limited to an FTS5 column filter when `columns` is set."""
+
+    word: str
+    prefix: bool
+    columns: str = ""
+
+
+# A prefix word -> the whole index tokens it covers (possibly none), or None when the
+# index cannot say cheaply (too many, or a word the tokenizer would not keep whole).
+Expand = Callable[[str], "list[str] | None"]
+
+
 def _quote(word: str, prefix: bool) -> str:
     return '"' + word.replace('"', '""') + '"' + ("*" if prefix else "")
 
 
-def _run_terms(run: str, left: bool, right: bool) -> list[str]:
+# How a rendered term runs: WHOLE and EXPANDED stream newest first (an OR of a few whole
+# tokens merges them row by row), PREFIX merges its whole posting list first.
+WHOLE, EXPANDED, PREFIX = 0, 1, 2
+Rendered = tuple[str, int]  # (MATCH expression, WHOLE | EXPANDED | PREFIX)
+
+
+def render(term: Term, expand: Expand | None = None) -> Rendered:
+    """The MATCH expression of one term and how it runs: a prefix becomes `"a" OR "b"`
+    once `expand` names the tokens it covers."""
+    covered = expand(term.word) if term.prefix and expand is not None else None
+    if not term.prefix:
+        expr, kind = _quote(term.word, False), WHOLE
+    elif covered is None:
+        expr, kind = _quote(term.word, True), PREFIX
+    elif not covered:  # no token has this prefix: the prefix query ends at once, empty
+        expr, kind = _quote(term.word, True), WHOLE
+    else:
+        expr, kind = " OR ".join(_quote(t, False) for t in covered), EXPANDED
+        if len(covered) > 1:
+            expr = f"({expr})"
+    return (f"{term.columns} : {expr}" if term.columns else expr), kind
+
+
+def _run_terms(run: str, left: bool, right: bool) -> list[Term]:
     """Terms from one literal run, given whether its edges are token boundaries (a word
     that may continue a token on its left gives no term)."""
-    terms: list[str] = []
+    terms: list[Term] = []
     for m in re.finditer(r"[^\W_]+", run):
         if m.start() > 0 or left:
-            terms.append(_quote(m.group(), prefix=not (m.end() < len(run) or right)))
+            terms.append(Term(m.group(), prefix=not (m.end() < len(run) or right)))
     return terms
 
 
-def fts_query(pattern: str, *, narrowed: bool = False) -> str | None:
+def fts_query(pattern: str, *, narrowed: bool = False, expand: Expand | None = None) -> str | None:
     """An FTS5 MATCH expression every text the regex matches satisfies, or None;
-    `narrowed`: only the terms `narrow` keeps."""
+    `narrowed`: only the terms `narrow` keeps; `expand`: prefixes as their tokens."""
     terms = _terms(pattern)
-    return " ".join(narrow(terms) if narrowed else terms) or None
+    return join(cheapest(terms, expand) if narrowed else [render(t, expand) for t in terms])
 
 
-def _terms(pattern: str) -> list[str]:
+def join(rendered: list[Rendered]) -> str | None:
+    """Rendered terms ANDed into one MATCH expression (None: no term)."""
+    return " AND ".join(e for e, _ in rendered) or None
+
+
+def _terms(pattern: str) -> list[Term]:
     try:
         items = list(sre_parse.parse(pattern))
     except re.error:
         return []
-    terms: list[str] = []
+    terms: list[Term] = []
     run: list[str] = []
     left = True  # the pattern's first word starts a word (the rule above)
     for op, arg in items:
@@ -86,24 +146,26 @@ def _terms(pattern: str) -> list[str]:
     return list(dict.fromkeys(terms))
 
 
-def narrow(terms: list[str]) -> list[str]:
-    """The whole-token terms, when there is one (they stream); else every term."""
-    whole = [t for t in terms if not t.endswith("*")]
-    return whole or terms
+def narrow(rendered: list[Rendered]) -> list[Rendered]:
+    """The terms of the cheapest kind present: the whole tokens when there is one (each
+    is as selective as the word written), else the expanded prefixes, else every term.
+    A common word's prefix (`test` of an address) would only slow the walk that a whole
+    token already drives."""
+    best = min((kind for _, kind in rendered), default=WHOLE)
+    return [r for r in rendered if r[1] == best]
 
 
-def words_terms(text: str, columns: str) -> list[str]:
-    """The MATCH terms for a plain text (`check --from/--subject/--contains`), each
-    limited to `columns` ("from_addr", "{subject body}")."""
-    return [f"{columns} : {t}" for t in _terms(re.escape(text))]
+def cheapest(terms: list[Term], expand: Expand | None = None) -> list[Rendered]:
+    """`narrow` of the rendered terms, not asking `expand` when a whole token drives."""
+    if any(not t.prefix for t in terms):
+        expand = None
+    return narrow([render(t, expand) for t in terms])
 
 
-def words_query(text: str, columns: str = "") -> str | None:
-    """The MATCH expression for a plain text, each term limited to `columns` when given."""
-    terms = _terms(re.escape(text))
-    if columns:
-        terms = [f"{columns} : {t}" for t in terms]
-    return " ".join(terms) or None
+def words_terms(text: str, columns: str) -> list[Term]:
+    """The terms of a plain text (`check --from/--subject/--contains`), each limited to
+    `columns` ("from_addr", "{subject body}")."""
+    return [t._replace(columns=columns) for t in _terms(re.escape(text))]
 
 
 @functools.lru_cache(maxsize=64)

@@ -15,6 +15,9 @@ Every action costs what its result costs (issue 17):
 - `ts` never decreases with `seq` (an entry dated before the newest one is dated as it;
   a message refiled into `sent` gets a new `seq`), so the full-text rowid order is
   date order and every text query stops at its limit (envelopay.mail.mailbox.queries);
+- `terms` is the full-text index's vocabulary (every token it ever held, as the FTS5
+  tokenizer folds it), so a prefix is expanded into the few whole tokens it covers and
+  streams (envelopay.mail.mailbox.fts) instead of merging its posting list;
 - `from_lc`/`subject_lc` hold the lowercased header values the `check` filters test;
 - a thread table joins messages sharing any Message-ID (own, In-Reply-To, References)
   as they are indexed, so `thread` reads one thread, not the mailbox;
@@ -32,17 +35,25 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from envelopay.mail.mailbox.fts import word_start
+from envelopay.mail.mailbox.fts import Expand, word_start
 from envelopay.mail.mailbox.interpret import Interpretation
 from envelopay.mail.mailbox.queries import COLS, check_query, record
 from envelopay.mail.mailbox.records import Attachment, CheckFilter, MailRecord
 
-__all__ = ["HEAD", "RANK_WINDOW", "TEXT_CAP", "BodyOf", "MailIndex"]
+__all__ = ["EXPAND_CAP", "HEAD", "RANK_WINDOW", "TEXT_CAP", "BodyOf", "MailIndex"]
 
 HEAD = 1024  # body characters a row keeps (previews are 500 by default)
 TEXT_CAP = 200_000  # longer bodies are not kept as search text: their file is read
 RANK_WINDOW = 100  # ranked search orders max(this, 5 x limit) newest candidates at a time
-_VERSION = 3
+EXPAND_CAP = 16  # a prefix covering more tokens than this is queried as a prefix
+TERM_KEEP = 200  # characters of a token the vocabulary keeps (a longer one: no expansion)
+_VERSION = 4
+
+# The unicode61 tokenizer always separates on ASCII non-alphanumerics: so the UTF-8 text,
+# those bytes made spaces, splits into runs where an all-ASCII run is one token
+# (lowercased) and any other run goes through SQLite's own tokenizer (`MailIndex._tokens`):
+# the vocabulary folds exactly as the index does.
+_SEPARATE = bytes(c if chr(c).isalnum() or c >= 0x80 else 0x20 for c in range(256))
 
 # (folder, base name, file as last seen) -> the text body from the Maildir file, or None
 BodyOf = Callable[[str, str, str], str | None]
@@ -86,6 +97,14 @@ CREATE TABLE IF NOT EXISTS threads (thread TEXT PRIMARY KEY, last_ts REAL NOT NU
 CREATE INDEX IF NOT EXISTS threads_recent ON threads(last_ts);
 CREATE TABLE IF NOT EXISTS dirs (dir TEXT PRIMARY KEY, mtime_ns INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS texts (seq INTEGER PRIMARY KEY, z BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS terms (term TEXT PRIMARY KEY) WITHOUT ROWID;
+"""
+
+# A scratch full-text table with messages_fts's tokenizer (the default: unicode61,
+# diacritics removed) and its vocabulary, per connection: SQLite tokenizes for us.
+_SCRATCH = """
+CREATE VIRTUAL TABLE IF NOT EXISTS temp.scratch USING fts5(t, content='');
+CREATE VIRTUAL TABLE IF NOT EXISTS temp.scratch_tokens USING fts5vocab(temp, scratch, instance);
 """
 
 
@@ -111,6 +130,8 @@ class MailIndex:
         # Lookups by id land anywhere in a large file: mapped pages cost no read call.
         self.db.execute("PRAGMA mmap_size=268435456")
         self._depth = 0
+        self._new_runs: set[bytes] = set()  # the texts of this transaction, split for `terms`
+        self._scratch = False
         self.db.create_function("ws", 2, _ws, deterministic=True)
         self.db.create_function("wsz", 3, _wsz, deterministic=True)
         if self.db.execute("PRAGMA user_version").fetchone()[0] == _VERSION:
@@ -126,6 +147,8 @@ class MailIndex:
                         self.db.execute(statement)
                 if prior is not None:
                     index_upgrade.upgrade(self, prior, body_of)
+                elif old == 3:
+                    index_upgrade.add_terms(self.db)
                 self.db.execute(f"PRAGMA user_version = {_VERSION}")
 
     def close(self) -> None:
@@ -145,6 +168,7 @@ class MailIndex:
         self._depth = 1
         try:
             yield
+            self._flush_terms()
         except BaseException:
             self.db.execute("ROLLBACK")
             raise
@@ -152,6 +176,7 @@ class MailIndex:
             self.db.execute("COMMIT")
         finally:
             self._depth = 0
+            self._new_runs.clear()
 
     # ------------------------------------------------------------------ writing
     def add(
@@ -207,6 +232,7 @@ class MailIndex:
         return True
 
     def _add_text(self, seq: int, from_addr: str, subject: str, body: str) -> None:
+        self._new_runs.update(f"{from_addr} {subject} {body}".encode().translate(_SEPARATE).split())
         self.db.execute(
             "INSERT INTO messages_fts (rowid, from_addr, subject, body) VALUES (?, ?, ?, ?)",
             (seq, from_addr, subject, body),
@@ -216,6 +242,58 @@ class MailIndex:
                 "INSERT OR REPLACE INTO texts (seq, z) VALUES (?, ?)",
                 (seq, zlib.compress(body[HEAD:].encode(), 6)),
             )
+
+    def _flush_terms(self) -> None:
+        """Add the tokens of the texts indexed in this transaction to `terms` (at its end:
+        a batch of messages shares most of its words)."""
+        keep = {r[:TERM_KEEP].lower().decode() for r in self._new_runs if r.isascii()}
+        other = [r.decode() for r in self._new_runs if not r.isascii()]
+        if other:
+            keep.update(t[:TERM_KEEP] for t in self._tokens(" ".join(other)))
+        self.db.executemany("INSERT OR IGNORE INTO terms (term) VALUES (?)", [(t,) for t in keep])
+
+    def _tokens(self, text: str) -> list[str]:
+        """The tokens the full-text index makes of `text`, in order (SQLite's tokenizer)."""
+        if not self._scratch:
+            for statement in _SCRATCH.split(";"):
+                if statement.strip():
+                    self.db.execute(statement)
+            self._scratch = True
+        self.db.execute("INSERT INTO temp.scratch (t) VALUES (?)", (text,))
+        tokens = [r[0] for r in self.db.execute("SELECT term FROM temp.scratch_tokens ORDER BY offset")]
+        self.db.execute("INSERT INTO temp.scratch (scratch) VALUES ('delete-all')")
+        return tokens
+
+    def expander(self, *, single: bool = False) -> Expand:
+        """The whole tokens a prefix word covers, or None (query the prefix): more than
+        EXPAND_CAP of them (`single`: more than one, for BM25, which weighs a prefix's
+        tokens as one phrase and an OR as several), or a word the tokenizer does not keep
+        as one token. The vocabulary holds every token the full-text index ever held (rows
+        of removed messages stay in it, joining nothing), so the OR finds what the prefix
+        finds."""
+        cap = 1 if single else EXPAND_CAP
+
+        def expand(word: str) -> list[str] | None:
+            # an ASCII word of letters and digits is its own token, lowercased
+            folded = self._tokens(word) if not word.isascii() else [word.lower()] if word.isalnum() else []
+            if len(folded) != 1 or len(folded[0]) >= TERM_KEEP:
+                return None
+            lo, hi = folded[0], _successor(folded[0])
+            if hi is None:
+                return None
+            rows = self.db.execute(
+                "SELECT term FROM terms WHERE term >= ? AND term < ? ORDER BY term LIMIT ?",
+                (lo, hi, cap + 1),
+            ).fetchall()
+            covered = [str(r[0]) for r in rows]
+            if len(covered) > cap or any(len(t) >= TERM_KEEP for t in covered):
+                return None
+            other = [t for t in covered if not t.isascii()]
+            if other and self._tokens(" ".join(other)) != other:  # a token that would not match itself
+                return None
+            return covered
+
+        return expand
 
     def _newest_ts(self) -> float:
         row = self.db.execute("SELECT ts FROM messages ORDER BY seq DESC LIMIT 1").fetchone()
@@ -365,7 +443,7 @@ class MailIndex:
 
     def check(self, folder: str, flt: CheckFilter) -> Iterator[tuple[MailRecord, bool]]:
         """Rows in `check` order, each with whether SQL confirmed it (see queries)."""
-        sql, args = check_query(folder, flt)
+        sql, args = check_query(folder, flt, self.expander())
         for r in self.db.execute(sql, args):
             yield record(r, flt.truncate), bool(r["exact"])
 
@@ -446,3 +524,12 @@ class MailIndex:
             "SELECT * FROM messages WHERE thread = ? ORDER BY ts, id", (thread,)
         ).fetchall()
         return [record(r, truncate) for r in rows]
+
+
+def _successor(prefix: str) -> str | None:
+    """The least string above every string that starts with `prefix` (code point order,
+    which is SQLite's BINARY order of UTF-8); None after U+10FFFF (no token has it)."""
+    nxt = ord(prefix[-1]) + 1
+    if 0xD800 <= nxt <= 0xDFFF:  # no string holds a surrogate
+        nxt = 0xE000
+    return prefix[:-1] + chr(nxt) if nxt <= 0x10FFFF else None

@@ -3,6 +3,8 @@
 - v1 (before issue 17): bodies in the row, no full-text index, no thread table. Every
   row is indexed again from what it holds; the file's place is learnt on first use
   (`Mailbox._path_of` looks it up once).
+- v3: no vocabulary of the full-text index (`terms`): it is read once from the index
+  itself (an fts5vocab table over messages_fts), so it holds exactly its tokens.
 - v2: full-text rowids in arrival order, which a message refiled into `sent` (a new
   date, the old rowid) broke; no kept text. Every row is indexed again, oldest date
   first, so rowid order is date order; its text is read from its Maildir file once
@@ -24,7 +26,7 @@ from envelopay.mail.mailbox.records import Attachment
 if TYPE_CHECKING:
     from envelopay.mail.mailbox.index import BodyOf, MailIndex
 
-__all__ = ["set_aside", "upgrade"]
+__all__ = ["add_terms", "set_aside", "upgrade"]
 
 # What a v2 index had besides `messages` and `dirs` (rebuilt from the rows).
 _V2_DERIVED = ("messages_fts", "thread_ids", "threads", "texts")
@@ -83,3 +85,15 @@ def upgrade(index: MailIndex, prior: str, body_of: BodyOf | None) -> int:
         index.add(r["id"], r["folder"], r["name"], info, atts, ts=r["ts"], file=file, read=bool(r["read"]))
     index.db.execute(f"DROP TABLE {table}")
     return len(rows)
+
+
+def add_terms(db: sqlite3.Connection) -> int:
+    """Fill `terms` from a v3 index's full-text table (every token, in one pass); how many."""
+    from envelopay.mail.mailbox.index import TERM_KEEP
+
+    db.execute("CREATE VIRTUAL TABLE temp.v3_terms USING fts5vocab(main, messages_fts, row)")
+    cur = db.execute(
+        "INSERT OR IGNORE INTO terms (term) SELECT substr(term, 1, ?) FROM temp.v3_terms", (TERM_KEEP,)
+    )
+    db.execute("DROP TABLE temp.v3_terms")
+    return cur.rowcount
