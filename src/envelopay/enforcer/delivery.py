@@ -165,7 +165,12 @@ class SmtpEnvelope:
             except OSError:
                 self._session.close()
                 self._session = None
-        self._task: asyncio.Task[Session] = asyncio.ensure_future(self._begin())
+        # A pooled pipelining connection has nothing left to send before the body: its
+        # replies are read in deliver(). Otherwise a task connects and/or sends the
+        # commands one at a time while the payment runs.
+        self._task: asyncio.Task[Session] | None = None
+        if self._session is None or not self._session.pipelining:
+            self._task = asyncio.ensure_future(self._begin())
 
     async def _begin(self) -> Session:
         if self._session is None:
@@ -182,7 +187,7 @@ class SmtpEnvelope:
         self._done = True
         if time.monotonic() - self._opened <= self.owner.hold:
             try:
-                session = await self._task
+                session = await (self._task or self._begin())
                 await session.finish(raw)
             except ReplyError as exc:
                 self._drop()
@@ -206,7 +211,9 @@ class SmtpEnvelope:
             self._drop()
 
     def _drop(self) -> None:
-        if self._task.done():
+        if self._task is None:
+            pass
+        elif self._task.done():
             if not self._task.cancelled():
                 self._task.exception()  # retrieved: it was handled (or is moot) here
         else:

@@ -19,6 +19,7 @@ between delivery and its record sends it again with the same Message-ID.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import cast
 
 from envelopay.enforcer.custody import VaultError
 from envelopay.enforcer.delivery import Envelope, EnvelopeOpener
@@ -89,9 +90,10 @@ def _open_envelope(p: Payments, i: Intent) -> Envelope | None:
     delivery (delivery.SmtpEnvelope)."""
     mail = i.request.get("mail")
     deliverer = p.enforcer.deliverer
-    if mail is None or not isinstance(deliverer, EnvelopeOpener):
+    # hasattr, not isinstance on the runtime-checkable Protocol (which inspects every member).
+    if mail is None or not hasattr(deliverer, "open_envelope"):
         return None
-    return deliverer.open_envelope(sender=str(mail["from"]), recipient=str(mail["to"]))
+    return cast(EnvelopeOpener, deliverer).open_envelope(sender=str(mail["from"]), recipient=str(mail["to"]))
 
 
 async def _reread(p: Payments, i: Intent) -> Intent:
