@@ -197,6 +197,9 @@ class SmtpEnvelope:
                 self._drop()
                 if _permanent(exc):  # e.g. 535 at AUTH on a new connection
                     raise TransportError(f"smtp permanent_failure: {exc}") from exc
+            except BaseException:  # cancelled mid-transaction: the connection is not reused
+                self._drop()
+                raise
             else:
                 self._session = None
                 await self.owner._release(session)
