@@ -34,6 +34,7 @@ class Sink:
     drop_at_rcpt: int = 0  # drop the connection (no reply) at the next n RCPT TOs
     rcpts: list[str] = field(default_factory=list)  # every RCPT TO seen, refused or not
     live: int = 0  # connections open now
+    data_delay: float = 0.0  # seconds before answering the final dot
 
     async def handle_EHLO(self, server: Any, session: Any, envelope: Any, hostname: str,
                           responses: list[str]) -> list[str]:
@@ -56,6 +57,8 @@ class Sink:
 
     async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
         self.peers.add(session.peer)
+        if self.data_delay:
+            await asyncio.sleep(self.data_delay)
         if self.fail_next:
             return self.fail_next.pop(0)
         if self.fail_with:

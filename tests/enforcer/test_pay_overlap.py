@@ -189,3 +189,24 @@ async def test_the_pipelined_data_phase_carries_what_aiosmtplib_carries(sink: Si
         assert data_block(b"a\n.b") == b"a\r\n..b\r\n.\r\n"
     finally:
         await deliverer.aclose()
+
+
+async def test_a_delivery_cancelled_mid_transaction_closes_its_connection(
+    sink: Sink, pipelining: bool
+) -> None:
+    deliverer = SmtpDeliverer(SmtpConfig("127.0.0.1", sink.port, security="none", max_attempts=1))
+    try:
+        await deliverer.deliver(ODD, sender="a@agents.test", recipient="b@partner.test")
+        assert len(deliverer._idle) == 1 and sink.live == 1
+        sink.data_delay = 5.0  # the final reply is late: the caller gives up meanwhile
+        task = asyncio.ensure_future(
+            deliverer.deliver(ODD, sender="a@agents.test", recipient="b@partner.test")
+        )
+        await asyncio.sleep(0.1)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(0.05)
+        assert deliverer._idle == [] and sink.live == 0  # closed, not pooled half-way
+    finally:
+        await deliverer.aclose()
