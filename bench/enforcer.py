@@ -43,8 +43,14 @@ PG_BASE = os.environ.get("ENVELOPAY_TEST_PG", "postgresql://postgres@127.0.0.1:5
 _SINK = r"""
 import asyncio, sys
 from aiosmtpd.smtp import SMTP
+PIPELINING = sys.argv[1] == "1"
 class H:
     n = 0
+    async def handle_EHLO(self, server, session, envelope, hostname, responses):
+        session.host_name = hostname
+        if PIPELINING:  # as Postfix, Exim and the big submission services advertise it
+            responses.insert(-1, "250-PIPELINING")
+        return responses
     async def handle_DATA(self, server, session, envelope):
         H.n += 1
         return "250 OK"
@@ -130,10 +136,12 @@ async def main() -> None:
     ap.add_argument("--no-postgres", action="store_true")
     ap.add_argument("--no-payments", action="store_true", help="skip the spend enforcer figures")
     ap.add_argument("--payments-n", type=int, default=200)
+    ap.add_argument("--no-pipelining", action="store_true", help="the SMTP sink does not offer PIPELINING")
     args = ap.parse_args()
 
-    sink = subprocess.Popen([sys.executable, "-c", _SINK], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            text=True)
+    pipelining = "0" if args.no_pipelining else "1"
+    sink = subprocess.Popen([sys.executable, "-c", _SINK, pipelining], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
     assert sink.stdout is not None and sink.stdin is not None
     port = int(sink.stdout.readline())
     out: list[str] = []
@@ -175,7 +183,8 @@ async def main() -> None:
         sink.wait(timeout=30)
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     print(f"# bench/enforcer.py  {stamp}  {platform.machine()} {os.cpu_count()} cores  "
-          f"Python {platform.python_version()}  n={args.n} concurrency={args.concurrency}")
+          f"Python {platform.python_version()}  n={args.n} concurrency={args.concurrency}"
+          f"  sink PIPELINING {'no' if args.no_pipelining else 'yes'}")
     for line in out:
         print(line)
     verdict = "met" if sqlite_min >= 1000 else "NOT met"

@@ -29,9 +29,36 @@ class Sink:
     fail_with: str | None = None  # e.g. "550 no" to refuse DATA
     fail_next: list[str] = field(default_factory=list)  # one-shot refusals, in order
     peers: set[Any] = field(default_factory=set)  # client (host, port)s seen: one per connection
+    pipelining: bool = False  # advertise PIPELINING (RFC 2920) in the EHLO reply
+    rcpt_reply: str | None = None  # e.g. "550 no such user" to refuse every RCPT TO
+    drop_at_rcpt: int = 0  # drop the connection (no reply) at the next n RCPT TOs
+    rcpts: list[str] = field(default_factory=list)  # every RCPT TO seen, refused or not
+    live: int = 0  # connections open now
+    data_delay: float = 0.0  # seconds before answering the final dot
+
+    async def handle_EHLO(self, server: Any, session: Any, envelope: Any, hostname: str,
+                          responses: list[str]) -> list[str]:
+        session.host_name = hostname
+        if self.pipelining:
+            responses.insert(-1, "250-PIPELINING")
+        return responses
+
+    async def handle_RCPT(self, server: Any, session: Any, envelope: Any, address: str,
+                          options: list[str]) -> str:
+        self.rcpts.append(address)
+        if self.drop_at_rcpt:
+            self.drop_at_rcpt -= 1
+            server.transport.abort()
+            return "250 OK"  # never reaches the client
+        if self.rcpt_reply:
+            return self.rcpt_reply
+        envelope.rcpt_tos.append(address)
+        return "250 OK"
 
     async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
         self.peers.add(session.peer)
+        if self.data_delay:
+            await asyncio.sleep(self.data_delay)
         if self.fail_next:
             return self.fail_next.pop(0)
         if self.fail_with:
@@ -40,11 +67,21 @@ class Sink:
         return "250 OK"
 
 
+class _CountingSMTP(SMTP):
+    def connection_made(self, transport: Any) -> None:
+        self.event_handler.live += 1
+        super().connection_made(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.event_handler.live -= 1
+        super().connection_lost(exc)
+
+
 @pytest.fixture
 async def sink() -> AsyncIterator[Sink]:
     s = Sink()
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: SMTP(s, decode_data=False), "127.0.0.1", 0)
+    server = await loop.create_server(lambda: _CountingSMTP(s, decode_data=False), "127.0.0.1", 0)
     s.port = server.sockets[0].getsockname()[1]
     yield s
     server.close()

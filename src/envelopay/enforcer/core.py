@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from envelopay.enforcer.delivery import Deliverer, Signer
+from envelopay.enforcer.delivery import Deliverer, Envelope, Signer
 from envelopay.enforcer.mime import compose_request
 from envelopay.enforcer.model import (
     DEFAULT_DAILY,
@@ -258,10 +258,12 @@ class Enforcer:
         return Disposition(status="pending_approval", reason=reason, approval_id=send_id, id=send_id)
 
     async def _transmit(
-        self, agent: Agent, req: SendRequest, raw: bytes, *, recheck_kill: bool = True
+        self, agent: Agent, req: SendRequest, raw: bytes, *, recheck_kill: bool = True,
+        envelope: Envelope | None = None,
     ) -> str:
-        """Sign, re-check the kill switch, deliver. Returns "" on success, KILLED when the
-        kill switch was thrown meanwhile, or the failure reason."""
+        """Sign, re-check the kill switch, deliver (through `envelope`, the transaction
+        already opened for this sender and recipient, when there is one). Returns "" on
+        success, KILLED when the kill switch was thrown meanwhile, or the failure reason."""
         try:
             if self.signer is not None:
                 raw = self.signer(raw)
@@ -279,7 +281,10 @@ class Enforcer:
             if current is None or current.killed:
                 return KILLED
         try:
-            await self.deliverer.deliver(raw, sender=req.sender, recipient=req.to)
+            if envelope is not None and (envelope.sender, envelope.recipient) == (req.sender, req.to):
+                await envelope.deliver(raw)
+            else:
+                await self.deliverer.deliver(raw, sender=req.sender, recipient=req.to)
         except TransportError as exc:
             return f"delivery failed: {exc}"
         return ""

@@ -9,15 +9,19 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from envelopay.enforcer.smtp_pipe import ReplyError, Session, envelope_safe, open_session
 from envelopay.errors import TransportError, UsageError
 
 if TYPE_CHECKING:
     from envelopay.dkim import DkimKey
     from envelopay.mail.smtp import SmtpConfig
 
-__all__ = ["Deliverer", "GardenDeliverer", "Signer", "SmtpDeliverer", "dkim_signer"]
+__all__ = [
+    "Deliverer", "Envelope", "EnvelopeOpener", "GardenDeliverer", "Signer", "SmtpDeliverer", "SmtpEnvelope",
+    "dkim_signer",
+]
 
 Signer = Callable[[bytes], bytes]
 
@@ -28,21 +32,52 @@ class Deliverer(Protocol):
         ...
 
 
+class Envelope(Protocol):
+    """One message's transaction opened before its body exists (SmtpDeliverer)."""
+
+    sender: str
+    recipient: str
+
+    async def deliver(self, raw: bytes) -> None:
+        """Finish with `raw`; the same contract as Deliverer.deliver. Once only."""
+        ...
+
+    def abort(self) -> None:
+        """End it with nothing delivered; a no-op after deliver."""
+        ...
+
+
+@runtime_checkable
+class EnvelopeOpener(Protocol):
+    def open_envelope(self, *, sender: str, recipient: str) -> Envelope | None:
+        """Start the transaction for (sender, recipient) now, or None: deliver() it is."""
+        ...
+
+
 @dataclass
 class SmtpDeliverer:
     """Submission of the exact (signed) bytes, one recipient, one transaction per message.
 
     Fast path: a small pool of open connections (a new TCP+EHLO+AUTH per message costs
-    more than every policy check together). Any failure on a pooled connection other
-    than a permanent 5xx refusal falls back to mail.smtp.send_raw on a fresh connection,
-    with its retries and backoff; a 5xx is final either way."""
+    more than every policy check together), pipelining MAIL FROM, RCPT TO and DATA when the
+    server offers PIPELINING. Any failure on a pooled connection other than a permanent
+    5xx refusal falls back to mail.smtp.send_raw on a fresh connection, with its retries
+    and backoff; a 5xx is final either way.
+
+    open_envelope starts a message's transaction before its body exists (the PAY, while
+    its payment is signed and broadcast: payments_exec.py); `hold` bounds how long such a
+    transaction may wait for its body before it is abandoned for a fresh delivery."""
 
     config: SmtpConfig
     sleep: Callable[[float], Awaitable[None]] = field(default=asyncio.sleep)
     pool_size: int = 8
-    _idle: list[Any] = field(default_factory=list, init=False, repr=False)
+    # Servers drop a connection that stays silent: RFC 5321 asks for at least 5 minutes,
+    # Postfix under stress allows 10 s. A body later than this goes the fresh way instead of
+    # into a connection the server may have given up (the abandoned one delivers nothing).
+    hold: float = 8.0
+    _idle: list[Session] = field(default_factory=list, init=False, repr=False)
 
-    async def _connect(self) -> Any:
+    async def _connect(self) -> Session:
         import aiosmtplib
 
         c = self.config
@@ -50,31 +85,45 @@ class SmtpDeliverer:
             hostname=c.host, port=c.port, use_tls=c.security == "tls", start_tls=c.security == "starttls",
             tls_context=c.tls_context, timeout=c.timeout, local_hostname=c.local_hostname,
         )
-        await client.connect()
-        if c.username is not None and c.password is not None:
-            await client.login(c.username, c.password)
-        return client
+        try:
+            await client.connect()
+            if client.is_ehlo_or_helo_needed:  # STARTTLS and login said EHLO already
+                try:
+                    await client.ehlo()
+                except aiosmtplib.SMTPHeloError:
+                    await client.helo()
+            if c.username is not None and c.password is not None:
+                await client.login(c.username, c.password)
+            return open_session(client, c.timeout)
+        except BaseException:  # a failure or a cancelled envelope: no half-open socket left
+            client.close()
+            raise
+
+    def _pooled(self) -> Session | None:
+        while self._idle:
+            session = self._idle.pop()
+            if session.usable:
+                return session
+            session.close()
+        return None
+
+    async def _release(self, session: Session) -> None:
+        if len(self._idle) < self.pool_size and session.usable:
+            self._idle.append(session)
+        else:
+            await session.quit()
+
+    def open_envelope(self, *, sender: str, recipient: str) -> SmtpEnvelope | None:
+        if self.pool_size <= 0 or not (envelope_safe(sender) and envelope_safe(recipient)):
+            return None  # aiosmtplib's path (quoting, SMTPUTF8) on a fresh connection
+        return SmtpEnvelope(self, sender, recipient)
 
     async def deliver(self, raw: bytes, *, sender: str, recipient: str) -> None:
-        import aiosmtplib
-
-        if self.pool_size > 0:
-            client: Any = None
-            try:
-                client = self._idle.pop() if self._idle else await self._connect()
-                await client.sendmail(sender, [recipient], raw)
-            except (aiosmtplib.SMTPException, OSError, TimeoutError) as exc:
-                if client is not None:
-                    client.close()
-                if _permanent(exc):
-                    raise TransportError(f"smtp permanent_failure: {exc}") from exc
-            else:
-                if len(self._idle) < self.pool_size:
-                    self._idle.append(client)
-                else:
-                    await _quit(client)
-                return
-        await self._send_raw(raw, sender=sender, recipient=recipient)
+        envelope = self.open_envelope(sender=sender, recipient=recipient)
+        if envelope is None:
+            await self._send_raw(raw, sender=sender, recipient=recipient)
+        else:
+            await envelope.deliver(raw)
 
     async def _send_raw(self, raw: bytes, *, sender: str, recipient: str) -> None:
         from envelopay.mail.smtp import send_raw
@@ -91,8 +140,90 @@ class SmtpDeliverer:
 
     async def aclose(self) -> None:
         idle, self._idle = self._idle, []
-        for client in idle:
-            await _quit(client)
+        for session in idle:
+            await session.quit()
+
+
+class SmtpEnvelope:
+    """MAIL FROM, RCPT TO and DATA started at once on a pooled (or new) connection; the
+    body and the final dot only in deliver().
+
+    Nothing is delivered without the final dot, so abort() (or a crash) leaves nothing at
+    the server; an aborted or failed transaction's connection is closed, never pooled.
+    Every failure before the server accepted the message — a stale pooled connection, a
+    4xx, a dropped connection, a body later than `hold` — falls back to the deliverer's
+    fresh-connection path once; a 5xx reply is final, as on any connection."""
+
+    def __init__(self, owner: SmtpDeliverer, sender: str, recipient: str) -> None:
+        self.owner, self.sender, self.recipient = owner, sender, recipient
+        self._opened = time.monotonic()
+        self._done = False
+        self._session = owner._pooled()
+        if self._session is not None:
+            try:  # written now: the server works on them while this task signs and pays
+                self._session.start(sender, recipient)
+            except OSError:
+                self._session.close()
+                self._session = None
+        # A pooled pipelining connection has nothing left to send before the body: its
+        # replies are read in deliver(). Otherwise a task connects and/or sends the
+        # commands one at a time while the payment runs.
+        self._task: asyncio.Task[Session] | None = None
+        if self._session is None or not self._session.pipelining:
+            self._task = asyncio.ensure_future(self._begin())
+
+    async def _begin(self) -> Session:
+        if self._session is None:
+            self._session = await self.owner._connect()
+            self._session.start(self.sender, self.recipient)
+        await self._session.begin()
+        return self._session
+
+    async def deliver(self, raw: bytes) -> None:
+        import aiosmtplib
+
+        if self._done:
+            raise RuntimeError("this envelope was already used")
+        self._done = True
+        if time.monotonic() - self._opened <= self.owner.hold:
+            try:
+                session = await (self._task or self._begin())
+                await session.finish(raw)
+            except ReplyError as exc:
+                self._drop()
+                if exc.code >= 500:
+                    raise TransportError(f"smtp permanent_failure: {exc}") from exc
+            except (aiosmtplib.SMTPException, OSError, TimeoutError) as exc:
+                self._drop()
+                if _permanent(exc):  # e.g. 535 at AUTH on a new connection
+                    raise TransportError(f"smtp permanent_failure: {exc}") from exc
+            except BaseException:  # cancelled mid-transaction: the connection is not reused
+                self._drop()
+                raise
+            else:
+                self._session = None
+                await self.owner._release(session)
+                return
+        else:
+            self._drop()
+        await self.owner._send_raw(raw, sender=self.sender, recipient=self.recipient)
+
+    def abort(self) -> None:
+        if not self._done:
+            self._done = True
+            self._drop()
+
+    def _drop(self) -> None:
+        if self._task is None:
+            pass
+        elif self._task.done():
+            if not self._task.cancelled():
+                self._task.exception()  # retrieved: it was handled (or is moot) here
+        else:
+            self._task.cancel()
+        if self._session is not None:
+            self._session.close()  # mid-transaction: closing is the only safe end
+            self._session = None
 
 
 def _permanent(exc: BaseException) -> bool:
@@ -101,15 +232,6 @@ def _permanent(exc: BaseException) -> bool:
     if isinstance(exc, aiosmtplib.SMTPRecipientsRefused):
         return bool(exc.recipients) and all(r.code >= 500 for r in exc.recipients)
     return isinstance(exc, aiosmtplib.SMTPResponseException) and exc.code >= 500
-
-
-async def _quit(client: Any) -> None:
-    import aiosmtplib
-
-    try:
-        await client.quit()
-    except (aiosmtplib.SMTPException, OSError, TimeoutError):
-        client.close()
 
 
 @dataclass

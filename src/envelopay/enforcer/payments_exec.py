@@ -19,8 +19,10 @@ between delivery and its record sends it again with the same Message-ID.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import cast
 
 from envelopay.enforcer.custody import VaultError
+from envelopay.enforcer.delivery import Envelope, EnvelopeOpener
 from envelopay.enforcer.model import Agent, SendRequest
 from envelopay.enforcer.payment_model import PaymentDecision, PaymentDisposition
 from envelopay.enforcer.payment_store import Intent
@@ -51,6 +53,7 @@ async def run(
         if i.id in p._active:  # another task of this process is executing it
             return p.disposition(i)
         p._active.add(i.id)
+        envelope: Envelope | None = None
         try:
             async with p.lock_for(i.wallet_id):
                 if not live:
@@ -59,18 +62,38 @@ async def run(
                     # intent was just made or claimed by this call; the conditional
                     # transitions still refuse any stale step.)
                     i = await _reread(p, i)
+                elif i.state == "RESERVED":
+                    envelope = _open_envelope(p, i)
                 i = await _advance(p, i, live, sealed)
             if i.state == "PAID":
                 if live:
                     p.crash("after_record")
-                i = await _deliver(p, i, live, agent)
+                i = await _deliver(p, i, live, agent, envelope)
             return p.disposition(i)
         finally:
+            if envelope is not None:
+                envelope.abort()  # no-op once delivered; else nothing reaches the server
             p._active.discard(intent_id)
     except StoreError as exc:
         return PaymentDisposition(
             status="unknown", code="store_error", reason=f"store error: {exc}", id=intent_id
         )
+
+
+def _open_envelope(p: Payments, i: Intent) -> Envelope | None:
+    """The PAY's SMTP transaction (MAIL FROM, RCPT TO, DATA), started while the payment is
+    signed and broadcast: its envelope is decided with the payment; only the body waits for
+    the tx id. The body and its final dot go only after the money moved (_deliver); on any
+    other outcome the transaction is aborted, and a message without its final dot is not
+    delivered (RFC 5321), so the overlap can neither send a PAY for money that did not move
+    nor send one twice. Any fault of the early transaction falls back to an ordinary
+    delivery (delivery.SmtpEnvelope)."""
+    mail = i.request.get("mail")
+    deliverer = p.enforcer.deliverer
+    # hasattr, not isinstance on the runtime-checkable Protocol (which inspects every member).
+    if mail is None or not hasattr(deliverer, "open_envelope"):
+        return None
+    return cast(EnvelopeOpener, deliverer).open_envelope(sender=str(mail["from"]), recipient=str(mail["to"]))
 
 
 async def _reread(p: Payments, i: Intent) -> Intent:
@@ -201,7 +224,9 @@ async def _paid(p: Payments, i: Intent) -> Intent:
     return await _reread(p, i)
 
 
-async def _deliver(p: Payments, i: Intent, live: bool, agent: Agent | None) -> Intent:
+async def _deliver(
+    p: Payments, i: Intent, live: bool, agent: Agent | None, envelope: Envelope | None = None
+) -> Intent:
     """The email leg, after the money moved: at least once, with the intent's Message-ID."""
     if agent is None or agent.id != i.agent_id:
         agent = await p.enforcer.store.agent_by_id(i.agent_id)
@@ -234,7 +259,7 @@ async def _deliver(p: Payments, i: Intent, live: bool, agent: Agent | None) -> I
         problem = (
             composed
             if isinstance(composed, str)
-            else await p.enforcer._transmit(agent, req, composed, recheck_kill=False)
+            else await p.enforcer._transmit(agent, req, composed, recheck_kill=False, envelope=envelope)
         )
         if problem:
             await p.store.paid_note(i.id, f"paid; the email is not delivered yet: {problem}"[:500], now)
