@@ -54,10 +54,10 @@ def test_two_terminals(tmp_path: Path) -> None:
         assert done.returncode == 0, f"{argv}\n{done.stdout}\n{done.stderr}"
         return done
 
-    started = run(up)
-    assert "base    http://127.0.0.1:" in started.stdout and "anvil" in started.stdout
     worker = None
-    try:
+    try:  # from `up` on: a failed assertion still stops the devnet it started
+        started = run(up)
+        assert "base    http://127.0.0.1:" in started.stdout and "anvil" in started.stdout
         run(init_worker)
         with (tmp_path / "worker.log").open("w") as log:  # terminal 1
             worker = subprocess.Popen(serve, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
