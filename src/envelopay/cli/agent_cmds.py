@@ -5,6 +5,7 @@ Bad input → a message naming the field and exit code 2, before anything is sen
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -156,11 +157,12 @@ def _register_worker(app: typer.Typer) -> None:
 
         with answers():
             cfg = _load(config)
-            try:
+            # SIGINT/SIGTERM end the serve loop gracefully (node.serve); a second Ctrl-C
+            # during shutdown is the KeyboardInterrupt. Either way the terminal hears it.
+            with contextlib.suppress(KeyboardInterrupt):
                 asyncio.run(serve_worker(cfg, embedded_garden=garden, ready=ready,
                                          echo=lambda line: typer.echo(line, err=as_json)))
-            except KeyboardInterrupt:
-                typer.echo("stopped", err=True)
+            typer.echo(f"{cfg.agent.address} stopped", err=True)
 
 
 _Request = Annotated[str, typer.Option("--request", help="The request: one JSON object.")]
