@@ -13,12 +13,15 @@ from typing import Any
 import pytest
 
 from envelopay import dkim
+from envelopay.enforcer import smtp_pipe
 from envelopay.enforcer.core import Enforcer
 from envelopay.enforcer.delivery import SmtpDeliverer, SmtpEnvelope, dkim_signer
 from envelopay.enforcer.smtp_pipe import data_block
 from envelopay.enforcer.store import EnforcerStore
+from envelopay.errors import TransportError
 from envelopay.mail.smtp import SmtpConfig, send_raw
 from envelopay.protocol.parse import parse
+from envelopay.rails.custodial import SignedPayment
 
 from .conftest import Clock, Sink
 from .paykit import USDC, Kit, make_kit, pay_req, payee_wallet
@@ -114,25 +117,161 @@ async def test_a_failed_payment_after_the_envelope_opened_delivers_nothing(
         await deliverer.aclose()
 
 
-async def test_a_refused_rcpt_during_the_overlap_is_the_ordinary_permanent_failure(
+async def test_a_pay_refused_for_good_before_the_broadcast_moves_no_money(
     store: EnforcerStore, sink: Sink, clock: Clock, pipelining: bool
 ) -> None:
     kit, deliverer = await _kit(store, sink, clock)
     try:
         token, address = await kit.agent()
+        before = kit.usdc_of(address)
         sink.rcpt_reply = "550 5.1.1 no such user"
+        d = await kit.payments.submit("pay", token, pay_req(payee_wallet(), USDC, key="k"))
+        # The server's 550 to RCPT arrives while the payment is signed: the signed bytes
+        # are dropped unsent, so there is no money without its PAY.
+        assert (d.status, d.code) == ("failed", "pay_mail_refused"), d
+        assert "550" in d.reason and d.tx_id is None
+        assert kit.payment_txs(address) == [] and kit.usdc_of(address) == before
+        assert sink.messages == [] and sink.rcpts == ["seller@partner.test"]
+        assert deliverer._idle == []  # that connection is closed, not pooled
+        # The caps it took were handed back: the whole day's allowance is still there.
+        again = await kit.payments.submit("pay", token, pay_req(payee_wallet(), USDC, key="k"))
+        assert (again.status, again.id) == ("failed", d.id)  # the key's first outcome
+        sink.rcpt_reply = None
+        ok = await kit.payments.submit("pay", token, pay_req(payee_wallet(), USDC, key="k2"))
+        assert ok.status == "paid_and_sent" and len(sink.messages) == 1, ok
+        assert _pay_of(sink.messages[0][2])["proof"] == {"tx": ok.tx_id}
+        assert kit.payment_txs(address) == [ok.tx_id]
+    finally:
+        await deliverer.aclose()
+
+
+async def test_a_refusal_heard_only_after_the_payment_leaves_it_paid_for_recovery(
+    store: EnforcerStore, sink: Sink, clock: Clock, pipelining: bool
+) -> None:
+    kit, deliverer = await _kit(store, sink, clock)
+    try:
+        token, address = await kit.agent()
+        sink.fail_with = "554 5.7.1 message refused"  # the verdict on the body itself
         d = await kit.payments.submit("pay", token, pay_req(payee_wallet(), USDC))
         # The money moved; the PAY is not delivered (a 5xx is final: no retry on a fresh
         # connection), and the intent says so and stays PAID for recovery.
         assert d.state == "paid" and d.tx_id and kit.payment_txs(address) == [d.tx_id], d
-        assert "not delivered yet" in d.reason and "550" in d.reason and "permanent" in d.reason
-        assert sink.messages == [] and sink.rcpts == ["seller@partner.test"]
-        assert deliverer._idle == []
+        assert "not delivered yet" in d.reason and "554" in d.reason and "permanent" in d.reason
+        assert sink.messages == [] and deliverer._idle == []
         # Once the server accepts again, recovery delivers it once.
-        sink.rcpt_reply = None
+        sink.fail_with = None
         again = await kit.payments.status(token, d.id)
         assert again.status == "paid_and_sent" and len(sink.messages) == 1, again
         assert _pay_of(sink.messages[0][2])["proof"] == {"tx": d.tx_id}
+    finally:
+        await deliverer.aclose()
+
+
+async def test_the_body_travels_during_the_broadcast_and_only_the_final_dot_waits(
+    store: EnforcerStore, sink: Sink, clock: Clock, pipelining: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kit, deliverer = await _kit(store, sink, clock)
+    events: list[tuple[str, bytes]] = []
+    write = smtp_pipe.Session.write
+
+    def logged(self: smtp_pipe.Session, data: bytes) -> None:
+        events.append(("wrote", data))
+        write(self, data)
+
+    monkeypatch.setattr(smtp_pipe.Session, "write", logged)
+    real = kit.payer.broadcast
+
+    async def broadcast(payment: SignedPayment) -> Any:
+        events.append(("broadcast", payment.tx_id.encode()))
+        return await real(payment)
+
+    monkeypatch.setattr(kit.payer, "broadcast", broadcast)
+    try:
+        token, _ = await kit.agent()
+        d = await kit.payments.submit("pay", token, pay_req(payee_wallet(), USDC))
+        assert d.status == "paid_and_sent" and len(sink.messages) == 1, d
+        at = events.index(("broadcast", d.tx_id.encode()))
+        before = b"".join(data for kind, data in events[:at] if kind == "wrote")
+        after = [data for kind, data in events[at + 1:] if kind == "wrote"]
+        # Everything of the message but its end went out before the money moved ...
+        assert d.tx_id.encode() in before and b"\r\nDATA\r\n" in before
+        assert not before.endswith(b"\r\n.\r\n")
+        # ... and the end of data, the one thing that delivers it, only after.
+        assert after == [b".\r\n"]
+        delivered = sink.messages[0][2]
+        assert _pay_of(delivered)["proof"] == {"tx": d.tx_id}
+        assert before.endswith(data_block(delivered)[: -len(b".\r\n")])  # the very bytes
+    finally:
+        await deliverer.aclose()
+
+
+async def test_a_broadcast_the_chain_refuses_after_the_body_went_delivers_nothing(
+    store: EnforcerStore, sink: Sink, clock: Clock, pipelining: bool
+) -> None:
+    kit, deliverer = await _kit(store, sink, clock)
+    try:
+        token, address = await kit.agent()
+        assert (await kit.payments.submit("pay", token, pay_req(payee_wallet(), USDC, key="a"))).status == (
+            "paid_and_sent"
+        )
+
+        def turn_the_blockhash(point: str) -> None:
+            # Between the recorded tx id and the broadcast (the body is at the server by
+            # now): another transaction turns the local chain's blockhash, so the signed
+            # bytes can never land.
+            if point == "after_sign":
+                _other_transfer(kit)
+
+        kit.payments.crash = turn_the_blockhash
+        d = await kit.payments.submit("pay", token, pay_req(payee_wallet(), USDC, key="b"))
+        assert (d.status, d.code) == ("failed", "expired"), d
+        await asyncio.sleep(0.05)  # let the sink read the close
+        assert len(sink.messages) == 1 and sink.live == 0 and deliverer._idle == []
+        assert len(kit.payment_txs(address)) == 1
+        kit.payments.crash = lambda _p: None
+        ok = await kit.payments.submit("pay", token, pay_req(payee_wallet(), USDC, key="c"))
+        assert ok.status == "paid_and_sent" and len(sink.messages) == 2, ok
+        assert _pay_of(sink.messages[1][2])["proof"] == {"tx": ok.tx_id}
+    finally:
+        await deliverer.aclose()
+
+
+def _other_transfer(kit: Kit) -> None:
+    from solders.pubkey import Pubkey
+
+    from envelopay_solana import tx as txb
+
+    other = kit.chain.new_wallet(sol=10**9)
+    sol = kit.payer.asset("SOL")
+    assert sol is not None
+    ixs = txb.payment_instructions(other.pubkey(), Pubkey.from_string(payee_wallet()), sol, 10**6,
+                                   create_ata=False)
+    assert kit.chain.send(txb.sign(ixs, other, kit.chain.latest_blockhash())).ok
+
+
+async def test_a_staged_body_is_delivered_by_its_dot_or_not_at_all(sink: Sink, pipelining: bool) -> None:
+    deliverer = SmtpDeliverer(SmtpConfig("127.0.0.1", sink.port, security="none", max_attempts=1))
+    other = ODD.replace(b"Subject: dots", b"Subject: other")
+    try:
+        staged = deliverer.open_envelope(sender="a@agents.test", recipient="b@partner.test")
+        assert staged is not None and await staged.stage(ODD) == ""
+        await staged.deliver(ODD)  # only the dot is left to write
+        aborted = deliverer.open_envelope(sender="a@agents.test", recipient="b@partner.test")
+        assert aborted is not None and await aborted.stage(other) == ""
+        aborted.abort()  # staged, never ended: nothing of it is delivered
+        changed = deliverer.open_envelope(sender="a@agents.test", recipient="b@partner.test")
+        assert changed is not None and await changed.stage(other) == ""
+        await changed.deliver(ODD)  # not the staged bytes: those are dropped, these go fresh
+        await asyncio.sleep(0.05)
+        bodies = [m[2] for m in sink.messages]
+        assert len(bodies) == 2 and all(b"Subject: dots" in b for b in bodies)
+        assert bodies[0] == bodies[1]  # the staged way carries what the fresh way carries
+        refused = deliverer.open_envelope(sender="a@agents.test", recipient="b@partner.test")
+        sink.rcpt_reply = "550 5.1.1 no such user"
+        assert refused is not None and "550" in await refused.stage(ODD)
+        with pytest.raises(TransportError, match="550"):
+            await refused.deliver(ODD)  # final: no fresh attempt
+        assert len(sink.messages) == 2
     finally:
         await deliverer.aclose()
 

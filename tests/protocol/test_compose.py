@@ -8,6 +8,8 @@ from datetime import UTC, datetime, timedelta, timezone
 from email import policy
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from envelopay.protocol import (
     HeaderValueError,
@@ -162,3 +164,27 @@ def test_reply_headers_chain_and_trim() -> None:
     assert chain[0] == "<r0@x.test>" and chain[-2:] == ("<r29@x.test>", "<m2@x.test>")
     # No usable Message-ID: nothing to thread on.
     assert reply_headers(parse(b"Subject: WHICH\r\nMessage-ID: junk\r\n\r\n")) == (None, ())
+
+
+_JSON_SCALARS = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text()
+_JSON = st.recursive(
+    _JSON_SCALARS,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@given(_JSON, st.integers(min_value=0, max_value=4))
+def test_the_indented_json_of_the_html_part_is_the_stdlib_text(value: object, indent: int) -> None:
+    from envelopay.protocol.compose import _indented_json
+
+    expected = json.dumps(value, ensure_ascii=False, indent=indent, separators=(",", ": "))
+    assert _indented_json(value, indent) == expected
+
+
+def test_indented_json_takes_the_stdlib_way_for_keys_it_would_convert() -> None:
+    from envelopay.protocol.compose import _indented_json
+
+    for value in ({1: "a", "b": [True, None]}, {"x": {None: 1.5, False: []}}, [{}, [], {"k": ()}]):
+        expected = json.dumps(value, ensure_ascii=False, indent=2, separators=(",", ": "))
+        assert _indented_json(value) == expected

@@ -257,18 +257,26 @@ class Enforcer:
             return Disposition(status="failed", reason=f"store error: {exc}")
         return Disposition(status="pending_approval", reason=reason, approval_id=send_id, id=send_id)
 
-    async def _transmit(
-        self, agent: Agent, req: SendRequest, raw: bytes, *, recheck_kill: bool = True,
-        envelope: Envelope | None = None,
-    ) -> str:
-        """Sign, re-check the kill switch, deliver (through `envelope`, the transaction
-        already opened for this sender and recipient, when there is one). Returns "" on
-        success, KILLED when the kill switch was thrown meanwhile, or the failure reason."""
+    def _signed(self, raw: bytes) -> bytes | str:
+        """`raw` DKIM-signed (when this enforcer signs), or why signing refused it."""
         try:
-            if self.signer is not None:
-                raw = self.signer(raw)
+            return raw if self.signer is None else self.signer(raw)
         except (UsageError, ValueError) as exc:
             return f"signing refused: {exc}"
+
+    async def _transmit(
+        self, agent: Agent, req: SendRequest, raw: bytes, *, recheck_kill: bool = True,
+        envelope: Envelope | None = None, signed: bool = False,
+    ) -> str:
+        """Sign (unless `signed`: _signed ran already), re-check the kill switch, deliver
+        (through `envelope`, the transaction already opened for this sender and recipient,
+        when there is one). Returns "" on success, KILLED when the kill switch was thrown
+        meanwhile, or the failure reason."""
+        if not signed:
+            done = self._signed(raw)
+            if isinstance(done, str):
+                return done
+            raw = done
         # Kill is re-checked here, the last step before delivery (DESIGN: "kill is
         # re-checked at execute"): a kill that commits while this send was between its
         # caps and here stops it.

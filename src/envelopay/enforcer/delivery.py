@@ -38,6 +38,11 @@ class Envelope(Protocol):
     sender: str
     recipient: str
 
+    async def stage(self, raw: bytes, *, wait: float = 1.0) -> str:
+        """Send `raw` short of its end, so that nothing is delivered yet; "" or why the
+        message can never go this way (a permanent refusal)."""
+        ...
+
     async def deliver(self, raw: bytes) -> None:
         """Finish with `raw`; the same contract as Deliverer.deliver. Once only."""
         ...
@@ -146,7 +151,7 @@ class SmtpDeliverer:
 
 class SmtpEnvelope:
     """MAIL FROM, RCPT TO and DATA started at once on a pooled (or new) connection; the
-    body and the final dot only in deliver().
+    body (stage) and the final dot (deliver) later.
 
     Nothing is delivered without the final dot, so abort() (or a crash) leaves nothing at
     the server; an aborted or failed transaction's connection is closed, never pooled.
@@ -158,6 +163,8 @@ class SmtpEnvelope:
         self.owner, self.sender, self.recipient = owner, sender, recipient
         self._opened = time.monotonic()
         self._done = False
+        self._staged: bytes | None = None
+        self._fault: BaseException | None = None  # what stage() met; deliver() acts on it
         self._session = owner._pooled()
         if self._session is not None:
             try:  # written now: the server works on them while this task signs and pays
@@ -166,8 +173,8 @@ class SmtpEnvelope:
                 self._session.close()
                 self._session = None
         # A pooled pipelining connection has nothing left to send before the body: its
-        # replies are read in deliver(). Otherwise a task connects and/or sends the
-        # commands one at a time while the payment runs.
+        # replies are read in stage() or deliver(). Otherwise a task connects and/or sends
+        # the commands one at a time while the payment runs.
         self._task: asyncio.Task[Session] | None = None
         if self._session is None or not self._session.pipelining:
             self._task = asyncio.ensure_future(self._begin())
@@ -179,24 +186,52 @@ class SmtpEnvelope:
         await self._session.begin()
         return self._session
 
-    async def deliver(self, raw: bytes) -> None:
-        import aiosmtplib
+    def _in_time(self) -> bool:
+        return time.monotonic() - self._opened <= self.owner.hold
 
+    async def stage(self, raw: bytes, *, wait: float = 1.0) -> str:
+        """Write `raw` without its final dot, once the server said 354 to DATA (waiting at
+        most `wait` s for that; else deliver() writes it all). The server reads the body
+        while the caller decides whether it may be delivered: deliver(raw) then writes only
+        the final dot. Returns why the message can never go, when the server refused it
+        for good (a 5xx to MAIL FROM, RCPT TO or DATA, or at AUTH): the caller can still
+        decide not to do what the message reports. Any other fault is kept for deliver(),
+        which falls back to a fresh connection."""
+        if self._done or self._staged is not None or self._fault is not None or not self._in_time():
+            return ""
+        task = self._task
+        if task is None:
+            task = self._task = asyncio.ensure_future(self._begin())
+        done, _ = await asyncio.wait({task}, timeout=wait)
+        if not done:
+            return ""
+        try:
+            task.result().stage(raw)
+        except (ReplyError, OSError, TimeoutError, _smtp_errors()) as exc:
+            self._drop()
+            self._fault = exc
+            return f"smtp permanent_failure: {exc}" if _final(exc) else ""
+        except BaseException:
+            self._drop()
+            raise
+        self._staged = raw
+        return ""
+
+    async def deliver(self, raw: bytes) -> None:
         if self._done:
             raise RuntimeError("this envelope was already used")
         self._done = True
-        if time.monotonic() - self._opened <= self.owner.hold:
+        fault = self._fault
+        if fault is None and self._in_time() and self._staged in (None, raw):
             try:
                 session = await (self._task or self._begin())
-                await session.finish(raw)
-            except ReplyError as exc:
+                if self._staged is None:
+                    await session.finish(raw)
+                else:
+                    await session.end()
+            except (ReplyError, OSError, TimeoutError, _smtp_errors()) as exc:
                 self._drop()
-                if exc.code >= 500:
-                    raise TransportError(f"smtp permanent_failure: {exc}") from exc
-            except (aiosmtplib.SMTPException, OSError, TimeoutError) as exc:
-                self._drop()
-                if _permanent(exc):  # e.g. 535 at AUTH on a new connection
-                    raise TransportError(f"smtp permanent_failure: {exc}") from exc
+                fault = exc
             except BaseException:  # cancelled mid-transaction: the connection is not reused
                 self._drop()
                 raise
@@ -205,7 +240,9 @@ class SmtpEnvelope:
                 await self.owner._release(session)
                 return
         else:
-            self._drop()
+            self._drop()  # too late, or other bytes than the staged ones: those stay undelivered
+        if fault is not None and _final(fault):  # e.g. 550 at RCPT, 535 at AUTH
+            raise TransportError(f"smtp permanent_failure: {fault}") from fault
         await self.owner._send_raw(raw, sender=self.sender, recipient=self.recipient)
 
     def abort(self) -> None:
@@ -224,6 +261,19 @@ class SmtpEnvelope:
         if self._session is not None:
             self._session.close()  # mid-transaction: closing is the only safe end
             self._session = None
+
+
+def _smtp_errors() -> type[Exception]:
+    import aiosmtplib
+
+    return aiosmtplib.SMTPException
+
+
+def _final(exc: BaseException) -> bool:
+    """A refusal no other connection would change: a 5xx reply."""
+    if isinstance(exc, ReplyError):
+        return exc.code >= 500
+    return _permanent(exc)
 
 
 def _permanent(exc: BaseException) -> bool:

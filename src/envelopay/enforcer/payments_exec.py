@@ -54,6 +54,7 @@ async def run(
             return p.disposition(i)
         p._active.add(i.id)
         envelope: Envelope | None = None
+        staged: _Staged | None = None
         try:
             async with p.lock_for(i.wallet_id):
                 if not live:
@@ -64,11 +65,13 @@ async def run(
                     i = await _reread(p, i)
                 elif i.state == "RESERVED":
                     envelope = _open_envelope(p, i)
-                i = await _advance(p, i, live, sealed)
+                    if envelope is not None and agent is not None and agent.id == i.agent_id:
+                        staged = _Staged(p, i, agent, envelope)
+                i = await _advance(p, i, live, sealed, staged)
             if i.state == "PAID":
                 if live:
                     p.crash("after_record")
-                i = await _deliver(p, i, live, agent, envelope)
+                i = await _deliver(p, i, live, agent, envelope, staged)
             return p.disposition(i)
         finally:
             if envelope is not None:
@@ -83,17 +86,59 @@ async def run(
 def _open_envelope(p: Payments, i: Intent) -> Envelope | None:
     """The PAY's SMTP transaction (MAIL FROM, RCPT TO, DATA), started while the payment is
     signed and broadcast: its envelope is decided with the payment; only the body waits for
-    the tx id. The body and its final dot go only after the money moved (_deliver); on any
-    other outcome the transaction is aborted, and a message without its final dot is not
-    delivered (RFC 5321), so the overlap can neither send a PAY for money that did not move
-    nor send one twice. Any fault of the early transaction falls back to an ordinary
-    delivery (delivery.SmtpEnvelope)."""
+    the tx id (_Staged writes it then), and its final dot goes only after the money moved
+    (_deliver); on any other outcome the transaction is aborted, and a message without its
+    final dot is not delivered (RFC 5321), so the overlap can neither send a PAY for money
+    that did not move nor send one twice. Any fault of the early transaction falls back to
+    an ordinary delivery (delivery.SmtpEnvelope)."""
     mail = i.request.get("mail")
     deliverer = p.enforcer.deliverer
     # hasattr, not isinstance on the runtime-checkable Protocol (which inspects every member).
     if mail is None or not hasattr(deliverer, "open_envelope"):
         return None
     return cast(EnvelopeOpener, deliverer).open_envelope(sender=str(mail["from"]), recipient=str(mail["to"]))
+
+
+class _Staged:
+    """The PAY written into its open transaction as soon as its tx id exists, short of the
+    final dot: the server reads it while the payment is recorded and broadcast, and only
+    the dot waits for the money (SmtpEnvelope.stage). A server that refuses the PAY for
+    good (a 5xx) is heard before the broadcast: the payment does not go (no money without
+    its email). Anything else about the early body is left to _deliver's fallback."""
+
+    def __init__(self, p: Payments, i: Intent, agent: Agent, envelope: Envelope) -> None:
+        self.p, self.agent, self.envelope = p, agent, envelope
+        self.mail: tuple[SendRequest, bytes] | None = None
+
+    async def write(self, i: Intent, payer: CustodialPayer, tx_id: str) -> str:
+        """"" or why the PAY can never be delivered."""
+        req, raw = _pay_mail(self.p, i, payer, tx_id, self.agent)
+        if isinstance(raw, str):
+            return ""  # _deliver meets the same problem after the payment, and notes it
+        refused = await self.envelope.stage(raw, wait=0.5)
+        if not refused:
+            self.mail = (req, raw)
+        return refused
+
+
+def _pay_mail(
+    p: Payments, i: Intent, payer: CustodialPayer, tx_id: str, agent: Agent
+) -> tuple[SendRequest, bytes | str]:
+    """The PAY carrying the proof of `tx_id`, composed and signed (or why it cannot be)."""
+    mail = dict(i.request["mail"])
+    body = dict(mail["body"])
+    proof = dict(payer.proof(tx_id))
+    if body.get("type") == "offer":
+        body["give"] = {**body["give"], "proof": proof}
+    else:
+        body["proof"] = proof
+    # The mail leg was validated with a placeholder proof when the intent was made; only the
+    # proof object differs now, so it is not validated again (compose still builds the model).
+    req = SendRequest(to=mail["to"], sender=mail["from"], msg_type=mail["type"], body=body,
+                      message_id=i.message_id)
+    # The one check of what compose accepts, then sign.
+    composed = p.enforcer._compose(agent, req, i.message_id, p.clock())
+    return req, composed if isinstance(composed, str) else p.enforcer._signed(composed)
 
 
 async def _reread(p: Payments, i: Intent) -> Intent:
@@ -109,13 +154,15 @@ async def _fail(p: Payments, i: Intent, code: str, reason: str) -> Intent:
     return await _reread(p, i)
 
 
-async def _advance(p: Payments, i: Intent, live: bool, sealed: bytes | None = None) -> Intent:
+async def _advance(
+    p: Payments, i: Intent, live: bool, sealed: bytes | None = None, staged: _Staged | None = None
+) -> Intent:
     payer = p.payers.get(i.chain)
     while True:
         if i.state == "RESERVED":
             if payer is None:
                 return await _fail(p, i, "unknown_asset", f"no rail pays on {i.chain} here")
-            i, fresh = await _sign(p, payer, i, live, sealed)
+            i, fresh = await _sign(p, payer, i, live, sealed, staged)
             if fresh:  # recorded as BROADCAST with its bytes just now: send them
                 i = await _broadcast(p, payer, i, live)
                 if i.state == "BROADCAST":
@@ -154,7 +201,8 @@ async def _advance(p: Payments, i: Intent, live: bool, sealed: bytes | None = No
 
 
 async def _sign(
-    p: Payments, payer: CustodialPayer, i: Intent, live: bool, sealed: bytes | None
+    p: Payments, payer: CustodialPayer, i: Intent, live: bool, sealed: bytes | None,
+    staged: _Staged | None = None,
 ) -> tuple[Intent, bool]:
     """(intent, True) when the signed bytes were just recorded with the broadcast claimed.
 
@@ -181,6 +229,11 @@ async def _sign(
         return await _fail(p, i, "rail_unavailable", f"nothing was signed: {exc}"[:300]), False
     finally:
         del secret
+    if staged is not None:
+        refused = await staged.write(i, payer, signed.tx_id)
+        if refused:  # the signed bytes are dropped unsent
+            reason = f"the PAY's email was refused for good, so nothing was paid: {refused}"
+            return await _fail(p, i, "pay_mail_refused", reason[:300]), False
     if not await p.store.mark_signed_broadcast(i.id, signed.tx_id, signed.blob, p.clock()):
         i = await _reread(p, i)
         if i.state == "RESERVED":  # killed meanwhile: the signed bytes are dropped unsent
@@ -225,7 +278,8 @@ async def _paid(p: Payments, i: Intent) -> Intent:
 
 
 async def _deliver(
-    p: Payments, i: Intent, live: bool, agent: Agent | None, envelope: Envelope | None = None
+    p: Payments, i: Intent, live: bool, agent: Agent | None, envelope: Envelope | None = None,
+    staged: _Staged | None = None,
 ) -> Intent:
     """The email leg, after the money moved: at least once, with the intent's Message-ID."""
     if agent is None or agent.id != i.agent_id:
@@ -237,29 +291,20 @@ async def _deliver(
         if await p.store.mark_sent(i.id, "payment only: the caller sends the email", p.clock()):
             return replace(i, state="SENT", reason="payment only: the caller sends the email")
         return await _reread(p, i)
-    mail = dict(i.request["mail"])
-    body = dict(mail["body"])
-    proof = dict(payer.proof(i.tx_id))
-    if body.get("type") == "offer":
-        body["give"] = {**body["give"], "proof": proof}
-    else:
-        body["proof"] = proof
-    # The mail leg was validated with a placeholder proof when the intent was made; only the
-    # proof object differs now, so it is not validated again (compose still builds the model).
-    req = SendRequest(to=mail["to"], sender=mail["from"], msg_type=mail["type"], body=body,
-                      message_id=i.message_id)
     # Recovery first asks whether the email already left (crash between its record and ours).
     prior = None if live else await p.enforcer.store.send_by_message_id(agent.id, i.message_id)
     if prior is None or prior.state != "SENT":
         now = p.clock()
-        # The one check of what compose accepts, then sign and deliver.
-        composed = p.enforcer._compose(agent, req, i.message_id, now)
+        early = staged.mail if staged is not None else None
+        req, raw = early if early is not None else _pay_mail(p, i, payer, i.tx_id, agent)
         # The money moved before any kill that could stop it (BROADCAST requires ACTIVE): the
         # PAY carrying its proof goes out even if the agent was killed since (at least once).
         problem = (
-            composed
-            if isinstance(composed, str)
-            else await p.enforcer._transmit(agent, req, composed, recheck_kill=False, envelope=envelope)
+            raw
+            if isinstance(raw, str)
+            else await p.enforcer._transmit(
+                agent, req, raw, recheck_kill=False, envelope=envelope, signed=True
+            )
         )
         if problem:
             await p.store.paid_note(i.id, f"paid; the email is not delivered yet: {problem}"[:500], now)

@@ -39,13 +39,22 @@ def envelope_safe(address: str) -> bool:
     return len(address) <= 254 and _SAFE_ADDRESS.fullmatch(address) is not None
 
 
+_END_OF_DATA = b".\r\n"
+
+
 def data_block(raw: bytes) -> bytes:
     """`raw` as the DATA phase carries it: CRLF line ends, leading dots doubled, and the
     terminating CRLF.CRLF (the same transformation aiosmtplib applies)."""
+    return _data_text(raw) + _END_OF_DATA
+
+
+def _data_text(raw: bytes) -> bytes:
+    """The DATA phase without its final dot: every line CRLF-ended and dot-stuffed, so
+    nothing in it can end the data early."""
     text = _LINE_END.sub(b"\r\n", raw)
     if not text.endswith(b"\r\n"):
         text += b"\r\n"
-    return _LEADING_DOT.sub(b"..", text) + b".\r\n"
+    return _LEADING_DOT.sub(b"..", text)
 
 
 class _Replies(asyncio.Protocol):
@@ -154,7 +163,17 @@ class Session:
 
     async def finish(self, raw: bytes) -> None:
         """The message and the final dot, after a successful `begin`."""
-        self.write(data_block(raw))
+        self.stage(raw)
+        await self.end()
+
+    def stage(self, raw: bytes) -> None:
+        """The message without its final dot, after a successful `begin`: the server reads
+        it while the caller still decides whether it may be delivered (`end`) or not (close)."""
+        self.write(_data_text(raw))
+
+    async def end(self) -> None:
+        """The final dot after `stage`, and the server's verdict on the message."""
+        self.write(_END_OF_DATA)
         code, text = await self._replies.reply(self.timeout)
         if code != 250:
             raise ReplyError(code, text, "message")
