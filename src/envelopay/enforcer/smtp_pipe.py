@@ -5,7 +5,7 @@ replies itself, because aiosmtplib's protocol keeps one reply per awaited comman
 drops what arrives ahead of it, so it cannot pipeline. The transaction is split in two:
 `begin` writes MAIL FROM, RCPT TO and DATA (in one write when the server advertises
 PIPELINING) and checks their replies; `finish` writes the message and the final dot and
-reads the verdict. Until the final dot is written, nothing is delivered (RFC 5321 §4.1.1.4):
+reads the verdict, or, split, `stage` writes the message and `end` the final dot. Until the final dot is written, nothing is delivered (RFC 5321 §4.1.1.4):
 a transaction abandoned after DATA is ended by closing the connection, never by writing
 anything else into it (RSET there would be message text).
 """
