@@ -16,7 +16,7 @@ import sqlite3
 from datetime import UTC, datetime
 from typing import Any
 
-from envelopay.mail.mailbox.fts import Expand, cheapest, fold, join, words_terms
+from envelopay.mail.mailbox.fts import Expand, cheapest, fold, join, nfc, words_terms
 from envelopay.mail.mailbox.records import Attachment, CheckFilter, MailRecord
 
 __all__ = ["COLS", "check_query", "record"]
@@ -75,9 +75,10 @@ def check_query(folder: str, flt: CheckFilter, expand: Expand | None = None) -> 
     terms = join(
         cheapest(
             [
-                *(words_terms(flt.from_, "from_addr") if flt.from_ else []),
-                *(words_terms(flt.subject, "subject") if flt.subject else []),
-                *(words_terms(flt.contains, "{subject body}") if flt.contains else []),
+                # in NFC: Python splits words at a combining mark, SQLite's tokenizer does not
+                *(words_terms(nfc(flt.from_), "from_addr") if flt.from_ else []),
+                *(words_terms(nfc(flt.subject), "subject") if flt.subject else []),
+                *(words_terms(nfc(flt.contains), "{subject body}") if flt.contains else []),
             ],
             expand,
         )
