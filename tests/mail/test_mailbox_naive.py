@@ -11,6 +11,7 @@ import asyncio
 import random
 import re
 import sqlite3
+import unicodedata
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -30,10 +31,15 @@ SUBJECTS = ["Invoice 12", "PAY | order 9", "Été à Paris", "Straße und Weg", 
 WORDS = ["invoice", "receipt", "Été", "résumé", "straße", "xreceipt", "paying", "pay-day", "order", "note"]
 
 
+def nfc(text: str) -> str:
+    return unicodedata.normalize("NFC", text)
+
+
 def at_word_start(needle: str, text: str) -> bool:
-    """The SPEC rule, written out: `needle` (case-folded) occurs in `text` where its first
-    character starts a word (or anywhere, when it begins with a non-alphanumeric)."""
-    needle, text = needle.lower(), text.lower()
+    """The SPEC rule, written out: `needle` (case-folded, NFC) occurs in `text` (the same)
+    where its first character starts a word (or anywhere, when it begins with a
+    non-alphanumeric)."""
+    needle, text = nfc(needle.lower()), nfc(text.lower())
     start = text.find(needle)
     while start >= 0:
         if not needle[:1].isalnum() or start == 0 or not text[start - 1].isalnum():
@@ -228,10 +234,10 @@ def test_ranked_search_orders_blocks_of_newest_candidates(
     assert len(box.search("receipt", rank=True, limit=1)) == 1
     # With limit 1 a block holds max(RANK_WINDOW, 5) = 8 full-text candidates (any folder).
     db = box._index.db
-    cands = [
-        r[0]
+    cands = [  # newest first: the full-text rowid is -seq
+        -r[0]
         for r in db.execute(
-            "SELECT rowid FROM messages_fts WHERE messages_fts MATCH '\"receipt\"*' ORDER BY rowid DESC"
+            "SELECT rowid FROM messages_fts WHERE messages_fts MATCH '\"receipt\"*' ORDER BY rowid"
         )
     ]
     block = {seq: k // 8 for k, seq in enumerate(cands)}
@@ -472,7 +478,7 @@ def _check_all_prefixes(box: Mailbox, monkeypatch: pytest.MonkeyPatch) -> None:
     allrecs = _everything(box)
     for p in PREFIXES:
         flts = [CheckFilter(contains=p, n=400), CheckFilter(subject=p, n=400)]
-        rx = re.compile(re.escape(p), re.IGNORECASE)
+        rx = re.compile(re.escape(nfc(p)), re.IGNORECASE)
         naive_check = [
             [
                 r.id
@@ -486,7 +492,7 @@ def _check_all_prefixes(box: Mailbox, monkeypatch: pytest.MonkeyPatch) -> None:
             r.id
             for r in allrecs
             if r.folder in ("inbox", "sent")
-            and (rx.search(r.from_addr) or rx.search(r.subject) or rx.search(r.body))
+            and (rx.search(nfc(r.from_addr)) or rx.search(nfc(r.subject)) or rx.search(nfc(r.body)))
         ]
         for cap in (index_module.EXPAND_CAP, 0):
             with monkeypatch.context() as m:
@@ -500,8 +506,8 @@ def _check_all_prefixes(box: Mailbox, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _starts_word(box: Mailbox, mid: str, p: str) -> bool:
     r = box.get(mid)
-    rx = re.compile(r"(?<![^\W_])" + re.escape(p), re.IGNORECASE)  # the first word's rule (SPEC)
-    return any(rx.search(t) for t in (r.from_addr, r.subject, r.body))
+    rx = re.compile(r"(?<![^\W_])" + re.escape(nfc(p)), re.IGNORECASE)  # the first word's rule (SPEC)
+    return any(rx.search(nfc(t)) for t in (r.from_addr, r.subject, r.body))
 
 
 def test_the_vocabulary_is_the_full_text_index_tokens(unicode_box: Mailbox) -> None:

@@ -14,7 +14,7 @@ import pytest
 from envelopay.mail.mailbox import CheckFilter, Mailbox
 from envelopay.mail.mailbox import scan as scan_module
 from envelopay.mail.mailbox import storage as storage_module
-from envelopay.mail.mailbox.index import HEAD
+from envelopay.mail.mailbox.index import HEAD, _ws
 from envelopay.mail.maildir import deliver_file
 
 ME = "agent@garden.test"
@@ -122,6 +122,24 @@ def test_check_filters_are_index_columns_and_contains_reads_past_the_head(box: M
     [whole] = box.check(flt=CheckFilter(contains="haystack", truncate=0))
     assert whole.body.rstrip().endswith("needle-in-haystack")
     assert box.check(flt=CheckFilter(contains="haystacks")) == []
+
+
+def test_a_selective_filter_runs_its_python_test_on_the_instr_survivors_only(box: Mailbox) -> None:
+    """`--from peer7@ --subject order`: every candidate of the driving word passes the
+    From instr, few the Subject one; the word-start tests (Python calls) run only on rows
+    that passed every instr (the cheap C tests first, SPEC.md)."""
+    for n in range(60):
+        box.deliver(mail(n, frm="peer7@example.test", subject="order 1" if n % 20 == 0 else f"misc {n}"))
+    calls: list[str] = []
+
+    def counting(needle: str, text: str) -> bool:
+        calls.append(text)
+        return _ws(needle, text)
+
+    box._index.db.create_function("ws", 2, counting, deterministic=True)  # the same test, counted
+    got = box.check(flt=CheckFilter(from_="peer7@", subject="order"))
+    assert [r.subject for r in got] == ["order 1"] * 3
+    assert len(calls) == 6  # From and Subject of the 3 rows that passed both instr tests, not 60
 
 
 def test_thread_table_joins_and_merges_chains(box: Mailbox) -> None:

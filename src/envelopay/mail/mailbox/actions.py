@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from envelopay.mail.contacts import ContactBook
 from envelopay.mail.mailbox.attachments import extract, remove_extracted
-from envelopay.mail.mailbox.fts import fts_query, word_start
+from envelopay.mail.mailbox.fts import fold, fts_query, nfc, word_start
 from envelopay.mail.mailbox.guard import SendGuard
 from envelopay.mail.mailbox.index import MailIndex
 from envelopay.mail.mailbox.inputs import Folder, MailboxError, check_folder, check_id, single_address
@@ -201,11 +201,11 @@ class Mailbox:
         the text found where a word starts, envelopay.mail.mailbox.fts.word_start)."""
         flt = flt or CheckFilter()
         out: list[MailRecord] = []
-        needle = word_start(flt.contains.lower()) if flt.contains else None
+        needle = word_start(fold(flt.contains)) if flt.contains else None
         for r, exact in self._index.check(check_folder(folder), flt):  # in order
             if not exact:  # a body past the index's text: its file decides
                 assert needle is not None
-                if not (needle.search(r.subject.lower()) or needle.search(self._whole(r).body.lower())):
+                if not (needle.search(fold(r.subject)) or needle.search(fold(self._whole(r).body))):
                     continue
             out.append(self._whole(r) if flt.truncate == 0 else r)
             if len(out) >= flt.n:
@@ -225,7 +225,9 @@ class Mailbox:
         `limit` results, newest first, or with `rank` best first by BM25 within blocks of
         the newest max(100, 5 x limit) candidates (MailIndex._ranked). The full-text index
         picks the candidates (envelopay.mail.mailbox.fts); the regex decides, on the text
-        the index keeps (the file only past TEXT_CAP)."""
+        the index keeps (the file only past TEXT_CAP). Pattern and texts are compared in
+        NFC (a word typed composed finds it stored decomposed, and the reverse)."""
+        query = nfc(query)
         try:
             pattern = re.compile(query, re.IGNORECASE)
         except re.error as exc:
@@ -238,10 +240,10 @@ class Mailbox:
         fts = fts_query(query, narrowed=not rank, expand=self._index.expander(single=rank))
         for r in self._index.search(fts, folders, truncate=truncate, rank=rank, limit=limit):
             if (
-                pattern.search(r.from_addr)
-                or pattern.search(r.subject)
-                or pattern.search(r.body)
-                or (not r.body_complete and pattern.search(self._whole(r).body))
+                pattern.search(nfc(r.from_addr))
+                or pattern.search(nfc(r.subject))
+                or pattern.search(nfc(r.body))
+                or (not r.body_complete and pattern.search(nfc(self._whole(r).body)))
             ):
                 out.append(r)
             if len(out) >= limit:

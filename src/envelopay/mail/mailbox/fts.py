@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import re
+import unicodedata
 from collections.abc import Callable
 from re import _constants as sre  # type: ignore[attr-defined]
 from re import _parser as sre_parse  # type: ignore[attr-defined]
@@ -37,9 +38,11 @@ __all__ = [
     "Rendered",
     "Term",
     "cheapest",
+    "fold",
     "fts_query",
     "join",
     "narrow",
+    "nfc",
     "render",
     "word_start",
     "words_terms",
@@ -168,10 +171,22 @@ def words_terms(text: str, columns: str) -> list[Term]:
     return [t._replace(columns=columns) for t in _terms(re.escape(text))]
 
 
+def nfc(text: str) -> str:
+    """`text` in Unicode NFC: the form every exact text test compares (the same words typed
+    composed or decomposed, "é" or "e" + U+0301, are one text). ASCII is NFC already."""
+    return text if text.isascii() else unicodedata.normalize("NFC", text)
+
+
+def fold(text: str) -> str:
+    """`text` as `check`'s filters compare it: lowercased, in NFC (lowercasing can
+    decompose, so NFC after)."""
+    return nfc(text.lower())
+
+
 @functools.lru_cache(maxsize=64)
 def word_start(needle: str) -> re.Pattern[str]:
-    """The exact test of `check`'s text filters: `needle` (lowercased) found in a
-    lowercased text where a word starts, when its first character is a letter or digit
+    """The exact test of `check`'s text filters: `needle` (`fold`ed) found in a `fold`ed
+    text where a word starts, when its first character is a letter or digit
     (anywhere, when it begins with another character)."""
     lead = "(?<![^\\W_])" if needle[:1].isalnum() else ""
     return re.compile(lead + re.escape(needle))

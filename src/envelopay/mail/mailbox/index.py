@@ -13,12 +13,15 @@ Every action costs what its result costs (issue 17):
   `--contains`), and the rest of a longer body, zlib-compressed, to `texts` (the regex
   and `read` run on head + rest; the file is read only past `TEXT_CAP` characters);
 - `ts` never decreases with `seq` (an entry dated before the newest one is dated as it;
-  a message refiled into `sent` gets a new `seq`), so the full-text rowid order is
-  date order and every text query stops at its limit (envelopay.mail.mailbox.queries);
+  a message refiled into `sent` gets a new `seq`), and the full-text rowid is `-seq`, so
+  ascending rowid order is date order, newest first, and every text query stops at its
+  limit (envelopay.mail.mailbox.queries). FTS5 writes a transaction's rows in one segment
+  only while rowids ascend, so a transaction's texts are inserted at its end, newest first;
 - `terms` is the full-text index's vocabulary (every token it ever held, as the FTS5
   tokenizer folds it), so a prefix is expanded into the few whole tokens it covers and
   streams (envelopay.mail.mailbox.fts) instead of merging its posting list;
-- `from_lc`/`subject_lc` hold the lowercased header values the `check` filters test;
+- `from_lc`/`subject_lc` hold the header values the `check` filters test, lowercased and
+  in NFC (`fold`: text typed composed finds text stored decomposed, and the reverse);
 - a thread table joins messages sharing any Message-ID (own, In-Reply-To, References)
   as they are indexed, so `thread` reads one thread, not the mailbox;
 - `file` remembers where the file was last seen (new/ or cur/ with its flags);
@@ -35,7 +38,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from envelopay.mail.mailbox.fts import Expand, word_start
+from envelopay.mail.mailbox.fts import Expand, fold, word_start
 from envelopay.mail.mailbox.interpret import Interpretation
 from envelopay.mail.mailbox.queries import COLS, check_query, record
 from envelopay.mail.mailbox.records import Attachment, CheckFilter, MailRecord
@@ -47,7 +50,8 @@ TEXT_CAP = 200_000  # longer bodies are not kept as search text: their file is r
 RANK_WINDOW = 100  # ranked search orders max(this, 5 x limit) newest candidates at a time
 EXPAND_CAP = 16  # a prefix covering more tokens than this is queried as a prefix
 TERM_KEEP = 200  # characters of a token the vocabulary keeps (a longer one: no expansion)
-_VERSION = 4
+_VERSION = 5
+PENDING_CAP = 256  # texts held for the full-text index before a write (one sorted insert)
 
 # The unicode61 tokenizer always separates on ASCII non-alphanumerics: so the UTF-8 text,
 # those bytes made spaces, splits into runs where an all-ASCII run is one token
@@ -90,7 +94,7 @@ CREATE INDEX IF NOT EXISTS messages_folder_ts ON messages(folder, ts);
 CREATE INDEX IF NOT EXISTS messages_msgid ON messages(message_id);
 CREATE INDEX IF NOT EXISTS messages_thread ON messages(thread, ts);
 CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(
-    from_addr, subject, body, content='');
+    from_addr, subject, body, content='');  -- rowid = -seq
 CREATE TABLE IF NOT EXISTS thread_ids (message_id TEXT PRIMARY KEY, thread TEXT NOT NULL) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS thread_ids_thread ON thread_ids(thread);
 CREATE TABLE IF NOT EXISTS threads (thread TEXT PRIMARY KEY, last_ts REAL NOT NULL) WITHOUT ROWID;
@@ -109,11 +113,14 @@ CREATE VIRTUAL TABLE IF NOT EXISTS temp.scratch_tokens USING fts5vocab(temp, scr
 
 
 def _ws(needle: str, text: str) -> bool:
-    return word_start(needle).search(text.lower()) is not None
+    return word_start(needle).search(fold(text)) is not None
 
 
 def _wsz(needle: str, head: str, z: bytes) -> bool:
     return _ws(needle, head + zlib.decompress(z).decode())
+
+
+FtsRow = tuple[int, str, str, str]  # (rowid = -seq, from_addr, subject, body)
 
 
 class MailIndex:
@@ -131,9 +138,11 @@ class MailIndex:
         self.db.execute("PRAGMA mmap_size=268435456")
         self._depth = 0
         self._new_runs: set[bytes] = set()  # the texts of this transaction, split for `terms`
+        self._pending: list[FtsRow] = []  # full-text rows of this transaction, not yet written
         self._scratch = False
         self.db.create_function("ws", 2, _ws, deterministic=True)
         self.db.create_function("wsz", 3, _wsz, deterministic=True)
+        self.db.create_function("fold", 1, fold, deterministic=True)
         if self.db.execute("PRAGMA user_version").fetchone()[0] == _VERSION:
             return
         from envelopay.mail.mailbox import index_upgrade
@@ -147,7 +156,8 @@ class MailIndex:
                         self.db.execute(statement)
                 if prior is not None:
                     index_upgrade.upgrade(self, prior, body_of)
-                elif old == 3:
+                elif old in (3, 4):
+                    index_upgrade.negate_rowids(self, body_of)
                     index_upgrade.add_terms(self.db)
                 self.db.execute(f"PRAGMA user_version = {_VERSION}")
 
@@ -168,6 +178,7 @@ class MailIndex:
         self._depth = 1
         try:
             yield
+            self._flush_text()
             self._flush_terms()
         except BaseException:
             self.db.execute("ROLLBACK")
@@ -177,6 +188,7 @@ class MailIndex:
         finally:
             self._depth = 0
             self._new_runs.clear()
+            self._pending.clear()
 
     # ------------------------------------------------------------------ writing
     def add(
@@ -207,11 +219,11 @@ class MailIndex:
                     file,
                     info.message_id,
                     info.from_addr,
-                    info.from_addr.lower(),
+                    fold(info.from_addr),
                     json.dumps(info.to_addrs),
                     json.dumps(info.cc_addrs),
                     info.subject,
-                    info.subject.lower(),
+                    fold(info.subject),
                     ts,
                     info.header_date,
                     info.in_reply_to,
@@ -233,15 +245,24 @@ class MailIndex:
 
     def _add_text(self, seq: int, from_addr: str, subject: str, body: str) -> None:
         self._new_runs.update(f"{from_addr} {subject} {body}".encode().translate(_SEPARATE).split())
-        self.db.execute(
-            "INSERT INTO messages_fts (rowid, from_addr, subject, body) VALUES (?, ?, ?, ?)",
-            (seq, from_addr, subject, body),
-        )
+        self._pending.append((-seq, from_addr, subject, body))
+        if len(self._pending) >= PENDING_CAP:
+            self._flush_text()
         if HEAD < len(body) <= TEXT_CAP:  # the part past the row's head
             self.db.execute(
                 "INSERT OR REPLACE INTO texts (seq, z) VALUES (?, ?)",
                 (seq, zlib.compress(body[HEAD:].encode(), 6)),
             )
+
+    def _flush_text(self) -> None:
+        """Write the pending full-text rows, rowids ascending (newest first): FTS5 starts a
+        new segment whenever a rowid is below the previous one, so `seq` order (rowids
+        descending) would write one segment per message."""
+        self.db.executemany(
+            "INSERT INTO messages_fts (rowid, from_addr, subject, body) VALUES (?, ?, ?, ?)",
+            sorted(self._pending),
+        )
+        self._pending.clear()
 
     def _flush_terms(self) -> None:
         """Add the tokens of the texts indexed in this transaction to `terms` (at its end:
@@ -457,8 +478,8 @@ class MailIndex:
             rows = self.db.execute(sql, list(folders))
         elif not rank:  # the FTS walk in rowid (arrival) order streams: no sort
             sql = (
-                "SELECT m.* FROM messages_fts f JOIN messages m ON m.seq = f.rowid"
-                f" WHERE messages_fts MATCH ? AND m.folder IN ({marks}) ORDER BY f.rowid DESC"
+                "SELECT m.* FROM messages_fts f JOIN messages m ON m.seq = -f.rowid"
+                f" WHERE messages_fts MATCH ? AND m.folder IN ({marks}) ORDER BY f.rowid"
             )
             rows = self.db.execute(sql, [fts, *folders])
         else:
@@ -471,23 +492,22 @@ class MailIndex:
         """Best first by BM25 within each block of `window` full-text candidates (any
         folder), the newest block first: a block costs its own size, not the number of
         matches (BM25's statistics are the whole index's). The message rows are read 32
-        at a time, in rank order."""
-        hi: int | None = None
+        at a time, in rank order. Rowids are -seq: the newest block is the lowest rowids."""
+        after: int | None = None  # the previous block's last rowid
         while True:
-            bound = "" if hi is None else " AND rowid < ?"
-            args = [fts] if hi is None else [fts, hi]
+            bound = "" if after is None else " AND rowid > ?"
+            args = [fts] if after is None else [fts, after]
             edge = self.db.execute(
                 f"SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?{bound}"
-                " ORDER BY rowid DESC LIMIT 1 OFFSET ?",
+                " ORDER BY rowid LIMIT 1 OFFSET ?",
                 [*args, window - 1],
             ).fetchone()
-            lo = 0 if edge is None else int(edge[0])
+            upto = "" if edge is None else " AND rowid <= ?"
             ids = [
-                r[0]
+                -int(r[0])
                 for r in self.db.execute(
-                    f"SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? AND rowid >= ?{bound}"
-                    " ORDER BY rank",
-                    [fts, lo, *args[1:]],
+                    f"SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?{bound}{upto} ORDER BY rank",
+                    [*args, *([] if edge is None else [edge[0]])],
                 )
             ]
             for i in range(0, len(ids), 32):
@@ -503,7 +523,7 @@ class MailIndex:
                         yield record(found[seq], truncate)
             if edge is None:
                 return
-            hi = lo
+            after = int(edge[0])
 
     def thread(self, mid: str, truncate: int) -> list[MailRecord]:
         """Every message of `mid`'s thread, oldest first."""

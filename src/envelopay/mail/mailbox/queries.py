@@ -1,10 +1,12 @@
 """The index's rows as records, and the SQL of `check` (pure).
 
-Order: the index keeps a message's `ts` non-decreasing in `seq` (the full-text rowid;
-`MailIndex.add` and `refile` hold it), so walking the full-text index by rowid, newest
-first, is walking by date, and `ORDER BY f.rowid DESC LIMIT n` is the same answer as
-`ORDER BY ts DESC, seq DESC LIMIT n` over every match. That is what lets every text
-filter stop at its limit instead of sorting its matches.
+Order: the index keeps a message's `ts` non-decreasing in `seq`, and the full-text rowid
+is `-seq` (`MailIndex.add` and `refile` hold both), so walking the full-text index by
+rowid ascending is walking by date, newest first, and `ORDER BY f.rowid LIMIT n` is the
+same answer as `ORDER BY ts DESC, seq DESC LIMIT n` over every match. That is what lets
+every text filter stop at its limit instead of sorting its matches; and FTS5 starts an
+ascending walk at the head of each segment's posting list, where a descending one must
+first find its end in every segment (index v5; bench/RESULTS.md, growth).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import sqlite3
 from datetime import UTC, datetime
 from typing import Any
 
-from envelopay.mail.mailbox.fts import Expand, cheapest, join, words_terms
+from envelopay.mail.mailbox.fts import Expand, cheapest, fold, join, nfc, words_terms
 from envelopay.mail.mailbox.records import Attachment, CheckFilter, MailRecord
 
 __all__ = ["COLS", "check_query", "record"]
@@ -73,9 +75,10 @@ def check_query(folder: str, flt: CheckFilter, expand: Expand | None = None) -> 
     terms = join(
         cheapest(
             [
-                *(words_terms(flt.from_, "from_addr") if flt.from_ else []),
-                *(words_terms(flt.subject, "subject") if flt.subject else []),
-                *(words_terms(flt.contains, "{subject body}") if flt.contains else []),
+                # in NFC: Python splits words at a combining mark, SQLite's tokenizer does not
+                *(words_terms(nfc(flt.from_), "from_addr") if flt.from_ else []),
+                *(words_terms(nfc(flt.subject), "subject") if flt.subject else []),
+                *(words_terms(nfc(flt.contains), "{subject body}") if flt.contains else []),
             ],
             expand,
         )
@@ -87,26 +90,23 @@ def check_query(folder: str, flt: CheckFilter, expand: Expand | None = None) -> 
     head = f"SELECT m.*, {exact} AS exact FROM "
     if terms:
         sql = [
-            head + "messages_fts f JOIN messages m ON m.seq = f.rowid"
+            head + "messages_fts f JOIN messages m ON m.seq = -f.rowid"
             " LEFT JOIN texts t ON t.seq = m.seq WHERE messages_fts MATCH ? AND m.folder = ?"
         ]
         args: list[Any] = [terms, folder]
-        order = f"ORDER BY f.rowid {direction}"
+        order = f"ORDER BY f.rowid {'ASC' if flt.sort == 'newest' else 'DESC'}"  # rowid = -seq
     else:
         sql = [head + "messages m LEFT JOIN texts t ON t.seq = m.seq WHERE m.folder = ?"]
         args = [folder]
         order = f"ORDER BY m.ts {direction}, m.seq {direction}"
-    for col, value in (("from_lc", flt.from_), ("subject_lc", flt.subject)):
-        if value:
-            # instr first: most candidates fail it in C, before the word-start test.
-            sql.append(f"AND instr(m.{col}, ?) > 0 AND ws(?, m.{col})")
-            args += [value.lower()] * 2
-    if flt.contains:
-        sql.append(
-            "AND (ws(?, m.subject_lc) OR ws(?, m.body_head)"
-            " OR (m.body_len > length(m.body_head) AND (t.z IS NULL OR wsz(?, m.body_head, t.z))))"
-        )
-        args += [flt.contains.lower()] * 3
+    # The tests in C first, every one of them, then the word-start tests (a Python call
+    # each, about 3 µs): SQLite evaluates them in this order, and with a selective filter
+    # most candidates fail an instr (bench/RESULTS.md, growth).
+    filters = (("from_lc", flt.from_), ("subject_lc", flt.subject))
+    headers = [(col, fold(value)) for col, value in filters if value]
+    for col, needle in headers:
+        sql.append(f"AND instr(m.{col}, ?) > 0")
+        args.append(needle)
     if flt.after is not None:
         sql.append("AND m.ts > ?")
         args.append(flt.after.timestamp())
@@ -117,6 +117,15 @@ def check_query(folder: str, flt: CheckFilter, expand: Expand | None = None) -> 
         sql.append("AND m.read = 0")
     if flt.has_attachments is not None:
         sql.append("AND m.attachments " + ("!= '[]'" if flt.has_attachments else "= '[]'"))
+    for col, needle in headers:
+        sql.append(f"AND ws(?, m.{col})")
+        args.append(needle)
+    if flt.contains:
+        sql.append(
+            "AND (ws(?, m.subject_lc) OR ws(?, m.body_head)"
+            " OR (m.body_len > length(m.body_head) AND (t.z IS NULL OR wsz(?, m.body_head, t.z))))"
+        )
+        args += [fold(flt.contains)] * 3
     sql.append(order)
     if not flt.contains:
         sql.append("LIMIT ?")
