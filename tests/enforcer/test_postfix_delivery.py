@@ -19,9 +19,11 @@ import asyncio
 import contextlib
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -40,7 +42,7 @@ from envelopay.errors import TransportError
 from envelopay.mail.smtp import SmtpConfig
 from envelopay.protocol.parse import parse
 from envelopay.testing.dovecot import Dovecot, running_dovecot
-from envelopay.testing.postfix import Postfix, running_postfix, strip_trace
+from envelopay.testing.postfix import Postfix, strip_trace
 
 from .conftest import Clock
 from .paykit import USDC, make_kit, pay_req, payee_wallet
@@ -67,7 +69,7 @@ class Mx:
     pipelining: bool
 
     def config(self, **kw: Any) -> SmtpConfig:
-        return SmtpConfig("127.0.0.1", self.postfix.port, security="none", **{"max_attempts": 1, **kw})
+        return SmtpConfig("127.0.0.1", self.postfix.port, **{"security": "none", "max_attempts": 1, **kw})
 
     def deliverer(self, **kw: Any) -> SmtpDeliverer:
         return SmtpDeliverer(self.config(), **kw)
@@ -77,6 +79,14 @@ class Mx:
 
     def count(self, needle: str) -> int:
         return sum(needle in line for line in self.log())
+
+    async def logged(self, *ns: int) -> None:
+        """Until cleanup has logged messages `ns`. Postfix's daemons log through one
+        datagram socket to postlogd, in the order they log: whatever smtpd logged before
+        (a `connect from`) is in the file by then."""
+        async with asyncio.timeout(60):
+            while not all(self.count(f"message-id={mid(n)}") for n in ns):
+                await asyncio.sleep(0.02)
 
     def connections(self) -> int:
         """SMTP sessions Postfix's smtpd saw (less running_postfix's readiness probes)."""
@@ -138,15 +148,32 @@ class Mx:
         assert "SMTP protocol synchronization" not in text
 
 
+class TlsPostfix(Postfix):
+    """The harness's Postfix plus its tlsmgr (PRNG seed, TLS session cache), without
+    which smtpd disables TLS ("no entropy for TLS key generation")."""
+
+    def _write_config(self) -> None:
+        super()._write_config()
+        with (self.config_dir / "master.cf").open("a") as master:
+            master.write("tlsmgr    unix  - - n 1000? 1 tlsmgr\n")
+
+
 @contextmanager
-def running_mx(pipelining: bool = True, **extra: str) -> Iterator[Mx]:
+def running_mx(pipelining: bool = True, postfix: type[Postfix] = Postfix, **extra: str) -> Iterator[Mx]:
     settings = {**STRICT, **extra}
     if not pipelining:
         settings["smtpd_discard_ehlo_keywords"] = "pipelining"
-    with running_dovecot({"seller": "secret"}) as dove, running_postfix(
-        {"partner.test": f"lmtp:inet:127.0.0.1:{dove.lmtp_port}"}, extra=settings
-    ) as postfix:
-        yield Mx(postfix, dove, pipelining)
+    with running_dovecot({"seller": "secret"}) as dove:
+        routes = {"partner.test": f"lmtp:inet:127.0.0.1:{dove.lmtp_port}"}
+        # As running_postfix does (a fresh directory the daemons can reach), for any class.
+        root = Path(tempfile.mkdtemp(prefix="envelopay-postfix-"))
+        server = postfix(root, routes, extra=settings)
+        try:
+            server.start()
+            yield Mx(server, dove, pipelining)
+        finally:
+            server.stop()
+            shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(params=[True, False], ids=["pipelining", "no-pipelining"])
@@ -204,16 +231,19 @@ async def test_pooled_sends_deliver_byte_identical_messages_over_few_connections
         # One after another: one connection carries them all.
         for n in range(4):
             await deliverer.deliver(message(n), sender=SENDER, recipient=SELLER)
+        await mx.logged(*range(4))
         assert mx.connections() == 1
         assert len(deliverer._idle) == 1 and deliverer._idle[0].pipelining is mx.pipelining
         # Six at once: new connections as needed, the pool keeps three of them...
         await asyncio.gather(*(deliverer.deliver(message(n), sender=SENDER, recipient=SELLER)
                                for n in range(4, 10)))
+        await mx.logged(*range(4, 10))
         opened = mx.connections()
         assert opened == 6 and len(deliverer._idle) == 3  # the pooled one and five new
         # ...and the next three go over those three, opening nothing.
         await asyncio.gather(*(deliverer.deliver(message(n), sender=SENDER, recipient=SELLER)
                                for n in range(10, 13)))
+        await mx.logged(*range(10, 13))
         assert mx.connections() == opened
         await deliverer.deliver(message(13, ODD), sender=SENDER, recipient=SELLER)
     finally:
@@ -274,6 +304,7 @@ async def test_an_aborted_envelope_delivers_nothing_and_the_pool_goes_on(mx: Mx)
         # Two pooled connections: the abort takes one, the next message the other.
         await asyncio.gather(*(deliverer.deliver(message(n), sender=SENDER, recipient=SELLER)
                                for n in (1, 2)))
+        await mx.logged(1, 2)
         assert len(deliverer._idle) == 2 and mx.connections() == 2
         envelope = deliverer.open_envelope(sender=SENDER, recipient=SELLER)
         assert envelope is not None
@@ -282,6 +313,7 @@ async def test_an_aborted_envelope_delivers_nothing_and_the_pool_goes_on(mx: Mx)
         # Postfix saw the transaction end inside DATA, before a single byte of body.
         await mx.wait_log("lost connection after DATA (0 bytes)")
         await deliverer.deliver(message(3), sender=SENDER, recipient=SELLER)
+        await mx.logged(3)
         assert mx.connections() == 2  # over the other pooled connection
         with pytest.raises(RuntimeError):
             await envelope.deliver(message(4))  # aborted is used: it never sends
@@ -416,6 +448,7 @@ async def test_a_process_killed_with_an_open_envelope_delivers_nothing(mx: Mx) -
         await mx.wait_log("lost connection after DATA (0 bytes)")
         # Our pooled connection was never touched: the next message goes over it.
         await deliverer.deliver(message(2), sender=SENDER, recipient=SELLER)
+        await mx.logged(2)
         assert mx.connections() == 2  # ours and the killed process's
     finally:
         await deliverer.aclose()
@@ -530,7 +563,7 @@ async def test_a_5xx_at_the_end_of_the_message_is_final_and_a_4xx_falls_back() -
         finally:
             await deliverer.aclose()
         await mx.quiet()
-        assert mx.delivered_ids() == [mid(1), mid(4)]
+        assert sorted(mx.delivered_ids()) == [mid(1), mid(4)]
         assert_messages(await mx.settled(2), 1, 4)
         assert mx.count("reject: header Subject: note 2") == 1  # no second try after the 5xx
         assert mx.count("reject: header Subject: note 3") == 3
@@ -663,3 +696,42 @@ async def test_pay_then_send_goes_through_postfix_once(tmp_path: Path) -> None:
         lost = [line for line in mx.log() if re.search(r"lost connection after (MAIL|RCPT|DATA)", line)]
         assert len(lost) == 1 and ("after DATA" not in lost[0] or "(0 bytes)" in lost[0]), lost
         mx.assert_clean()
+
+
+async def test_pooled_pipelined_sends_over_starttls() -> None:
+    # Submission as deployed: Postfix requires STARTTLS; the pooled connection carries the
+    # pipelined transactions inside TLS (the session takes over aiosmtplib's TLS transport).
+    import ssl
+
+    from envelopay.testing.tls import self_signed
+
+    certs = Path(tempfile.mkdtemp(prefix="envelopay-tls-"))
+    try:
+        os.chmod(certs, 0o755)
+        cert, key = self_signed(certs)
+        tls = {"smtpd_tls_security_level": "encrypt", "smtpd_tls_cert_file": str(cert),
+               "smtpd_tls_key_file": str(key), "smtpd_tls_loglevel": "1"}
+        with running_mx(postfix=TlsPostfix, **tls) as mx:
+            context = ssl.create_default_context(cafile=str(cert))
+            deliverer = SmtpDeliverer(mx.config(security="starttls", tls_context=context))
+            try:
+                for n in range(3):
+                    await deliverer.deliver(message(n), sender=SENDER, recipient=SELLER)
+                [session] = deliverer._idle
+                assert session.pipelining and session.transport.get_extra_info("ssl_object") is not None
+                envelope = deliverer.open_envelope(sender=SENDER, recipient=SELLER)
+                assert envelope is not None
+                await in_data(envelope)
+                envelope.abort()
+                await mx.wait_log("lost connection after DATA (0 bytes)")
+                await deliverer.deliver(message(3), sender=SENDER, recipient=SELLER)
+            finally:
+                await deliverer.aclose()
+            got = await mx.settled(4)
+            assert_messages(got, 0, 1, 2, 3)
+            assert sorted(mx.delivered_ids()) == [mid(0), mid(1), mid(2), mid(3)]
+            assert all(b"with ESMTPS id" in raw for raw in got.values())  # Postfix's Received: TLS
+            assert mx.connections() == 2 and mx.count("Anonymous TLS connection established") == 2
+            mx.assert_clean()
+    finally:
+        shutil.rmtree(certs, ignore_errors=True)
