@@ -2,15 +2,19 @@
 against a real private Postfix, LMTP into Dovecot:
 
     enforcer ──SMTP (pooled, pipelined)──▶ Postfix ──LMTP──▶ Dovecot (seller's Maildir)
-                                              └── policy service (scripted 4xx, held replies)
+                                              └── policy service (scripted 4xx, held verdicts)
 
 What is asserted is what Postfix did: the Maildir files Dovecot wrote, the maillog lines
-(queue ids, `status=sent`, `lost connection after DATA (0 bytes)`, `NOQUEUE: reject`,
-`timeout after DATA`) and an empty queue — not what the deliverer says. Postfix runs
-strict: `smtpd_forbid_unauth_pipelining` and `smtpd_forbid_bare_newline = reject` (for
-loopback too), so an RFC 2920 violation or a bare LF in our DATA phase would be refused.
-Each test starts its own Postfix and Dovecot (tests/mail/test_postfix.py's harness) and
-removes them; the parametrized ones run with Postfix advertising PIPELINING and without.
+(queue ids and their `status=sent`, `lost connection after DATA (0 bytes)`, `NOQUEUE:
+reject`, `timeout after DATA`, `connect from`) and an empty queue — not what the
+deliverer says. Postfix runs strict: `smtpd_forbid_unauth_pipelining`,
+`reject_unauth_pipelining` at DATA and `smtpd_forbid_bare_newline = reject` (loopback
+included), so an RFC 2920 violation or a bare LF in our DATA phase would be refused.
+Each test starts its own Postfix and Dovecot (envelopay.testing.postfix and .dovecot, as
+tests/mail/test_postfix.py does) and removes them; the parametrized ones run with
+Postfix advertising PIPELINING and without (`smtpd_discard_ehlo_keywords`). A few waits
+look inside the envelope (`in_data`: Postfix's 354 has arrived) so that an abort is
+known to happen in the DATA phase, the dangerous one.
 """
 
 from __future__ import annotations
