@@ -349,3 +349,27 @@ async def test_a_delivery_cancelled_mid_transaction_closes_its_connection(
         assert deliverer._idle == [] and sink.live == 0  # closed, not pooled half-way
     finally:
         await deliverer.aclose()
+
+
+async def test_no_verdict_after_the_final_dot_is_an_unknown_outcome_never_sent_again(
+    sink: Sink, pipelining: bool
+) -> None:
+    # The server has the whole message and takes longer than we wait to judge it (a milter,
+    # a content filter): it may deliver it still, so a second copy on a fresh connection
+    # could be a duplicate (RFC 1047). The caller hears "unknown"; nothing is resent.
+    config = SmtpConfig("127.0.0.1", sink.port, security="none", max_attempts=3, timeout=0.3)
+    deliverer = SmtpDeliverer(config, final_timeout=0.3)
+    try:
+        await deliverer.deliver(ODD, sender="a@agents.test", recipient="b@partner.test")
+        sink.data_delay = 2.0
+        for staged in (False, True):
+            envelope = deliverer.open_envelope(sender="a@agents.test", recipient="b@partner.test")
+            assert envelope is not None
+            if staged:
+                assert await envelope.stage(ODD) == ""
+            with pytest.raises(TransportError, match="outcome unknown after the final dot"):
+                await envelope.deliver(ODD)
+        assert sink.rcpts == ["b@partner.test"] * 3  # one transaction each, no fresh retry
+        assert deliverer._idle == []  # those connections are closed, not pooled
+    finally:
+        await deliverer.aclose()

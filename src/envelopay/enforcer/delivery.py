@@ -11,7 +11,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from envelopay.enforcer.smtp_pipe import ReplyError, Session, envelope_safe, open_session
+from envelopay.enforcer.smtp_pipe import (
+    FINAL_REPLY_TIMEOUT,
+    OutcomeUnknown,
+    ReplyError,
+    Session,
+    envelope_safe,
+    open_session,
+)
 from envelopay.errors import TransportError, UsageError
 
 if TYPE_CHECKING:
@@ -80,6 +87,9 @@ class SmtpDeliverer:
     # Postfix under stress allows 10 s. A body later than this goes the fresh way instead of
     # into a connection the server may have given up (the abandoned one delivers nothing).
     hold: float = 8.0
+    # How long the verdict on a message (the reply to its final dot) may take; none in time
+    # is an unknown outcome, never sent again here (it could be delivered twice).
+    final_timeout: float = FINAL_REPLY_TIMEOUT
     _idle: list[Session] = field(default_factory=list, init=False, repr=False)
 
     async def _connect(self) -> Session:
@@ -99,7 +109,7 @@ class SmtpDeliverer:
                     await client.helo()
             if c.username is not None and c.password is not None:
                 await client.login(c.username, c.password)
-            return open_session(client, c.timeout)
+            return open_session(client, c.timeout, self.final_timeout)
         except BaseException:  # a failure or a cancelled envelope: no half-open socket left
             client.close()
             raise
@@ -229,6 +239,12 @@ class SmtpEnvelope:
                     await session.finish(raw)
                 else:
                     await session.end()
+            except OutcomeUnknown as exc:
+                # After the final dot: the server may have it. A second copy on a fresh
+                # connection could be a duplicate, so the caller is told instead (its
+                # record says not delivered; a retry keeps the Message-ID).
+                self._drop()
+                raise TransportError(f"smtp outcome unknown after the final dot: {exc}") from exc
             except (ReplyError, OSError, TimeoutError, _smtp_errors()) as exc:
                 self._drop()
                 fault = exc

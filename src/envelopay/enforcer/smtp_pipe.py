@@ -5,9 +5,11 @@ replies itself, because aiosmtplib's protocol keeps one reply per awaited comman
 drops what arrives ahead of it, so it cannot pipeline. The transaction is split in two:
 `begin` writes MAIL FROM, RCPT TO and DATA (in one write when the server advertises
 PIPELINING) and checks their replies; `finish` writes the message and the final dot and
-reads the verdict, or, split, `stage` writes the message and `end` the final dot. Until the final dot is written, nothing is delivered (RFC 5321 §4.1.1.4):
-a transaction abandoned after DATA is ended by closing the connection, never by writing
-anything else into it (RSET there would be message text).
+reads the verdict, or, split, `stage` writes the message and `end` the final dot. Until
+the final dot is written, nothing is delivered (RFC 5321 §4.1.1.4): a transaction
+abandoned after DATA is ended by closing the connection, never by writing anything else
+into it (RSET there would be message text). Once the dot is written, a missing verdict is
+an unknown outcome (OutcomeUnknown), not a failure to retry.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ReplyError", "Session", "data_block", "envelope_safe", "open_session"]
+__all__ = ["FINAL_REPLY_TIMEOUT", "OutcomeUnknown", "ReplyError", "Session", "data_block", "envelope_safe",
+           "open_session"]
 
 _LINE_END = re.compile(rb"\r\n|\r|\n")
 _LEADING_DOT = re.compile(rb"^\.", re.MULTILINE)
@@ -25,6 +28,16 @@ _LEADING_DOT = re.compile(rb"^\.", re.MULTILINE)
 # else — SMTPUTF8, a quote, a bracket, a control character — takes aiosmtplib's path).
 _SAFE_ADDRESS = re.compile(r"[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]+@[A-Za-z0-9.-]+")
 _MAX_REPLY = 64 * 1024
+
+
+# RFC 5321 §4.5.3.2.6: "DATA Termination: 10 minutes" for the reply to the final dot
+# (a server may run content filters and milters before it answers).
+FINAL_REPLY_TIMEOUT = 600.0
+
+
+class OutcomeUnknown(Exception):
+    """The final dot was written and no verdict came back: the server may have taken the
+    message, so sending it again could deliver it twice (RFC 1047)."""
 
 
 class ReplyError(Exception):
@@ -125,6 +138,7 @@ class Session:
     transport: asyncio.Transport
     pipelining: bool
     timeout: float
+    final_timeout: float = FINAL_REPLY_TIMEOUT  # for the verdict on the message only
     _replies: _Replies = field(default_factory=_Replies)
     _commands: list[tuple[str, bytes, tuple[int, ...]]] = field(default_factory=list)
     _written: int = 0
@@ -172,9 +186,14 @@ class Session:
         self.write(_data_text(raw))
 
     async def end(self) -> None:
-        """The final dot after `stage`, and the server's verdict on the message."""
+        """The final dot after `stage`, and the server's verdict on the message. Raises
+        OutcomeUnknown when the verdict does not come (no reply in time, the connection
+        lost): whether the server has the message is then not known."""
         self.write(_END_OF_DATA)
-        code, text = await self._replies.reply(self.timeout)
+        try:
+            code, text = await self._replies.reply(max(self.timeout, self.final_timeout))
+        except (OSError, TimeoutError) as exc:
+            raise OutcomeUnknown(f"no reply to the final dot: {exc!r}") from exc
         if code != 250:
             raise ReplyError(code, text, "message")
 
@@ -193,11 +212,11 @@ class Session:
         self.transport.write(data)
 
 
-def open_session(client: Any, timeout: float) -> Session:
+def open_session(client: Any, timeout: float, final_timeout: float = FINAL_REPLY_TIMEOUT) -> Session:
     """Take over the transport of a connected (and logged in) aiosmtplib client."""
     transport = client.transport
     if transport is None or transport.is_closing():
         raise ConnectionResetError("connection lost before use")
-    session = Session(transport, client.supports_extension("pipelining"), timeout)
+    session = Session(transport, client.supports_extension("pipelining"), timeout, final_timeout)
     transport.set_protocol(session._replies)
     return session
