@@ -175,6 +175,8 @@ class Zygote:
         while True:
             msg = self._recv(60)
             if "pid" in msg:
+                # A reused pid: its earlier owner's exit came before this answer.
+                self._exits.pop(msg["pid"], None)
                 return Child(self, msg["pid"], mine[0], mine[1])
             self._note(msg)
 

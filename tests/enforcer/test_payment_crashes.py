@@ -12,6 +12,7 @@ import asyncio
 import os
 import random
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -56,9 +57,16 @@ async def _kill(proc: Child) -> None:
     await asyncio.to_thread(proc.wait, 30)
 
 
+@pytest.fixture(scope="module")
+def forks() -> Iterator[Zygote]:
+    """The fork server for the enforcer processes (it only forks, so tests can share it)."""
+    with Zygote(SERVER) as z:
+        yield z
+
+
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 async def test_sigkill_at_every_point_of_50_payments(
-    backend: str, tmp_path: Path, sink: Sink, request: pytest.FixtureRequest
+    backend: str, tmp_path: Path, sink: Sink, request: pytest.FixtureRequest, forks: Zygote
 ) -> None:
     sock = tmp_path / "enf.sock"
     db: Path | str
@@ -84,40 +92,39 @@ async def test_sigkill_at_every_point_of_50_payments(
     plan = [points[n % len(points)] for n in range(50)]
     rng.shuffle(plan)
     crashes = 0
-    # The fork server starts before the loop serves anything: its imports block for a while.
-    with Zygote(SERVER) as z:
-        async with JsonRpcServer(solana_rpc_handler(kit.chain)) as node:
-            proc = await _start(z, db, sock, sink, node.url, plan[0])
-            try:
-                for n, crash in enumerate(plan):
-                    req = pay_req(to, USDC, key=f"crash{n}")
-                    try:
-                        async with PaymentClient(str(sock), token, timeout=30) as client:
-                            first = await client.submit("pay", req)
-                    except TransportError:
-                        first = None
-                    if crash is None:
-                        assert first is not None and first.status == "paid_and_sent"
-                    else:
-                        assert first is None, (crash, first)  # the process died at the point
-                        assert await asyncio.to_thread(proc.wait, 30) == -9
-                        crashes += 1
-                    nxt = plan[n + 1] if n + 1 < len(plan) else None
-                    if crash is not None or nxt is not None:
-                        if proc.returncode is None:
-                            await _kill(proc)
-                        assert proc.stdout is not None
-                        proc.stdout.close()
-                        proc = await _start(z, db, sock, sink, node.url, nxt)
-                    # Recovery ran at start; the retried call answers with the one outcome.
+    z = forks
+    async with JsonRpcServer(solana_rpc_handler(kit.chain)) as node:
+        proc = await _start(z, db, sock, sink, node.url, plan[0])
+        try:
+            for n, crash in enumerate(plan):
+                req = pay_req(to, USDC, key=f"crash{n}")
+                try:
                     async with PaymentClient(str(sock), token, timeout=30) as client:
-                        again = await client.submit("pay", req)
-                    assert again.status == "paid_and_sent", (crash, again)
-                    if first is not None:
-                        assert (again.id, again.tx_id) == (first.id, first.tx_id)
-            finally:
-                if proc.returncode is None:
-                    await _kill(proc)
+                        first = await client.submit("pay", req)
+                except TransportError:
+                    first = None
+                if crash is None:
+                    assert first is not None and first.status == "paid_and_sent"
+                else:
+                    assert first is None, (crash, first)  # the process died at the point
+                    assert await asyncio.to_thread(proc.wait, 30) == -9
+                    crashes += 1
+                nxt = plan[n + 1] if n + 1 < len(plan) else None
+                if crash is not None or nxt is not None:
+                    if proc.returncode is None:
+                        await _kill(proc)
+                    assert proc.stdout is not None
+                    proc.stdout.close()
+                    proc = await _start(z, db, sock, sink, node.url, nxt)
+                # Recovery ran at start; the retried call answers with the one outcome.
+                async with PaymentClient(str(sock), token, timeout=30) as client:
+                    again = await client.submit("pay", req)
+                assert again.status == "paid_and_sent", (crash, again)
+                if first is not None:
+                    assert (again.id, again.tx_id) == (first.id, first.tx_id)
+        finally:
+            if proc.returncode is None:
+                await _kill(proc)
     assert crashes == sum(1 for c in plan if c is not None) == 40
     intents = [i for i in await kit.payments.store.queue(1000)]
     assert intents == []  # no payment was ever held

@@ -18,6 +18,7 @@ import sqlite3
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,13 @@ class Target:
             from envelopay.ledger.postgres import PostgresStore
 
             PostgresStore(self.where, max_size=1).close()
+
+
+@pytest.fixture(scope="module")
+def forks() -> Iterator[Zygote]:
+    """The fork server for the worker processes (it only forks, so tests can share it)."""
+    with Zygote(WORKER_SCRIPT) as z:
+        yield z
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -176,7 +184,7 @@ def _run_with_kills(
 
 
 @pytest.mark.slow
-def test_crash_sigkill_at_random_points(target: Target, tmp_path: Path) -> None:
+def test_crash_sigkill_at_random_points(forks: Zygote, target: Target, tmp_path: Path) -> None:
     rng = random.Random(4)
     n_orders, n_prepaid, n_unsolicited = 12, 10, 6
     ntx = 200
@@ -193,8 +201,7 @@ def test_crash_sigkill_at_random_points(target: Target, tmp_path: Path) -> None:
     rng.shuffle(raws)
     raws.append(_prepaid(99, "tx-0", "mallory@evil.test", "<replay1@evil.test>"))  # a spent proof, replayed
     phase1 = _write(tmp_path / "phase1.json", raws)
-    with Zygote(WORKER_SCRIPT) as z:
-        kills = _run_with_kills(z, target, phase1, len(raws), ntx, 30, rng)
+    kills = _run_with_kills(forks, target, phase1, len(raws), ntx, 30, rng)
 
     # Phase 2: pay every INVOICE the worker wrote, threaded to it.
     invoices = target.rows("SELECT message_id, recipient, body FROM ep_outbox WHERE type = 'invoice'")
@@ -216,8 +223,7 @@ def test_crash_sigkill_at_random_points(target: Target, tmp_path: Path) -> None:
     rng.shuffle(pays)
     pays.append(_unsolicited(77, first_pay_tx or "", "mallory@evil.test", "<replay2@evil.test>"))
     phase2 = _write(tmp_path / "phase2.json", pays)
-    with Zygote(WORKER_SCRIPT) as z:
-        kills += _run_with_kills(z, target, phase2, len(pays), ntx, 20, rng)
+    kills += _run_with_kills(forks, target, phase2, len(pays), ntx, 20, rng)
     assert kills >= 50
 
     all_mids = {f"<o{i}@client.test>" for i in range(n_orders)} | {
@@ -245,7 +251,7 @@ def test_crash_sigkill_at_random_points(target: Target, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_four_processes_2000_messages(target: Target, tmp_path: Path) -> None:
+def test_four_processes_2000_messages(forks: Zygote, target: Target, tmp_path: Path) -> None:
     rng = random.Random(7)
     n_unique, n_replay, n_redeliver = 1700, 200, 100
     raws: list[bytes] = []
@@ -263,16 +269,14 @@ def test_four_processes_2000_messages(target: Target, tmp_path: Path) -> None:
     rng.shuffle(order)
     msgfile = _write(tmp_path / "msgs.json", raws)
     procs = []
-    with Zygote(WORKER_SCRIPT) as z:  # four processes forked after the imports: they race from the start
-        for w in range(4):
-            mine = order[w::4]
-            args = [target.backend, target.where, f"node-{w}", msgfile, ",".join(map(str, mine))]
-            args.append(str(n_unique))
-            procs.append((z.spawn(args, stdout=PIPE, stderr=PIPE), mine))
-        for proc, mine in procs:
-            out, err = proc.communicate(timeout=600)
-            assert proc.returncode == 0, err[-3000:]
-            assert sorted(int(line.split()[0]) for line in out.splitlines()) == sorted(mine)
+    for w in range(4):  # forked after the imports: the four race from their first message
+        mine = order[w::4]
+        args = [target.backend, target.where, f"node-{w}", msgfile, ",".join(map(str, mine)), str(n_unique)]
+        procs.append((forks.spawn(args, stdout=PIPE, stderr=PIPE), mine))
+    for proc, mine in procs:
+        out, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err[-3000:]
+        assert sorted(int(line.split()[0]) for line in out.splitlines()) == sorted(mine)
 
     mids = {f"<c{i}@client.test>" for i in range(n_unique)} | {f"<r{r}@evil.test>" for r in range(n_replay)}
     stats = _check_invariants(target, mids)
