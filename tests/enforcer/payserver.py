@@ -10,23 +10,28 @@ ENVELOPAY_ENFORCER_CRASH_AT (payments.CRASH_ENV) names the point where it SIGKIL
 
 from __future__ import annotations
 
+# At the top level, so that a fork server that has run this module's top level
+# (tests/_zygote.py, the crash test) forks children with the imports done; httpcore
+# too, which httpx imports only when the rail makes its first client.
 import asyncio
 import sys
 
+import httpcore  # noqa: F401
+
+from envelopay.enforcer.core import Enforcer, hash_token
+from envelopay.enforcer.custody import Vault
+from envelopay.enforcer.delivery import SmtpDeliverer
+from envelopay.enforcer.payment_store import PaymentStore
+from envelopay.enforcer.payments import Payments
+from envelopay.enforcer.payments_exec import recover
+from envelopay.enforcer.server import start_server
+from envelopay.enforcer.store import open_store
+from envelopay.mail.smtp import SmtpConfig
+from envelopay_solana.custody import SolanaPayer
+from envelopay_solana.rail import make_rail
+
 
 async def main(db: str, sock: str, smtp_port: int, rpc_url: str) -> None:
-    from envelopay.enforcer.core import Enforcer, hash_token
-    from envelopay.enforcer.custody import Vault
-    from envelopay.enforcer.delivery import SmtpDeliverer
-    from envelopay.enforcer.payment_store import PaymentStore
-    from envelopay.enforcer.payments import Payments
-    from envelopay.enforcer.payments_exec import recover
-    from envelopay.enforcer.server import start_server
-    from envelopay.enforcer.store import open_store
-    from envelopay.mail.smtp import SmtpConfig
-    from envelopay_solana.custody import SolanaPayer
-    from envelopay_solana.rail import make_rail
-
     store = open_store(db)
     await store.open()
     enforcer = Enforcer(

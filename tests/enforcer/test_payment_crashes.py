@@ -2,8 +2,9 @@
 broadcast, broadcast and record, record and email), restarted each time, paying over a
 Solana JSON-RPC dev node both processes see: one transaction per intent on the chain,
 every intent ends paid and sent, and a retried call returns the first outcome. On both
-stores, 50 payments each (40 of them killed): a process start is most of the cost, and
-PostgreSQL's run takes about as long as SQLite's."""
+stores, 50 payments each (40 of them killed). Each enforcer process is forked from a
+fork server that has done payserver's imports (tests/_zygote.py): the interpreter start
+and imports, most of a start, are paid once per test."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import asyncio
 import os
 import random
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,34 +29,44 @@ from envelopay_solana.devnode import solana_rpc_handler
 from .conftest import Sink
 from .paykit import USDC, make_kit, pay_req, payee_wallet
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _zygote import PIPE, Child, Zygote  # tests/_zygote.py, by path
+
 SERVER = Path(__file__).with_name("payserver.py")
 
 
-async def _start(
-    db: Path | str, sock: Path, sink: Sink, rpc: str, crash: str | None
-) -> asyncio.subprocess.Process:
+async def _start(z: Zygote, db: Path | str, sock: Path, sink: Sink, rpc: str, crash: str | None) -> Child:
+    """A new enforcer process, forked from `z` (which has done payserver's imports: a
+    start costs the store's open and the recovery, not an interpreter start)."""
     env = {k: v for k, v in os.environ.items() if k != CRASH_ENV}
     if crash:
         env[CRASH_ENV] = crash
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        str(SERVER),
-        str(db),
-        str(sock),
-        str(sink.port),
-        rpc,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-    )
+    proc = z.spawn([str(db), str(sock), str(sink.port), rpc], env=env, stdout=PIPE)
     assert proc.stdout is not None
-    line = await asyncio.wait_for(proc.stdout.readline(), 60)
-    assert line.strip() == b"ready", line
+    try:
+        line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), 60)
+    except BaseException:
+        proc.kill()
+        raise
+    assert line.strip() == "ready", line
     return proc
+
+
+async def _kill(proc: Child) -> None:
+    proc.kill()
+    await asyncio.to_thread(proc.wait, 30)
+
+
+@pytest.fixture(scope="module")
+def forks() -> Iterator[Zygote]:
+    """The fork server for the enforcer processes (it only forks, so tests can share it)."""
+    with Zygote(SERVER) as z:
+        yield z
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 async def test_sigkill_at_every_point_of_50_payments(
-    backend: str, tmp_path: Path, sink: Sink, request: pytest.FixtureRequest
+    backend: str, tmp_path: Path, sink: Sink, request: pytest.FixtureRequest, forks: Zygote
 ) -> None:
     sock = tmp_path / "enf.sock"
     db: Path | str
@@ -80,8 +92,9 @@ async def test_sigkill_at_every_point_of_50_payments(
     plan = [points[n % len(points)] for n in range(50)]
     rng.shuffle(plan)
     crashes = 0
+    z = forks
     async with JsonRpcServer(solana_rpc_handler(kit.chain)) as node:
-        proc = await _start(db, sock, sink, node.url, plan[0])
+        proc = await _start(z, db, sock, sink, node.url, plan[0])
         try:
             for n, crash in enumerate(plan):
                 req = pay_req(to, USDC, key=f"crash{n}")
@@ -94,14 +107,15 @@ async def test_sigkill_at_every_point_of_50_payments(
                     assert first is not None and first.status == "paid_and_sent"
                 else:
                     assert first is None, (crash, first)  # the process died at the point
-                    assert await asyncio.wait_for(proc.wait(), 30) == -9
+                    assert await asyncio.to_thread(proc.wait, 30) == -9
                     crashes += 1
                 nxt = plan[n + 1] if n + 1 < len(plan) else None
                 if crash is not None or nxt is not None:
                     if proc.returncode is None:
-                        proc.kill()
-                        await proc.wait()
-                    proc = await _start(db, sock, sink, node.url, nxt)
+                        await _kill(proc)
+                    assert proc.stdout is not None
+                    proc.stdout.close()
+                    proc = await _start(z, db, sock, sink, node.url, nxt)
                 # Recovery ran at start; the retried call answers with the one outcome.
                 async with PaymentClient(str(sock), token, timeout=30) as client:
                     again = await client.submit("pay", req)
@@ -110,8 +124,7 @@ async def test_sigkill_at_every_point_of_50_payments(
                     assert (again.id, again.tx_id) == (first.id, first.tx_id)
         finally:
             if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
+                await _kill(proc)
     assert crashes == sum(1 for c in plan if c is not None) == 40
     intents = [i for i in await kit.payments.store.queue(1000)]
     assert intents == []  # no payment was ever held

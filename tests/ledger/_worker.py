@@ -21,16 +21,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _kit as k
 
 from envelopay.engine import Engine
+from envelopay.ledger.postgres import PostgresStore
+from envelopay.ledger.sqlite import SqliteStore
 from envelopay.ledger.store import Store
+
+# Both stores are imported at the top: the reliability tests fork this script from a
+# server that has run its top level (tests/_zygote.py), so each start skips the imports.
 
 
 def open_store(backend: str, target: str) -> Store:
     if backend == "sqlite":
-        from envelopay.ledger.sqlite import SqliteStore
-
         return SqliteStore(target)
-    from envelopay.ledger.postgres import PostgresStore
-
     return PostgresStore(target, max_size=1)
 
 
