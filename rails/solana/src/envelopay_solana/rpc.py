@@ -42,7 +42,12 @@ class _HttpxPoster:
             self.clients = [client]
         else:
             limits = httpx.Limits(max_connections=16, max_keepalive_connections=16)
-            self.clients = [httpx.AsyncClient(timeout=timeout, limits=limits) for _ in range(max(1, shards))]
+            # One TLS context for every shard: each new one loads the CA bundle (about 50 ms
+            # here), which made a rail's start 0.6 s.
+            tls = httpx.create_ssl_context()
+            self.clients = [
+                httpx.AsyncClient(timeout=timeout, limits=limits, verify=tls) for _ in range(max(1, shards))
+            ]
         self._turn = itertools.count()
 
     async def post(self, body: bytes) -> tuple[int, bytes]:
