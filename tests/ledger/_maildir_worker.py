@@ -59,9 +59,21 @@ async def main(backend: str, target: str, worker_id: str, inbox: str, replies: s
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     print("ready", flush=True)
+    # As `worker serve` does (node/serve.py): rows another worker claimed and died
+    # holding come due when its lease ends, and nothing but a timer drains them then.
+    retry = asyncio.create_task(_drain_every(node, stop, 0.5))
     await node.serve(stop)
+    await retry
     await node.drain()
     store.close()
+
+
+async def _drain_every(node: AgentNode, stop: asyncio.Event, interval: float) -> None:
+    while not stop.is_set():
+        try:
+            await asyncio.wait_for(stop.wait(), interval)
+        except TimeoutError:
+            await node.drain()
 
 
 if __name__ == "__main__":

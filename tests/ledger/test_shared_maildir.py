@@ -94,6 +94,9 @@ def test_shared_maildir_serves_every_order_once(target: Target, tmp_path: Path, 
         if done[0][0] == n and unsent[0][0] == 0 and not list((inbox / "new").iterdir()):
             break
         time.sleep(0.2)
+    else:  # served only by the final drain at SIGTERM would hide a stuck row or message
+        pytest.fail(f"not settled in 120 s: {done[0][0]}/{n} done, {unsent[0][0]} unsent,"
+                    f" {len(list((inbox / 'new').iterdir()))} left in new/")
     for p in procs.values():
         p.send_signal(signal.SIGTERM)
     for p in procs.values():
