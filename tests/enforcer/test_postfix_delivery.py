@@ -46,7 +46,7 @@ from envelopay.errors import TransportError
 from envelopay.mail.smtp import SmtpConfig
 from envelopay.protocol.parse import parse
 from envelopay.testing.dovecot import Dovecot, running_dovecot
-from envelopay.testing.postfix import Postfix, strip_trace
+from envelopay.testing.postfix import Postfix, read_policy_request, strip_trace
 
 from .conftest import Clock
 from .paykit import USDC, make_kit, pay_req, payee_wallet
@@ -345,13 +345,7 @@ class Policy:
     port: int = 0
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while True:  # one request per RCPT: attribute lines, then an empty line
-            attrs: dict[str, str] = {}
-            while (line := (await reader.readline()).decode().strip()):
-                key, _, value = line.partition("=")
-                attrs[key] = value
-            if not attrs:
-                break
+        while attrs := await read_policy_request(reader):  # one request per RCPT (and end of data)
             if attrs.get("protocol_state") == "END-OF-MESSAGE":
                 self.eods += 1
                 if self.eods == self.hold_eod:

@@ -37,7 +37,14 @@ from envelopay.protocol.messages import Fulfill, Order, Which
 from envelopay.protocol.outbound import Outbound
 from envelopay.protocol.parse import parse
 from envelopay.testing.dovecot import running_dovecot
-from envelopay.testing.postfix import NextHop, Postfix, process_alive, running_postfix, strip_trace
+from envelopay.testing.postfix import (
+    NextHop,
+    Postfix,
+    process_alive,
+    read_policy_request,
+    running_postfix,
+    strip_trace,
+)
 
 NOW = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -337,13 +344,7 @@ async def test_a_4xx_from_postfix_to_our_submission_is_retried_by_us(tmp_path: P
     asked: list[str] = []
 
     async def policy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while True:  # one request per RCPT: attribute lines, then an empty line
-            attrs: dict[str, str] = {}
-            while (line := (await reader.readline()).decode().strip()):
-                key, _, value = line.partition("=")
-                attrs[key] = value
-            if not attrs:
-                break
+        while attrs := await read_policy_request(reader):  # one request per RCPT
             asked.append(attrs.get("recipient", ""))
             action = "DEFER_IF_PERMIT 4.7.1 busy, try later" if len(asked) == 1 else "DUNNO"
             writer.write(f"action={action}\n\n".encode())

@@ -16,6 +16,7 @@ Run as root (Postfix's master must start as root; its daemons run as `postfix`).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -37,6 +38,7 @@ __all__ = [
     "Postfix",
     "postfix_available",
     "process_alive",
+    "read_policy_request",
     "running_postfix",
     "strip_trace",
 ]
@@ -67,6 +69,17 @@ anvil     unix  - - n -  1 anvil
 scache    unix  - - n -  1 scache
 postlog   unix-dgram n - n - 1 postlogd
 """
+
+
+async def read_policy_request(reader: asyncio.StreamReader) -> dict[str, str]:
+    """One request of Postfix's policy delegation protocol (SMTPD_POLICY_README):
+    `name=value` lines ended by an empty line; {} once Postfix closed the connection.
+    The answer is `action=...` and an empty line."""
+    attrs: dict[str, str] = {}
+    while line := (await reader.readline()).decode().strip():
+        key, _, value = line.partition("=")
+        attrs[key] = value
+    return attrs
 
 
 def postfix_available() -> bool:
