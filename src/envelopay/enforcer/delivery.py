@@ -207,6 +207,8 @@ class SmtpEnvelope:
         for good (a 5xx to MAIL FROM, RCPT TO or DATA, or at AUTH): the caller can still
         decide not to do what the message reports. Any other fault is kept for deliver(),
         which falls back to a fresh connection."""
+        import aiosmtplib
+
         if self._done or self._staged is not None or self._fault is not None or not self._in_time():
             return ""
         task = self._task
@@ -217,7 +219,7 @@ class SmtpEnvelope:
             return ""
         try:
             task.result().stage(raw)
-        except (ReplyError, OSError, TimeoutError, _smtp_errors()) as exc:
+        except (ReplyError, OSError, TimeoutError, aiosmtplib.SMTPException) as exc:
             self._drop()
             self._fault = exc
             return f"smtp permanent_failure: {exc}" if _final(exc) else ""
@@ -228,6 +230,8 @@ class SmtpEnvelope:
         return ""
 
     async def deliver(self, raw: bytes) -> None:
+        import aiosmtplib
+
         if self._done:
             raise RuntimeError("this envelope was already used")
         self._done = True
@@ -245,7 +249,7 @@ class SmtpEnvelope:
                 # record says not delivered; a retry keeps the Message-ID).
                 self._drop()
                 raise TransportError(f"smtp outcome unknown after the final dot: {exc}") from exc
-            except (ReplyError, OSError, TimeoutError, _smtp_errors()) as exc:
+            except (ReplyError, OSError, TimeoutError, aiosmtplib.SMTPException) as exc:
                 self._drop()
                 fault = exc
             except BaseException:  # cancelled mid-transaction: the connection is not reused
@@ -277,12 +281,6 @@ class SmtpEnvelope:
         if self._session is not None:
             self._session.close()  # mid-transaction: closing is the only safe end
             self._session = None
-
-
-def _smtp_errors() -> type[Exception]:
-    import aiosmtplib
-
-    return aiosmtplib.SMTPException
 
 
 def _final(exc: BaseException) -> bool:

@@ -66,7 +66,7 @@ async def run(
                 elif i.state == "RESERVED":
                     envelope = _open_envelope(p, i)
                     if envelope is not None and agent is not None and agent.id == i.agent_id:
-                        staged = _Staged(p, i, agent, envelope)
+                        staged = _Staged(p, agent, envelope)
                 i = await _advance(p, i, live, sealed, staged)
             if i.state == "PAID":
                 if live:
@@ -106,9 +106,9 @@ class _Staged:
     good (a 5xx) is heard before the broadcast: the payment does not go (no money without
     its email). Anything else about the early body is left to _deliver's fallback."""
 
-    def __init__(self, p: Payments, i: Intent, agent: Agent, envelope: Envelope) -> None:
+    def __init__(self, p: Payments, agent: Agent, envelope: Envelope) -> None:
         self.p, self.agent, self.envelope = p, agent, envelope
-        self.mail: tuple[SendRequest, bytes] | None = None
+        self.mail: tuple[SendRequest, bytes] | None = None  # composed and signed, staged or not
 
     async def write(self, i: Intent, payer: CustodialPayer, tx_id: str) -> str:
         """"" or why the PAY can never be delivered."""
