@@ -296,10 +296,9 @@ PRAGMA user_version = 2;
 """
 
 
-def test_a_v2_index_is_upgraded_in_date_order(tmp_path: Path) -> None:
-    """A v2 index held rowids in arrival order and a sent message's later date at its old
-    rowid; after the upgrade newest-first text queries see it where its date puts it."""
-    agent = tmp_path / "agent"
+def _write_v2(agent: Path) -> None:
+    """Three files and the v2 index of them: rowids in arrival order, a sent message's
+    later date at its old rowid."""
     with Mailbox(agent, address=ME) as box:
         inbox, sent = box.folder_path("inbox"), box.folder_path("sent")
     files = [
@@ -341,6 +340,39 @@ def test_a_v2_index_is_upgraded_in_date_order(tmp_path: Path) -> None:
         )
     db.commit()
     db.close()
+
+
+def test_a_v2_index_is_upgraded_in_date_order(tmp_path: Path) -> None:
+    """After the upgrade newest-first text queries see a v2 message where its date puts it."""
+    agent = tmp_path / "agent"
+    _write_v2(agent)
+    _assert_upgraded_v2(agent)
+
+
+def test_an_interrupted_v2_upgrade_resumes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One message per step, Ctrl-C after the first: the set-aside table keeps the other two,
+    the version stays 2, and the next open finishes with the same answers."""
+    from envelopay.mail.mailbox import index_upgrade
+
+    monkeypatch.setattr(index_upgrade, "STEP", 1)
+    agent = tmp_path / "agent"
+    _write_v2(agent)
+
+    def stop(done: int, total: int) -> None:
+        assert (done, total) == (1, 3)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        Mailbox(agent, address=ME, progress=stop)
+    db = sqlite3.connect(agent / "mailbox" / "index.sqlite3")
+    assert db.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert db.execute("SELECT subject FROM messages").fetchall() == [("Invoice A",)]  # the oldest date
+    assert db.execute("SELECT count(*) FROM messages_v2").fetchone()[0] == 2
+    db.close()
+    _assert_upgraded_v2(agent)
+
+
+def _assert_upgraded_v2(agent: Path) -> None:
     with Mailbox(agent, address=ME) as box:
         assert box.refresh() == []  # the rows are the files' records
         got = box.search(r"\breceipt\s+\w+", limit=2)

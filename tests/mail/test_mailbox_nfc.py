@@ -8,6 +8,12 @@ typed in either form must find.
 from __future__ import annotations
 
 import base64
+import io
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
 import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
@@ -215,3 +221,161 @@ def test_a_v4_index_is_upgraded(box: Mailbox, tmp_path: Path) -> None:
             assert _answers(again, typed) == _want(ids), typed
         assert [r.id for r in again.search(nfd("crème"), rank=True)] == ranked
     box._index = again._index  # closed with the fixture (a closed connection closes again quietly)
+
+
+# ------------------------------------------------- the v4 upgrade in steps (resumable)
+def _v5_state(db: sqlite3.Connection) -> tuple[set[int], set[str], dict[str, int], list[tuple[str, str]]]:
+    """What the upgrade must leave: full-text rowids, vocabulary, ids' seqs, folded columns."""
+    db.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.v USING fts5vocab(main, messages_fts, row)")
+    try:
+        return (
+            {r[0] for r in db.execute("SELECT id FROM messages_fts_docsize")},
+            {r[0] for r in db.execute("SELECT term FROM terms")},
+            dict(db.execute("SELECT id, seq FROM messages").fetchall()),
+            db.execute("SELECT from_lc, subject_lc FROM messages ORDER BY seq").fetchall(),
+        )
+    finally:
+        db.execute("DROP TABLE temp.v")
+
+
+def test_an_interrupted_v4_upgrade_resumes_where_it_stopped(
+    box: Mailbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Steps of 3 messages; Ctrl-C after the first committed step, then an exception inside
+    the second (a file read failing mid-step): each open keeps what was committed, the
+    version stays 4 until the last step, and the finished index is the one an uninterrupted
+    upgrade writes."""
+    from envelopay.mail.mailbox import index_upgrade
+
+    monkeypatch.setattr(index_upgrade, "STEP", 3)
+    ids = _ids(box)
+    _as_v4(box)
+    box.close()
+    agent = tmp_path / "agent"
+    pristine = tmp_path / "pristine"
+    shutil.copytree(agent, pristine)
+
+    seen: list[tuple[int, int]] = []
+
+    def stop_after_first(done: int, total: int) -> None:
+        seen.append((done, total))
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        Mailbox(agent, address=ME, progress=stop_after_first)
+    assert seen == [(3, 8)]
+    db = sqlite3.connect(agent / "mailbox" / "index.sqlite3")
+    assert db.execute("PRAGMA user_version").fetchone()[0] == 4
+    assert db.execute("SELECT seq, done FROM upgrade_cursor").fetchone()[1] == 3
+    assert db.execute("SELECT count(*) FROM messages_fts_next_docsize").fetchone()[0] == 3
+    db.close()
+
+    def failing_body_of(*_a: object) -> str:
+        raise OSError("disk went away")
+
+    with monkeypatch.context() as m:  # the second step reads the long body's file: it fails inside
+        m.setattr(Mailbox, "_body_of", failing_body_of)
+        with pytest.raises(OSError):
+            Mailbox(agent, address=ME)
+    db = sqlite3.connect(agent / "mailbox" / "index.sqlite3")
+    assert db.execute("SELECT done FROM upgrade_cursor").fetchone()[0] == 3  # the failed step left nothing
+    db.close()
+
+    steps: list[tuple[int, int]] = []
+    with Mailbox(agent, address=ME, progress=lambda d, t: steps.append((d, t))) as again:
+        assert steps == [(6, 8), (8, 8)]
+        db = again._index.db
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 5
+        scaffolding = "SELECT 1 FROM sqlite_master WHERE name LIKE '%next%' OR name = 'upgrade_cursor'"
+        assert not db.execute(scaffolding).fetchall()
+        for typed in ("NFC", "NFD"):
+            assert _answers(again, typed) == _want(ids), typed
+        resumed = _v5_state(db)
+    with Mailbox(pristine, address=ME) as whole:  # the same v4 index, upgraded in one go
+        assert _v5_state(whole._index.db) == resumed
+    assert "zzremoved" not in resumed[1] and "naive" in resumed[1]
+
+
+def test_the_upgrade_reports_progress_on_a_terminal(tmp_path: Path) -> None:
+    from envelopay.mail.mailbox.scan import terminal_progress
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    out = Tty()
+    show = terminal_progress(out, what="upgrading the mailbox index")
+    assert show is not None and terminal_progress(io.StringIO()) is None  # a pipe hears nothing
+    show(2000, 4000)
+    show(4000, 4000)
+    assert out.getvalue() == (
+        "\rupgrading the mailbox index: 2000/4000 messages (Ctrl-C resumes next time)"
+        "\rupgrading the mailbox index: 4000/4000 messages (Ctrl-C resumes next time)\n"
+    )
+
+
+_UPGRADER = """
+import sys, time
+from pathlib import Path
+from envelopay.mail.mailbox import Mailbox, index_upgrade
+index_upgrade.STEP = 10
+def step(done, total):
+    print(done, total, flush=True)
+    time.sleep(30)  # killed here, between committed steps (or the test times out)
+Mailbox(Path(sys.argv[1]), address=sys.argv[2], progress=step)
+"""
+
+
+def test_a_killed_v4_upgrade_resumes(tmp_path: Path) -> None:
+    """SIGKILL after the first committed step of an upgrade in another process: the next
+    open finishes it, with the index an uninterrupted upgrade writes."""
+    agent = tmp_path / "agent"
+    with Mailbox(agent, address=ME, duplicate_window=None) as b:
+        for k in range(45):
+            b.deliver(_mail(k, f"p{k % 4}@b.test", nfd(f"Café {k}"), f"word{k} " + nfc("crème ") * (k % 3)))
+        _as_v4(b)
+    pristine = tmp_path / "pristine"
+    shutil.copytree(agent, pristine)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _UPGRADER, str(agent), ME], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().split() == ["10", "45"]
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+    with Mailbox(agent, address=ME) as again, Mailbox(pristine, address=ME) as whole:
+        assert _v5_state(again._index.db) == _v5_state(whole._index.db)
+        ranked = [r.id for r in whole.search("crème", rank=True)]
+        assert [r.id for r in again.search("crème", rank=True)] == ranked
+        assert len(again.check(flt=CheckFilter(subject="café", n=100))) == 45
+
+
+@pytest.mark.parametrize("step", [1, 4, 8, 9])
+def test_the_v4_upgrade_ends_the_same_whatever_its_step(
+    box: Mailbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: int
+) -> None:
+    """8 messages in steps of 1, 4 (a step ends exactly at the last message), 8 and 9: the
+    same index as one pass, the new table swapped in, no scaffolding left behind."""
+    from envelopay.mail.mailbox import index_upgrade
+
+    ids = _ids(box)
+    _as_v4(box)
+    box.close()
+    agent = tmp_path / "agent"
+    one_pass = tmp_path / "one-pass"
+    shutil.copytree(agent, one_pass)
+    with Mailbox(one_pass, address=ME) as whole:
+        want = _v5_state(whole._index.db)
+    monkeypatch.setattr(index_upgrade, "STEP", step)
+    steps: list[tuple[int, int]] = []
+    with Mailbox(agent, address=ME, progress=lambda d, t: steps.append((d, t))) as again:
+        db = again._index.db
+        assert _v5_state(db) == want
+        assert {-r[0] for r in db.execute("SELECT id FROM messages_fts_docsize")} == set(want[2].values())
+        scaffolding = "SELECT name FROM sqlite_master WHERE name LIKE '%next%' OR name = 'upgrade_cursor'"
+        assert db.execute(scaffolding).fetchall() == []
+        assert _answers(again, "NFC") == _want(ids)
+    assert steps[-1] == (8, 8) and len(steps) == -(-8 // step)

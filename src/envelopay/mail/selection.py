@@ -69,7 +69,12 @@ def site_from_env(
 def open_site(site: MailboxSite) -> Iterator[Mailbox]:
     """The mailbox at `site`, with garden deliveries picked up first; closed afterwards."""
     try:
-        box = Mailbox(site.root or Path("."), address=site.address, inbox=site.inbox)
+        box = Mailbox(
+            site.root or Path("."),
+            address=site.address,
+            inbox=site.inbox,
+            progress=terminal_progress(what="upgrading the mailbox index"),
+        )
     except OSError as exc:
         raise refused(
             f"dir: cannot open the mailbox under {site.root}: {exc.strerror or exc}", "dir"

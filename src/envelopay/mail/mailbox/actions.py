@@ -62,6 +62,8 @@ class Mailbox:
     now, new_id -- injected clock and id source
     duplicate_window -- a successful send of the same body to the same recipient within
                   this window refuses the next one (the loop guard); None disables it
+    progress  -- `progress(done, total)` after each committed step of an index upgrade on
+                 open (an interrupted upgrade goes on at the next open)
     """
 
     def __init__(
@@ -73,6 +75,7 @@ class Mailbox:
         new_id: Callable[[], str] = _new_id,
         duplicate_window: timedelta | None = timedelta(hours=1),
         inbox: Path | None = None,
+        progress: Progress | None = None,
     ) -> None:
         self.agent_dir = Path(agent_dir).resolve()
         self.address = single_address("address", address).lower() if address is not None else None
@@ -81,7 +84,7 @@ class Mailbox:
         self._files = MailFolders(self.agent_dir, inbox)
         self.root = self._files.root
         self.contacts = ContactBook(self.root / "contacts.json")
-        self._index = MailIndex(self.root / "index.sqlite3", body_of=self._body_of)
+        self._index = MailIndex(self.root / "index.sqlite3", body_of=self._body_of, progress=progress)
         self._guard = SendGuard(self._index.db, duplicate_window, now)
 
     @property

@@ -127,9 +127,12 @@ class MailIndex:
     """The SQLite index file of one mailbox (WAL; each write is one transaction, or part
     of the caller's `batch()`)."""
 
-    def __init__(self, path: Path, body_of: BodyOf | None = None) -> None:
-        """Open (or create) the index; an older index is upgraded in place, reading message
-        files through `body_of` where the old index did not keep the text."""
+    def __init__(
+        self, path: Path, body_of: BodyOf | None = None, progress: Callable[[int, int], None] | None = None
+    ) -> None:
+        """Open (or create) the index; an older index is upgraded in place, in committed
+        steps (index_upgrade.run: resumable, `progress(done, total)` after each), reading
+        message files through `body_of` where the old index did not keep the text."""
         self.db = sqlite3.connect(path, isolation_level=None, timeout=30)
         self.db.row_factory = sqlite3.Row
         self.db.execute("PRAGMA journal_mode=WAL")
@@ -143,23 +146,15 @@ class MailIndex:
         self.db.create_function("ws", 2, _ws, deterministic=True)
         self.db.create_function("wsz", 3, _wsz, deterministic=True)
         self.db.create_function("fold", 1, fold, deterministic=True)
-        if self.db.execute("PRAGMA user_version").fetchone()[0] == _VERSION:
-            return
-        from envelopay.mail.mailbox import index_upgrade
+        version = self.db.execute("PRAGMA user_version").fetchone()[0]
+        if version != _VERSION:
+            from envelopay.mail.mailbox import index_upgrade
 
-        with self.batch():  # one transaction: an interrupted upgrade leaves the old index whole
-            old = self.db.execute("PRAGMA user_version").fetchone()[0]
-            if old != _VERSION:
-                prior = index_upgrade.set_aside(self.db, old)
-                for statement in _SCHEMA.split(";"):
-                    if statement.strip():
-                        self.db.execute(statement)
-                if prior is not None:
-                    index_upgrade.upgrade(self, prior, body_of)
-                elif old in (3, 4):
-                    index_upgrade.negate_rowids(self, body_of)
-                    index_upgrade.add_terms(self.db)
-                self.db.execute(f"PRAGMA user_version = {_VERSION}")
+            try:
+                index_upgrade.run(self, version, body_of, progress)
+            except BaseException:
+                self.db.close()  # interrupted: the committed steps stay, the next open goes on
+                raise
 
     def close(self) -> None:
         self.db.close()

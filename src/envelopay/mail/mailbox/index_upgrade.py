@@ -13,10 +13,20 @@
   `-seq`, newest first, from the kept text (head and `texts`; a body past TEXT_CAP from
   its file, through `body_of`); the vocabulary (`terms`) is then read once from it (an
   fts5vocab table), so it holds exactly its tokens; `from_lc`/`subject_lc` are folded.
-  No message row changes its `seq`, id or read mark. 100k messages: about 30 s, once.
+  No message row changes its `seq`, id or read mark. 100k messages: about 38 s, once.
 
-Runs inside the opening index's transaction: an interrupted upgrade leaves the old
-index as it was, and the next open starts it again.
+Every upgrade runs in committed steps of `STEP` messages (`run`), so it streams, reports
+progress, and can be interrupted (Ctrl-C, a kill) at any point: a step is one transaction,
+so an interruption loses at most the step under way, and the next open goes on from the
+last committed step. The version is written only by the last step, so until then every
+open resumes the upgrade before anything else reads the index:
+- v1/v2: the set-aside table is the queue. A step indexes its oldest `STEP` rows again and
+  deletes them from it in the same transaction;
+- v3/v4: the new full-text table (`messages_fts_next`) is filled newest first, with
+  `upgrade_cursor` holding the lowest `seq` done; the last step swaps it in for the old
+  table, reads the vocabulary from it and drops the cursor.
+Two processes opening the same old index take steps in turn (BEGIN IMMEDIATE), each
+reading the cursor inside its own step.
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import zlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from envelopay.mail.mailbox.interpret import Interpretation
@@ -32,16 +43,75 @@ from envelopay.mail.mailbox.records import Attachment
 if TYPE_CHECKING:
     from envelopay.mail.mailbox.index import BodyOf, MailIndex
 
-__all__ = ["add_terms", "negate_rowids", "set_aside", "upgrade"]
+__all__ = ["STEP", "add_terms", "run", "set_aside"]
+
+STEP = 2000  # messages per committed step (about 0.6 s of a v4 upgrade on this machine)
+
+Progress = Callable[[int, int], None]  # (messages upgraded so far, messages to upgrade)
 
 # What a v2 index had besides `messages` and `dirs` (rebuilt from the rows).
 _V2_DERIVED = ("messages_fts", "thread_ids", "threads", "texts")
 _OLD_INDEXES = ("messages_folder_ts", "messages_msgid", "messages_thread")
+_NEXT = "messages_fts_next"  # the v5 full-text table while a v3/v4 upgrade fills it
+
+
+def run(index: MailIndex, version: int, body_of: BodyOf | None, progress: Progress | None) -> None:
+    """Bring the index from `version` (as read on open) to the current one, in steps."""
+    from envelopay.mail.mailbox.index import _SCHEMA, _VERSION
+
+    db = index.db
+    with index.batch():
+        version = _user_version(db)
+        if version == _VERSION:
+            return  # another process finished it meanwhile
+        prior = _set_aside_before(db) or set_aside(db, version)
+        for statement in _SCHEMA.split(";"):
+            if statement.strip():
+                db.execute(statement)
+        if prior is None and version in (3, 4):
+            db.execute(_fts_table(_NEXT))
+            db.execute("CREATE TABLE IF NOT EXISTS upgrade_cursor (seq INTEGER, done INTEGER NOT NULL)")
+            if db.execute("SELECT 1 FROM upgrade_cursor").fetchone() is None:
+                db.execute("INSERT INTO upgrade_cursor VALUES (NULL, 0)")
+        elif prior is None:  # a new file (or one with nothing to carry over)
+            db.execute(f"PRAGMA user_version = {_VERSION}")
+            return
+    step = _reindex_step if prior is not None else _rewrite_step
+    while True:
+        with index.batch():
+            if _user_version(db) == _VERSION:
+                return
+            done, total = step(index, prior or "", body_of)
+            if done >= total:
+                db.execute(f"PRAGMA user_version = {_VERSION}")
+        if progress is not None:
+            progress(done, total)
+        if done >= total:
+            return
+
+
+def _user_version(db: sqlite3.Connection) -> int:
+    return int(db.execute("PRAGMA user_version").fetchone()[0])
+
+
+def _fts_table(name: str) -> str:
+    from envelopay.mail.mailbox.index import _SCHEMA
+
+    ddl = next(s for s in _SCHEMA.split(";") if "messages_fts USING fts5" in s)
+    return ddl.replace("messages_fts USING", f"{name} USING")
+
+
+def _set_aside_before(db: sqlite3.Connection) -> str | None:
+    """The set-aside table of an interrupted v1/v2 upgrade ("v1"/"v2"), or None."""
+    for prior in ("v1", "v2"):
+        if db.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (f"messages_{prior}",)).fetchone():
+            return prior
+    return None
 
 
 def set_aside(db: sqlite3.Connection, version: int) -> str | None:
     """Rename an older `messages` table out of the way ("v1"/"v2"), or None (fresh or
-    current). The caller then creates the current schema and calls `upgrade`."""
+    current). The caller then creates the current schema and re-indexes its rows."""
     cols = {r[0] for r in db.execute("SELECT name FROM pragma_table_info('messages')")}
     if not cols:
         return None
@@ -59,11 +129,13 @@ def set_aside(db: sqlite3.Connection, version: int) -> str | None:
     return prior
 
 
-def upgrade(index: MailIndex, prior: str, body_of: BodyOf | None) -> int:
-    """Index the set-aside rows again; how many."""
+def _reindex_step(index: MailIndex, prior: str, body_of: BodyOf | None) -> tuple[int, int]:
+    """Index the oldest STEP set-aside rows again and take them off the table; the last
+    step drops it. (done, total): rows indexed so far, rows in all."""
+    db = index.db
     table = f"messages_{prior}"
     order = "ts, rowid" if prior == "v1" else "ts, seq"
-    rows = index.db.execute(f"SELECT * FROM {table} ORDER BY {order}").fetchall()
+    rows = db.execute(f"SELECT rowid AS _r, * FROM {table} ORDER BY {order} LIMIT ?", (STEP,)).fetchall()
     for r in rows:
         if prior == "v1":
             body, file = r["body"], f"new/{r['name']}"
@@ -89,26 +161,28 @@ def upgrade(index: MailIndex, prior: str, body_of: BodyOf | None) -> int:
         )
         atts = [Attachment(**a) for a in json.loads(r["attachments"])]
         index.add(r["id"], r["folder"], r["name"], info, atts, ts=r["ts"], file=file, read=bool(r["read"]))
-    index.db.execute(f"DROP TABLE {table}")
-    return len(rows)
+    db.executemany(f"DELETE FROM {table} WHERE rowid = ?", [(r["_r"],) for r in rows])
+    done = int(db.execute("SELECT count(*) FROM messages").fetchone()[0])
+    left = int(db.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+    if not left:
+        db.execute(f"DROP TABLE {table}")
+    return done, done + left
 
 
-def negate_rowids(index: MailIndex, body_of: BodyOf | None) -> int:
-    """Write a v3/v4 index's full-text table again with rowids `-seq` (newest first, so
-    rowids ascend: FTS5 fills whole segments) and fold its header columns; how many
-    rows. Rows of removed messages, which joined nothing, are not written again."""
-    from envelopay.mail.mailbox.index import _SCHEMA
-
+def _rewrite_step(index: MailIndex, _prior: str, body_of: BodyOf | None) -> tuple[int, int]:
+    """Write the next STEP rows (newest first) into the v5 full-text table with rowids
+    `-seq` (rowids ascend: FTS5 fills whole segments), folding their header columns;
+    the last step swaps the table in and reads the vocabulary from it. Rows of removed
+    messages, which joined nothing, are not written again. (done, total)."""
     db = index.db
-    db.execute("DROP TABLE messages_fts")
-    db.execute(next(s for s in _SCHEMA.split(";") if "messages_fts USING fts5" in s))
-    db.execute("DELETE FROM terms")  # read again from the new table (add_terms)
-    db.execute("UPDATE messages SET from_lc = fold(from_addr), subject_lc = fold(subject)")
+    below, done = db.execute("SELECT seq, done FROM upgrade_cursor").fetchone()
     rows = db.execute(
         "SELECT m.seq, m.folder, m.name, m.file, m.from_addr, m.subject, m.body_head, m.body_len, t.z"
-        " FROM messages m LEFT JOIN texts t ON t.seq = m.seq ORDER BY m.seq DESC"
-    )
-    n = 0
+        " FROM messages m LEFT JOIN texts t ON t.seq = m.seq"
+        + ("" if below is None else " WHERE m.seq < ?")
+        + " ORDER BY m.seq DESC LIMIT ?",
+        (STEP,) if below is None else (below, STEP),
+    ).fetchall()
     batch: list[tuple[int, str, str, str]] = []
     for r in rows:
         body = r["body_head"]
@@ -117,20 +191,29 @@ def negate_rowids(index: MailIndex, body_of: BodyOf | None) -> int:
         elif int(r["body_len"]) > len(body) and body_of is not None:
             body = body_of(r["folder"], r["name"], r["file"]) or body
         batch.append((-int(r["seq"]), r["from_addr"], r["subject"], body))
-        if len(batch) >= 256:
-            n += _insert(db, batch)
-    return n + _insert(db, batch)
-
-
-def _insert(db: sqlite3.Connection, rows: list[tuple[int, str, str, str]]) -> int:
-    db.executemany("INSERT INTO messages_fts (rowid, from_addr, subject, body) VALUES (?, ?, ?, ?)", rows)
-    n = len(rows)
-    rows.clear()
-    return n
+    db.executemany(f"INSERT INTO {_NEXT} (rowid, from_addr, subject, body) VALUES (?, ?, ?, ?)", batch)
+    left = 0
+    if rows:
+        low, high = int(rows[-1]["seq"]), int(rows[0]["seq"])
+        db.execute(
+            "UPDATE messages SET from_lc = fold(from_addr), subject_lc = fold(subject)"
+            " WHERE seq BETWEEN ? AND ?",
+            (low, high),
+        )
+        done += len(rows)
+        db.execute("UPDATE upgrade_cursor SET seq = ?, done = ?", (low, done))
+        left = int(db.execute("SELECT count(*) FROM messages WHERE seq < ?", (low,)).fetchone()[0])
+    if not left:  # the walk is over: the new table replaces the old one
+        db.execute("DROP TABLE messages_fts")
+        db.execute(f"ALTER TABLE {_NEXT} RENAME TO messages_fts")
+        db.execute("DELETE FROM terms")
+        add_terms(db)
+        db.execute("DROP TABLE upgrade_cursor")
+    return done, done + left
 
 
 def add_terms(db: sqlite3.Connection) -> int:
-    """Fill `terms` from a v3 index's full-text table (every token, in one pass); how many."""
+    """Fill `terms` from the full-text table (every token, in one pass); how many."""
     from envelopay.mail.mailbox.index import TERM_KEEP
 
     db.execute("CREATE VIRTUAL TABLE temp.v3_terms USING fts5vocab(main, messages_fts, row)")

@@ -71,14 +71,15 @@ def scan_folders(
     return added
 
 
-def terminal_progress(stream: TextIO | None = None) -> Progress | None:
-    """A progress line for a long first open, on a terminal only (None elsewhere)."""
+def terminal_progress(stream: TextIO | None = None, what: str = "indexing the mailbox") -> Progress | None:
+    """A progress line for a long first open (or an index upgrade), on a terminal only
+    (None elsewhere)."""
     out = stream if stream is not None else sys.stderr
     if not out.isatty():
         return None
 
     def show(done: int, total: int) -> None:
-        out.write(f"\rindexing the mailbox: {done}/{total} messages (Ctrl-C resumes next time)")
+        out.write(f"\r{what}: {done}/{total} messages (Ctrl-C resumes next time)")
         if done >= total:
             out.write("\n")
         out.flush()
