@@ -58,6 +58,7 @@ class Recorder:
     connections: int = 0
     fail_data: list[str] = field(default_factory=list)  # replies for successive DATA
     rcpt_reply: str | None = None
+    verdict_delay: float = 0.0  # seconds before the reply to the final dot
 
     async def handle_RCPT(self, server: Any, session: Any, envelope: Any, address: str, options: Any) -> str:
         if self.rcpt_reply is not None:
@@ -66,6 +67,7 @@ class Recorder:
         return "250 OK"
 
     async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        await asyncio.sleep(self.verdict_delay)
         if self.fail_data:
             return self.fail_data.pop(0)
         tls = server.transport.get_extra_info("ssl_object") is not None
@@ -366,3 +368,44 @@ def test_config_refusals() -> None:
         SmtpConfig(host="smtp.example.com", security="none", username="u", password="p")
     with pytest.raises(ConfigError):
         SmtpConfig(host="smtp.example.com", max_attempts=0)
+    for bad in ({"timeout": 0.0}, {"transaction_timeout": -1.0}, {"transaction_timeout": float("nan")}):
+        with pytest.raises(ConfigError, match="positive seconds"):
+            SmtpConfig(host="smtp.example.com", **bad)
+
+
+async def test_a_slow_verdict_is_waited_for_not_sent_twice(
+    starttls_server: Server, client_ctx: ssl.SSLContext
+) -> None:
+    """The server takes longer over its reply to the final dot than `timeout` (it may: RFC
+    5321 §4.5.3.2.6 gives it 10 minutes). Giving up there and retrying delivered the
+    message twice; the transaction's own timeout waits for the verdict."""
+    starttls_server.recorder.verdict_delay = 0.8
+    sleeps = Sleeps()
+    res = await send_raw(
+        signed_message(7),
+        sender=USER,
+        recipient="worker@example.org",
+        config=cfg(starttls_server.port, client_ctx, timeout=0.3, backoff_initial=0.0),
+        sleep=sleeps,
+    )
+    assert res.ok and res.attempts == 1 and sleeps.calls == []
+    assert len(starttls_server.recorder.received) == 1
+
+
+async def test_no_verdict_within_the_transaction_timeout_is_temporary_and_not_retried_at_once(
+    starttls_server: Server, client_ctx: ssl.SSLContext
+) -> None:
+    """The message may still be accepted after we stopped waiting: the call does not send
+    it again (the outbox retries later, after its backoff: at least once)."""
+    starttls_server.recorder.verdict_delay = 1.0
+    sleeps = Sleeps()
+    res = await send_raw(
+        signed_message(8),
+        sender=USER,
+        recipient="worker@example.org",
+        config=cfg(starttls_server.port, client_ctx, timeout=0.2, transaction_timeout=0.3, max_attempts=4),
+        sleep=sleeps,
+    )
+    assert res.status == "temporary_failure" and res.attempts == 1 and sleeps.calls == []
+    assert "no reply within 0.3 s in the mail transaction" in res.detail
+    assert starttls_server.recorder.connections == 1  # no second copy offered

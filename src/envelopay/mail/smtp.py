@@ -32,6 +32,14 @@ class SmtpConfig:
     tls_context -- a custom context (e.g. trusting a test CA); default: system trust
     max_attempts -- total tries for temporary failures; backoff doubles from
                 backoff_initial up to backoff_max seconds
+    timeout -- connecting, the greeting, EHLO, STARTTLS and AUTH
+    transaction_timeout -- MAIL, RCPT, DATA and the verdict on the message. A server
+                may be slow there (RFC 5321 §4.5.3.2 allows 5 minutes for MAIL and RCPT
+                and 10 for the reply to the final dot): giving up early resends a message
+                the server may go on to accept, so the recipient gets it twice. 4 minutes
+                by default: the wait stays inside the outbox's 5-minute claim lease, so
+                no other drainer takes the row meanwhile. A timeout there is not retried
+                within the call (the outbox retries it later, with its backoff)
     """
 
     host: str
@@ -45,12 +53,15 @@ class SmtpConfig:
     max_attempts: int = 4
     backoff_initial: float = 1.0
     backoff_max: float = 60.0
+    transaction_timeout: float = 240.0
 
     def __post_init__(self) -> None:
         if self.security not in ("starttls", "tls", "none"):
             raise ConfigError(f"smtp security must be starttls, tls or none, not {self.security!r}")
         if self.max_attempts < 1:
             raise ConfigError("smtp max_attempts must be at least 1")
+        if not (self.timeout > 0 and self.transaction_timeout > 0):
+            raise ConfigError("smtp timeout and transaction_timeout must be positive seconds")
         if (self.username is None) != (self.password is None):
             raise ConfigError("smtp username and password go together")
         if self.username is not None and self.security == "none" and self.host not in ("127.0.0.1", "::1"):
@@ -106,6 +117,7 @@ class _Attempt:
     status: SendStatus
     code: int | None
     detail: str
+    again: bool = True  # a temporary failure worth another attempt within this call
 
 
 def _classify(exc: BaseException) -> _Attempt:
@@ -151,13 +163,22 @@ async def _attempt(raw: bytes, sender: str, recipient: str, config: SmtpConfig) 
         timeout=config.timeout,
         local_hostname=config.local_hostname,
     )
+    in_transaction = False
     try:
         await client.connect()
         if config.username is not None and config.password is not None:
             await client.login(config.username, config.password)
-        _errors, reply = await client.sendmail(sender, [recipient], raw)
+        # The transaction's own (longer) timeout: see SmtpConfig.transaction_timeout.
+        timeout = max(config.timeout, config.transaction_timeout)
+        in_transaction = True
+        _errors, reply = await client.sendmail(sender, [recipient], raw, timeout=timeout)
         return _Attempt("sent", 250, reply)
-    except (aiosmtplib.SMTPException, OSError, TimeoutError) as exc:
+    except (aiosmtplib.SMTPTimeoutError, TimeoutError) as exc:
+        if in_transaction:  # perhaps after the final dot: the message may be delivered yet
+            detail = f"no reply within {timeout:g} s in the mail transaction: {exc}"
+            return _Attempt("temporary_failure", None, detail, again=False)
+        return _classify(exc)
+    except (aiosmtplib.SMTPException, OSError) as exc:
         return _classify(exc)
     finally:
         if client.is_connected:
@@ -187,7 +208,7 @@ async def send_raw(
     last = _Attempt("temporary_failure", None, "not attempted")
     for attempt in range(1, config.max_attempts + 1):
         last = await _attempt(raw, env_from, env_to, config)
-        if last.status != "temporary_failure" or attempt == config.max_attempts:
+        if last.status != "temporary_failure" or not last.again or attempt == config.max_attempts:
             return SendResult(last.status, message_id, attempt, last.code, last.detail)
         await sleep(delays[attempt - 1])
     return SendResult(last.status, message_id, config.max_attempts, last.code, last.detail)
