@@ -79,11 +79,24 @@ def open_site(site: MailboxSite) -> Iterator[Mailbox]:
         raise refused(
             f"dir: cannot open the mailbox under {site.root}: {exc.strerror or exc}", "dir"
         ) from exc
+    except KeyboardInterrupt:
+        _interrupted()
+        raise
     try:
-        box.refresh(progress=terminal_progress())
+        try:
+            box.refresh(progress=terminal_progress())
+        except KeyboardInterrupt:
+            _interrupted()
+            raise
         yield box
     finally:
         box.close()
+
+
+def _interrupted() -> None:
+    """Ctrl-C during an upgrade or a first indexing: end the progress line and say so."""
+    if sys.stderr.isatty():
+        sys.stderr.write("\ninterrupted: what is indexed is kept, the next command goes on from there\n")
 
 
 def _when(value: str | None, field: str) -> datetime | None:
