@@ -22,8 +22,11 @@ from envelopay.enforcer.client import EnforcerClient
 class _Keep:
     def __init__(self) -> None:
         self.messages: list[bytes] = []
+        self.refuse = ""  # e.g. "451 4.7.1 greylisted": the reply to every message meanwhile
 
     async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        if self.refuse:
+            return self.refuse
         self.messages.append(bytes(envelope.content))
         return "250 OK"
 

@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -207,3 +208,40 @@ def test_spend_cli_end_to_end(
     assert r.exit_code == 2 and "no agent" in r.output
     everything = "\n".join(outputs)
     assert bytes(key).hex() not in everything and json.dumps(list(bytes(key))) not in everything
+
+
+def test_a_greylisted_pay_is_delivered_by_the_running_enforcer(
+    paying: tuple[str, Path], devnode: tuple[LocalSolana, str], smtp: Any  # noqa: F811
+) -> None:
+    """The payee's server answers 451 (greylisting) when the money moves: the call says
+    `paid`, not sent. Nobody asks again; the serving enforcer delivers the PAY once the
+    server takes it (its finisher: every 5 s, backing off)."""
+    url, token_file = paying
+    chain, _ = devnode
+    keep = smtp[0]
+    common = ["--enforcer", url, "--operator-token-file", str(token_file)]
+    r = cli("agent", "create", "grey", "--address", "grey@agents.test", "--allow", "partner.test",
+            "--wallet", f"{CHAIN}=new", "--spend", f"{CHAIN}/USDC=5000000/day,1000000/payment",
+            "--payee", "partner.test", *common)
+    assert r.exit_code == 0, r.output
+    address = re.search(rf"wallet {CHAIN} (\S+) \(default\)", r.output)
+    token = re.search(r"ENVELOPAY_AGENT_TOKEN=(\S+)", r.output)
+    assert address and token, r.output
+    chain.airdrop(address.group(1), 10**9)
+    chain.mint_tokens(address.group(1), "USDC", 10_000_000)
+    keep.refuse = "451 4.7.1 greylisted, try again later"
+    d = _pay(url, token.group(1), {"to": "seller@partner.test", "chain": CHAIN, "token": "USDC",
+                                   "amount": "500000", "wallet": str(Keypair().pubkey()),
+                                   "idempotency_key": "grey-1"})
+    assert d["state"] == "paid" and d["tx_id"] and keep.messages == [], d
+    keep.refuse = ""
+    for _ in range(200):  # the first retry is due 5 s after the first pass saw it
+        if keep.messages:
+            break
+        time.sleep(0.1)
+    [raw] = keep.messages
+    assert d["tx_id"].encode() in raw
+    r = httpx.get(f"{url}/v1/payments/{d['id']}", headers={"Authorization": f"Bearer {token.group(1)}"})
+    assert r.status_code == 200 and r.json()["status"] == "paid_and_sent", r.text
+    time.sleep(0.5)
+    assert len(keep.messages) == 1

@@ -9,6 +9,7 @@ ConfigError naming the option; a file that cannot be read or written is an OSErr
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import secrets
 from collections.abc import Callable, Mapping
@@ -133,9 +134,11 @@ async def serve(
     socket: Path | None,
     listening: Callable[[str], None] = lambda _: None,
     spend: SpendLaunch | None = None,
+    finish_every: float = 5.0,
 ) -> None:
     """Serve the enforcer until SIGINT or SIGTERM, then close the server, the SMTP link
-    and the store."""
+    and the store. With the spend enforcer, in-flight payments are finished every
+    `finish_every` seconds meanwhile (payment_finisher)."""
     import signal
 
     from envelopay.enforcer.core import Enforcer, hash_token
@@ -160,9 +163,19 @@ async def serve(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    finishing = None
+    if payments is not None:  # unconfirmed payments and undelivered PAYs, every few seconds
+        from envelopay.enforcer.payment_finisher import Finisher
+
+        finishing = asyncio.create_task(Finisher(payments, interval=finish_every).serve(stop))
     try:
         await stop.wait()
     finally:
+        if finishing is not None:
+            # It ends at its next wait; a pass still under way after 5 s is cancelled, which
+            # is a crash of that pass: recovery at the next start finishes its intents.
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                await asyncio.wait_for(finishing, 5.0)
         await runner.cleanup()
         if isinstance(deliverer, SmtpDeliverer):
             await deliverer.aclose()

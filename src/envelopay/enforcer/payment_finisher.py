@@ -1,0 +1,95 @@
+"""Finishing in-flight payments while the enforcer serves.
+
+A payment call returns as soon as it knows no more now: a transaction the chain has not
+confirmed yet (`BROADCAST`, "not yet confirmed"), or money moved whose PAY the payee's
+server has not taken yet (`PAID`: a 4xx such as greylisting, a server down, a 5xx a
+later retry may clear). Recovery at start and `check_payment_status` finish such an
+intent, but an agent that never asks again would leave the payee unpaid-for in its
+inbox: the money moved, the email that proves it stuck. So `enforcer serve` runs this
+pass every `interval` seconds. Each intent it could not finish waits twice as long
+before its next try (from `interval` up to `max_wait`), so a greylisting server is
+asked again at 5, 10, 20 … seconds, not hammered.
+
+What it drives is what recovery drives (payments_exec.run, not live: the wallet lock,
+the recorded state re-read, the chain asked first, the PAY with its fixed Message-ID),
+so it adds no new way to pay or send: at most once for the money, at least once for the
+email, as before. An intent this process is executing is skipped; one that another
+enforcer process may be executing (`RESERVED`, `SIGNED`, `APPROVED`) is taken only once
+it has been left `grace` seconds, and then only through the same conditional
+transitions that make a stale step a no-op.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from envelopay.errors import StoreError, TransportError
+
+if TYPE_CHECKING:
+    from envelopay.enforcer.payment_store import Intent
+    from envelopay.enforcer.payments import Payments
+
+__all__ = ["Finisher"]
+
+log = logging.getLogger("envelopay.enforcer")
+
+_UNFINISHED = ("BROADCAST", "PAID")  # money may have moved: nothing else can advance them
+_MAYBE_LIVE = ("RESERVED", "SIGNED", "APPROVED")  # another process may be executing these
+
+
+@dataclass
+class Finisher:
+    payments: Payments
+    interval: float = 5.0
+    max_wait: float = 300.0
+    grace: float = 60.0
+    _due: dict[str, tuple[float, float]] = field(default_factory=dict)  # id → (next try, wait)
+
+    def _left_alone(self, i: Intent, now: float) -> bool:
+        if i.state in _UNFINISHED:
+            return True
+        since = i.decided_at if i.state == "APPROVED" and i.decided_at is not None else i.created_at
+        return i.state in _MAYBE_LIVE and now - since >= self.grace
+
+    async def once(self) -> int:
+        """One pass over the in-flight intents; how many it tried."""
+        from envelopay.enforcer.payments_exec import execute, run
+
+        p = self.payments
+        now = p.clock()
+        flying = await p.store.in_flight()
+        live = {i.id for i in flying}
+        for gone in [k for k in self._due if k not in live]:
+            del self._due[gone]
+        tried = 0
+        for i in flying:
+            if i.id in p._active or not self._left_alone(i, now):
+                continue
+            at, wait = self._due.get(i.id, (0.0, self.interval))
+            if now < at:
+                continue
+            tried += 1
+            if i.state == "APPROVED":
+                await execute(p, i.id)
+            else:
+                await run(p, i.id, live=False)
+            after = await p.store.get(i.id)
+            if after is not None and after.state in (*_UNFINISHED, *_MAYBE_LIVE):
+                self._due[i.id] = (p.clock() + wait, min(wait * 2, self.max_wait))
+            else:
+                self._due.pop(i.id, None)
+        return tried
+
+    async def serve(self, stop: asyncio.Event) -> None:
+        """Passes every `interval` seconds until `stop` is set."""
+        while not stop.is_set():
+            try:
+                await self.once()
+            except (StoreError, TransportError) as exc:  # the next pass tries again
+                log.warning("finishing in-flight payments: %s", exc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.interval)
