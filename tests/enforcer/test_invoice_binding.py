@@ -228,3 +228,66 @@ async def test_an_agent_driven_by_a_poisoned_inbox_moves_only_what_the_invoice_s
     assert codes & {"recipient_not_allowed", "payee_not_allowed", "over_payment_max"}
     assert kit.usdc_of(address) == 298 * USDC and kit.usdc_of(stranger) == 0
     assert kit.usdc_of(SELLER_WALLET) == 2 * USDC
+
+
+async def test_the_inbox_is_parsed_once_across_calls_and_the_bytes_still_decide(
+    bound: tuple[Kit, str, str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pay_invoice looks among every message of the inbox: files seen before are not parsed
+    again. A file rewritten behind a restored size and mtime is read again all the same, so
+    what it says now (a forged amount) is what DKIM judges."""
+    import importlib
+    import os
+
+    parse_module = importlib.import_module("envelopay.protocol.parse")
+
+    kit, token, address, root = bound
+    for k in range(30):
+        plain = f"From: a{k}@x.test\r\nMessage-ID: <p{k}@x.test>\r\nSubject: hi\r\n\r\n{k}\r\n"
+        deliver(root, plain.encode())
+    signed = invoice(amount=2 * USDC, inv_id="inv-c")
+    mid = deliver(root, signed)
+    calls = [0]
+    real = parse_module.parse
+
+    def counting(raw: bytes) -> Any:
+        calls[0] += 1
+        return real(raw)
+
+    monkeypatch.setattr(parse_module, "parse", counting)
+    source = kit.payments.invoices
+    assert isinstance(source, MaildirInvoices)
+    agent = await kit.enforcer.store.agent_by_name("buyer")
+    assert agent is not None
+    assert source.candidates(agent, mid) == [signed] and calls[0] == 31
+    calls[0] = 0
+    assert source.candidates(agent, "inv-c") == [signed] and calls[0] == 1  # only the match, read again
+    calls[0] = 0
+    assert source.candidates(agent, "<nowhere@partner.test>") == [] and calls[0] == 0
+    # The agent rewrites the invoice in place: same size, same mtime, a bigger amount.
+    [path] = [p for p in (root / "buyer" / "new").iterdir() if p.read_bytes() == signed]
+    st = path.stat()
+    forged = signed.replace(b"2000000", b"4000000")
+    assert forged != signed and len(forged) == len(signed)
+    path.write_bytes(forged)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert source.candidates(agent, mid) == [forged]
+    d = await kit.payments.submit("pay_invoice", token, {"invoice": mid})
+    assert (d.status, d.code) == ("blocked", "invoice_dkim_failed")
+    assert kit.payment_txs(address) == []
+
+
+async def test_a_link_planted_in_the_inbox_is_not_read(
+    bound: tuple[Kit, str, str, Path], tmp_path: Path
+) -> None:
+    """Deliveries are plain files; a symlink the agent puts in its Maildir (to an INVOICE
+    kept elsewhere, or to any file of the enforcer's) is passed over."""
+    kit, token, address, root = bound
+    elsewhere = tmp_path / "kept.eml"
+    raw = invoice(inv_id="inv-l")
+    elsewhere.write_bytes(raw)
+    deliver(root, b"From: a@x.test\r\nMessage-ID: <l@x.test>\r\nSubject: x\r\n\r\nx\r\n")  # makes the Maildir
+    (root / "buyer" / "new" / "1700000000.link.host").symlink_to(elsewhere)
+    d = await kit.payments.submit("pay_invoice", token, {"invoice": "inv-l"})
+    assert (d.status, d.code) == ("blocked", "invoice_not_found")
+    assert kit.payment_txs(address) == []

@@ -9,6 +9,8 @@ write into its own Maildir, so a file there proves nothing until its signature d
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,30 +43,64 @@ class InvoiceSource(Protocol):
 
 
 class MaildirInvoices:
-    """Each agent's Maildir at `root/<agent name>` (new/ and cur/)."""
+    """Each agent's Maildir at `root/<agent name>` (new/ and cur/).
 
-    def __init__(self, root: Path) -> None:
+    A pay_invoice call looks for one message among all of them; parsing every file on
+    every call would cost the whole inbox each time. So each file's Message-ID and
+    protocol id are remembered by (path, size, mtime): a call parses only files it has not
+    seen. The memory only locates: a file it points at is read and parsed again, and its
+    bytes (DKIM included) decide; a file the agent rewrote behind a restored mtime can at
+    worst be missed, never bound on what it used to say."""
+
+    def __init__(self, root: Path, *, remember: int = 200_000) -> None:
         self.root = Path(root)
+        self.remember = remember
+        self._names: dict[tuple[str, int, int], tuple[str | None, str | None]] = {}
 
     def candidates(self, agent: Agent, ref: str) -> list[bytes]:
-        from envelopay.protocol.parse import parse
-
         out: list[bytes] = []
         for sub in ("new", "cur"):
             folder = self.root / agent.name / sub
-            if not folder.is_dir():
-                continue
-            for f in sorted(folder.iterdir()):
+            try:
+                entries = sorted(os.scandir(folder), key=lambda e: e.name)
+            except OSError:
+                continue  # no such folder (yet)
+            for entry in entries:
                 try:
-                    raw = f.read_bytes()
+                    st = entry.stat(follow_symlinks=False)
                 except OSError:
                     continue  # moved between new/ and cur/ meanwhile
-                if len(raw) > 1_000_000:
+                # Deliveries are plain files: a link the agent planted points elsewhere.
+                if st.st_size > 1_000_000 or not stat.S_ISREG(st.st_mode):
                     continue
-                parsed = parse(raw)
-                if parsed.message_id == ref or parsed.id == ref:
+                key = (entry.path, st.st_size, st.st_mtime_ns)
+                known = self._names.get(key)
+                if known is not None and ref not in known:
+                    continue
+                raw = self._read(entry.path, key, ref)
+                if raw is not None:
                     out.append(raw)
         return out
+
+    def _read(self, path: str, key: tuple[str, int, int], ref: str) -> bytes | None:
+        """The file's bytes if they name `ref`'s message (parsed now, and remembered)."""
+        from envelopay.protocol.parse import parse
+
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)  # not a link swapped in meanwhile
+            with os.fdopen(fd, "rb") as f:
+                raw = f.read(1_000_001)
+        except OSError:
+            return None
+        if len(raw) > 1_000_000:
+            return None
+        parsed = parse(raw)
+        names = (parsed.message_id, parsed.id)
+        if len(self._names) >= self.remember:  # forget the oldest half
+            for old in list(self._names)[: self.remember // 2]:
+                del self._names[old]
+        self._names[key] = names
+        return raw if ref in names else None
 
 
 @dataclass(frozen=True, slots=True)
