@@ -238,6 +238,15 @@ def _v5_state(db: sqlite3.Connection) -> tuple[set[int], set[str], dict[str, int
         db.execute("DROP TABLE temp.v")
 
 
+def _v4_and_a_copy(box: Mailbox, tmp_path: Path) -> tuple[Path, Path]:
+    """The fixture's mailbox as v4 left it, closed, and a copy of it: (agent, copy)."""
+    _as_v4(box)
+    box.close()
+    agent, copy = tmp_path / "agent", tmp_path / "v4-copy"
+    shutil.copytree(agent, copy)
+    return agent, copy
+
+
 def test_an_interrupted_v4_upgrade_resumes_where_it_stopped(
     box: Mailbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -249,11 +258,7 @@ def test_an_interrupted_v4_upgrade_resumes_where_it_stopped(
 
     monkeypatch.setattr(index_upgrade, "STEP", 3)
     ids = _ids(box)
-    _as_v4(box)
-    box.close()
-    agent = tmp_path / "agent"
-    pristine = tmp_path / "pristine"
-    shutil.copytree(agent, pristine)
+    agent, pristine = _v4_and_a_copy(box, tmp_path)
 
     seen: list[tuple[int, int]] = []
 
@@ -362,11 +367,7 @@ def test_the_v4_upgrade_ends_the_same_whatever_its_step(
     from envelopay.mail.mailbox import index_upgrade
 
     ids = _ids(box)
-    _as_v4(box)
-    box.close()
-    agent = tmp_path / "agent"
-    one_pass = tmp_path / "one-pass"
-    shutil.copytree(agent, one_pass)
+    agent, one_pass = _v4_and_a_copy(box, tmp_path)
     with Mailbox(one_pass, address=ME) as whole:
         want = _v5_state(whole._index.db)
     monkeypatch.setattr(index_upgrade, "STEP", step)
