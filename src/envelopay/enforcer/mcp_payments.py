@@ -108,7 +108,12 @@ def register_payment_tools(server: MCPServer, enforcer: str, token: str) -> None
     async def balances() -> dict[str, Any]:
         return await call("balances", {})
 
-    @server.tool(name="check_payment_status", description="The state of one of your payments (its id).")
+    @server.tool(
+        name="check_payment_status",
+        description="The state of one of your payments (its id). `unknown` with state `broadcast` "
+        "(the chain has not confirmed it yet) or `paid` (the money moved, the payee's server has "
+        "not taken the PAY yet) is finished by the enforcer by itself; do not pay again.",
+    )
     async def check_payment_status(id: str) -> dict[str, Any]:
         return await call("status", {"id": id})
 
