@@ -38,6 +38,17 @@ INTENT_STATES: tuple[IntentState, ...] = (
 )
 IN_FLIGHT: tuple[IntentState, ...] = ("RESERVED", "SIGNED", "BROADCAST", "PAID")
 
+# The predicates of the partial indexes, written once: a query uses such an index only
+# when its WHERE holds the index's own term.
+_IN_FLIGHT = "state IN ('APPROVED', 'RESERVED', 'SIGNED', 'BROADCAST', 'PAID')"
+_DECIDED = "(decided_at IS NOT NULL OR state = 'PENDING')"
+# The approval queue's order: held first, then approved, failed, rejected, then the rest
+# of what an operator decided (each group newest first).
+_QUEUE_GROUPS: tuple[tuple[IntentState, ...], ...] = (
+    ("PENDING",), ("APPROVED",), ("FAILED",), ("REJECTED",),
+    ("RESERVED", "SIGNED", "BROADCAST", "PAID", "SENT"),
+)
+
 _SCHEMA = [
     """CREATE TABLE IF NOT EXISTS enf_wallets (
         id TEXT PRIMARY KEY,
@@ -88,6 +99,12 @@ _SCHEMA = [
         UNIQUE (agent_id, idem_key),
         UNIQUE (agent_id, invoice_key))""",
     "CREATE INDEX IF NOT EXISTS enf_payments_state ON enf_payments (state, created_at)",
+    # Partial indexes holding only what the queue and the in-flight pass read: a plan on
+    # `state` alone cannot tell that in-flight intents are few among millions sent (it
+    # walked the whole table, tests/enforcer/test_plans.py), and an OR across two columns
+    # is no index search at all.
+    f"CREATE INDEX IF NOT EXISTS enf_payments_in_flight ON enf_payments (created_at) WHERE {_IN_FLIGHT}",
+    f"CREATE INDEX IF NOT EXISTS enf_payments_decided ON enf_payments (state, created_at) WHERE {_DECIDED}",
     "CREATE UNIQUE INDEX IF NOT EXISTS enf_payments_tx ON enf_payments (tx_id)",
 ]
 
@@ -97,8 +114,10 @@ _COLS = (
     " p.taken, p.tx_id, p.tx_blob, p.created_at, p.decided_at, p.decided_by, a.name"
 )
 _FROM = " FROM enf_payments p LEFT JOIN enf_agents a ON a.id = p.agent_id"
-_ACTIVE_SUB = "SELECT id FROM enf_agents WHERE status = 'ACTIVE'"
-_ACTIVE = f" AND agent_id IN ({_ACTIVE_SUB})"
+# The intent's own agent, by its key: a subquery over every ACTIVE agent costs SQLite a
+# pass over the whole table per statement (8.6 ms at 10,000 agents, against 0.01 ms).
+_ACTIVE_SUB = "SELECT 1 FROM enf_agents a WHERE a.id = enf_payments.agent_id AND a.status = 'ACTIVE'"
+_ACTIVE = f" AND EXISTS ({_ACTIVE_SUB})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,12 +271,10 @@ _SQL = {
     "by_id": f"SELECT {_COLS}{_FROM} WHERE p.id = ?",
     "by_key": f"SELECT {_COLS}{_FROM} WHERE p.agent_id = ? AND p.idem_key = ?",
     "by_invoice": f"SELECT {_COLS}{_FROM} WHERE p.agent_id = ? AND p.invoice_key = ?",
-    "in_flight": f"SELECT {_COLS}{_FROM}"
-    " WHERE p.state IN ('APPROVED', 'RESERVED', 'SIGNED', 'BROADCAST', 'PAID')"
-    " ORDER BY p.created_at",
-    "queue": f"SELECT {_COLS}{_FROM} WHERE (p.decided_at IS NOT NULL OR p.state = 'PENDING')"
-    " ORDER BY CASE p.state WHEN 'PENDING' THEN 0 WHEN 'APPROVED' THEN 1 WHEN 'FAILED' THEN 2"
-    " WHEN 'REJECTED' THEN 3 ELSE 4 END, p.created_at DESC LIMIT ?",
+    "in_flight": f"SELECT {_COLS}{_FROM} WHERE {_IN_FLIGHT} ORDER BY p.created_at",
+    # One state of the approval queue, newest first (PaymentStore.queue orders the states).
+    "queue_state": f"SELECT {_COLS}{_FROM} WHERE {_DECIDED} AND state = ?"
+    " ORDER BY p.created_at DESC LIMIT ?",
     "approve": "UPDATE enf_payments SET state = 'APPROVED', decided_by = ?, decided_at = ?, updated_at = ?"
     f" WHERE id = ? AND state = 'PENDING'{_ACTIVE} RETURNING id",
     "reject": "UPDATE enf_payments SET state = 'REJECTED', decided_by = ?, decided_at = ?, updated_at = ?,"
@@ -453,7 +470,18 @@ class PaymentStore:
         return [_intent(r) for r in await self._x("in_flight", ())]
 
     async def queue(self, limit: int = 200) -> list[Intent]:
-        return [_intent(r) for r in await self._x("queue", (limit,))]
+        """Held and decided intents, at most `limit`: PENDING first, then APPROVED, FAILED,
+        REJECTED and the rest, each newest first; one index walk of at most `limit` rows
+        per state."""
+        out: list[Intent] = []
+        for group in _QUEUE_GROUPS:
+            left = limit - len(out)
+            rows = [_intent(r) for state in group for r in await self._x("queue_state", (state, left))]
+            rows.sort(key=lambda i: i.created_at, reverse=True)
+            out += rows[: limit - len(out)]
+            if len(out) >= limit:
+                break
+        return out
 
     async def approve(self, intent_id: str, by: str, now: float) -> bool:
         return bool(await self._x("approve", (by, now, now, intent_id)))

@@ -208,8 +208,8 @@ _SQL = {
     # (SQLite: an autocommit write reads the latest commit under the one writer lock, so a
     # kill is either before it or after it. PostgreSQL: see _PG_SQL.)
     "approve": "UPDATE enf_sends SET state = 'APPROVED', decided_by = ?, decided_at = ?, updated_at = ?"
-    " WHERE id = ? AND state = 'PENDING'"
-    " AND agent_id IN (SELECT id FROM enf_agents WHERE status = 'ACTIVE') RETURNING id",
+    " WHERE id = ? AND state = 'PENDING' AND EXISTS (SELECT 1 FROM enf_agents a"
+    " WHERE a.id = enf_sends.agent_id AND a.status = 'ACTIVE') RETURNING id",
     "reject": "UPDATE enf_sends SET state = 'REJECTED', decided_by = ?, decided_at = ?, updated_at = ?,"
     " reason = ? WHERE id = ? AND state = 'PENDING' RETURNING id",
     # Terminal writes are guarded on APPROVED the same way.
