@@ -1,9 +1,10 @@
-"""Every statement the spend enforcer's hot paths send is an index search on both backends,
+"""Every statement the enforcer's hot paths send is an index search on both backends,
 at a size where a wrong plan shows: 10,000 agents and 20,000 payment intents.
 
 The statements are not copied here: the operations run against the filled store through
 a recording wrapper (a payment made and sent, one held, approved and executed, a kill,
-a status, the approval queue, the finisher's pass), and every statement they sent is
+a status, the approval queue, the finisher's pass; a send made, one held and approved,
+the approval and agent pages), and every statement they sent is
 EXPLAINed with the parameters it was sent with. This found the ACTIVE guard that read
 every agent per transition (8.6 ms a statement on SQLite at 10,000 agents).
 """
@@ -34,8 +35,8 @@ _TABLES = (
 
 
 async def _fill(store: EnforcerStore) -> None:
-    """Agents (with wallets and policies), finished intents and sends, written through the
-    tables' own columns."""
+    """Agents (with wallets and policies), finished intents, sends with their claims and
+    outcomes, written through the tables' own columns."""
     agents = [
         (
             "INSERT INTO enf_agents (id, name, address, token_hash, status, hourly_cap, daily_cap, allow,"
@@ -68,6 +69,10 @@ async def _fill(store: EnforcerStore) -> None:
         for k in range(INTENTS)
     ]
     await store.transaction(sends)
+    claim = "INSERT INTO enf_claims (agent_id, kind, claim_key, send_id, at) VALUES (?, 'fp', ?, ?, 1.0)"
+    await store.transaction([(claim, (f"fa{k % AGENTS}", f"fp{k}", f"fs{k}")) for k in range(INTENTS)])
+    outcome = "INSERT INTO enf_outcomes (send_id, state, message_id, detail, at) VALUES (?, 'SENT', ?, '', 1)"
+    await store.transaction([(outcome, (f"fs{k}", f"<fs{k}@fill.test>")) for k in range(INTENTS)])
     cols = (
         "id, agent_id, idem_key, invoice_key, kind, state, code, reason, request, chain, token, amount,"
         " decimals, payee, wallet, wallet_id, invoice_ref, message_id, taken, tx_id, tx_blob, created_at,"
@@ -129,6 +134,19 @@ async def _hot_paths(enforcer: Enforcer, sink: Sink, seen: list[tuple[str, Seque
     assert later.state == "paid", later
     sink.fail_with = None
     assert await Finisher(kit.payments).once() == 1
+    # The send path: a direct send, a held one approved, the approval and agent pages.
+    mail = {"to": "peer@partner.test", "from": "buyer@agents.test", "type": "order",
+            "body": {"type": "order", "id": "o-plan", "task": "t", "v": "0.1.0"}}
+    assert (await enforcer.send(token, mail)).status == "sent"
+    queued = await enforcer.send(token, {**mail, "to": "peer@else.test"})
+    assert queued.status == "pending_approval" and queued.id, queued
+    page, _ = await enforcer.approvals_page(50)
+    assert page and page[0].id == queued.id
+    assert (await enforcer.approve(queued.id)).ok
+    await enforcer.approvals_page(50, None)
+    agents, after = await enforcer.agents_page(50)
+    assert len(agents) == 50 and after is not None
+    await enforcer.agents_page(50, after)
     assert await enforcer.kill_agent("other") is not None
     killed = await kit.payments.submit("pay", stranger_token, pay_req(payee_wallet(), USDC, key="p4"))
     assert killed.status == "blocked"
