@@ -15,7 +15,9 @@ How the data is made (through each store's own schema, in bulk):
   interpretations instead of parsing each file (parsing is the first open's cost,
   measured separately as index rate).
 - enforcer: `SqliteStore.open()` makes the schema; agents, send history (queue rows and
-  direct sends) and counters are INSERT ... SELECT over a recursive series.
+  direct sends), counters and finished payment intents are INSERT ... SELECT over a
+  recursive series; the payment line pays on LiteSVM and delivers the PAY to an aiosmtpd
+  sink on the same event loop.
 - garden: N Maildirs made with `ensure_maildir`. A pickup's latency runs from the moment
   the delivered file is in new/ to the consumer holding it; the delivery's own write
   (tmp/, link, unlink: the MTA's side) is printed apart, as a note.
@@ -455,8 +457,77 @@ async def _enforcer_case(path: Path, history: int, agents: int, reps: int) -> di
     out["approvals first page (50)"] = await timed(lambda i: enf.approvals_page(50))
     out["approvals page 3 (50)"] = await timed(lambda i: _page3(enf))
     out["agents first page (10)"] = await timed(lambda i: enf.agents_page(10))
+    out["payment (allowed, pay-then-send)"] = await _payment_case(store, history, reps, timed)
     await store.close()
     return out
+
+
+async def _payment_case(store: Any, history: int, reps: int, timed: Any) -> float:
+    """The median allowed payment (LiteSVM, the PAY over SMTP to an aiosmtpd sink on this
+    event loop) beside `history` finished intents and the agents filled above."""
+    from aiosmtpd.smtp import SMTP
+    from solders.keypair import Keypair
+
+    from envelopay.enforcer.core import Enforcer
+    from envelopay.enforcer.custody import Vault
+    from envelopay.enforcer.delivery import SmtpDeliverer
+    from envelopay.enforcer.payment_store import PaymentStore
+    from envelopay.enforcer.payments import Payments
+    from envelopay.enforcer.spend import SpendLimit, SpendPolicy
+    from envelopay.mail.smtp import SmtpConfig
+    from envelopay_solana.custody import SolanaPayer
+    from envelopay_solana.local import LocalSolana
+    from envelopay_solana.rail import make_rail
+
+    class Sink:
+        async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+            return "250 OK"
+
+    loop = asyncio.get_running_loop()
+    sink = await loop.create_server(lambda: SMTP(Sink(), decode_data=False), "127.0.0.1", 0)
+    port = sink.sockets[0].getsockname()[1]
+    deliverer = SmtpDeliverer(SmtpConfig("127.0.0.1", port, security="none"))
+    try:
+        pstore = PaymentStore(store)
+        await pstore.open()
+        series = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?)"
+        await store.execute_sql(
+            f"{series} INSERT INTO enf_payments (id, agent_id, idem_key, kind, state, code, reason, request,"
+            " chain, token, amount, decimals, payee, wallet, wallet_id, message_id, taken, tx_id, created_at,"
+            " updated_at) SELECT 'p' || i, 'ag' || (1 + i % 10), 'k' || i, 'pay', 'SENT', '', '',"
+            " '{\"payment\": {}, \"mail\": null}', 'solana-local', 'USDC', 1, 6, 'x@partner.test', 'w',"
+            " 'wid', '<p' || i || '@x>', '[]', 'tx' || i, 1.7e9 + i, 1.7e9 + i FROM n",
+            (history,),
+        )
+        await store.execute_sql("ANALYZE", ())
+        chain = LocalSolana()
+        enf = Enforcer(store, deliverer)
+        payments = Payments(
+            enf, pstore, Vault(b"growth-bench-vault-secret-0123"),
+            {"solana-local": SolanaPayer(make_rail({"local_chain": chain}))}, crash_hook=lambda _p: None,
+        )
+        _, token = await enf.create_agent("payer", "payer@agents.test", allow=("partner.test",),
+                                          hourly=10**9, daily=10**9)
+        wallet = await payments.create_wallet("payer", "solana-local")
+        chain.airdrop(wallet.address, 10**12)
+        chain.mint_tokens(wallet.address, "USDC", 10**13)
+        big = SpendLimit(per_payment=10**6, hourly=10**15, daily=10**15)
+        policy = SpendPolicy(limits={"solana-local/USDC": big}, payees=("partner.test",))
+        await payments.set_policy("payer", policy)
+        dest = str(Keypair().pubkey())
+
+        async def pay(i: int) -> None:
+            d = await payments.submit("pay", token, {
+                "to": "seller@partner.test", "chain": "solana-local", "token": "USDC", "amount": "1",
+                "wallet": dest, "idempotency_key": f"g{i}-{secrets.token_hex(4)}",
+            })
+            assert d.status == "paid_and_sent", d
+
+        await pay(-1)  # the recipient's token account exists from here on
+        return float(await timed(pay))
+    finally:
+        await deliverer.aclose()
+        sink.close()
 
 
 async def _page3(enf: Any) -> None:
