@@ -13,10 +13,13 @@ asked again at 5, 10, 20 … seconds, not hammered.
 What it drives is what recovery drives (payments_exec.run, not live: the wallet lock,
 the recorded state re-read, the chain asked first, the PAY with its fixed Message-ID),
 so it adds no new way to pay or send: at most once for the money, at least once for the
-email, as before. An intent this process is executing is skipped; one that another
-enforcer process may be executing (`RESERVED`, `SIGNED`, `APPROVED`) is taken only once
-it has been left `grace` seconds, and then only through the same conditional
-transitions that make a stale step a no-op.
+email, as before. An intent this process is executing is skipped. Another enforcer
+process on the same store may be executing one too, and two deliverers of one PAY would
+both send it (at least once allows that, with one Message-ID, but it is not wanted): so
+an unfinished intent is taken only `settle` seconds after its call made it (the call has
+returned by then), and one in `RESERVED`, `SIGNED` or `APPROVED` only `grace` seconds
+after it was made or approved, and then only through the same conditional transitions
+that make a stale step a no-op.
 """
 
 from __future__ import annotations
@@ -46,13 +49,17 @@ class Finisher:
     payments: Payments
     interval: float = 5.0
     max_wait: float = 300.0
+    settle: float = 20.0
     grace: float = 60.0
     _due: dict[str, tuple[float, float]] = field(default_factory=dict)  # id → (next try, wait)
 
     def _left_alone(self, i: Intent, now: float) -> bool:
-        if i.state in _UNFINISHED:
-            return True
+        """Whether no live call (of another process: this one's are in `_active`) can
+        still be driving `i`: its call returns within `settle` seconds of making it, an
+        approval's execution within `grace` of the decision."""
         since = i.decided_at if i.state == "APPROVED" and i.decided_at is not None else i.created_at
+        if i.state in _UNFINISHED:
+            return now - since >= self.settle
         return i.state in _MAYBE_LIVE and now - since >= self.grace
 
     async def once(self) -> int:
