@@ -30,6 +30,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from envelopay.enforcer.payment_store import IN_FLIGHT
 from envelopay.errors import StoreError, TransportError
 
 if TYPE_CHECKING:
@@ -85,7 +86,7 @@ class Finisher:
             else:
                 await run(p, i.id, live=False)
             after = await p.store.get(i.id)
-            if after is not None and after.state in (*_UNFINISHED, *_MAYBE_LIVE):
+            if after is not None and (after.state == "APPROVED" or after.state in IN_FLIGHT):
                 self._due[i.id] = (p.clock() + wait, min(wait * 2, self.max_wait))
             else:
                 self._due.pop(i.id, None)

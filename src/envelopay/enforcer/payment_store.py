@@ -40,7 +40,7 @@ IN_FLIGHT: tuple[IntentState, ...] = ("RESERVED", "SIGNED", "BROADCAST", "PAID")
 
 # The predicates of the partial indexes, written once: a query uses such an index only
 # when its WHERE holds the index's own term.
-_IN_FLIGHT = "state IN ('APPROVED', 'RESERVED', 'SIGNED', 'BROADCAST', 'PAID')"
+_IN_FLIGHT = f"state IN ({', '.join(repr(s) for s in ('APPROVED', *IN_FLIGHT))})"
 _DECIDED = "(decided_at IS NOT NULL OR state = 'PENDING')"
 # The approval queue's order: held first, then approved, failed, rejected, then the rest
 # of what an operator decided (each group newest first).

@@ -37,7 +37,7 @@ from envelopay.enforcer.invoices import (
 )
 from envelopay.enforcer.model import Agent, Disposition
 from envelopay.enforcer.payment_model import PaymentDisposition
-from envelopay.enforcer.payment_store import Context, Intent, PaymentStore
+from envelopay.enforcer.payment_store import IN_FLIGHT, Context, Intent, PaymentStore
 from envelopay.enforcer.policy import allowlisted, check_request
 from envelopay.enforcer.spend import (
     PaymentRequest,
@@ -399,7 +399,7 @@ class Payments:
     async def resume(self, i: Intent) -> PaymentDisposition:
         """The intent's outcome; an in-flight intent no executor here holds is finished
         first (recovery), so a retried call heals what a crash left."""
-        if i.state in ("RESERVED", "SIGNED", "BROADCAST", "PAID") and i.id not in self._active:
+        if i.state in IN_FLIGHT and i.id not in self._active:
             from envelopay.enforcer.payments_exec import run
 
             return await run(self, i.id, live=False)

@@ -3,7 +3,9 @@
 One message per transaction, one envelope recipient, the raw signed bytes handed to
 `sendmail` (never `send_message`: it re-flattens and can change what was signed).
 Temporary failures (4xx replies, connection faults, timeouts) are retried with
-exponential backoff; a 5xx reply is a permanent failure. Every outcome is a
+exponential backoff, except a timeout inside the mail transaction, which may come after
+the server took the message (SmtpConfig.transaction_timeout); a 5xx reply is a
+permanent failure. Every outcome is a
 `SendResult` value; only a caller's own mistake (invalid address, no Message-ID)
 raises, and it does so before any I/O.
 """

@@ -41,7 +41,7 @@ from pathlib import Path
 from envelopay.mail.mailbox.fts import Expand, fold, word_start
 from envelopay.mail.mailbox.interpret import Interpretation
 from envelopay.mail.mailbox.queries import COLS, check_query, record
-from envelopay.mail.mailbox.records import Attachment, CheckFilter, MailRecord
+from envelopay.mail.mailbox.records import Attachment, CheckFilter, MailRecord, Progress
 
 __all__ = ["EXPAND_CAP", "HEAD", "RANK_WINDOW", "TEXT_CAP", "BodyOf", "MailIndex"]
 
@@ -127,9 +127,7 @@ class MailIndex:
     """The SQLite index file of one mailbox (WAL; each write is one transaction, or part
     of the caller's `batch()`)."""
 
-    def __init__(
-        self, path: Path, body_of: BodyOf | None = None, progress: Callable[[int, int], None] | None = None
-    ) -> None:
+    def __init__(self, path: Path, body_of: BodyOf | None = None, progress: Progress | None = None) -> None:
         """Open (or create) the index; an older index is upgraded in place, in committed
         steps (index_upgrade.run: resumable, `progress(done, total)` after each), reading
         message files through `body_of` where the old index did not keep the text."""

@@ -34,20 +34,17 @@ from __future__ import annotations
 import json
 import sqlite3
 import zlib
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from envelopay.mail.mailbox.interpret import Interpretation
-from envelopay.mail.mailbox.records import Attachment
+from envelopay.mail.mailbox.records import Attachment, Progress
 
 if TYPE_CHECKING:
     from envelopay.mail.mailbox.index import BodyOf, MailIndex
 
-__all__ = ["STEP", "add_terms", "run", "set_aside"]
+__all__ = ["STEP", "run"]
 
 STEP = 2000  # messages per committed step (about 0.6 s of a v4 upgrade on this machine)
-
-Progress = Callable[[int, int], None]  # (messages upgraded so far, messages to upgrade)
 
 # What a v2 index had besides `messages` and `dirs` (rebuilt from the rows).
 _V2_DERIVED = ("messages_fts", "thread_ids", "threads", "texts")
@@ -76,12 +73,14 @@ def run(index: MailIndex, version: int, body_of: BodyOf | None, progress: Progre
         elif prior is None:  # a new file (or one with nothing to carry over)
             db.execute(f"PRAGMA user_version = {_VERSION}")
             return
-    step = _reindex_step if prior is not None else _rewrite_step
     while True:
         with index.batch():
             if _user_version(db) == _VERSION:
                 return
-            done, total = step(index, prior or "", body_of)
+            if prior is not None:
+                done, total = _reindex_step(index, prior, body_of)
+            else:
+                done, total = _rewrite_step(index, body_of)
             if done >= total:
                 db.execute(f"PRAGMA user_version = {_VERSION}")
         if progress is not None:
@@ -169,7 +168,7 @@ def _reindex_step(index: MailIndex, prior: str, body_of: BodyOf | None) -> tuple
     return done, done + left
 
 
-def _rewrite_step(index: MailIndex, _prior: str, body_of: BodyOf | None) -> tuple[int, int]:
+def _rewrite_step(index: MailIndex, body_of: BodyOf | None) -> tuple[int, int]:
     """Write the next STEP rows (newest first) into the v5 full-text table with rowids
     `-seq` (rowids ascend: FTS5 fills whole segments), folding their header columns;
     the last step swaps the table in and reads the vocabulary from it. Rows of removed

@@ -10,7 +10,10 @@ from typing import Any, Literal
 
 from envelopay.mail.mailbox.inputs import MailboxError
 
-__all__ = ["Attachment", "CheckFilter", "MailRecord", "OutgoingMail", "SendFn", "SendResult"]
+__all__ = ["Attachment", "CheckFilter", "MailRecord", "OutgoingMail", "Progress", "SendFn", "SendResult"]
+
+# A long first open or an index upgrade reports (messages done so far, messages in all).
+Progress = Callable[[int, int], None]
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TextIO
 
 from envelopay.mail.mailbox.index import MailIndex
-from envelopay.mail.mailbox.records import MailRecord
+from envelopay.mail.mailbox.records import MailRecord, Progress
 from envelopay.mail.mailbox.storage import MailFolders, base_name
 
 __all__ = ["BATCH", "Progress", "scan_folders", "terminal_progress"]
@@ -28,7 +28,6 @@ __all__ = ["BATCH", "Progress", "scan_folders", "terminal_progress"]
 BATCH = 200
 _RACY_NS = 1_000_000_000
 
-Progress = Callable[[int, int], None]  # (indexed so far, to index so far)
 
 
 def scan_folders(
