@@ -14,12 +14,13 @@ What it drives is what recovery drives (payments_exec.run, not live: the wallet 
 the recorded state re-read, the chain asked first, the PAY with its fixed Message-ID),
 so it adds no new way to pay or send: at most once for the money, at least once for the
 email, as before. An intent this process is executing is skipped. Another enforcer
-process on the same store may be executing one too, and two deliverers of one PAY would
-both send it (at least once allows that, with one Message-ID, but it is not wanted): so
-an unfinished intent is taken only `settle` seconds after its call made it (the call has
-returned by then), and one in `RESERVED`, `SIGNED` or `APPROVED` only `grace` seconds
-after it was made or approved, and then only through the same conditional transitions
-that make a stale step a no-op.
+process on the same store may be executing one too: its PAY is delivered only by the
+process recorded as its deliverer while that one lives (payments_exec.run,
+enforcer/liveness.py), and its money steps go through the wallet lock and conditional
+transitions that make a stale step a no-op. Besides, so as not to do a live call's work
+beside it, an unfinished intent is taken only `settle` seconds after its call made it (the
+call has returned by then), and one in `RESERVED`, `SIGNED` or `APPROVED` only `grace`
+seconds after it was made or approved.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ from envelopay.enforcer.custody import WalletRecord
 from envelopay.enforcer.model import Agent
 from envelopay.enforcer.spend import SpendPolicy, policy_json
 from envelopay.enforcer.store import AGENT_COLS, EnforcerStore, agent_row
+from envelopay.errors import StoreError
 
 __all__ = ["INTENT_STATES", "Context", "Intent", "IntentState", "PaymentStore"]
 
@@ -96,6 +97,8 @@ _SCHEMA = [
         decided_at DOUBLE PRECISION,
         decided_by TEXT,
         updated_at DOUBLE PRECISION NOT NULL,
+        deliverer TEXT,
+        compacted_at DOUBLE PRECISION,
         UNIQUE (agent_id, idem_key),
         UNIQUE (agent_id, invoice_key))""",
     "CREATE INDEX IF NOT EXISTS enf_payments_state ON enf_payments (state, created_at)",
@@ -107,11 +110,22 @@ _SCHEMA = [
     f"CREATE INDEX IF NOT EXISTS enf_payments_decided ON enf_payments (state, created_at) WHERE {_DECIDED}",
     "CREATE UNIQUE INDEX IF NOT EXISTS enf_payments_tx ON enf_payments (tx_id)",
 ]
+# Columns added after the table's first release, each nullable (no table rewrite), added
+# by `open` where missing: the PAY's deliverer (the store instance that moved the money and
+# delivers its email), and when retention compacted a finished intent.
+_ADDED = (("deliverer", "TEXT"), ("compacted_at", "DOUBLE PRECISION"))
+# What needs those columns (an index naming one cannot be made before it exists).
+_AFTER_ADDED = [
+    # Retention (enforcer/retention.py) walks finished intents not compacted yet, oldest first.
+    "CREATE INDEX IF NOT EXISTS enf_payments_done ON enf_payments (updated_at)"
+    " WHERE state IN ('SENT', 'FAILED', 'REJECTED') AND compacted_at IS NULL",
+    "CREATE INDEX IF NOT EXISTS enf_spend_counters_slot ON enf_spend_counters (win, slot)",
+]
 
 _COLS = (
     "p.id, p.agent_id, p.idem_key, p.invoice_key, p.kind, p.state, p.code, p.reason, p.request, p.chain,"
     " p.token, p.amount, p.decimals, p.payee, p.wallet, p.wallet_id, p.invoice_ref, p.message_id,"
-    " p.taken, p.tx_id, p.tx_blob, p.created_at, p.decided_at, p.decided_by, a.name"
+    " p.taken, p.tx_id, p.tx_blob, p.created_at, p.decided_at, p.decided_by, a.name, p.deliverer"
 )
 _FROM = " FROM enf_payments p LEFT JOIN enf_agents a ON a.id = p.agent_id"
 # The intent's own agent, by its key: a subquery over every ACTIVE agent costs SQLite a
@@ -149,6 +163,7 @@ class Intent:
     decided_at: float | None
     decided_by: str | None
     agent_name: str
+    deliverer: str | None = None  # the store instance delivering the PAY (liveness.py)
 
     def human_amount(self) -> str:
         text = str(self.amount).rjust(self.decimals + 1, "0")
@@ -226,6 +241,7 @@ def _intent(row: Sequence[Any]) -> Intent:
         decided_at=None if row[22] is None else float(row[22]),
         decided_by=row[23],
         agent_name=row[24] or "",
+        deliverer=row[25],
     )
 
 
@@ -287,9 +303,11 @@ _SQL = {
     f" WHERE id = ? AND state = 'RESERVED'{_ACTIVE} RETURNING id",
     # The live path's one write between signing and broadcasting: the signed tx id and
     # bytes recorded, and the broadcast claimed, in one statement that requires ACTIVE.
-    "signed_broadcast": "UPDATE enf_payments SET state = 'BROADCAST', tx_id = ?, tx_blob = ?, updated_at = ?"
-    f" WHERE id = ? AND state = 'RESERVED'{_ACTIVE} RETURNING id",
-    "broadcast": "UPDATE enf_payments SET state = 'BROADCAST', updated_at = ?"
+    # The process that claims the broadcast delivers the PAY: it records itself as the
+    # deliverer in the same statement (no other process delivers while it lives).
+    "signed_broadcast": "UPDATE enf_payments SET state = 'BROADCAST', tx_id = ?, tx_blob = ?, deliverer = ?,"
+    f" updated_at = ? WHERE id = ? AND state = 'RESERVED'{_ACTIVE} RETURNING id",
+    "broadcast": "UPDATE enf_payments SET state = 'BROADCAST', deliverer = ?, updated_at = ?"
     " WHERE id = ? AND state = 'SIGNED'"
     f"{_ACTIVE} RETURNING id",
     "paid": "UPDATE enf_payments SET state = 'PAID', updated_at = ? WHERE id = ? AND state = 'BROADCAST'"
@@ -299,8 +317,15 @@ _SQL = {
     # chain about a BROADCAST intent first, so that record is no durability point).
     "sent": "UPDATE enf_payments SET state = 'SENT', reason = ?, updated_at = ?"
     " WHERE id = ? AND state IN ('BROADCAST', 'PAID') RETURNING id",
-    "paid_note": "UPDATE enf_payments SET state = 'PAID', reason = ?, updated_at = ?"
+    # The email did not go now: its deliverer lets go, so any process may finish it.
+    "paid_note": "UPDATE enf_payments SET state = 'PAID', reason = ?, deliverer = NULL, updated_at = ?"
     " WHERE id = ? AND state IN ('BROADCAST', 'PAID') RETURNING id",
+    "deliverer": "SELECT deliverer FROM enf_payments WHERE id = ?",
+    # Taking the PAY's delivery over from the deliverer seen (none, this process, or one
+    # found dead): a compare-and-set, so of two processes taking it, one gets a row back.
+    "take_delivery": "UPDATE enf_payments SET deliverer = ?, updated_at = ?"
+    " WHERE id = ? AND state IN ('BROADCAST', 'PAID')"
+    " AND (deliverer = ? OR (deliverer IS NULL AND CAST(? AS TEXT) IS NULL)) RETURNING id",
     "note": "UPDATE enf_payments SET reason = ?, updated_at = ? WHERE id = ? AND state = ?",
     # FAILED only from states where no money has moved or can still move.
     "fail": "UPDATE enf_payments SET state = 'FAILED', code = ?, reason = ?, invoice_key = NULL,"
@@ -332,6 +357,31 @@ class PaymentStore:
     async def open(self) -> None:
         for stmt in _SCHEMA:
             await self.store.execute_sql(stmt, ())
+        await self._add_columns()
+        for stmt in _AFTER_ADDED:
+            await self.store.execute_sql(stmt, ())
+
+    async def _add_columns(self) -> None:
+        """The columns of `_ADDED` an older table lacks. Read first, so an up-to-date table
+        takes no ALTER's lock; a concurrent open that added one first is no error."""
+        from envelopay.enforcer.store import PostgresStore
+
+        if isinstance(self.store, PostgresStore):
+            sql = ("SELECT column_name FROM information_schema.columns"
+                   " WHERE table_schema = current_schema() AND table_name = 'enf_payments'")
+            add = "ALTER TABLE enf_payments ADD COLUMN IF NOT EXISTS {} {}"
+        else:
+            sql = "SELECT name FROM pragma_table_info('enf_payments')"
+            add = "ALTER TABLE enf_payments ADD COLUMN {} {}"
+        have = {str(r[0]) for r in await self.store.execute_sql(sql, ())}
+        for name, kind in _ADDED:
+            if name in have:
+                continue
+            try:
+                await self.store.execute_sql(add.format(name, kind), ())
+            except StoreError:
+                if name not in {str(r[0]) for r in await self.store.execute_sql(sql, ())}:
+                    raise
 
     async def _x(self, name: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         return await self.store.execute_sql(self._sql[name], params)
@@ -496,10 +546,25 @@ class PaymentStore:
         return bool(await self._x("signed", (tx_id, blob.hex(), now, intent_id)))
 
     async def mark_signed_broadcast(self, intent_id: str, tx_id: str, blob: bytes, now: float) -> bool:
-        return bool(await self._x("signed_broadcast", (tx_id, blob.hex(), now, intent_id)))
+        """RESERVED → BROADCAST with the tx id and bytes, this store instance its deliverer."""
+        return bool(
+            await self._x("signed_broadcast", (tx_id, blob.hex(), self.store.instance, now, intent_id))
+        )
 
     async def mark_broadcast(self, intent_id: str, now: float) -> bool:
-        return bool(await self._x("broadcast", (now, intent_id)))
+        return bool(await self._x("broadcast", (self.store.instance, now, intent_id)))
+
+    async def take_delivery(self, intent_id: str, now: float) -> bool:
+        """Whether this store instance may deliver the intent's PAY now: it is its deliverer
+        already, there is none, or the one recorded is dead (and this one took over)."""
+        rows = await self._x("deliverer", (intent_id,))
+        if not rows:
+            return False
+        seen: str | None = rows[0][0]
+        me = self.store.instance
+        if seen is not None and seen != me and await self.store.alive(seen):
+            return False
+        return bool(await self._x("take_delivery", (me, now, intent_id, seen, seen)))
 
     async def mark_paid(self, intent_id: str, now: float) -> bool:
         return bool(await self._x("paid", (now, intent_id)))

@@ -71,6 +71,10 @@ async def run(
             if i.state == "PAID":
                 if live:
                     p.crash("after_record")
+                elif not await p.store.take_delivery(i.id, p.clock()):
+                    # The process that moved the money is alive and delivering its PAY:
+                    # a second deliverer would send it twice.
+                    return p.disposition(i)
                 i = await _deliver(p, i, live, agent, envelope, staged)
             return p.disposition(i)
         finally:

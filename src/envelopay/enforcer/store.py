@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from envelopay.enforcer.batch import Batch, Step, cursor_rows
+from envelopay.enforcer.liveness import FileLiveness, PgLiveness
 from envelopay.enforcer.model import Agent, Policy, QueueRow, QueueState, SendRequest
 from envelopay.enforcer.sqlite_wal import BACKSTOP_PAGES, Checkpointer
 from envelopay.enforcer.wallet_locks import file_lock, pg_advisory_lock
@@ -256,7 +258,13 @@ _PG_SQL = {
 
 class EnforcerStore(ABC):
     """The enforcer's storage contract: typed operations over one `execute_sql`, which each
-    backend implements (plus open/close)."""
+    backend implements (plus open/close).
+
+    `instance` names this open store among the processes sharing it (a PAY's deliverer is
+    recorded by it); `alive(instance)` says whether the store so named is still open in a
+    live process (enforcer/liveness.py)."""
+
+    instance: str
 
     @abstractmethod
     async def open(self) -> None: ...
@@ -299,6 +307,10 @@ class EnforcerStore(ABC):
     def wallet_lock(self, name: str) -> AbstractAsyncContextManager[None]:
         """An exclusive lock on `name` held across every process on this store, released
         when its holder dies (enforcer/wallet_locks.py)."""
+
+    @abstractmethod
+    async def alive(self, instance: str) -> bool:
+        """Whether the store opened as `instance` is still open in a live process."""
 
     async def create_agent(self, agent: Agent, token_hash: str, now: float) -> bool:
         p = agent.policy
@@ -422,8 +434,10 @@ class SqliteStore(EnforcerStore):
 
     def __init__(self, path: str | Path) -> None:
         self.path = str(path)
+        self.instance = uuid.uuid4().hex
         self._conn: sqlite3.Connection | None = None
         self._checkpointer: Checkpointer | None = None
+        self._liveness = FileLiveness(self.path + "-wallet-locks", self.instance)
 
     async def open(self) -> None:
         try:
@@ -434,6 +448,7 @@ class SqliteStore(EnforcerStore):
                 conn.execute(stmt)
             if not self._in_memory():  # checkpoints (and their fsyncs) off the loop's thread
                 conn.execute(f"PRAGMA wal_autocheckpoint={BACKSTOP_PAGES}")
+                self._liveness.hold()
                 self._checkpointer = Checkpointer(self.path)
         except sqlite3.Error as exc:
             raise StoreError(f"sqlite open failed: {exc}") from exc
@@ -449,6 +464,7 @@ class SqliteStore(EnforcerStore):
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+        self._liveness.release()
 
     async def execute_sql(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         if self._conn is None:
@@ -490,6 +506,11 @@ class SqliteStore(EnforcerStore):
             return nullcontext()  # no other process can open this store
         return file_lock(self.path + "-wallet-locks", name)
 
+    async def alive(self, instance: str) -> bool:
+        if self._in_memory():  # no other process can open this store
+            return instance == self.instance and self._conn is not None
+        return self._liveness.alive(instance)
+
 
 class PostgresStore(EnforcerStore):
     """PostgreSQL through a psycopg async pool; every statement autocommits."""
@@ -501,6 +522,8 @@ class PostgresStore(EnforcerStore):
         # A held wallet lock pins a pooled connection; at most half the pool does, so the
         # holders' own statements always find a connection.
         self._lock_slots = asyncio.Semaphore(self.max_size // 2)
+        self.instance = uuid.uuid4().hex
+        self._liveness = PgLiveness(dsn, self.instance)
 
     async def open(self) -> None:
         import psycopg
@@ -519,6 +542,7 @@ class PostgresStore(EnforcerStore):
                         await conn.execute(stmt)
                 finally:
                     await conn.execute("SELECT pg_advisory_unlock(7707)")
+            await self._liveness.hold()
         except (psycopg.Error, OSError) as exc:
             await pool.close()
             raise StoreError(f"postgres open failed: {exc}") from exc
@@ -531,6 +555,7 @@ class PostgresStore(EnforcerStore):
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
+        await self._liveness.release()
 
     async def execute(self, name: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         return await self.execute_sql(_PG_SQL.get(name) or _SQL[name], params)
@@ -585,6 +610,11 @@ class PostgresStore(EnforcerStore):
         if self._pool is None:
             raise StoreError("store is not open")
         return pg_advisory_lock(self._pool, name, self._lock_slots)
+
+    async def alive(self, instance: str) -> bool:
+        if self._pool is None:
+            raise StoreError("store is not open")
+        return await self._liveness.alive(self._pool, instance)
 
 
 def open_store(url: str) -> SqliteStore | PostgresStore:
