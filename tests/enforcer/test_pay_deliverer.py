@@ -192,3 +192,32 @@ async def test_a_store_is_alive_until_its_process_is_killed(
         proc.kill()
         proc.wait()
         await me.close()
+
+
+async def test_opening_a_store_clears_the_lock_files_of_dead_instances(tmp_path: Path) -> None:
+    import os
+
+    from envelopay.enforcer.liveness import FileLiveness
+
+    locks = tmp_path / "enf.db-wallet-locks"
+    locks.mkdir()
+    held = FileLiveness(str(locks), "a" * 32)
+    held.hold()  # a live process's lock
+    dead_old, dead_young = locks / f"live-{'b' * 32}.lock", locks / f"live-{'c' * 32}.lock"
+    dead_old.touch()  # left by a SIGKILLed process an hour ago
+    dead_young.touch()  # as if its process were creating it right now
+    wallet = locks / "0123.lock"  # a wallet lock: not the sweep's
+    wallet.touch()
+    for path in (dead_old, locks / f"live-{'a' * 32}.lock", wallet):
+        os.utime(path, (1.0, 1.0))
+    store = SqliteStore(tmp_path / "enf.db")
+    await store.open()
+    try:
+        left = sorted(p.name for p in locks.iterdir())
+        assert left == sorted(["0123.lock", f"live-{'a' * 32}.lock", dead_young.name,
+                               f"live-{store.instance}.lock"])
+        assert await store.alive("a" * 32) and not await store.alive("c" * 32)
+    finally:
+        await store.close()
+        held.release()
+    assert not (locks / f"live-{store.instance}.lock").exists()  # a clean close takes its file

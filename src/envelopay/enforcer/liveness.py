@@ -22,6 +22,7 @@ import contextlib
 import fcntl
 import os
 import re
+import time
 from typing import Any
 
 from envelopay.enforcer.wallet_locks import advisory_key
@@ -49,13 +50,36 @@ class FileLiveness:
         return os.path.join(self.directory, f"live-{instance}.lock")
 
     def hold(self) -> None:
+        """Take this instance's lock (and clear the files of dead ones)."""
+        path = self._path(self.instance)
         try:
             os.makedirs(self.directory, mode=0o700, exist_ok=True)
-            fd = os.open(self._path(self.instance), os.O_RDWR | os.O_CREAT, 0o600)
+            self._sweep()
+            while True:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a new name: nobody else holds it
+                try:  # still the file at that path (a sweep may have unlinked it meanwhile)?
+                    if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                        break
+                except FileNotFoundError:
+                    pass
+                os.close(fd)
         except OSError as exc:
             raise StoreError(f"liveness lock: {exc}") from exc
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a new name: nobody else holds it
         self._fd = fd
+
+    def _sweep(self, min_age: float = 60.0) -> None:
+        """Remove the lock files of dead instances (a SIGKILLed process leaves its file),
+        leaving any younger than `min_age` seconds to the process creating it."""
+        now = time.time()
+        with os.scandir(self.directory) as entries:
+            for entry in entries:
+                name = entry.name
+                if not (name.startswith("live-") and name.endswith(".lock")):
+                    continue
+                with contextlib.suppress(OSError):
+                    if now - entry.stat().st_mtime >= min_age:
+                        self.alive(name[len("live-") : -len(".lock")])  # unlinks it if dead
 
     def release(self) -> None:
         if self._fd is None:
