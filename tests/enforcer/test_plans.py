@@ -21,6 +21,7 @@ import psycopg
 from envelopay.enforcer.core import Enforcer, hash_token
 from envelopay.enforcer.payment_finisher import Finisher
 from envelopay.enforcer.payments_exec import approve
+from envelopay.enforcer.retention import compact_enforcer
 from envelopay.enforcer.store import EnforcerStore, PostgresStore, SqliteStore
 
 from .conftest import Sink
@@ -69,8 +70,19 @@ async def _fill(store: EnforcerStore) -> None:
         for k in range(INTENTS)
     ]
     await store.transaction(sends)
-    claim = "INSERT INTO enf_claims (agent_id, kind, claim_key, send_id, at) VALUES (?, 'fp', ?, ?, 1.0)"
-    await store.transaction([(claim, (f"fa{k % AGENTS}", f"fp{k}", f"fs{k}")) for k in range(INTENTS)])
+    claim = "INSERT INTO enf_claims (agent_id, kind, claim_key, send_id, at) VALUES (?, 'fp', ?, ?, ?)"
+    await store.transaction([(claim, (f"fa{k % AGENTS}", f"fp{k}", f"fs{k}", 1.0 + k)) for k in range(INTENTS)])
+    # Mail and spend counters of two years (retention deletes the first): hour and day slots.
+    slots = [
+        (f"fa{k % AGENTS}", win, f"{2020 + k // AGENTS}-06-15{hour}")
+        for k in range(INTENTS)
+        for win, hour in (("h", f"T{k % 24:02d}"), ("d", ""))
+        if win == "h" or k % 24 == 0
+    ]
+    counter = "INSERT INTO enf_counters (agent_id, win, slot, sends) VALUES (?, ?, ?, 1)"
+    await store.transaction([(counter, slot) for slot in slots])
+    spend = "INSERT INTO enf_spend_counters (agent_id, asset, win, slot, spent) VALUES (?, ?, ?, ?, 1)"
+    await store.transaction([(spend, (agent, "solana-local/USDC", win, slot)) for agent, win, slot in slots])
     outcome = "INSERT INTO enf_outcomes (send_id, state, message_id, detail, at) VALUES (?, 'SENT', ?, '', 1)"
     await store.transaction([(outcome, (f"fs{k}", f"<fs{k}@fill.test>")) for k in range(INTENTS)])
     cols = (
@@ -205,6 +217,30 @@ async def test_the_spend_enforcers_statements_use_indexes(
     await _hot_paths(enforcer, sink, seen)
     statements = _explained(seen)
     assert len(statements) >= 15, list(statements)
+    _assert_index_searches(store, statements, pg_dsn)
+
+
+async def test_the_enforcers_compaction_statements_use_indexes(
+    store: EnforcerStore, enforcer: Enforcer, pg_dsn: str
+) -> None:
+    """`enforcer compact` costs what it removes: a run that takes the oldest few hundred
+    of 20,000 sends, claims and intents, and one year of 20,000 spend counters, walks
+    indexes only (the intents' partial index holds the finished ones not compacted yet)."""
+    await make_kit(enforcer)  # the payment tables
+    await _fill(store)
+    await _analyze(store)
+    seen: list[tuple[str, Sequence[Any]]] = []
+    _record(store, seen)
+    now = 1_609_459_200.0  # 2021-01-01: the 2020 counter slots are past; cut-off at 301 s
+    report = await compact_enforcer(store, older_than=now - 301.0, now=now, batch=100)
+    assert (report.sends, report.claims, report.payments) == (300, 300, 250)  # 5 of 6 intents finished
+    assert report.spend_counters > 10_000 and report.counters > 10_000
+    statements = {sql: p for sql, p in _explained(seen).items() if not sql.lstrip().upper().startswith("CREATE")}
+    assert sum("enf_" in sql for sql in statements) >= 6, list(statements)
+    _assert_index_searches(store, statements, pg_dsn)
+
+
+def _assert_index_searches(store: EnforcerStore, statements: dict[str, Sequence[Any]], pg_dsn: str) -> None:
     bad: dict[str, list[str]] = {}
     if isinstance(store, SqliteStore):
         for sql, params in statements.items():

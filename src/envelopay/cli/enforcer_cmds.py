@@ -124,8 +124,10 @@ def register(app: typer.Typer) -> None:
         keep: Retention,
         db: Annotated[str, typer.Option("--db", help="The enforcer's store, as given to serve.")],
     ) -> None:
-        """Retention: delete finished sends older than the window and past cap counters.
-        Runs beside a serving enforcer (short statements on the same store)."""
+        """Retention: delete finished sends older than the window, their spent claims and
+        past cap and spend counters; compact finished payments (kept: what answers a retry
+        and refuses a second payment of an INVOICE). Runs beside a serving enforcer (short
+        statements on the same store)."""
         import time
 
         from envelopay.enforcer.retention import compact_enforcer
@@ -142,7 +144,9 @@ def register(app: typer.Typer) -> None:
 
         doc = _run(go)
         finish(keep.as_json, ran("enforcer compact") | doc,
-               [f"removed {doc['sends']} sends, {doc['outcomes']} outcomes, {doc['counters']} counters"])
+               [f"removed {doc['sends']} sends, {doc['outcomes']} outcomes, {doc['counters']} counters,"
+                f" {doc['claims']} claims, {doc['spend_counters']} spend counters;"
+                f" compacted {doc['payments']} payments"])
 
     _register_agents(agent_app)
     register_spend(agent_app)

@@ -123,12 +123,17 @@ def _blocked(code: str, detail: str = "") -> Refusal:
 
 
 SentOrders = Callable[[str], Awaitable[list[str]]]  # order id → recipients of this agent's ORDERs
+Bound = Callable[[str], Awaitable[bool]]  # INVOICE key → a payment of it is recorded
 
 
 async def bind_invoice(
-    agent: Agent, ref: str, raws: list[bytes], *, dns: dkim.DnsLookup, sent_orders: SentOrders
+    agent: Agent, ref: str, raws: list[bytes], *, dns: dkim.DnsLookup, sent_orders: SentOrders,
+    bound: Bound | None = None,
 ) -> BoundInvoice | Refusal:
-    """The first candidate that binds, or the refusal of the best-ranked one."""
+    """The first candidate that binds, or the refusal of the best-ranked one. An INVOICE
+    that `bound` says was paid already bound once, ORDER included: its ORDER's send record
+    may since have aged out (enforcer retention), and the caller answers with that
+    payment's outcome."""
     from envelopay.protocol.messages import Invoice
     from envelopay.protocol.parse import parse
 
@@ -156,8 +161,10 @@ async def bind_invoice(
             continue
         inv = parsed.message
         order_ref = inv.order_ref or ""
-        recipients = await sent_orders(order_ref) if order_ref else []
-        if parsed.from_addr.lower() not in {r.lower() for r in recipients}:
+        key = f"invoice:{parsed.from_addr.lower()}:{inv.id}"
+        paid = bound is not None and await bound(key)
+        recipients = await sent_orders(order_ref) if order_ref and not paid else []
+        if not paid and parsed.from_addr.lower() not in {r.lower() for r in recipients}:
             refusals.append(
                 _blocked(
                     NO_ORDER, f"this agent sent no ORDER {order_ref or '(none named)'} to {parsed.from_addr}"
@@ -165,7 +172,7 @@ async def bind_invoice(
             )
             continue
         return BoundInvoice(
-            key=f"invoice:{parsed.from_addr.lower()}:{inv.id}",
+            key=key,
             invoice_id=inv.id,
             message_id=parsed.message_id or ref,
             payee=parsed.from_addr,

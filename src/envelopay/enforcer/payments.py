@@ -254,7 +254,12 @@ class Payments:
                     out.append(str(request.get("to", "")))
             return out
 
-        bound = await bind_invoice(agent, req.invoice, raws, dns=self.dns, sent_orders=sent_orders)
+        async def paid(key: str) -> bool:
+            return await self.store.by_invoice(agent.id, key) is not None
+
+        bound = await bind_invoice(
+            agent, req.invoice, raws, dns=self.dns, sent_orders=sent_orders, bound=paid
+        )
         if isinstance(bound, Refusal):
             return _blocked(bound.code, bound.detail)
         if req.kind == "pay":

@@ -85,6 +85,7 @@ _SCHEMA = [
     " WHERE decided_at IS NOT NULL OR state = 'PENDING'",
     # Retention (enforcer/retention.py) walks these: past counter slots, finished sends.
     "CREATE INDEX IF NOT EXISTS enf_counters_slot ON enf_counters (win, slot)",
+    "CREATE INDEX IF NOT EXISTS enf_claims_at ON enf_claims (kind, at)",
     "CREATE INDEX IF NOT EXISTS enf_sends_done ON enf_sends (updated_at)"
     " WHERE state IN ('SENT', 'FAILED', 'REJECTED')",
     """CREATE TABLE IF NOT EXISTS enf_outcomes (
