@@ -117,19 +117,21 @@ async def test_finished_payments_are_compacted_and_still_answer(
 
     root = tmp_path / "mail"
     kit = await make_kit(enforcer, invoices=MaildirInvoices(root), dns=DNS)
-    token, address = await kit.agent(limit=SpendLimit(per_payment=5 * USDC, hourly=20 * USDC, daily=20 * USDC))
+    limit = SpendLimit(per_payment=5 * USDC, hourly=20 * USDC, daily=20 * USDC)
+    token, address = await kit.agent(limit=limit)
     order = {"to": "seller@partner.test", "from": "buyer@agents.test", "type": "order",
              "body": {"type": "order", "id": "o1", "task": "summarize", "v": "0.1.0"}}
     assert (await enforcer.send(token, order)).status == "sent"
     mid = deliver(root, invoice())
     by_invoice = await kit.payments.submit("pay_invoice", token, {"invoice": mid})
     wallet = payee_wallet()
-    plain = await kit.payments.submit("pay", token, pay_req(wallet, 3 * USDC, key="p1", note="for the report"))
+    plain = await kit.payments.submit("pay", token, pay_req(wallet, 3 * USDC, key="p1", note="report"))
     stranger = {"to": "x@elsewhere.test"}
     held = await kit.payments.submit("pay", token, pay_req(wallet, USDC, key="h1", **stranger))
     refused = await kit.payments.submit("pay", token, pay_req(wallet, USDC, key="h2", **stranger))
     assert (await reject(kit.payments, refused.id or "")).ok
-    assert [d.status for d in (by_invoice, plain, held)] == ["paid_and_sent", "paid_and_sent", "pending_approval"]
+    statuses = [d.status for d in (by_invoice, plain, held)]
+    assert statuses == ["paid_and_sent", "paid_and_sent", "pending_approval"]
     clock.now += 30 * DAY
     fresh = await kit.payments.submit("pay", token, pay_req(wallet, 4 * USDC, key="f1"))
     assert fresh.status == "paid_and_sent"

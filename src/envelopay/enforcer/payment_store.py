@@ -101,7 +101,9 @@ _SCHEMA = [
         compacted_at DOUBLE PRECISION,
         UNIQUE (agent_id, idem_key),
         UNIQUE (agent_id, invoice_key))""",
-    "CREATE INDEX IF NOT EXISTS enf_payments_state ON enf_payments (state, created_at)",
+    # No index on `state` alone: every query by state reads a partial index below, and
+    # one more B-tree would be written at each of a payment's three commits.
+    "DROP INDEX IF EXISTS enf_payments_state",
     # Partial indexes holding only what the queue and the in-flight pass read: a plan on
     # `state` alone cannot tell that in-flight intents are few among millions sent (it
     # walked the whole table, tests/enforcer/test_plans.py), and an OR across two columns

@@ -67,7 +67,8 @@ _SCHEMA = [
         decided_by TEXT,
         updated_at DOUBLE PRECISION NOT NULL)""",
     "CREATE INDEX IF NOT EXISTS enf_sends_dup ON enf_sends (agent_id, fingerprint, state, updated_at)",
-    "CREATE INDEX IF NOT EXISTS enf_sends_state ON enf_sends (state, created_at)",
+    # No index on `state` alone: the queue reads enf_sends_queue, retention enf_sends_done.
+    "DROP INDEX IF EXISTS enf_sends_state",
     "CREATE INDEX IF NOT EXISTS enf_sends_msgid ON enf_sends (agent_id, message_id)",
     # One row per (agent, kind, key) held by the send that claimed it: kind "msgid" for a
     # caller-fixed Message-ID, "fp" for the duplicate guard's fingerprint. The primary key
