@@ -180,6 +180,44 @@ AFTER: dict[str, Callable[[World, Any], None]] = {
 }
 
 
+# What a step needs run before it (each once per world): so every step also runs alone
+# (`pytest -k "mail delete"`), not only after the steps above it in the file.
+NEEDS: dict[str, tuple[str, ...]] = {
+    "fulfill": ("which",),
+    "oops": ("which",),
+    "show": ("which",),
+    "mail search": ("garden deliver",),
+    **{f"mail {c}": ("mail search",) for c in ("read", "thread", "reply", "dismiss", "archive", "delete")},
+    "mail contacts edit": ("mail contacts add",),
+    "mail contacts remove": ("mail contacts add",),
+    **{c: ("agent create",) for c in ("agent list", "agent policy set", "agent balances", "agent wallet add",
+                                      "agent wallet list", "agent kill")},
+    "agent policy show": ("agent policy set",),
+    "approvals list": ("agent list",),
+    "approvals approve": ("agent list",),
+    "approvals reject": ("agent list",),
+}
+
+
+def run_step(world: World, step: Step) -> Any:
+    """Run `step` (after what it needs, once each) and check its document."""
+    command, args, code, definition = step
+    ran: set[str] = world.saved.setdefault("ran", set())
+    for before in NEEDS.get(command, ()):
+        if before not in ran:
+            run_step(world, next(s for s in STEPS if s[0] == before))
+    res = runner.invoke(app, [*command.split(), *args(world), "--json"])
+    assert res.exit_code == code, (command, res.stdout, res.stderr)
+    doc = json.loads(res.stdout)  # exactly one document: anything else on stdout fails here
+    check(doc, definition)
+    if isinstance(doc, dict) and "exit" in doc:
+        assert doc["exit"] == code
+    if command in AFTER:
+        AFTER[command](world, doc)
+    ran.add(command)
+    return doc
+
+
 def check(doc: Any, definition: str) -> None:
     """Valid against the whole schema, and against the definition of its command."""
     jsonschema.validate(doc, SCHEMA)
@@ -208,15 +246,12 @@ def test_servers_print_one_ready_document(world: World) -> None:
 
 @pytest.mark.parametrize("step", STEPS, ids=[s[0] for s in STEPS])
 def test_each_command_prints_one_document_with_its_exit_code(world: World, step: Step) -> None:
-    command, args, code, definition = step
-    res = runner.invoke(app, [*command.split(), *args(world), "--json"])
-    assert res.exit_code == code, (command, res.stdout, res.stderr)
-    doc = json.loads(res.stdout)  # exactly one document: anything else on stdout fails here
-    check(doc, definition)
-    if isinstance(doc, dict) and "exit" in doc:
-        assert doc["exit"] == code
-    if command in AFTER:
-        AFTER[command](world, doc)
+    run_step(world, step)
+
+
+def test_every_need_names_a_step() -> None:
+    names = {s[0] for s in STEPS}
+    assert {n for needs in NEEDS.values() for n in needs} <= names and set(NEEDS) <= names
 
 
 def test_served_commands_end_cleanly_and_print_nothing_more(world: World) -> None:
