@@ -236,8 +236,12 @@ class MailIndex:
             self._add_text(cur.lastrowid, info.from_addr, info.subject, info.body)
         return True
 
-    def _add_text(self, seq: int, from_addr: str, subject: str, body: str) -> None:
+    def note_tokens(self, from_addr: str, subject: str, body: str) -> None:
+        """This text's tokens go to the vocabulary (`terms`) at the transaction's end."""
         self._new_runs.update(f"{from_addr} {subject} {body}".encode().translate(_SEPARATE).split())
+
+    def _add_text(self, seq: int, from_addr: str, subject: str, body: str) -> None:
+        self.note_tokens(from_addr, subject, body)
         self._pending.append((-seq, from_addr, subject, body))
         if len(self._pending) >= PENDING_CAP:
             self._flush_text()

@@ -11,9 +11,10 @@
   seek to the end of the posting list in every segment), header values lowercased but
   not in NFC, and (v3) no vocabulary. The full-text table is written again with rowids
   `-seq`, newest first, from the kept text (head and `texts`; a body past TEXT_CAP from
-  its file, through `body_of`); the vocabulary (`terms`) is then read once from it (an
-  fts5vocab table), so it holds exactly its tokens; `from_lc`/`subject_lc` are folded.
-  No message row changes its `seq`, id or read mark. 100k messages: about 38 s, once.
+  its file, through `body_of`); each step adds its texts' tokens to the vocabulary
+  (`terms`, emptied first), as indexing a new message does, so it holds exactly the new
+  table's tokens; `from_lc`/`subject_lc` are folded. No message row changes its `seq`,
+  id or read mark.
 
 Every upgrade runs in committed steps of `STEP` messages (`run`), so it streams, reports
 progress, and can be interrupted (Ctrl-C, a kill) at any point: a step is one transaction,
@@ -24,7 +25,8 @@ open resumes the upgrade before anything else reads the index:
   deletes them from it in the same transaction;
 - v3/v4: the new full-text table (`messages_fts_next`) is filled newest first, with
   `upgrade_cursor` holding the lowest `seq` done; the last step swaps it in for the old
-  table, reads the vocabulary from it and drops the cursor.
+  table and drops the cursor. (Until then the old table stays whole, so a process of the
+  previous release that opens the file meanwhile still reads a consistent index.)
 Two processes opening the same old index take steps in turn (BEGIN IMMEDIATE), each
 reading the cursor inside its own step.
 """
@@ -70,6 +72,7 @@ def run(index: MailIndex, version: int, body_of: BodyOf | None, progress: Progre
             db.execute("CREATE TABLE IF NOT EXISTS upgrade_cursor (seq INTEGER, done INTEGER NOT NULL)")
             if db.execute("SELECT 1 FROM upgrade_cursor").fetchone() is None:
                 db.execute("INSERT INTO upgrade_cursor VALUES (NULL, 0)")
+                db.execute("DELETE FROM terms")  # each step adds its texts' tokens
         elif prior is None:  # a new file (or one with nothing to carry over)
             db.execute(f"PRAGMA user_version = {_VERSION}")
             return
@@ -190,6 +193,7 @@ def _rewrite_step(index: MailIndex, body_of: BodyOf | None) -> tuple[int, int]:
         elif int(r["body_len"]) > len(body) and body_of is not None:
             body = body_of(r["folder"], r["name"], r["file"]) or body
         batch.append((-int(r["seq"]), r["from_addr"], r["subject"], body))
+        index.note_tokens(r["from_addr"], r["subject"], body)  # into `terms` at the step's commit
     db.executemany(f"INSERT INTO {_NEXT} (rowid, from_addr, subject, body) VALUES (?, ?, ?, ?)", batch)
     left = 0
     if rows:
@@ -203,21 +207,15 @@ def _rewrite_step(index: MailIndex, body_of: BodyOf | None) -> tuple[int, int]:
         db.execute("UPDATE upgrade_cursor SET seq = ?, done = ?", (low, done))
         left = int(db.execute("SELECT count(*) FROM messages WHERE seq < ?", (low,)).fetchone()[0])
     if not left:  # the walk is over: the new table replaces the old one
-        db.execute("DROP TABLE messages_fts")
+        # Without secure_delete (Debian's SQLite turns it on): the old table's pages are
+        # freed, not overwritten with zeros first; every token in them is in the new one.
+        # 100,000 messages: 0.08 s against 2.2 s.
+        secure = int(db.execute("PRAGMA secure_delete").fetchone()[0])
+        db.execute("PRAGMA secure_delete = 0")
+        try:
+            db.execute("DROP TABLE messages_fts")
+        finally:
+            db.execute(f"PRAGMA secure_delete = {secure}")
         db.execute(f"ALTER TABLE {_NEXT} RENAME TO messages_fts")
-        db.execute("DELETE FROM terms")
-        add_terms(db)
         db.execute("DROP TABLE upgrade_cursor")
     return done, done + left
-
-
-def add_terms(db: sqlite3.Connection) -> int:
-    """Fill `terms` from the full-text table (every token, in one pass); how many."""
-    from envelopay.mail.mailbox.index import TERM_KEEP
-
-    db.execute("CREATE VIRTUAL TABLE temp.v3_terms USING fts5vocab(main, messages_fts, row)")
-    cur = db.execute(
-        "INSERT OR IGNORE INTO terms (term) SELECT substr(term, 1, ?) FROM temp.v3_terms", (TERM_KEEP,)
-    )
-    db.execute("DROP TABLE temp.v3_terms")
-    return cur.rowcount
