@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import platform
 import random
@@ -40,7 +41,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -462,9 +463,11 @@ async def _enforcer_case(path: Path, history: int, agents: int, reps: int) -> di
     return out
 
 
-async def _payment_case(store: Any, history: int, reps: int, timed: Any) -> float:
-    """The median allowed payment (LiteSVM, the PAY over SMTP to an aiosmtpd sink on this
-    event loop) beside `history` finished intents and the agents filled above."""
+@contextlib.asynccontextmanager
+async def _payer(store: Any) -> AsyncIterator[Callable[[int], Awaitable[None]]]:
+    """An agent with a funded LiteSVM wallet paying through the spend enforcer on `store`,
+    the PAY over SMTP to an aiosmtpd sink on this event loop: yields `pay(i)`, one allowed
+    payment (1 unit, a fresh idempotency key)."""
     from aiosmtpd.smtp import SMTP
     from solders.keypair import Keypair
 
@@ -490,16 +493,6 @@ async def _payment_case(store: Any, history: int, reps: int, timed: Any) -> floa
     try:
         pstore = PaymentStore(store)
         await pstore.open()
-        series = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?)"
-        await store.execute_sql(
-            f"{series} INSERT INTO enf_payments (id, agent_id, idem_key, kind, state, code, reason, request,"
-            " chain, token, amount, decimals, payee, wallet, wallet_id, message_id, taken, tx_id, created_at,"
-            " updated_at) SELECT 'p' || i, 'ag' || (1 + i % 10), 'k' || i, 'pay', 'SENT', '', '',"
-            " '{\"payment\": {}, \"mail\": null}', 'solana-local', 'USDC', 1, 6, 'x@partner.test', 'w',"
-            " 'wid', '<p' || i || '@x>', '[]', 'tx' || i, 1.7e9 + i, 1.7e9 + i FROM n",
-            (history,),
-        )
-        await store.execute_sql("ANALYZE", ())
         chain = LocalSolana()
         enf = Enforcer(store, deliverer)
         payments = Payments(
@@ -524,10 +517,73 @@ async def _payment_case(store: Any, history: int, reps: int, timed: Any) -> floa
             assert d.status == "paid_and_sent", d
 
         await pay(-1)  # the recipient's token account exists from here on
-        return float(await timed(pay))
+        yield pay
     finally:
         await deliverer.aclose()
         sink.close()
+
+
+async def _payment_case(store: Any, history: int, reps: int, timed: Any) -> float:
+    """The median allowed payment beside `history` finished intents and the agents filled
+    above."""
+    from envelopay.enforcer.payment_store import PaymentStore
+
+    await PaymentStore(store).open()
+    series = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?)"
+    await store.execute_sql(
+        f"{series} INSERT INTO enf_payments (id, agent_id, idem_key, kind, state, code, reason, request,"
+        " chain, token, amount, decimals, payee, wallet, wallet_id, message_id, taken, tx_id, created_at,"
+        " updated_at) SELECT 'p' || i, 'ag' || (1 + i % 10), 'k' || i, 'pay', 'SENT', '', '',"
+        " '{\"payment\": {}, \"mail\": null}', 'solana-local', 'USDC', 1, 6, 'x@partner.test', 'w',"
+        " 'wid', '<p' || i || '@x>', '[]', 'tx' || i, 1.7e9 + i, 1.7e9 + i FROM n",
+        (history,),
+    )
+    await store.execute_sql("ANALYZE", ())
+    async with _payer(store) as pay:
+        return float(await timed(pay))
+
+
+async def _payments_compacted(path: Path, n: int) -> tuple[float, float]:
+    """Bytes per finished payment intent (its row and index entries, SQLite's dbstat),
+    before and after `enforcer compact`: `n` copies of one real allowed payment's row
+    (new ids, keys, tx ids and Message-IDs), a month old."""
+    from envelopay.enforcer.retention import compact_enforcer
+    from envelopay.enforcer.store import SqliteStore
+
+    store = SqliteStore(path)
+    await store.open()
+    try:
+        async with _payer(store) as pay:
+            await pay(0)
+        cols = [r[1] for r in await store.execute_sql("SELECT * FROM pragma_table_info('enf_payments')", ())]
+        last = "WHERE state = 'SENT' ORDER BY created_at DESC LIMIT 1"
+        [row] = await store.execute_sql(f"SELECT {', '.join(cols)} FROM enf_payments {last}", ())
+        fresh = {"id": "'c' || i", "idem_key": "'ck' || i", "message_id": "'<c' || i || '@agents.test>'",
+                 "tx_id": "? || i", "created_at": "1.7e9", "updated_at": "1.7e9"}
+        values = [fresh.get(c, "?") for c in cols]
+        params = [v for c, v in zip(cols, row, strict=True) if fresh.get(c, "?") == "?" or c == "tx_id"]
+        series = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?)"
+        await store.execute_sql(
+            f"{series} INSERT INTO enf_payments ({', '.join(cols)}) SELECT {', '.join(values)} FROM n",
+            (n, *params),
+        )
+        check = await store.execute_sql("PRAGMA integrity_check", ())
+        assert check == [("ok",)], check
+
+        async def size() -> float:
+            rows = await store.execute_sql(
+                "SELECT sum(pgsize) FROM dbstat WHERE name IN"
+                " (SELECT name FROM sqlite_master WHERE tbl_name = 'enf_payments')", ()
+            )
+            return float(rows[0][0]) / n
+
+        before = await size()
+        report = await compact_enforcer(store, older_than=30 * 86_400.0, now=1.7e9 + 60 * 86_400.0)
+        assert report.payments >= n, report
+        await store.execute_sql("VACUUM", ())  # pages in use only: dbstat counts freed ones too
+        return before, await size()
+    finally:
+        await store.close()
 
 
 async def _page3(enf: Any) -> None:
@@ -546,6 +602,11 @@ def _enforcer(small_h: int, large_h: int, small_a: int, large_a: int, reps: int)
     )
     for name in s:
         record(f"enforcer {name}", s[name], lg[name])
+    before, after = asyncio.run(_payments_compacted(tmp / "c.db", 20_000))
+    NOTES.append(
+        f"enforcer payment intents (SQLite, row and index entries): {before:,.0f} bytes each,"
+        f" {after:,.0f} after `enforcer compact`"
+    )
 
 
 # ----------------------------------------------------------------------------- garden

@@ -40,6 +40,7 @@ from spl.token.instructions import (
 )
 from spl.token.models import InitializeMint2Params, MintToParams
 
+from envelopay_solana import x87
 from envelopay_solana.assets import (
     ATA_PROGRAM,
     LOCAL_PYUSD_SEED,
@@ -197,6 +198,7 @@ class LocalSolana:
             pre_lamports = [self.balance(k) for k in keys]
             pre_tokens = self._token_balances(keys)
             result = self.svm.send_transaction(tx)
+            x87.clear()  # LiteSVM leaves this thread's x87 unit dirty, which SQLite reads (x87.py)
             # A fresh blockhash per transaction: two identical payments stay two transactions.
             self.svm.expire_blockhash()
             meta: TransactionMetadata
