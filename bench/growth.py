@@ -52,6 +52,7 @@ NOTES: list[str] = []
 
 
 ROUNDS = 3
+Op = Callable[[int], Awaitable[Any]]
 
 
 def median_time(op: Callable[[int], Any], reps: int, start: int = 0) -> float:
@@ -404,7 +405,10 @@ def _mailbox(small: int, large: int, reps: int) -> None:
 
 
 # ----------------------------------------------------------------------------- enforcer
-async def _enforcer_case(path: Path, history: int, agents: int, reps: int) -> dict[str, float]:
+@contextlib.asynccontextmanager
+async def _enforcer_case(path: Path, history: int, agents: int) -> AsyncIterator[dict[str, Op]]:
+    """The enforcer's hot operations on a store filled with `history` sends and finished
+    payment intents and `agents` agents: yields {name: op}."""
     from envelopay.enforcer.core import Enforcer, hash_token
     from envelopay.enforcer.delivery import SmtpDeliverer
     from envelopay.enforcer.store import SqliteStore
@@ -427,6 +431,7 @@ async def _enforcer_case(path: Path, history: int, agents: int, reps: int) -> di
         " 1.7e9 + i, CASE WHEN i % 10 = 1 THEN 1.7e9 + i ELSE NULL END, 1.7e9 + i FROM n",
         (history, agents),
     )
+    await _fill_intents(store, history)
     await store.execute_sql("ANALYZE", ())
     now = 1.8e9
     _, token = await Enforcer(
@@ -438,15 +443,6 @@ async def _enforcer_case(path: Path, history: int, agents: int, reps: int) -> di
         operator_token_hash=hash_token("op"),
         clock=lambda: now,
     )
-    out: dict[str, float] = {}
-
-    async def timed(op: Callable[[int], Any]) -> float:
-        times = []
-        for i in range(reps):
-            t = time.perf_counter()
-            await op(i)
-            times.append(time.perf_counter() - t)
-        return statistics.median(times)
 
     async def decide(i: int) -> None:
         d = await enf.send(
@@ -454,13 +450,39 @@ async def _enforcer_case(path: Path, history: int, agents: int, reps: int) -> di
         )
         assert d.status == "pending_approval"
 
-    out["decision (flag + queue row)"] = await timed(decide)
-    out["approvals first page (50)"] = await timed(lambda i: enf.approvals_page(50))
-    out["approvals page 3 (50)"] = await timed(lambda i: _page3(enf))
-    out["agents first page (10)"] = await timed(lambda i: enf.agents_page(10))
-    out["payment (allowed, pay-then-send)"] = await _payment_case(store, history, reps, timed)
-    await store.close()
-    return out
+    async def approvals(i: int) -> None:
+        await enf.approvals_page(50)
+
+    async def agents_page(i: int) -> None:
+        await enf.agents_page(10)
+
+    try:
+        async with _payer(store) as pay:
+            yield {
+                "decision (flag + queue row)": decide,
+                "approvals first page (50)": approvals,
+                "approvals page 3 (50)": lambda i: _page3(enf),
+                "agents first page (10)": agents_page,
+                "payment (allowed, pay-then-send)": pay,
+            }
+    finally:
+        await store.close()
+
+
+async def _fill_intents(store: Any, history: int) -> None:
+    """`history` finished payment intents, beside the agents filled above."""
+    from envelopay.enforcer.payment_store import PaymentStore
+
+    await PaymentStore(store).open()
+    series = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?)"
+    await store.execute_sql(
+        f"{series} INSERT INTO enf_payments (id, agent_id, idem_key, kind, state, code, reason, request,"
+        " chain, token, amount, decimals, payee, wallet, wallet_id, message_id, taken, tx_id, created_at,"
+        " updated_at) SELECT 'p' || i, 'ag' || (1 + i % 10), 'k' || i, 'pay', 'SENT', '', '',"
+        " '{\"payment\": {}, \"mail\": null}', 'solana-local', 'USDC', 1, 6, 'x@partner.test', 'w',"
+        " 'wid', '<p' || i || '@x>', '[]', 'tx' || i, 1.7e9 + i, 1.7e9 + i FROM n",
+        (history,),
+    )
 
 
 @contextlib.asynccontextmanager
@@ -523,26 +545,6 @@ async def _payer(store: Any) -> AsyncIterator[Callable[[int], Awaitable[None]]]:
         sink.close()
 
 
-async def _payment_case(store: Any, history: int, reps: int, timed: Any) -> float:
-    """The median allowed payment beside `history` finished intents and the agents filled
-    above."""
-    from envelopay.enforcer.payment_store import PaymentStore
-
-    await PaymentStore(store).open()
-    series = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?)"
-    await store.execute_sql(
-        f"{series} INSERT INTO enf_payments (id, agent_id, idem_key, kind, state, code, reason, request,"
-        " chain, token, amount, decimals, payee, wallet, wallet_id, message_id, taken, tx_id, created_at,"
-        " updated_at) SELECT 'p' || i, 'ag' || (1 + i % 10), 'k' || i, 'pay', 'SENT', '', '',"
-        " '{\"payment\": {}, \"mail\": null}', 'solana-local', 'USDC', 1, 6, 'x@partner.test', 'w',"
-        " 'wid', '<p' || i || '@x>', '[]', 'tx' || i, 1.7e9 + i, 1.7e9 + i FROM n",
-        (history,),
-    )
-    await store.execute_sql("ANALYZE", ())
-    async with _payer(store) as pay:
-        return float(await timed(pay))
-
-
 async def _payments_compacted(path: Path, n: int) -> tuple[float, float]:
     """Bytes per finished payment intent (its row and index entries, SQLite's dbstat),
     before and after `enforcer compact`: `n` copies of one real allowed payment's row
@@ -592,16 +594,44 @@ async def _page3(enf: Any) -> None:
     await enf.approvals_page(50, tok)
 
 
+async def _median_async(op: Op, reps: int, start: int) -> float:
+    times = []
+    for i in range(start, start + reps):
+        t = time.perf_counter()
+        await op(i)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+async def _enforcer_sides(
+    tmp: Path, sizes: list[tuple[int, int]], reps: int
+) -> dict[str, tuple[float, float]]:
+    """Both stores open at once, each operation timed at both sizes in turn, ROUNDS times
+    (as `interleaved`): the best median of each side, from the same stretch of time."""
+    async with contextlib.AsyncExitStack() as stack:
+        sides = [
+            await stack.enter_async_context(_enforcer_case(tmp / f"e{k}.db", history, agents))
+            for k, (history, agents) in enumerate(sizes)
+        ]
+        out: dict[str, tuple[float, float]] = {}
+        for name in sides[0]:
+            best = [float("inf"), float("inf")]
+            for r in range(ROUNDS):
+                for k in (0, 1):
+                    best[k] = min(best[k], await _median_async(sides[k][name], reps, r * reps))
+            out[name] = (best[0], best[1])
+        return out
+
+
 def _enforcer(small_h: int, large_h: int, small_a: int, large_a: int, reps: int) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="growth-enf-"))
-    s = asyncio.run(_enforcer_case(tmp / "s.db", small_h, small_a, reps))
-    lg = asyncio.run(_enforcer_case(tmp / "l.db", large_h, large_a, reps))
+    timed = asyncio.run(_enforcer_sides(tmp, [(small_h, small_a), (large_h, large_a)], reps))
     print(
         f"enforcer (sqlite): {small_h:,} history / {small_a:,} agents vs {large_h:,} / {large_a:,}",
         flush=True,
     )
-    for name in s:
-        record(f"enforcer {name}", s[name], lg[name])
+    for name, (a, b) in timed.items():
+        record(f"enforcer {name}", a, b)
     before, after = asyncio.run(_payments_compacted(tmp / "c.db", 20_000))
     NOTES.append(
         f"enforcer payment intents (SQLite, row and index entries): {before:,.0f} bytes each,"

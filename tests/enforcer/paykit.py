@@ -77,6 +77,17 @@ class Kit:
         return out
 
 
+async def greylisted(kit: Kit, sink: Any) -> tuple[str, str, Any]:
+    """(token, wallet address, disposition) of an allowed payment whose PAY the payee's
+    server would not take yet (a 4xx, as greylisting answers): paid, its email pending.
+    The sink keeps answering 4xx until the caller clears `sink.fail_with`."""
+    token, address = await kit.agent()
+    sink.fail_with = "451 4.7.1 greylisted, try again later"
+    d = await kit.payments.submit("pay", token, pay_req(payee_wallet(), USDC))
+    assert d.state == "paid" and d.tx_id and kit.payment_txs(address) == [d.tx_id], d
+    return token, address, d
+
+
 def payee_wallet() -> str:
     return str(Keypair().pubkey())
 

@@ -26,7 +26,7 @@ from envelopay.enforcer.store import EnforcerStore, PostgresStore, SqliteStore
 from envelopay.mail.smtp import SmtpConfig
 
 from .conftest import Clock, Sink
-from .paykit import CHAIN, USDC, VAULT_SECRET, Kit, make_kit, pay_req, payee_wallet
+from .paykit import CHAIN, USDC, VAULT_SECRET, Kit, greylisted, make_kit, pay_req, payee_wallet
 
 
 def _second_store(store: EnforcerStore) -> EnforcerStore:
@@ -123,10 +123,7 @@ async def test_a_pay_whose_delivery_failed_is_left_for_any_process(
     enforcer: Enforcer, sink: Sink, clock: Clock
 ) -> None:
     kit = await make_kit(enforcer)
-    token, _ = await kit.agent()
-    sink.fail_with = "451 4.7.1 greylisted"
-    d = await kit.payments.submit("pay", token, pay_req(payee_wallet(), USDC))
-    assert d.state == "paid"
+    token, _, d = await greylisted(kit, sink)
     [(deliverer,)] = await enforcer.store.execute_sql("SELECT deliverer FROM enf_payments", ())
     assert deliverer is None  # let go: the finisher of any process may deliver it
     other_store = _second_store(enforcer.store)

@@ -13,17 +13,14 @@ from envelopay.enforcer.payment_finisher import Finisher
 from envelopay.protocol.parse import parse
 
 from .conftest import Clock, Sink
-from .paykit import USDC, make_kit, pay_req, payee_wallet
+from .paykit import USDC, greylisted, make_kit, pay_req, payee_wallet
 
 
 async def test_a_pay_the_server_would_not_take_yet_is_delivered_once_it_will(
     enforcer: Enforcer, sink: Sink, clock: Clock
 ) -> None:
     kit = await make_kit(enforcer)
-    token, address = await kit.agent()
-    sink.fail_with = "451 4.7.1 greylisted, try again later"
-    d = await kit.payments.submit("pay", token, pay_req(payee_wallet(), USDC))
-    assert d.state == "paid" and d.tx_id and kit.payment_txs(address) == [d.tx_id], d
+    token, address, d = await greylisted(kit, sink)
     assert sink.messages == []
     fin = Finisher(kit.payments, interval=5.0, max_wait=20.0, settle=30.0)
     clock.now += 29.0
