@@ -14,6 +14,7 @@ import asyncio
 import signal
 import subprocess
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -48,6 +49,14 @@ async def _other_process(kit: Kit, store: EnforcerStore, sink: Sink, clock: Cloc
     return Payments(enforcer, pstore, Vault(VAULT_SECRET), {CHAIN: kit.payer}, crash_hook=lambda _p: None)
 
 
+async def _wait_until(check: Callable[[], Awaitable[bool]], want: bool, timeout: float = 10.0) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while await check() != want:
+        assert loop.time() < end, "timed out"
+        await asyncio.sleep(0.02)
+
+
 async def _wait_for(predicate: object, timeout: float = 10.0) -> None:
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout
@@ -66,7 +75,10 @@ async def test_a_pay_another_live_process_is_delivering_is_not_delivered_again(
     try:
         sink.data_delay = 1.0  # the payee's server takes its time with the PAY's verdict
         call = asyncio.create_task(kit.payments.submit("pay", token, pay_req(payee_wallet(), USDC)))
-        await _wait_for(lambda: sink.rcpts)  # the live call is delivering its PAY now
+        # The live call is waiting for the verdict on its PAY (the sink holds it, having
+        # read the final dot, which goes only after the broadcast). Its envelope was
+        # opened earlier, while the payment was signed: RCPT TO alone says too little.
+        await _wait_for(lambda: sink.peers)
         rows = await enforcer.store.execute_sql("SELECT id, state, deliverer FROM enf_payments", ())
         [(intent_id, state, deliverer)] = rows
         assert state == "BROADCAST" and deliverer == enforcer.store.instance
@@ -182,7 +194,9 @@ async def test_a_store_is_alive_until_its_process_is_killed(
         assert not await me.alive("../../etc/passwd")  # not an instance id: names no process
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-        assert not await me.alive(other)
+        # The kernel drops a file lock as the process ends; PostgreSQL drops an advisory
+        # lock once the server has noticed the connection is gone (soon after).
+        await _wait_until(lambda: me.alive(other), False)
         if backend == "sqlite":  # the dead one's lock file is cleared by the check that found it
             assert not (tmp_path / "enf.db-wallet-locks" / f"live-{other}.lock").exists()
     finally:

@@ -18,6 +18,7 @@ leg's at-least-once guarantee already allows.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import os
@@ -133,12 +134,22 @@ class PgLiveness:
     async def release(self) -> None:
         if self._conn is not None:
             with contextlib.suppress(Exception):
-                await self._conn.close()  # the session's end drops the lock
+                # Unlocked before the close returns (the session's end would drop it too,
+                # but only once the server has noticed the connection went).
+                await self._conn.execute(
+                    "SELECT pg_advisory_unlock(%s)", (advisory_key(f"live:{self.instance}"),)
+                )
+            with contextlib.suppress(Exception):
+                await self._conn.close()
             self._conn = None
 
-    async def alive(self, pool: Any, instance: str) -> bool:
+    async def alive(self, pool: Any, instance: str, *, settle: float = 0.05) -> bool:
         """Asked on a pooled connection: the holder's own session would take its own
-        lock again (advisory locks are reentrant within a session)."""
+        lock again (advisory locks are reentrant within a session). A holder that died
+        a moment ago still holds its lock until its server process has seen the
+        connection close (milliseconds): a lock found held is asked about once more,
+        `settle` seconds later. (This path runs only when a PAY's delivery would be
+        taken over, never on a live call.)"""
         import psycopg
 
         if instance == self.instance:
@@ -148,11 +159,13 @@ class PgLiveness:
         key = advisory_key(f"live:{instance}")
         try:
             async with pool.connection() as conn:
-                cur = await conn.execute("SELECT pg_try_advisory_lock(%s)", (key,))
-                row = await cur.fetchone()
-                if row is None or not row[0]:
-                    return True
-                await conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
-                return False
+                for wait in (0.0, settle):
+                    await asyncio.sleep(wait)
+                    cur = await conn.execute("SELECT pg_try_advisory_lock(%s)", (key,))
+                    row = await cur.fetchone()
+                    if row is not None and row[0]:
+                        await conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+                        return False
+                return True
         except psycopg.Error as exc:
             raise StoreError(f"postgres liveness check: {exc}") from exc
