@@ -3,6 +3,7 @@ library), talking to a running enforcer that delivers to aiosmtpd."""
 
 from __future__ import annotations
 
+import json
 import mailbox
 import os
 import sys
@@ -87,3 +88,37 @@ async def test_mcp_transport_fault_is_a_tool_error(tmp_path: Path) -> None:
         assert result.is_error and "enforcer unreachable" in str(result.content)
         inbox = await client.call_tool("check_inbox", {})
         assert inbox.is_error and "no inbox configured" in str(inbox.content)
+
+
+async def test_mcp_stderr_logs_no_request_per_call(enforcer: Enforcer, service: str, tmp_path: Path) -> None:
+    """stderr is the server's log: no line per HTTP call to the enforcer, and never the token."""
+    import asyncio
+
+    _, token = await enforcer.create_agent("mcp2", "mcp2@agents.test")
+    env = {**{k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "PYTHONPATH")},
+           "ENVELOPAY_ENFORCER": service, "ENVELOPAY_AGENT_TOKEN": token,
+           "ENVELOPAY_AGENT_ADDRESS": "mcp2@agents.test", "COLUMNS": "200"}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "envelopay.cli", "mcp", env=env, stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    assert proc.stdin is not None and proc.stdout is not None
+    lines = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"},
+        }},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+         "params": {"name": "check_send_status", "arguments": {"id": "nobody"}}},
+        {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "balances", "arguments": {}}},
+    ]
+    proc.stdin.write(b"".join(json.dumps(m).encode() + b"\n" for m in lines))
+    await proc.stdin.drain()
+    answers: dict[int, Any] = {}
+    while len(answers) < 3:
+        msg = json.loads(await asyncio.wait_for(proc.stdout.readline(), 60))
+        answers[msg.get("id")] = msg
+    proc.stdin.close()
+    _, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert answers[2]["result"]["structuredContent"]["status"] == "unknown"
+    assert "result" in answers[3]  # the call reached the enforcer (a structured answer either way)
+    assert b"HTTP Request" not in err and token.encode() not in err, err[-2000:]

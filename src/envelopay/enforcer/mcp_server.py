@@ -10,6 +10,7 @@ recipient, the enforcer unreachable) are tool errors.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -180,4 +181,8 @@ def build_server(config: McpConfig) -> Any:
 
 
 def run_stdio(config: McpConfig) -> None:
-    build_server(config).run("stdio")
+    server = build_server(config)
+    # The server logs to stderr at INFO; httpx would add a line for every call to the
+    # enforcer, which says nothing the tool's result does not.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    server.run("stdio")
