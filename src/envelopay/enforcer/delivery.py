@@ -23,11 +23,12 @@ from envelopay.errors import TransportError, UsageError
 
 if TYPE_CHECKING:
     from envelopay.dkim import DkimKey
+    from envelopay.mail.lmtp_client import Reply
     from envelopay.mail.smtp import SmtpConfig
 
 __all__ = [
-    "Deliverer", "Envelope", "EnvelopeOpener", "GardenDeliverer", "Signer", "SmtpDeliverer", "SmtpEnvelope",
-    "dkim_signer",
+    "Deliverer", "Envelope", "EnvelopeOpener", "GardenDeliverer", "GardenEnvelope", "Signer", "SmtpDeliverer",
+    "SmtpEnvelope", "dkim_signer",
 ]
 
 Signer = Callable[[bytes], bytes]
@@ -307,6 +308,10 @@ class GardenDeliverer:
 
     endpoint: str | int | Path
     auth: tuple[str, str] | None = None
+    hold: float = 8.0  # s an early transaction may wait for its body (as SmtpDeliverer's)
+
+    def open_envelope(self, *, sender: str, recipient: str) -> GardenEnvelope:
+        return GardenEnvelope(self, sender, recipient)
 
     async def deliver(self, raw: bytes, *, sender: str, recipient: str) -> None:
         from envelopay.mail import garden
@@ -319,6 +324,98 @@ class GardenDeliverer:
             reply = result.replies.get(recipient)
             raise TransportError(f"garden refused {recipient}: {reply.code if reply else '?'} "
                                  f"{reply.text if reply else ''}".strip())
+
+
+class GardenEnvelope:
+    """A PAY's LMTP transaction begun while its payment is signed: connect, AUTH, MAIL and
+    RCPT in a task started now; DATA, the body and its final dot in deliver(), once the
+    money moved. LMTP delivers nothing before the final dot (RFC 2033 §4.2, as SMTP), so
+    abort() (or a crash) leaves nothing in the garden. A 5xx to the greeting, AUTH, MAIL or
+    RCPT — an address the garden does not hold, a credential it refuses — is heard in
+    stage(), before the broadcast: the caller does not pay (no money without its email),
+    as over SMTP (SmtpEnvelope). Any other fault of the early transaction falls back to
+    the deliverer's fresh connection."""
+
+    def __init__(self, owner: GardenDeliverer, sender: str, recipient: str) -> None:
+        from envelopay.mail.lmtp_client import LmtpClient
+
+        self.owner, self.sender, self.recipient = owner, sender, recipient
+        self._client = LmtpClient(owner.endpoint, auth=owner.auth)
+        self._task: asyncio.Task[Reply] = asyncio.ensure_future(self._client.open(sender, recipient))
+        self._opened = time.monotonic()
+        self._done = False
+
+    async def stage(self, raw: bytes, *, wait: float = 1.0) -> str:
+        """Nothing of `raw` is written (the garden is local: the body goes at deliver);
+        "" or why the PAY can never go this way (a 5xx heard within `wait` s)."""
+        if self._done:
+            return ""
+        done, _ = await asyncio.wait({self._task}, timeout=wait)
+        if not done:
+            return ""
+        refusal = self._refusal()
+        if refusal is not None and refusal.code >= 500:
+            return f"garden permanent_failure: {refusal.code} {refusal.text}"
+        return ""
+
+    def _refusal(self) -> Reply | None:
+        """The error reply the finished early transaction met, if any."""
+        from envelopay.mail.lmtp_client import Refused
+
+        if self._task.cancelled():
+            return None
+        exc = self._task.exception()
+        if isinstance(exc, Refused):
+            return exc.reply
+        if exc is None and not self._task.result().ok:
+            return self._task.result()
+        return None
+
+    async def deliver(self, raw: bytes) -> None:
+        from envelopay.mail.lmtp_client import Refused
+
+        if self._done:
+            raise RuntimeError("this envelope was already used")
+        self._done = True
+        try:
+            rcpt: Reply | None = await self._task
+        except (TransportError, UsageError):
+            rcpt = None
+        try:
+            if rcpt is None or not rcpt.ok or time.monotonic() - self._opened > self.owner.hold:
+                raise TransportError("the early transaction is not usable")
+            await self._client.data()
+        except TransportError as exc:
+            # Nothing of the message was written: a 5xx is final, anything else (a 4xx, a
+            # dropped or idle-timed-out connection) goes again on a fresh connection.
+            self._client.drop()
+            refusal = exc.reply if isinstance(exc, Refused) else self._refusal()
+            if refusal is not None and refusal.code >= 500:
+                why = f"{refusal.code} {refusal.text}"
+                raise TransportError(f"garden refused {self.recipient}: {why}") from exc
+            await self.owner.deliver(raw, sender=self.sender, recipient=self.recipient)
+            return
+        try:
+            # After the content the garden may have it: no second copy now (the caller's
+            # record says not delivered; a retry keeps the Message-ID).
+            result = await self._client.content(raw, self.recipient)
+        except TransportError as exc:
+            raise TransportError(f"garden {self.owner.endpoint}: {exc}") from exc
+        finally:
+            await self._client.close()
+        if self.recipient not in result.delivered:
+            reply = result.replies.get(self.recipient)
+            raise TransportError(f"garden refused {self.recipient}: {reply.code if reply else '?'} "
+                                 f"{reply.text if reply else ''}".strip())
+
+    def abort(self) -> None:
+        if not self._done:
+            self._done = True
+            if not self._task.done():
+                self._task.cancel()
+            else:
+                self._refusal()  # retrieved: it is moot now
+            self._client.drop()
 
 
 def dkim_signer(

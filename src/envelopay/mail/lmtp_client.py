@@ -9,15 +9,17 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from envelopay.errors import TransportError, UsageError
 from envelopay.mail.addresses import require_address
 
-__all__ = ["DeliveryResult", "Endpoint", "LmtpClient", "Reply", "deliver"]
+__all__ = ["DeliveryResult", "Endpoint", "LmtpClient", "Refused", "Reply", "deliver"]
 
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +48,15 @@ class DeliveryResult:
 
 
 Endpoint = tuple[str, int] | int | str | Path
+
+
+class Refused(TransportError):
+    """The server answered a command with an error reply (kept: a 5xx is final, RFC 5321
+    §4.2.1, a 4xx may pass later)."""
+
+    def __init__(self, message: str, reply: Reply) -> None:
+        super().__init__(message)
+        self.reply = reply
 
 
 class LmtpClient:
@@ -115,14 +126,46 @@ class LmtpClient:
         env_from, rcpts = _envelope(sender, recipients)
         if self._writer is None:
             await self.connect()
+        return await self._closing_on_fault(self._transaction(raw, env_from, rcpts))
+
+    async def _closing_on_fault(self, step: Awaitable[T]) -> T:
+        """`step`, with the connection closed if it fails (its state is unknown then)."""
         try:
-            return await self._transaction(raw, env_from, rcpts)
+            return await step
         except TransportError:
             await self.close()
             raise
         except (TimeoutError, OSError, asyncio.IncompleteReadError) as exc:
             await self.close()
             raise TransportError(f"LMTP transaction broke: {exc!r}") from exc
+
+    async def open(self, sender: str, recipient: str) -> Reply:
+        """MAIL and RCPT of a one-recipient transaction whose content comes later (`data`,
+        then `content`); nothing is delivered before content's final dot, so closing
+        instead leaves nothing.
+        Returns the RCPT reply; a refused greeting, LHLO, AUTH or MAIL raises Refused."""
+        env_from, rcpts = _envelope(sender, [recipient])
+        if self._writer is None:
+            await self.connect()
+        await self._closing_on_fault(self._command(f"MAIL FROM:<{env_from}>", "MAIL"))
+        return await self._closing_on_fault(self._send_line(f"RCPT TO:<{rcpts[0]}>"))
+
+    async def data(self) -> None:
+        """DATA of the transaction `open` began; nothing of the message is written yet."""
+        rep = await self._closing_on_fault(self._send_line("DATA"))
+        if rep.code != 354:
+            await self.close()
+            raise Refused(f"LMTP DATA refused: {rep.code} {rep.text}", rep)
+
+    async def content(self, raw: bytes, recipient: str) -> DeliveryResult:
+        """The message and its final dot, after `data`: the reply for `recipient`."""
+        return await self._closing_on_fault(self._content(raw, [recipient], {}))
+
+    def drop(self) -> None:
+        """End the connection at once, mid-transaction included: nothing more is written."""
+        if self._writer is not None:
+            self._writer.close()
+        self._reader = self._writer = None
 
     async def _transaction(self, raw: bytes, sender: str, rcpts: list[str]) -> DeliveryResult:
         if self._pipelining:
@@ -199,7 +242,7 @@ class LmtpClient:
 
     async def _expect(self, rep: Reply, what: str) -> Reply:
         if not rep.ok:
-            raise TransportError(f"LMTP {what} refused: {rep.code} {rep.text}")
+            raise Refused(f"LMTP {what} refused: {rep.code} {rep.text}", rep)
         return rep
 
     async def _reply(self, timeout: float | None = None) -> Reply:
