@@ -56,6 +56,14 @@ async def _kit(store: EnforcerStore, clock: Clock, deliverer: GardenDeliverer) -
     return await make_kit(Enforcer(store, deliverer, clock=clock))
 
 
+async def _paying(
+    store: EnforcerStore, clock: Clock, garden: tuple[GardenServer, str], tmp_path: Path, hold: float = 8.0
+) -> tuple[Counting, Kit]:
+    """The enforcer delivering into the garden with its credential, and its kit."""
+    deliverer = Counting(tmp_path / "g.sock", auth=("enforcer", garden[1]), hold=hold)
+    return deliverer, await _kit(store, clock, deliverer)
+
+
 def _inbox(server: GardenServer) -> list[bytes]:
     return [p.read_bytes() for p in sorted((server.maildir(SELLER) / "new").iterdir())]
 
@@ -63,9 +71,8 @@ def _inbox(server: GardenServer) -> list[bytes]:
 async def test_the_pay_reaches_the_garden_once_through_its_early_transaction(
     store: EnforcerStore, clock: Clock, garden: tuple[GardenServer, str], tmp_path: Path
 ) -> None:
-    server, secret = garden
-    deliverer = Counting(tmp_path / "g.sock", auth=("enforcer", secret))
-    kit = await _kit(store, clock, deliverer)
+    server = garden[0]
+    deliverer, kit = await _paying(store, clock, garden, tmp_path)
     token, address = await kit.agent()
     done = [await kit.payments.submit("pay", token, pay_req(payee_wallet(), USDC, key=f"k{n}"))
             for n in range(3)]
@@ -108,9 +115,8 @@ async def test_a_pay_the_garden_refuses_for_good_moves_no_money(
 async def test_a_failed_payment_after_the_garden_transaction_began_delivers_nothing(
     store: EnforcerStore, clock: Clock, garden: tuple[GardenServer, str], tmp_path: Path
 ) -> None:
-    server, secret = garden
-    deliverer = Counting(tmp_path / "g.sock", auth=("enforcer", secret))
-    kit = await _kit(store, clock, deliverer)
+    server = garden[0]
+    deliverer, kit = await _paying(store, clock, garden, tmp_path)
     token, address = await kit.agent(usdc=3 * USDC)
     failed = await kit.payments.submit("pay", token, pay_req(payee_wallet(), 5 * USDC, key="b"))
     assert (failed.status, failed.code) == ("failed", "insufficient_funds"), failed
@@ -125,9 +131,8 @@ async def test_a_failed_payment_after_the_garden_transaction_began_delivers_noth
 async def test_a_body_later_than_the_hold_goes_on_a_fresh_connection_once(
     store: EnforcerStore, clock: Clock, garden: tuple[GardenServer, str], tmp_path: Path
 ) -> None:
-    server, secret = garden
-    deliverer = Counting(tmp_path / "g.sock", auth=("enforcer", secret), hold=0.0)
-    kit = await _kit(store, clock, deliverer)
+    server = garden[0]
+    deliverer, kit = await _paying(store, clock, garden, tmp_path, hold=0.0)
     token, _ = await kit.agent()
     d = await kit.payments.submit("pay", token, pay_req(payee_wallet(), USDC))
     assert d.status == "paid_and_sent", d
