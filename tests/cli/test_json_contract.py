@@ -147,6 +147,7 @@ STEPS: list[Step] = [
     ("mail dismiss", lambda w: [w.saved["mail"], "--config", str(w.ccfg)], 0, "mail_action"),
     ("mail archive", lambda w: [w.saved["mail"], "--config", str(w.ccfg)], 0, "mail_action"),
     ("mail delete", lambda w: [w.saved["mail"], "--config", str(w.ccfg)], 0, "mail_action"),
+    ("mail compact", lambda w: ["--config", str(w.ccfg)], 0, "mail_compact"),
     ("mail fetch", lambda w: ["--imap", "127.0.0.1:9", "--user", "u", "--no-tls", "--config", str(w.ccfg)],
      2, "error"),  # no $ENVELOPAY_IMAP_PASSWORD: named, before any connection
     ("mail contacts add", lambda w: ["peer@garden.local", "--name", "Peer", "--config", str(w.ccfg)],

@@ -11,7 +11,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from envelopay.cli.options import MAILBOX, MAILBOX_AS, RETENTION, JsonOpt, MailboxOptions, Retention
+from envelopay.cli.options import (
+    MAILBOX,
+    MAILBOX_AS,
+    RETENTION,
+    JsonOpt,
+    MailboxOptions,
+    OlderThanOpt,
+    Retention,
+)
 from envelopay.cli.output import (
     ENVIRONMENT,
     FAILED,
@@ -276,6 +284,17 @@ def fetch(
         with answers(as_json=where.as_json):  # the IMAP server unreachable: the environment, 3
             stored = fetch_imap(box, cfg, idle=idle, started=started)
     emit_or_say(where.as_json, {"stored": stored}, f"{stored} message(s) stored")
+
+
+@mail.command("compact")
+@MAILBOX
+def compact(where: MailboxOptions, older_than: OlderThanOpt = 30.0) -> None:
+    """Retention: delete send-log rows older than the window (the loop guard's window stays)."""
+    from datetime import timedelta
+
+    with _opened(where) as box:
+        removed = box.compact_sends(timedelta(days=older_than))
+    finish(where.as_json, ran("mail compact", removed=removed), [f"removed {removed} send-log rows"])
 
 
 mail.add_typer(contacts, name="contacts")

@@ -95,6 +95,19 @@ class Mailbox:
     def duplicate_window(self, window: timedelta | None) -> None:
         self._guard.window = window
 
+    def compact_sends(self, older_than: timedelta) -> int:
+        """Retention of the send log: rows older than `older_than` go; how many went.
+        The loop guard reads the log back as far as its window, so a shorter retention is
+        refused (MailboxError `invalid_retention`)."""
+        window = self._guard.window
+        if window is not None and older_than < window:
+            raise MailboxError(
+                "invalid_retention",
+                f"{older_than} is shorter than the duplicate-send window ({window}), which reads the log",
+                "older_than",
+            )
+        return self._guard.prune((self._now() - older_than).timestamp())
+
     def close(self) -> None:
         self._index.close()
 

@@ -4,7 +4,8 @@ within a window.
 Every hand-over to the send function is logged, one row per recipient, with the
 verdict. Only a `sent` row counts for the guard: a failed, blocked or pending send may
 be tried again at once. The log lives in the index file (table `sends`) and is not
-derived data: it is the only memory of what was sent.
+derived data: it is the only memory of what was sent. `prune` ages it out (`envelopay
+mail compact`), never inside the guard's window.
 """
 
 from __future__ import annotations
@@ -69,3 +70,23 @@ class SendGuard:
                 "INSERT INTO sends (recipient, body_hash, ts, status, message_id) VALUES (?,?,?,?,?)",
                 (r, digest, self._now().timestamp(), status, message_id),
             )
+
+    def prune(self, before: float, batch: int = 5_000) -> int:
+        """Delete the log rows written before `before` (Unix time), oldest first, `batch`
+        rows per statement (each its own transaction: a sender beside it waits for one
+        batch, not the whole run). Rows are appended as they are written, so the walk
+        stops at the first newer row and reads about what it removes; a row written under
+        a clock set back waits for a later run."""
+        removed = 0
+        while True:
+            rows = self._db.execute("SELECT seq, ts FROM sends ORDER BY seq LIMIT ?", (batch,)).fetchall()
+            last = None
+            for seq, ts in rows:
+                if ts >= before:
+                    break
+                last = seq
+            if last is None:
+                return removed
+            removed += self._db.execute("DELETE FROM sends WHERE seq <= ?", (last,)).rowcount
+            if last != rows[-1][0]:
+                return removed
