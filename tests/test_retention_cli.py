@@ -81,3 +81,32 @@ def test_enforcer_and_garden_compact(tmp_path: Path) -> None:
     assert json.loads(res.output)["removed"] == 1 and not done.exists()
     missing = runner.invoke(app, ["garden", "compact", "--root", str(tmp_path / "nowhere")])
     assert missing.exit_code == 2
+
+
+def _strict(text: str) -> dict[str, object]:
+    """JSON as the contract says: no NaN or Infinity."""
+    def refuse(name: str) -> object:
+        raise ValueError(f"not JSON: {name}")
+
+    doc: dict[str, object] = json.loads(text, parse_constant=refuse)
+    return doc
+
+
+def test_every_compact_bounds_its_window(tmp_path: Path) -> None:
+    """--older-than beyond a century (1e12, inf) is a usage error (exit 2), not a traceback
+    from datetime's range nor a cutoff of -Infinity in the JSON; a century itself runs."""
+    cfg = _agent(tmp_path, 0)
+    (tmp_path / "garden").mkdir()
+    commands = {
+        "ledger compact": ["-c", str(cfg)],
+        "enforcer compact": ["--db", str(tmp_path / "enf.db")],
+        "garden compact": ["--root", str(tmp_path / "garden")],
+        "mail compact": ["--dir", str(tmp_path / "agent")],
+    }
+    for command, args in commands.items():
+        for days in ("1e12", "inf", "36500.5"):
+            res = runner.invoke(app, [*command.split(), *args, "--older-than", days, "--json"])
+            assert res.exit_code == 2 and "wants at most 36500" in res.output, (command, days, res.output)
+        res = runner.invoke(app, [*command.split(), *args, "--older-than", "36500", "--json"])
+        assert res.exit_code == 0, (command, res.output)
+        assert _strict(res.output)["command"] == command

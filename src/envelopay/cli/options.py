@@ -77,8 +77,12 @@ LimitOpt = Annotated[int, typer.Option("--limit", min=1, max=500, help="Rows in 
 AfterOpt = Annotated[
     str | None, typer.Option("--after", help="Go on after this page token (printed under the previous page).")
 ]
+# At most a century: beyond it a cutoff is not a date (datetime's range, JSON has no -Infinity).
+MAX_RETENTION_DAYS = 36_500.0
 OlderThanOpt = Annotated[
-    float, typer.Option("--older-than", min=0.0, help="Retention window in days: older than this goes.")
+    float,
+    typer.Option("--older-than", min=0.0, max=MAX_RETENTION_DAYS,
+                 help="Retention window in days (at most 36,500): older than this goes."),
 ]
 
 
