@@ -82,3 +82,24 @@ def test_fund_says_the_environment_is_at_fault(tmp_path: Path) -> None:
     res = runner.invoke(app, ["fund", wallet, "--sol", "1", "--home", str(home), "--json"])
     assert res.exit_code == 3, res.output
     assert "not running" in res.output
+
+
+def test_up_refuses_times_that_are_not_positive_seconds(tmp_path: Path) -> None:
+    """NaN and inf compare False against 0: they are refused (exit 2) before anything
+    starts, like 0 and negative times, and so is more than a day."""
+    from typer.testing import CliRunner
+
+    from envelopay.cli.app import app
+
+    home = tmp_path / "devnet"
+    try:  # --detach: code that let one through fails here instead of serving in the foreground
+        for flag in ("--slot-time", "--block-time"):
+            for value in ("nan", "inf", "-inf", "0", "-1", "86401"):
+                res = CliRunner().invoke(app, ["devnet", "up", "--detach", "--home", str(home), *FAST,
+                                               flag, value, "--json"])
+                assert res.exit_code == 2, (flag, value, res.output)
+                assert "must be positive seconds" in res.output
+        assert not (home / "devnet.json").exists()
+    finally:
+        if (home / "devnet.json").exists():
+            run("devnet", "down", home=home, check=False)

@@ -47,8 +47,12 @@ def register(app: typer.Typer) -> None:
         from envelopay.devnet.state import devnet_home
         if base_node not in ("auto", "anvil", "eth-tester"):
             fail("--base-node: auto, anvil or eth-tester")
-        if slot_time <= 0 or block_time <= 0 or not 0 <= confirmed_after <= finalized_after:
-            fail("--slot-time and --block-time must be positive; 0 <= --confirmed-after <= --finalized-after")
+        # `not 0 < t <= day`, not `t <= 0`: NaN and inf compare False and would start a devnet
+        # that never ticks (and print NaN, which is not JSON).
+        if not (0 < slot_time <= 86_400 and 0 < block_time <= 86_400) \
+                or not 0 <= confirmed_after <= finalized_after:
+            fail("--slot-time and --block-time must be positive seconds (at most a day); "
+                 "0 <= --confirmed-after <= --finalized-after")
         options = DevnetOptions(solana_port, base_port, slot_time, confirmed_after, finalized_after,
                                 block_time, base_node)
         where = devnet_home(home)
