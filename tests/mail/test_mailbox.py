@@ -191,6 +191,8 @@ def test_check_filters_sort_n_and_truncate(box: Mailbox, clock: Clock) -> None:
 def test_check_refuses_bad_filters_and_folders(box: Mailbox) -> None:
     for kwargs, field in (
         ({"n": 0}, "n"),
+        ({"n": 10_001}, "n"),
+        ({"n": 10**20}, "n"),  # past SQLite's integers: refused, not an OverflowError
         ({"truncate": -1}, "truncate"),
         ({"sort": "random"}, "sort"),
         ({"after": datetime(2026, 1, 1)}, "after"),
@@ -201,6 +203,12 @@ def test_check_refuses_bad_filters_and_folders(box: Mailbox) -> None:
     with pytest.raises(MailboxError) as err2:
         box.check("spam")
     assert err2.value.code == "invalid_folder"
+    assert box.check(flt=CheckFilter(n=10_000)) == []
+    for limit in (0, 10_001, 10**20):
+        with pytest.raises(MailboxError) as err3:
+            box.search("x", limit=limit)
+        assert (err3.value.code, err3.value.field) == ("invalid_filter", "limit")
+    assert box.search("x", limit=10_000) == []
 
 
 # ------------------------------------------------------------------ search, read, archive, delete

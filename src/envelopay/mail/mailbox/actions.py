@@ -30,7 +30,14 @@ from envelopay.mail.mailbox.index import MailIndex
 from envelopay.mail.mailbox.inputs import Folder, MailboxError, check_folder, check_id, single_address
 from envelopay.mail.mailbox.interpret import body_text, interpret
 from envelopay.mail.mailbox.outgoing import PlainDraft, compose_plain
-from envelopay.mail.mailbox.records import CheckFilter, MailRecord, OutgoingMail, SendFn, SendResult
+from envelopay.mail.mailbox.records import (
+    MAX_RESULTS,
+    CheckFilter,
+    MailRecord,
+    OutgoingMail,
+    SendFn,
+    SendResult,
+)
 from envelopay.mail.mailbox.scan import Progress, scan_folders
 from envelopay.mail.mailbox.storage import MailFolders, base_name
 from envelopay.mail.mailbox.threads import oldest_first, reply_recipients, reply_subject, thread_headers
@@ -248,8 +255,8 @@ class Mailbox:
             pattern = re.compile(query, re.IGNORECASE)
         except re.error as exc:
             raise MailboxError("invalid_regex", f"not a valid regular expression: {exc}", "query") from exc
-        if limit < 1:
-            raise MailboxError("invalid_filter", "must be at least 1", "limit")
+        if not 1 <= limit <= MAX_RESULTS:
+            raise MailboxError("invalid_filter", f"must be 1 to {MAX_RESULTS:,}", "limit")
         folders = (check_folder(folder),) if folder is not None else ("inbox", "sent")
         out: list[MailRecord] = []
         # Ranking weighs every term, and a prefix as one phrase (so: one token, or the prefix).

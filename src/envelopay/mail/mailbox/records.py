@@ -10,7 +10,10 @@ from typing import Any, Literal
 
 from envelopay.mail.mailbox.inputs import MailboxError
 
-__all__ = ["Attachment", "CheckFilter", "MailRecord", "OutgoingMail", "Progress", "SendFn", "SendResult"]
+__all__ = [
+    "MAX_RESULTS", "Attachment", "CheckFilter", "MailRecord", "OutgoingMail", "Progress", "SendFn",
+    "SendResult",
+]
 
 # A long first open or an index upgrade reports (messages done so far, messages in all).
 Progress = Callable[[int, int], None]
@@ -85,6 +88,9 @@ class MailRecord:
         return out
 
 
+MAX_RESULTS = 10_000  # the most one check or search returns
+
+
 @dataclass(frozen=True, slots=True)
 class CheckFilter:
     """`check` selectors (seed: "Its only filter object supports ...")."""
@@ -103,8 +109,8 @@ class CheckFilter:
     def __post_init__(self) -> None:
         if self.sort not in ("newest", "oldest"):
             raise MailboxError("invalid_filter", "must be newest or oldest", "sort")
-        if self.n < 1:
-            raise MailboxError("invalid_filter", "must be at least 1", "n")
+        if not 1 <= self.n <= MAX_RESULTS:  # past it SQLite's LIMIT overflows; page with --before
+            raise MailboxError("invalid_filter", f"must be 1 to {MAX_RESULTS:,}", "n")
         if self.truncate < 0:
             raise MailboxError("invalid_filter", "must be 0 (full body) or more", "truncate")
         for name in ("after", "before"):
