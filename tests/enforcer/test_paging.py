@@ -92,6 +92,13 @@ async def test_api_client_and_console_page(
             await op.approvals_page(0)
         with pytest.raises(UsageError, match="not a queue page token"):
             await op.approvals_page(5, "garbage")
+    # str.isdigit() is true of '²' and '٣' (int() refuses the first) and of 5,000 nines
+    # (past int()'s digit limit): each is a 400 with the rule, never a 500.
+    async with httpx.AsyncClient(base_url=service, headers={"Authorization": f"Bearer {OPERATOR}"}) as raw:
+        for bad in ("²", "٣", "9" * 5000, "-1", "1.5", "0", "501"):
+            for path in ("/v1/agents", "/v1/approvals"):
+                r = await raw.get(path, params={"limit": bad})
+                assert r.status_code == 400 and "limit must be" in r.json()["error"], (path, bad[:9], r.text)
 
     for i in range(60):
         await enforcer.create_agent(f"z{i:02d}", f"z{i:02d}@agents.test")

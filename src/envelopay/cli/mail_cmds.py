@@ -513,7 +513,7 @@ def _register_garden(app: typer.Typer) -> None:
         except OSError as exc:
             fail(f"FILE: cannot read {file}: {exc.strerror or exc}")
         host, sep, port = endpoint.rpartition(":")
-        is_tcp = bool(sep) and port.isdigit() and "/" not in endpoint
+        is_tcp = bool(sep) and port.isascii() and port.isdigit() and "/" not in endpoint
         target: Endpoint = (host, int(port)) if is_tcp else Path(endpoint)
         import os
 

@@ -80,7 +80,7 @@ def _deliverer(
         # $ENVELOPAY_GARDEN_USER (default "enforcer").
         secret = env.get("ENVELOPAY_GARDEN_SECRET")
         auth = (env.get("ENVELOPAY_GARDEN_USER") or "enforcer", secret) if secret else None
-        return GardenDeliverer(int(garden) if garden.isdigit() else garden, auth=auth)
+        return GardenDeliverer(int(garden) if garden.isascii() and garden.isdigit() else garden, auth=auth)
     from envelopay.mail.smtp import Security, SmtpConfig
 
     password = env.get("ENVELOPAY_SMTP_PASSWORD") if smtp_user else None

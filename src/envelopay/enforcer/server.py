@@ -81,7 +81,7 @@ PAGE_MAX = 500  # the most rows one page of agents or approvals holds
 
 def _limit(request: web.Request, default: int = 100) -> int:
     raw = request.query.get("limit", str(default))
-    if not raw.isdigit() or not 1 <= int(raw) <= PAGE_MAX:
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 3 or not 1 <= int(raw) <= PAGE_MAX:
         raise UsageError(f"limit must be an integer from 1 to {PAGE_MAX}")
     return int(raw)
 

@@ -44,7 +44,7 @@ KINDS: tuple[PaymentKind, ...] = ("pay", "pay_invoice", "offer", "accept", "coun
 MAX_AMOUNT = 2**63 - 1  # both ledgers keep counters as signed 64-bit integers
 
 _IDENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
-_LIMIT_ITEM = re.compile(r"\s*(\d+)\s*/\s*(payment|hour|day)\s*")
+_LIMIT_ITEM = re.compile(r"\s*([0-9]+)\s*/\s*(payment|hour|day)\s*")  # ASCII digits, as amounts
 _PRINTABLE = re.compile(r"[^\x00-\x1f\x7f]*")
 _DOMAIN = re.compile(
     r"@?[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}"

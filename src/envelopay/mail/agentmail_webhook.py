@@ -99,7 +99,8 @@ def verify_delivery(
     key = _key(secret)
     if key is None:
         return Verdict(False, "bad_secret", delivery_id)
-    if not timestamp.isdigit() or len(timestamp) > 12:
+    # isascii: str.isdigit() is true of '²' and '٣', which int() refuses or reads as digits
+    if not (timestamp.isascii() and timestamp.isdigit()) or len(timestamp) > 12:
         return Verdict(False, "bad_timestamp", delivery_id)
     if abs(now - int(timestamp)) > tolerance:
         return Verdict(False, "stale", delivery_id)

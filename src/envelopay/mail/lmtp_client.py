@@ -255,7 +255,7 @@ class LmtpClient:
             if not line:
                 raise asyncio.IncompleteReadError(b"", None)
             text = line.decode("utf-8", "replace").rstrip("\r\n")
-            if len(text) < 3 or not text[:3].isdigit():
+            if len(text) < 3 or not (text[:3].isascii() and text[:3].isdigit()):
                 raise TransportError(f"LMTP: malformed reply line {text[:80]!r}")
             texts.append(text[4:])
             if len(text) == 3 or text[3] == " ":

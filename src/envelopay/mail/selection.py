@@ -131,8 +131,8 @@ def reply_text(text: str | None, text_file: Path | None) -> str:
 
 def _host_port(value: str, field: str) -> tuple[str, int]:
     host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise refused(f"{field}: expected host:port, got {value!r}", field)
+    if not sep or not host or not (port.isascii() and port.isdigit()) or not 0 < int(port[:6]) < 65536:
+        raise refused(f"{field}: expected host:port (port 1-65535), got {value!r}", field)
     return host, int(port)
 
 
