@@ -2,8 +2,9 @@
 '²' (which int() refuses: a ValueError where a refusal was meant) and of '٣' or '١٧'
 (which int() reads: another spelling of a number). Each boundary that checked isdigit()
 before int() now refuses them as it refuses any other bad number: the AgentMail webhook's
-timestamp, an LMTP server's reply code, --smtp's port, the spend limits. (The enforcer
-API's page limit: tests/enforcer/test_paging.py.)"""
+timestamp, an LMTP server's reply code, --smtp's port, a garden endpoint (garden deliver
+--endpoint, enforcer serve --garden), the spend limits. (The enforcer API's page limit:
+tests/enforcer/test_paging.py.)"""
 
 from __future__ import annotations
 
@@ -11,11 +12,13 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from envelopay.cli.app import app
 from envelopay.enforcer.spend import parse_spend
-from envelopay.errors import TransportError
+from envelopay.errors import TransportError, UsageError
 from envelopay.mail.agentmail_webhook import sign_delivery, verify_delivery
-from envelopay.mail.lmtp_client import LmtpClient
+from envelopay.mail.lmtp_client import LmtpClient, parse_endpoint
 from envelopay.mail.mailbox import MailboxError
 from envelopay.mail.selection import smtp_config
 
@@ -65,3 +68,24 @@ def test_spend_limit_amount(amount: str) -> None:
     with pytest.raises(ValueError, match="is not AMOUNT"):
         parse_spend(f"solana-local/USDC={amount}/day")
     assert parse_spend("solana-local/USDC=3/day")[1].daily == 3
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    ("2424", 2424), ("127.0.0.1:2424", ("127.0.0.1", 2424)), ("var/garden.sock", Path("var/garden.sock")),
+    ("/run/a:1", Path("/run/a:1")), ("garden:sock", Path("garden:sock")),
+    ("127.0.0.1:²", Path("127.0.0.1:²")),
+])
+def test_garden_endpoint(text: str, want: object) -> None:
+    assert parse_endpoint(text) == want
+
+
+@pytest.mark.parametrize("text", ["99999", "0", "127.0.0.1:65536", "127.0.0.1:0", "9" * 5000])
+def test_garden_endpoint_number_that_is_no_port(tmp_path: Path, text: str) -> None:
+    """A number past 65535 was an OverflowError from connect() (a traceback); now exit 2."""
+    with pytest.raises(UsageError, match="a port is 1-65535"):
+        parse_endpoint(text)
+    eml = tmp_path / "m.eml"
+    eml.write_bytes(b"Subject: x\r\n\r\nx\r\n")
+    res = CliRunner().invoke(app, ["garden", "deliver", str(eml), "--to", "a@garden.local", "--from",
+                                   "b@garden.local", "--endpoint", text, "--json"])
+    assert res.exit_code == 2 and "a port is 1-65535" in res.output, res.output

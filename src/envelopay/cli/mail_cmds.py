@@ -506,15 +506,15 @@ def _register_garden(app: typer.Typer) -> None:
         import asyncio
         import sys
 
-        from envelopay.mail.garden import Endpoint, deliver
+        from envelopay.mail.garden import deliver
+        from envelopay.mail.lmtp_client import parse_endpoint
 
         try:
             raw = sys.stdin.buffer.read() if file == "-" else Path(file).read_bytes()
         except OSError as exc:
             fail(f"FILE: cannot read {file}: {exc.strerror or exc}")
-        host, sep, port = endpoint.rpartition(":")
-        is_tcp = bool(sep) and port.isascii() and port.isdigit() and "/" not in endpoint
-        target: Endpoint = (host, int(port)) if is_tcp else Path(endpoint)
+        with answers():  # a number that is no port: bad input, 2
+            target = parse_endpoint(endpoint)
         import os
 
         secret = os.environ.get("ENVELOPAY_GARDEN_SECRET", "")

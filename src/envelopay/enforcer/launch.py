@@ -80,7 +80,12 @@ def _deliverer(
         # $ENVELOPAY_GARDEN_USER (default "enforcer").
         secret = env.get("ENVELOPAY_GARDEN_SECRET")
         auth = (env.get("ENVELOPAY_GARDEN_USER") or "enforcer", secret) if secret else None
-        return GardenDeliverer(int(garden) if garden.isascii() and garden.isdigit() else garden, auth=auth)
+        from envelopay.mail.lmtp_client import parse_endpoint
+
+        endpoint = parse_endpoint(garden)
+        if isinstance(endpoint, tuple):  # --garden is a port or a path (help: _GARDEN)
+            endpoint = Path(garden)
+        return GardenDeliverer(endpoint, auth=auth)
     from envelopay.mail.smtp import Security, SmtpConfig
 
     password = env.get("ENVELOPAY_SMTP_PASSWORD") if smtp_user else None

@@ -17,7 +17,9 @@ from typing import TypeVar
 from envelopay.errors import TransportError, UsageError
 from envelopay.mail.addresses import require_address
 
-__all__ = ["DeliveryResult", "Endpoint", "LmtpClient", "Refused", "Reply", "deliver"]
+__all__ = [
+    "DeliveryResult", "Endpoint", "LmtpClient", "Refused", "Reply", "deliver", "parse_endpoint", "tcp_port",
+]
 
 T = TypeVar("T")
 
@@ -48,6 +50,27 @@ class DeliveryResult:
 
 
 Endpoint = tuple[str, int] | int | str | Path
+
+
+def tcp_port(text: str) -> int | None:
+    """`text` as a TCP port: ASCII digits (str.isdigit() is also true of '²' and '٣'),
+    1-65535; else None."""
+    if text.isascii() and text.isdigit() and len(text) <= 5 and 0 < int(text) < 65536:
+        return int(text)
+    return None
+
+
+def parse_endpoint(text: str) -> Endpoint:
+    """A garden endpoint as typed: PORT (loopback), HOST:PORT, or a socket path (any text
+    with a '/', or without a numeric port). UsageError for a number that is no port."""
+    host, sep, port = text.rpartition(":")
+    digits = port if sep and host and "/" not in text else text if not sep else ""
+    if not (digits.isascii() and digits.isdigit()):
+        return Path(text)
+    number = tcp_port(digits)
+    if number is None:
+        raise UsageError(f"endpoint {text!r}: a port is 1-65535")
+    return (host, number) if sep else number
 
 
 class Refused(TransportError):

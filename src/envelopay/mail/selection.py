@@ -130,10 +130,13 @@ def reply_text(text: str | None, text_file: Path | None) -> str:
 
 
 def _host_port(value: str, field: str) -> tuple[str, int]:
-    host, sep, port = value.rpartition(":")
-    if not sep or not host or not (port.isascii() and port.isdigit()) or not 0 < int(port[:6]) < 65536:
+    from envelopay.mail.lmtp_client import tcp_port
+
+    host, sep, text = value.rpartition(":")
+    port = tcp_port(text)
+    if not sep or not host or port is None:
         raise refused(f"{field}: expected host:port (port 1-65535), got {value!r}", field)
-    return host, int(port)
+    return host, port
 
 
 def smtp_config(target: str | None, security: str, env: Mapping[str, str] = os.environ) -> SmtpConfig:
