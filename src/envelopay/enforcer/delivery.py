@@ -23,7 +23,7 @@ from envelopay.errors import TransportError, UsageError
 
 if TYPE_CHECKING:
     from envelopay.dkim import DkimKey
-    from envelopay.mail.lmtp_client import Reply
+    from envelopay.mail.lmtp_client import DeliveryResult, Reply
     from envelopay.mail.smtp import SmtpConfig
 
 __all__ = [
@@ -320,10 +320,15 @@ class GardenDeliverer:
             result = await garden.deliver(raw, sender, [recipient], self.endpoint, auth=self.auth)
         except (OSError, TransportError) as exc:
             raise TransportError(f"garden {self.endpoint}: {exc}") from exc
-        if recipient not in result.delivered:
-            reply = result.replies.get(recipient)
-            raise TransportError(f"garden refused {recipient}: {reply.code if reply else '?'} "
-                                 f"{reply.text if reply else ''}".strip())
+        _require_delivered(result, recipient)
+
+
+def _require_delivered(result: DeliveryResult, recipient: str) -> None:
+    """TransportError with the garden's reply unless `recipient` got the message."""
+    if recipient not in result.delivered:
+        reply = result.replies.get(recipient)
+        raise TransportError(f"garden refused {recipient}: {reply.code if reply else '?'} "
+                             f"{reply.text if reply else ''}".strip())
 
 
 class GardenEnvelope:
@@ -403,10 +408,7 @@ class GardenEnvelope:
             raise TransportError(f"garden {self.owner.endpoint}: {exc}") from exc
         finally:
             await self._client.close()
-        if self.recipient not in result.delivered:
-            reply = result.replies.get(self.recipient)
-            raise TransportError(f"garden refused {self.recipient}: {reply.code if reply else '?'} "
-                                 f"{reply.text if reply else ''}".strip())
+        _require_delivered(result, self.recipient)
 
     def abort(self) -> None:
         if not self._done:
