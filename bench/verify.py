@@ -66,7 +66,7 @@ async def _loop_for(
 
 
 def _solana_handler() -> Callable[[str, list[Any]], Any]:
-    from envelopay.testing.rpc_server import JsonRpcFault
+    from envelopay.devnet.rpc_server import JsonRpcFault
 
     case = json.loads((ROOT / "fixtures/rpc/solana/success_usdc.json").read_text())
     results = {m: env["result"] for m, env in case["responses"].items()}
@@ -80,7 +80,7 @@ def _solana_handler() -> Callable[[str, list[Any]], Any]:
 
 
 def _base_handler() -> Callable[[str, list[Any]], Any]:
-    from envelopay.testing.rpc_server import JsonRpcFault
+    from envelopay.devnet.rpc_server import JsonRpcFault
 
     doc = json.loads((ROOT / "fixtures/rpc/base/success_usdc.json").read_text())
 
@@ -93,7 +93,7 @@ def _base_handler() -> Callable[[str, list[Any]], Any]:
 
 
 def serve(kind: str, delay: float) -> None:
-    from envelopay.testing.rpc_server import JsonRpcServer
+    from envelopay.devnet.rpc_server import JsonRpcServer
 
     handler = _solana_handler() if kind == "solana" else _base_handler()
 

@@ -246,7 +246,7 @@ def _rpc_rail(url: str, keypair_hex: str) -> Any:
 
 async def chain_role(setup: dict[str, Any]) -> None:
     """The chain process: LiteSVM served as a Solana JSON-RPC node."""
-    from envelopay.testing.rpc_server import JsonRpcServer
+    from envelopay.devnet.rpc_server import JsonRpcServer
     from envelopay_solana.devnode import solana_rpc_handler
     from envelopay_solana.local import LocalSolana
 

@@ -156,8 +156,8 @@ def test_conformance_target_must_be_one_address(pair: tuple[Path, Path]) -> None
 def pair_rpc(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     """As `pair`, with both agents on one Base chain reached over JSON-RPC (a dev node
     on loopback serving a local eth-tester chain), so the CLI can really pay."""
+    from envelopay.devnet.rpc_server import JsonRpcServer
     from envelopay.node.keys import evm_address
-    from envelopay.testing.rpc_server import JsonRpcServer
     from envelopay_base.devnode import base_rpc_handler
     from envelopay_base.local import LocalChain
 

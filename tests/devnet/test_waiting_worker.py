@@ -28,13 +28,13 @@ from envelopay.client.buyer import ClientApp, follow, pay_first
 from envelopay.config import config_from_dict, load_config
 from envelopay.devnet import registry
 from envelopay.devnet.fund import fund, plan_funding
+from envelopay.devnet.rpc_server import JsonRpcServer
 from envelopay.devnet.state import BaseEndpoint, DevnetState, SolanaEndpoint, write_state
 from envelopay.engine import Outcome
 from envelopay.ledger.store import ProofKey
 from envelopay.node.init import init_agent
 from envelopay.node.wiring import AgentNode, build_node
 from envelopay.protocol.messages import Fulfill, Invoice, Oops, Order, Pay
-from envelopay.testing.rpc_server import JsonRpcServer
 
 WORKER, BUYER = "worker@garden.local", "buyer@garden.local"
 CONFIRMED_AFTER = 3

@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
+from envelopay.devnet.rpc_server import JsonRpcServer
 from envelopay.enforcer.core import Enforcer
 from envelopay.enforcer.payment_client import PaymentClient
 from envelopay.enforcer.payments import CRASH_ENV, CRASH_POINTS
 from envelopay.enforcer.store import EnforcerStore, PostgresStore, SqliteStore
 from envelopay.errors import TransportError
 from envelopay.protocol.parse import parse
-from envelopay.testing.rpc_server import JsonRpcServer
 from envelopay_solana.devnode import solana_rpc_handler
 
 from .conftest import Sink

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from envelopay.devnet.rpc_server import JsonRpcServer
 from envelopay.enforcer.core import Enforcer
 from envelopay.enforcer.delivery import SmtpDeliverer
 from envelopay.enforcer.payment_client import PaymentClient
@@ -19,7 +20,6 @@ from envelopay.enforcer.payment_model import PaymentDisposition
 from envelopay.enforcer.payments import CRASH_ENV
 from envelopay.enforcer.store import EnforcerStore, PostgresStore, SqliteStore
 from envelopay.mail.smtp import SmtpConfig
-from envelopay.testing.rpc_server import JsonRpcServer
 from envelopay_solana.devnode import solana_rpc_handler
 
 from .conftest import Sink

@@ -18,7 +18,7 @@ import httpx
 import pytest
 from solders.keypair import Keypair
 
-from envelopay.testing.rpc_server import JsonRpcServer
+from envelopay.devnet.rpc_server import JsonRpcServer
 from envelopay_solana.devnode import solana_rpc_handler
 from envelopay_solana.local import LocalSolana
 

@@ -19,7 +19,7 @@ from solders.keypair import Keypair
 from typer.testing import CliRunner
 
 from envelopay.cli.app import app
-from envelopay.testing.rpc_server import JsonRpcServer
+from envelopay.devnet.rpc_server import JsonRpcServer
 from envelopay_solana import LocalSolana
 from envelopay_solana.devnode import solana_rpc_handler
 from envelopay_solana.keys import write_keypair

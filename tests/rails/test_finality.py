@@ -43,7 +43,7 @@ def test_policy_from_config_options() -> None:
 
 
 async def test_wait_final_reports_progress_until_confirmed() -> None:
-    from envelopay.testing.rpc_server import JsonRpcServer
+    from envelopay.devnet.rpc_server import JsonRpcServer
     from envelopay_solana import LocalSolana, make_rail
     from envelopay_solana.devnode import SlotClock, solana_rpc_handler
 

@@ -13,7 +13,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from envelopay.testing.rpc_server import JsonRpcServer
+from envelopay.devnet.rpc_server import JsonRpcServer
 from envelopay_base.anvil import AnvilProcess
 from envelopay_base.devchain import DevChain, NodeKind
 from envelopay_base.devnode import BlockClock, base_rpc_handler

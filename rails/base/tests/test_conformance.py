@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from envelopay.devnet.rpc_server import JsonRpcServer
 from envelopay.testing.rails import RAIL_CHECKS, check_rail, run_check
-from envelopay.testing.rpc_server import JsonRpcServer
 from envelopay_base.devnode import base_rpc_handler
 from envelopay_base.local import LocalChain
 

@@ -121,7 +121,7 @@ async def test_mainnet_rail_refuses_sepolia_expectation_without_asking() -> None
 
 
 async def test_rpc_on_local_network_binds_to_the_dev_node_chain_id() -> None:
-    from envelopay.testing.rpc_server import JsonRpcServer
+    from envelopay.devnet.rpc_server import JsonRpcServer
     from envelopay_base.devnode import base_rpc_handler
     from envelopay_base.local import LocalChain
 

@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from envelopay.devnet.rpc_server import JsonRpcServer
 from envelopay.testing.rails import RAIL_CHECKS, check_rail, run_check
-from envelopay.testing.rpc_server import JsonRpcServer
 from envelopay_solana import LocalSolana
 from envelopay_solana.devnode import solana_rpc_handler
 

@@ -10,9 +10,9 @@ import pytest
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
+from envelopay.devnet.rpc_server import JsonRpcServer
 from envelopay.errors import ConfigError, UsageError
 from envelopay.rails.interface import Expectation
-from envelopay.testing.rpc_server import JsonRpcServer
 from envelopay_solana import LocalSolana, make_rail
 from envelopay_solana.devnode import solana_rpc_handler
 from envelopay_solana.rail import RENT_EXEMPT_MINIMUM, SolanaRail

@@ -13,10 +13,10 @@ import httpx
 import pytest
 import respx
 
+from envelopay.devnet.rpc_server import JsonRpcFault, JsonRpcServer
 from envelopay.errors import TransportError
 from envelopay.rails.interface import Expectation
 from envelopay.testing.rails import RAIL_CHECKS, run_check
-from envelopay.testing.rpc_server import JsonRpcFault, JsonRpcServer
 from envelopay_solana import LocalSolana, make_rail
 from envelopay_solana.devnode import solana_rpc_handler
 from envelopay_solana.rpc import RpcError, SolanaRpc

@@ -12,8 +12,8 @@ import httpx
 import pytest
 from solders.keypair import Keypair
 
+from envelopay.devnet.rpc_server import JsonRpcServer
 from envelopay.rails.interface import Expectation, Reason
-from envelopay.testing.rpc_server import JsonRpcServer
 from envelopay_solana import LocalSolana, make_rail
 from envelopay_solana.devnode import SlotClock, solana_rpc_handler
 

@@ -48,7 +48,7 @@ async def start_chains(
     block_time: float = 2.0,
     base_node: str = "auto",  # auto | anvil | eth-tester
 ) -> ChainNodes:
-    from envelopay.testing.rpc_server import JsonRpcServer
+    from envelopay.devnet.rpc_server import JsonRpcServer
     from envelopay_solana.devnode import SlotClock, solana_rpc_handler
     from envelopay_solana.local import LocalSolana
 
@@ -84,7 +84,7 @@ async def _start_base(nodes: ChainNodes, port: int, block_time: float, which: st
         async with DevChain(anvil.url) as dev:
             usdc = await dev.deploy_token()
         return BaseEndpoint(anvil.url, "anvil", anvil.chain_id, block_time, usdc, anvil.pid)
-    from envelopay.testing.rpc_server import JsonRpcServer
+    from envelopay.devnet.rpc_server import JsonRpcServer
     from envelopay_base.devnode import BlockClock, base_rpc_handler
     from envelopay_base.local import LocalChain
 

@@ -1,6 +1,6 @@
 """A JSON-RPC dev node over a LocalChain: the methods the Base rail's RPC backend uses.
 
-Serve it with `envelopay.testing.rpc_server.JsonRpcServer(base_rpc_handler(chain))` and
+Serve it with `envelopay.devnet.rpc_server.JsonRpcServer(base_rpc_handler(chain))` and
 point an rpc rail at the URL (network "local", chain_id=chain.chain_id). Answers are
 shaped like geth's: camelCase keys, hex quantities, `input` for calldata. It lets the
 RPC backend run the conformance kit against real transactions, over real HTTP.
@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from envelopay.testing.rpc_server import JsonRpcFault
+from envelopay.devnet.rpc_server import JsonRpcFault
 from envelopay_base.local import LocalChain
 
 _CAMEL = re.compile(r"_([a-z])")

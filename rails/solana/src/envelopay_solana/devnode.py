@@ -30,7 +30,7 @@ from solders.pubkey import Pubkey
 from solders.transaction import Transaction
 from solders.transaction_metadata import FailedTransactionMetadata
 
-from envelopay.testing.rpc_server import JsonRpcFault
+from envelopay.devnet.rpc_server import JsonRpcFault
 from envelopay_solana.local import LocalSolana, _ui_amount
 from envelopay_solana.verify import COMMITMENT_RANK
 

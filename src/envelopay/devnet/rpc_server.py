@@ -1,7 +1,8 @@
 """A small JSON-RPC 2.0 server over HTTP/1.1 (keep-alive) on loopback.
 
-Rails use it in tests and benchmarks to stand in for a chain node: a Solana dev node
-over LiteSVM, or fixture documents answered after an injected delay. It speaks real
+The devnet serves its chain nodes with it (a Solana dev node over LiteSVM, the
+eth-tester node); tests and benchmarks use it to stand in for a chain node, or to answer
+fixture documents after an injected delay. It speaks real
 HTTP on a real socket, so the client side (connection pool, parsing, timeouts) runs
 exactly as against a remote node. Only asyncio streams; no third-party server.
 """
