@@ -26,7 +26,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, AnyStr
 
 from envelopay.errors import ConfigError
 from envelopay.mail.addresses import Address, parse_address, require_address
@@ -61,6 +61,13 @@ def peer_allowed(peer: Any) -> bool:
             return ip.ipv4_mapped.is_loopback
         return ip.is_loopback
     return False
+
+
+def shown(text: str) -> str:
+    """`text` as printable ASCII for a reply line: anything else escaped (\\u200b, \\udcff,
+    \\r). A reply is ASCII (RFC 5321 4.2; this garden offers no SMTPUTF8), and an address
+    quoted back must not break it into lines."""
+    return "".join(c if " " <= c <= "~" else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 def _bare(addr: str) -> Address | None:
@@ -117,7 +124,7 @@ class _GardenHandler:
                 return "530 5.7.0 authentication required: this garden knows its senders"
             bare = _bare(address)
             if bare is not None and not account.may_send_as(bare.addr):
-                return f"553 5.7.1 {account.user} may not send as {bare.addr}"
+                return f"553 5.7.1 {account.user} may not send as {shown(bare.addr)}"
         envelope.mail_from = address
         envelope.mail_options.extend(mail_options)
         return "250 2.1.0 Ok"
@@ -168,7 +175,7 @@ class _GardenHandler:
             if account is None or frm is None or not account.may_send_as(frm):
                 self._server.stats.refused_from += 1
                 who = account.user if account is not None else "an unauthenticated sender"
-                return f"550 5.7.1 {who} may not send From {frm or 'that header'}"
+                return f"550 5.7.1 {who} may not send From {shown(frm) if frm else 'that header'}"
         return stamp(content, read, authserv_id=self._server.hostname,
                      user=account.user if account is not None else None)
 
@@ -201,6 +208,13 @@ class _GardenHandler:
 # returns. Anything else (comments included) goes through that parser.
 _ATEXT = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
 _SIMPLE_ANGLE_ADDR = re.compile(rf"<({_ATEXT}(?:\.{_ATEXT})*@{_ATEXT}(?:\.{_ATEXT})*)>(.*)", re.DOTALL)
+
+
+# aiosmtpd's answer to a command line that is not ASCII (it offers no SMTPUTF8 here), read
+# before any hook runs. RFC 6531 gives such addresses X.6.7 ("Non-ASCII addresses not
+# permitted for that sender/recipient"); 501 is a syntax error in the parameters (RFC 5321 4.2.3).
+_STRICT_ASCII = "500 Error: strict ASCII mode"
+_NON_ASCII_COMMAND = "501 5.6.7 non-ASCII in a command: this garden takes ASCII addresses only (no SMTPUTF8)"
 
 
 class _QuietLegacyLogin(logging.Filter):
@@ -240,6 +254,15 @@ def _lmtp_class() -> type[Any]:
             return addr, rest
 
         _refused = False
+
+        async def push(self, status: AnyStr) -> None:
+            if isinstance(status, str) and status == _STRICT_ASCII:
+                await super().push(_NON_ASCII_COMMAND)
+            elif isinstance(status, str) and not status.isascii():
+                # aiosmtpd would raise UnicodeEncodeError and answer "500 Error: (...)".
+                await super().push("\r\n".join(shown(line) for line in status.split("\r\n")))
+            else:
+                await super().push(status)
 
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             peer = transport.get_extra_info("peername")
