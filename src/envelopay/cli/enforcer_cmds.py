@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shlex
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -181,13 +182,21 @@ def _register_agents(agent_app: typer.Typer) -> None:
         payee_wallet: PayeeWalletOpt = None,
         require_invoice: Annotated[bool, typer.Option(
             "--require-invoice", help="Pay only bound INVOICEs (pay_invoice).")] = False,
+        devnet: Annotated[bool, typer.Option(
+            "--devnet", help="Give the agent a mailbox in the running devnet's garden.")] = False,
     ) -> None:
-        """Create an agent and print its token (shown once; only its hash is stored). With
-        --wallet and --spend, its wallets (held by the enforcer) and spend policy too."""
+        """Create an agent and print its token (shown once; only its hash is stored) as
+        `export` lines for its MCP client. With --wallet and --spend, its wallets (held by
+        the enforcer) and spend policy too; with --devnet, its garden mailbox."""
         wallets = wallet_specs(wallet or [])
         spends = bool(spend or payee or payee_wallet or require_invoice)
         policy = policy_from_options({}, spend or [], payee or [], payee_wallet or [], require_invoice) \
             if spends else None
+        if devnet:  # before the agent exists: no devnet, no agent half made
+            from envelopay.devnet.state import read_state
+
+            with answers():
+                read_state()
         agent, token = ask(where, lambda op: op.create_agent(
             name, address, allow=tuple(allow or ()), hourly=hourly, daily=daily))
         lines = [f"created agent {agent['name']} <{agent['address']}>: {agent['summary']}"]
@@ -196,12 +205,15 @@ def _register_agents(agent_app: typer.Typer) -> None:
             made = ask(where, lambda op: apply_create_options(op, name, wallets, policy))
             lines += [f"wallet {w['chain']} {w['address']} ({w['label']})" for w in made]
             lines += describe_policy(policy) if policy is not None else []
-        env = {"ENVELOPAY_ENFORCER": where.url, "ENVELOPAY_AGENT_ADDRESS": agent["address"],
-               "ENVELOPAY_AGENT_TOKEN": token}
+        env = {"ENVELOPAY_ENFORCER": absolute_enforcer(where.url),
+               "ENVELOPAY_AGENT_ADDRESS": agent["address"], "ENVELOPAY_AGENT_TOKEN": token}
+        garden = _admit_on_devnet(agent["address"], made, lines) if devnet else None
+        if garden is not None:
+            env["ENVELOPAY_AGENT_MAILDIR"] = str(garden["maildir"])
         lines.append("Save this token now; it is shown only once. MCP client configuration:")
-        lines += [f"{k}={v}" for k, v in env.items()]
+        lines += [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
         finish(where.as_json, ran("agent create", agent=agent, token=token, wallets=made, policy=policy,
-                                     env=env), lines)
+                                     env=env, devnet=garden), lines)
 
     @agent_app.command("list")
     @OPERATOR
@@ -220,6 +232,30 @@ def _register_agents(agent_app: typer.Typer) -> None:
         if agent is None:
             fail(f"NAME: no agent named {name!r}")
         finish(where.as_json, ran("agent kill", agent=agent), [f"killed {name}"])
+
+
+def absolute_enforcer(url: str) -> str:
+    """Where the enforcer is, usable from any folder: a URL as given, a socket path made
+    absolute (an MCP client is often started elsewhere than the operator's shell)."""
+    if url.startswith(("http://", "https://")):
+        return url
+    return str(Path(url).expanduser().absolute())
+
+
+def _admit_on_devnet(address: str, made: list[dict[str, Any]], lines: list[str]) -> dict[str, object]:
+    """The agent's garden mailbox on the devnet, and the enforcer's garden account let
+    send as it (devnet/leash.py); what was done is added to `lines`."""
+    from envelopay.devnet.leash import admit_leashed_agent
+
+    user = os.environ.get("ENVELOPAY_GARDEN_USER") or "enforcer"
+    with answers():
+        box = admit_leashed_agent(address, {w["chain"]: w["address"] for w in made}, sender=user)
+    lines.append(f"garden mailbox {box.maildir}")
+    if box.sender is None:
+        lines.append(f"warning: the garden has no account {user!r} to send as {address}; run "
+                     f"`envelopay garden account {user} -a {address} --accounts DEVNET/garden-accounts.json`"
+                     " and give its secret to the enforcer ($ENVELOPAY_GARDEN_SECRET)")
+    return box.to_json()
 
 
 def _listing(where: OperatorOptions, command: str, key: str, rows: list[dict[str, Any]], nxt: str | None,
