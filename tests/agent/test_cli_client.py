@@ -22,6 +22,7 @@ from envelopay.node.wiring import open_store
 
 runner = CliRunner()
 WORKER = "worker@garden.local"
+KV = "kv-worker@garden.local"  # the worker's own responder, as `init` declares it
 CLIENT = "client@garden.local"
 
 
@@ -200,13 +201,13 @@ def test_order_then_pay_the_invoice_from_the_cli(pair_rpc: tuple[Path, Path]) ->
 
 def test_call_the_kv_responder_from_the_cli(pair: tuple[Path, Path]) -> None:
     _, ccfg = pair
-    res = runner.invoke(app, ["call", "kv@garden.local", "--request", '{"key": "spec.version"}',
+    res = runner.invoke(app, ["call", "kv-worker@garden.local", "--request", '{"key": "spec.version"}',
                               "-c", str(ccfg), "--timeout", "60"])
     assert res.exit_code == 0, res.output
     assert '"status": "ok"' in res.output and '"value": "0.1.0"' in res.output
-    res = runner.invoke(app, ["call", "kv@garden.local", "--request", '{"key": "nope"}', "-c", str(ccfg)])
+    res = runner.invoke(app, ["call", KV, "--request", '{"key": "nope"}', "-c", str(ccfg)])
     assert res.exit_code == 1 and '"code": "not_found"' in res.output
-    res = runner.invoke(app, ["call", "kv@garden.local", "--request", "[1]", "-c", str(ccfg)])
+    res = runner.invoke(app, ["call", KV, "--request", "[1]", "-c", str(ccfg)])
     assert res.exit_code == 2 and "--request" in res.output
 
 
@@ -269,7 +270,7 @@ def test_every_command_answers_one_json_document_with_its_exit_code(pair: tuple[
     _doc(["show", "flow_nope", *c], 2)
     _doc(["order", WORKER, "--task", "{}", "--wait", "--timeout", "-1", *c], 2)
     _doc(["init", "--dir", str(tmp_path / "new")], 0)
-    _doc(["call", "kv@garden.local", "--request", '{"key": "spec.version"}', *c], 0)
+    _doc(["call", "kv-worker@garden.local", "--request", '{"key": "spec.version"}', *c], 0)
     res = runner.invoke(app, ["order", WORKER, "--task", "[1]", *c])
     assert res.exit_code == 2 and "--task" in res.output and "Input should" not in res.output, res.output
 

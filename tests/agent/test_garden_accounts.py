@@ -116,6 +116,40 @@ def test_an_insider_with_the_clients_secret_cannot_send_from_the_worker(
     assert _files(garden, CLIENT) == [] and _files(garden, WORKER) == []
 
 
+def test_an_admitted_agent_cannot_send_from_the_workers_responder(world: tuple[Path, Path, Path]) -> None:
+    """Issue 29, item 5: every default config declares a responder; it is the agent's own."""
+    cdir, garden, sock = world
+    [responder] = [r.address for r in load_config(cdir.parent / "worker" / "envelopay.toml").responders]
+    secret = read_secret(cdir / "keys" / "garden.secret")
+    forged = f"From: {responder}\r\nTo: {WORKER}\r\nSubject: x\r\nMessage-ID: <r1@garden.local>\r\n\r\n"
+    result = asyncio.run(deliver(forged.encode(), CLIENT, [WORKER], sock, auth=(CLIENT, secret)))
+    assert result.delivered == () and result.replies[WORKER].code == 550
+    assert _files(garden, WORKER) == []
+
+
+def test_an_agent_claiming_the_workers_address_is_not_admitted(
+    world: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    """Its config lists the worker's address (a case variant): `garden account -c` refuses it,
+    exit 2, and the running garden, re-reading its file, still does not know it."""
+    cdir, garden, sock = world
+    accounts = cdir.parent / "worker" / "garden-accounts.json"
+    other = init_agent(tmp_path / "other", address="other@garden.local")
+    cfg = tmp_path / "other" / "envelopay.toml"
+    cfg.write_text(cfg.read_text() + '\n[[responders]]\naddress = "Worker@Garden.Local"\n'
+                   'handler = "envelopay.endpoints.reference:kv_get"\n'
+                   'schema = "envelopay.endpoints.reference:KvGet"\n')
+    before = accounts.read_bytes()
+    res = runner.invoke(app, ["garden", "account", "--accounts", str(accounts), "-c", str(cfg)])
+    assert res.exit_code == 2 and "worker@garden.local (held by worker@garden.local)" in res.output
+    assert accounts.read_bytes() == before
+    creds = ("other@garden.local", read_secret(other.garden_secret or Path()))
+    raw = f"From: {WORKER}\r\nTo: {CLIENT}\r\nSubject: x\r\n\r\nhi\r\n".encode()
+    with pytest.raises(TransportError, match="535"):
+        asyncio.run(deliver(raw, "other@garden.local", [CLIENT], sock, auth=creds))
+    assert _files(garden, CLIENT) == []
+
+
 def test_an_agent_nobody_admitted_cannot_send_until_admitted(
     world: tuple[Path, Path, Path], tmp_path: Path
 ) -> None:

@@ -174,12 +174,12 @@ def test_the_account_command_prints_the_secret_once_and_keeps_its_hash(tmp_path:
     path = tmp_path / "accounts.json"
     res = CliRunner().invoke(app, ["garden", "account", A, "-a", A, "--accounts", str(path)])
     assert res.exit_code == 0, res.output
-    secret = res.output.strip()
+    secret = res.stdout.strip()  # the secret alone on stdout; what was granted: stderr
     [account] = load_accounts(path)
     assert account.user == A and account.check(secret) and secret not in path.read_text()
     assert path.stat().st_mode & 0o777 == 0o600
     bad = CliRunner().invoke(app, ["garden", "account", A, "-a", "not an address", "--accounts", str(path)])
-    assert bad.exit_code != 0 and load_accounts(path) == [account]
+    assert bad.exit_code == 2 and load_accounts(path) == [account]
 
 
 def test_a_garden_authenticates_unless_told_open_in_so_many_words(tmp_path: Path) -> None:

@@ -460,33 +460,45 @@ def _register_garden(app: typer.Typer) -> None:
         ] = None,
         address: Annotated[
             list[str] | None,
-            typer.Option("--address", "-a", help="An address it may send as (repeat for each)."),
+            typer.Option("--address", "-a", help="An address it may send as (repeat for each).")
         ] = None,
         config: Annotated[
             Path | None,
-            typer.Option("--config", "-c", help="Admit this agent: its address and the hash of its "
-                         "keys/garden.secret (nothing is printed)."),
+            typer.Option("--config", "-c", help="Admit this agent: its address, its responders' and the "
+                         "hash of its keys/garden.secret (nothing secret is printed)."),
+        ] = None,
+        take: Annotated[
+            list[str] | None,
+            typer.Option("--take", help="Move this address from the account holding it (repeat for each; "
+                         "without it an address another account holds is refused, exit 2)."),
         ] = None,
         as_json: JsonOpt = False,
     ) -> None:
-        """Add (or replace) a garden account. USER -a ADDR: a new secret, printed once (only
-        its hash is kept). -c CONFIG: an agent `init` set up, by its own secret."""
-        from envelopay.mail.garden_auth import add_account
+        """Add (or replace) a garden account and print what it may send as. An address
+        belongs to one account: one another account holds is refused unless --take names
+        it. USER -a ADDR: a new secret, printed once on stdout (only its hash is kept; what
+        was granted goes to stderr). -c CONFIG: an agent `init` set up, by its own secret."""
+        from envelopay.mail.garden_auth import grant, new_account
         from envelopay.node.init import admit_agent
 
         if (config is None) == (user is None):
             fail("give USER -a ADDRESS (a new secret) or --config CONFIG (an agent's own secret)")
         if config is not None:
             with answers():
-                admitted = admit_agent(accounts, config)
-            finish(as_json, ran("garden account", user=admitted, accounts=str(accounts)),
-                   [f"admitted {admitted} to {accounts}"])
+                done = admit_agent(accounts, config, take=take or ())
+            finish(as_json, ran("garden account", accounts=str(accounts), **done.to_json()), done.lines())
         assert user is not None
-        address = address or []
-        with answers():
-            secret = add_account(accounts, user, address)
-        finish(as_json, ran("garden account", user=user, addresses=list(address), accounts=str(accounts),
-                               secret=secret), [secret])
+        from envelopay.errors import ConfigError
+
+        with answers(input_kinds=(ConfigError,)):  # USER and -a are its flags: bad input (2)
+            account, secret = new_account(user, address or [])
+        with answers():  # an address taken: 2; an unreadable accounts file: the environment (3)
+            done = grant(accounts, account, take=take or ())
+        if not as_json:  # stdout is the secret alone (`$(envelopay garden account ...)`)
+            for line in done.lines():
+                typer.echo(line, err=True)
+        finish(as_json, ran("garden account", accounts=str(accounts), secret=secret, **done.to_json()),
+               [secret])
 
     @garden.command("deliver")
     def deliver_cmd(

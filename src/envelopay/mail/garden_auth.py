@@ -23,9 +23,11 @@ An agent keeps its own secret in a file beside its config (`write_secret`, mode 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
+import logging
 import os
 import re
 import secrets
@@ -34,22 +36,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envelopay.errors import ConfigError
+from envelopay.errors import ConfigError, UsageError
 from envelopay.mail.addresses import require_address
 from envelopay.protocol.headers import Field, HeaderBlock, HeaderRefusal, addresses, read_headers
 
 __all__ = [
     "AccountsFile",
+    "AddressTaken",
     "GardenAccount",
+    "Grant",
     "account_with",
     "add_account",
     "all_froms_allowed",
     "authenticated_sender",
     "claims_of",
     "file_stamp",
+    "grant",
     "load_accounts",
     "new_account",
     "new_secret",
+    "one_owner",
     "put_account",
     "read_secret",
     "save_accounts",
@@ -59,6 +65,7 @@ __all__ = [
     "write_secret",
 ]
 
+_log = logging.getLogger("envelopay.garden")
 _USER = re.compile(r"[A-Za-z0-9@._+-]{1,254}")
 _COMMENT = re.compile(r"\([^()]*\)")
 
@@ -151,26 +158,119 @@ def load_accounts(path: Path) -> list[GardenAccount]:
 
 
 def save_accounts(path: Path, accounts: Iterable[GardenAccount]) -> None:
+    """Write the accounts file whole (mode 0600): a new file renamed over the old, so a
+    garden re-reading it meanwhile sees the old list or the new, never half of one."""
+    path = Path(path)
     doc = [
         {"user": a.user, "secret_sha256": a.secret_sha256, "addresses": sorted(a.addresses)} for a in accounts
     ]
-    Path(path).write_text(json.dumps(doc, indent=2) + "\n")
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(doc, indent=2) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
 
 
-def put_account(path: Path, account: GardenAccount) -> None:
-    """Add (or replace, by user) `account` in the accounts file at `path` (mode 0600)."""
+class AddressTaken(UsageError):
+    """A grant names addresses another account holds (SPEC.md "Walled garden": an address
+    belongs to one account). Nothing was written."""
+
+    code = "address_taken"
+    field = "--take"
+
+    def __init__(self, user: str, held: Mapping[str, str]) -> None:
+        self.held = dict(held)  # address -> the account holding it
+        named = ", ".join(f"{a} (held by {o})" for a, o in sorted(self.held.items()))
+        super().__init__(
+            f"{user} cannot be granted an address another account holds: {named}; nothing was "
+            f"granted (take each on purpose with --take ADDRESS, or leave it out)")
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """What one `grant` did: the account's addresses, which of them were taken from whom,
+    whether the user existed before, and the accounts a take left with no address (gone)."""
+
+    user: str
+    addresses: tuple[str, ...]
+    taken: Mapping[str, str]
+    replaced: bool
+    emptied: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"user": self.user, "addresses": list(self.addresses), "taken": dict(self.taken),
+                "replaced": self.replaced, "emptied": list(self.emptied)}
+
+    def lines(self) -> list[str]:
+        verb = "replaced" if self.replaced else "granted"
+        out = [f"{verb} {self.user}: may send as {', '.join(self.addresses)}"]
+        out += [f"took {a} from {o}" for a, o in sorted(self.taken.items())]
+        out += [f"removed {u}: it held no address any more" for u in self.emptied]
+        return out
+
+
+def grant(path: Path, account: GardenAccount, *, take: Iterable[str] = ()) -> Grant:
+    """Add (or replace, by user) `account` in the accounts file at `path` (created if absent,
+    mode 0600). An address another account holds is refused (AddressTaken, nothing written)
+    unless `take` names it: then it moves to `account`, and an account left with no address
+    is removed. Addresses compare case-insensitively (they are stored lower-cased)."""
     path = Path(path)
-    kept = [a for a in load_accounts(path) if a.user != account.user] if path.exists() else []
+    taking = {require_address(t, field="--take").lower() for t in take}
+    if stray := sorted(taking - account.addresses):
+        raise UsageError(f"--take {', '.join(stray)}: not among the addresses granted to {account.user}")
+    existing = load_accounts(path) if path.exists() else []
+    others = [a for a in existing if a.user != account.user]
+    held = {addr: a.user for a in others for addr in a.addresses if addr in account.addresses}
+    if refused := {addr: owner for addr, owner in held.items() if addr not in taking}:
+        raise AddressTaken(account.user, refused)
+    kept: list[GardenAccount] = []
+    emptied: list[str] = []
+    for other in others:
+        left = other.addresses - account.addresses
+        if not left:
+            emptied.append(other.user)
+        elif left == other.addresses:
+            kept.append(other)
+        else:
+            kept.append(GardenAccount(other.user, other.secret_sha256, left))
     save_accounts(path, [*kept, account])
-    path.chmod(0o600)
+    return Grant(account.user, tuple(sorted(account.addresses)), held,
+                 replaced=len(others) < len(existing), emptied=tuple(emptied))
+
+
+def put_account(path: Path, account: GardenAccount) -> Grant:
+    """Add (or replace, by user) `account` in the accounts file at `path` (mode 0600); an
+    address another account holds is refused (`grant`, with nothing taken)."""
+    return grant(path, account)
 
 
 def add_account(path: Path, user: str, addresses: Iterable[str]) -> str:
     """Add (or replace) `user` in the accounts file at `path` (created if absent, mode
-    0600); return the new secret."""
+    0600); return the new secret. An address another account holds is refused (`grant`)."""
     account, secret = new_account(user, addresses)
-    put_account(path, account)
+    grant(path, account)
     return secret
+
+
+def one_owner(accounts: Iterable[GardenAccount]) -> tuple[list[GardenAccount], dict[str, list[str]]]:
+    """The accounts with every address more than one of them holds taken from all of them
+    (a file edited by hand, or written before the rule): a contested address sends as
+    nobody until an operator grants it to one. Returns the accounts and address -> holders."""
+    accounts = list(accounts)
+    holders: dict[str, list[str]] = {}
+    for a in accounts:
+        for addr in a.addresses:
+            holders.setdefault(addr, []).append(a.user)
+    contested = {addr: users for addr, users in holders.items() if len(users) > 1}
+    if not contested:
+        return accounts, {}
+    unique = [GardenAccount(a.user, a.secret_sha256, a.addresses - contested.keys()) for a in accounts]
+    return unique, contested
 
 
 def _claims(value: bytes, authserv_id: str) -> bool:
@@ -271,6 +371,13 @@ class AccountsFile:
     def accounts(self) -> list[GardenAccount]:
         self._stamp = self._now()
         found = load_accounts(self.path) if self.path is not None and self._stamp is not None else []
+        # One owner per address among the file's accounts (the in-memory ones are the
+        # node's own, which shares its agent's addresses by design).
+        found, contested = one_owner(found)
+        for addr, users in sorted(contested.items()):
+            _log.warning("garden accounts %s: %s is held by %s; nobody may send as it until one "
+                         "account holds it (envelopay garden account --take)",
+                         self.path, addr, ", ".join(users))
         return [*found, *self.extra]
 
     def __call__(self) -> None:

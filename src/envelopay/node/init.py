@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 import secrets
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING
 from envelopay.config import WorkerConfig, load_config
 from envelopay.errors import ConfigError, UsageError
 from envelopay.mail.addresses import require_address
-from envelopay.mail.garden_auth import account_with, put_account, secret_hash, write_secret
+from envelopay.mail.garden_auth import Grant, account_with, grant, put_account, secret_hash, write_secret
 from envelopay.node.keys import Entropy, GeneratedKeys, evm_address, generate_keys, solana_pubkey
 
 if TYPE_CHECKING:
@@ -79,8 +80,6 @@ def _for_devnet(text: str, state: DevnetState, selector: str, domain: str) -> st
         ('[rails.base]\nbackend = "local"\n',
          f'[rails.base]\nbackend = "rpc"\nnetwork = "local"\nrpc_url = "{state.base.rpc_url}"\n'
          'poll_interval = 0.1\n'),
-        # Several agents share the devnet's garden: each gets its own responder address.
-        (f'address = "kv@{domain}"', f'address = "kv-{selector}@{domain}"'),
         ("# peers' records here. With dkim_dns = \"resolver\" real DNS is used instead.",
          "# peers' records here; the devnet's table (dkim_dns = \"devnet\") has every registered agent's."),
     ]
@@ -155,9 +154,11 @@ price = "0"
 [dkim_records]
 "{selector}._domainkey.{domain}" = "{dkim_txt}"
 
-# A deterministic email-as-tool endpoint inside the garden.
+# A deterministic email-as-tool endpoint inside the garden. Its address is this agent's
+# own (kv-<local part>): a garden address belongs to one account, and every agent `init`
+# sets up declares one.
 [[responders]]
-address = "kv@{domain}"
+address = "kv-{selector}@{domain}"
 description = "key-value lookup"
 handler = "envelopay.endpoints.reference:kv_get"
 schema = "envelopay.endpoints.reference:KvGet"
@@ -220,10 +221,12 @@ def agent_addresses(cfg: WorkerConfig) -> tuple[str, ...]:
     return (cfg.agent.address, *(r.address.lower() for r in cfg.responders))
 
 
-def admit_agent(accounts: Path, config: Path) -> str:
+def admit_agent(accounts: Path, config: Path, *, take: Iterable[str] = ()) -> Grant:
     """Let the agent of `config` send into the garden whose accounts file is `accounts`:
-    its account (the hash of its keys/garden.secret, its addresses) is added or replaced.
-    Returns the user; the secret itself never leaves the agent's file."""
+    its account (the hash of its keys/garden.secret, its addresses: its own and its
+    responders') is added or replaced. The config is the agent's own word, so an address
+    another account holds is refused (AddressTaken) unless `take` names it. Returns what
+    was granted; the secret itself never leaves the agent's file."""
     from envelopay.node.wiring import garden_credential
 
     cfg = load_config(config)
@@ -231,8 +234,7 @@ def admit_agent(accounts: Path, config: Path) -> str:
     if credential is None:
         raise ConfigError(f"{config}: no garden credential (transport.garden_secret_file); "
                           "`envelopay init --force` adds one and keeps the keys")
-    put_account(accounts, account_with(credential[0], agent_addresses(cfg), credential[1]))
-    return credential[0]
+    return grant(accounts, account_with(credential[0], agent_addresses(cfg), credential[1]), take=take)
 
 
 def register_with_devnet(state: DevnetState, cfg: WorkerConfig, dkim_txt: str, garden_sha256: str) -> None:
