@@ -125,7 +125,10 @@ def _wrap(rng: random.Random, body: dict[str, Any]) -> bytes:
     if ctype != "application/json" and rng.random() < 0.5:
         text += rng.choice(['\n-- \nsig {"v":"x","type":"y"}', '\n> old\n> {"type":"pay"}', "\nbye"])
     if ctype == "text/html":
-        text = "<div>" + text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;") + "</div>"
+        # As a client writes HTML: a line break is <br> (a source line break alone is a
+        # space on the page, SPEC.md "Payload placement" 3).
+        escaped = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+        text = "<div>" + escaped.replace("\n", "<br>\n") + "</div>"
     data = text.encode("utf-8")
     if cte == "base64":
         data = base64.encodebytes(data)

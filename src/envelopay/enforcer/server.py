@@ -337,10 +337,12 @@ def build_app(enforcer: Enforcer, payments: Any = None) -> web.Application:
     app = web.Application(middlewares=[_operator_guard], client_max_size=1024 * 1024)
     app[ENFORCER] = enforcer
     app[SESSIONS] = {}
-    if payments is not None:  # the spend enforcer (payments.Payments)
-        from envelopay.enforcer.payment_routes import add_payment_routes
+    from envelopay.enforcer.payment_routes import add_disabled_payment_routes, add_payment_routes
 
+    if payments is not None:  # the spend enforcer (payments.Payments)
         add_payment_routes(app, payments)
+    else:
+        add_disabled_payment_routes(app)
     app.router.add_post("/v1/send", _send)
     app.router.add_get("/v1/sends/{id}", _status)
     app.router.add_get("/v1/agents", _agents)

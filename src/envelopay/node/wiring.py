@@ -219,21 +219,28 @@ def open_store(url: str, base: Path) -> Store:
 
 
 def dns_for(cfg: WorkerConfig) -> DnsLookup:
+    home = cfg.path(cfg.agent.devnet_home) if cfg.agent.devnet_home else None
+    return dns_setup(cfg.agent.dkim_dns, dict(cfg.dkim_records), devnet_home=home)
+
+
+def dns_setup(kind: str, table: Mapping[str, str], *, devnet_home: Path | None = None) -> DnsLookup:
+    """The DKIM key lookup every verifier on this machine uses — the node's inbound path
+    and the spend enforcer's INVOICE check alike: "resolver" (DNS), "table" (the given
+    records), or "devnet" (those, then every agent registered with the devnet)."""
     from envelopay import dkim
 
-    if cfg.agent.dkim_dns == "resolver":
+    if kind == "resolver":
         return dkim.resolver_dns()
-    table = dkim.table_dns(dict(cfg.dkim_records))
-    if cfg.agent.dkim_dns != "devnet":
-        return table
+    fixed = dkim.table_dns(dict(table))
+    if kind != "devnet":
+        return fixed
     from envelopay.devnet.registry import devnet_dns
-    from envelopay.devnet.state import devnet_home
+    from envelopay.devnet.state import devnet_home as home_of
 
-    home = devnet_home(cfg.path(cfg.agent.devnet_home) if cfg.agent.devnet_home else None)
-    registered = devnet_dns(home)
+    registered = devnet_dns(home_of(devnet_home))
 
     async def lookup(name: str) -> str | None:
-        return await table(name) or await registered(name)
+        return await fixed(name) or await registered(name)
 
     return lookup
 

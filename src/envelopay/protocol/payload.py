@@ -38,7 +38,22 @@ __all__ = [
 _TAG = re.compile(r"<[^<>]*>")
 # Linear-time patterns only: `[^<>]*` stops at the next `<`, so "<<<<..." costs O(n).
 _HIDDEN_OPEN = re.compile(r"<(script|style|head|blockquote)\b", re.IGNORECASE)
-_BREAK_TAG = re.compile(r"<\s*(br|hr|/p|/div|/tr|/li|/h[1-6]|/table)\b[^<>]*>", re.IGNORECASE)
+# Where a browser starts a new line: a break, a rule, and either end of a block element.
+_BREAK_TAG = re.compile(r"<\s*/?\s*(br|hr|p|div|tr|li|h[1-6]|table)\b[^<>]*>", re.IGNORECASE)
+# A line break in HTML source is a space on the page (Word wraps its source lines at a
+# space, inside JSON strings too); other spaces are left as written, so a JSON string
+# keeps its content.
+_SOURCE_BREAK = re.compile(r"\r\n|[\r\n]")
+_LINE_BREAKS = re.compile(r"[ \t]*\n[ \t\n]*")
+_PRE_OPEN = re.compile(r"<pre\b", re.IGNORECASE)
+# H1 (SPEC.md "Payload placement"): Outlook on the web and the new Outlook for Windows
+# write a reply or forward as the new text, an empty `appendonsend` div, an <hr> and the
+# `divRplyFwdMsg` header, then the original, NOT in a blockquote; a reply to such a
+# reply prefixes the ids with `x_`. From either element on, the HTML is the original.
+_OUTLOOK_ORIGINAL = re.compile(
+    r"""<[A-Za-z][^<>]*?[\s"'/]id\s*=\s*["']?(?:x_)*(?:divRplyFwdMsg|appendonsend)\b""",
+    re.IGNORECASE,
+)
 _ATTEMPT = re.compile(r'\{\s*"')
 _MAX_JSON_ATTEMPTS = 256
 # Spaces a rich-text editor puts where JSON wants U+0020: no-break (U+00A0, `&nbsp;`),
@@ -113,12 +128,36 @@ def _drop_hidden(text: str) -> str:
     return " ".join(out)
 
 
+def _laid_out(segment: str) -> str:
+    """HTML outside <pre> in the lines a browser shows: a source line break is a space,
+    each block boundary is one line break, lines start at their first character (so a
+    header block stays contiguous and `-- ` stays a signature line)."""
+    segment = _BREAK_TAG.sub("\n", _SOURCE_BREAK.sub(" ", segment))
+    return html.unescape(_LINE_BREAKS.sub("\n", _TAG.sub("", segment)))
+
+
+def _preformatted(segment: str) -> str:
+    return html.unescape(_TAG.sub("", _BREAK_TAG.sub("\n", segment)))
+
+
 def html_to_text(text: str) -> str:
-    """HTML as the text its reader sees: hidden elements and blockquotes dropped, line
-    breaks kept, tags removed, entities decoded (`&nbsp;` becomes U+00A0)."""
+    """HTML as the text its reader sees: Outlook's quoted original cut off (H1), hidden
+    elements and blockquotes dropped, laid out in lines as a browser shows them (<pre>
+    kept as written), tags removed, entities decoded (`&nbsp;` becomes U+00A0)."""
+    original = _OUTLOOK_ORIGINAL.search(text)
+    if original is not None:
+        text = text[: original.start()]
     text = _drop_hidden(text)
-    text = _BREAK_TAG.sub("\n", text)
-    return html.unescape(_TAG.sub("", text))
+    lower = text.lower()
+    out: list[str] = []
+    pos = 0
+    while (m := _PRE_OPEN.search(text, pos)) is not None:
+        end = lower.find("</pre", m.end())
+        end = len(text) if end < 0 else end
+        out += [_laid_out(text[pos : m.start()]), "\n", _preformatted(text[m.start() : end]), "\n"]
+        pos = end
+    out.append(_laid_out(text[pos:]))
+    return "".join(out)
 
 
 def _html_text(part: Callable[[], str]) -> str:

@@ -15,7 +15,8 @@ in any of the languages listed, never by one client's exact sample:
   weitergeleiteten Nachricht:", "Début du message réexpédié :")                -> T3
 - a block of mail header lines with at least two of From/To/Cc/Date/Subject,
   in any listed language and with Outlook's `*bold*` marks ("From: ... Sent:
-  ... To: ... Subject:", "Von: ... Gesendet: ...", "De : ... Envoyé : ...")    -> T4
+  ... To: ... Subject:", "Von: ... Gesendet: ...", "De : ... Envoyé : ...",
+  "差出人: ... 送信日時: ...", "发件人： ... 主题：")                          -> T4
 - a mailing-list footer under a rule of underscores, dashes or `=`            -> T5
 - a signature under `-- ` (RFC 3676 section 4.3)                              -> T6
 
@@ -48,6 +49,8 @@ _DATE_OR_ADDRESS = re.compile(r"[0-9@]")
 _MESSAGE_WORD = (
     r"messag|nachricht|mensaj|mensag|messaggio|bericht|meddelande|besked|wiadomo|viesti|сообщени"
     r"|forward|original|origin|ursprüngl|weiterge|transf|réexp|reenv|inoltr|encaminh|doorgest"
+    # Outlook's titles in Chinese, Japanese and Korean: original, forwarded (message).
+    r"|原始|元の|원본|转发|轉寄|転送|전달|邮件|郵件|メッセージ|메시지"
 )
 _DASH_TITLE = re.compile(r"[ \t]*-{2,}[ \t]*[^-\s][^\n]{0,60}?[ \t]*-{2,}[ \t]*")
 _TITLE_WORD = re.compile(_MESSAGE_WORD, re.IGNORECASE)
@@ -58,16 +61,23 @@ _FORWARD_INTRO = re.compile(
     re.IGNORECASE,
 )
 # T4: a header line; `*From:*` is Outlook's bold in plain text; French puts a space
-# (often U+00A0) before the colon.
-_HEADER_LINE = re.compile(r"[ \t]*\*{0,2}([^\W\d_][^\W\d]*(?:[ .'’-][^\W\d]+){0,2})[ \t\u00a0]?\*{0,2}:")
+# (often U+00A0) before the colon; Chinese Outlook writes the full-width colon U+FF1A.
+_HEADER_LINE = re.compile(
+    r"[ \t\u00a0]*\*{0,2}([^\W\d_][^\W\d]*(?:[ .'’-][^\W\d]+){0,2})[ \t\u00a0]?\*{0,2}[:\uff1a]"
+)
 _ROLES: dict[str, str] = {}
 for _kind, _names in {
-    "from": "from von de da van från fra od от expéditeur remitente mittente remetente afzender",
-    "to": "to an à a para pour aan till til do кому destinataire destinatario destinatário",
-    "cc": "cc kopie copie copia kopia копия",
-    "date": "date sent datum gesendet envoyé fecha enviado data inviato verzonden skickat sendt"
-    " wysłano lähetetty дата отправлено",
-    "subject": "subject betreff objet sujet asunto oggetto assunto onderwerp ämne emne temat aihe тема",
+    # Outlook's labels in Japanese (差出人 送信日時 宛先 件名), Chinese simplified
+    # (发件人 发送时间 收件人 抄送 主题) and traditional (寄件者 寄件日期 收件者 副本 主旨), Korean.
+    "from": "from von de da van från fra od от expéditeur remitente mittente remetente afzender"
+    " 差出人 送信者 发件人 寄件者 寄件人",
+    "to": "to an à a para pour aan till til do кому destinataire destinatario destinatário"
+    " 宛先 收件人 收件者",
+    "cc": "cc kopie copie copia kopia копия 抄送 副本 참조",
+    "date": "date sent datum gesendet envoyé fecha enviado enviada data inviato verzonden skickat sendt"
+    " wysłano lähetetty дата отправлено 送信日時 日付 发送时间 日期 寄件日期 傳送時間",
+    "subject": "subject betreff objet sujet asunto oggetto assunto onderwerp ämne emne temat aihe тема"
+    " 件名 主题 主旨 제목",
 }.items():
     for _name in _names.split():
         _ROLES.setdefault(_name, _kind)
@@ -78,6 +88,9 @@ for _name, _kind in {
     "enviada em": "date",
     "sent on": "date",
     "copie à": "cc",
+    "보낸 사람": "from",
+    "받는 사람": "to",
+    "보낸 날짜": "date",
 }.items():
     _ROLES[_name] = _kind
 # T5: a rule line, then list text within a few lines.
