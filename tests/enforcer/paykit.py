@@ -113,3 +113,11 @@ async def make_kit(enforcer: Enforcer, *, chain: LocalSolana | None = None, **kw
         enforcer, store, Vault(VAULT_SECRET), {CHAIN: payer}, crash_hook=lambda _p: None, **kw
     )
     return Kit(chain, payer, payments, enforcer)
+
+
+def proof_tx(proof: Any) -> str | None:
+    """The transaction a PAY's proof names, when the proof is bound to its payer as every
+    enforced payment's is (tx, payer and payer_sig: SPEC "Proof binding"); else None."""
+    if not isinstance(proof, dict) or set(proof) != {"tx", "payer", "payer_sig"}:
+        return None
+    return proof["tx"] if isinstance(proof["tx"], str) else None

@@ -63,7 +63,7 @@ def invoice(
 
 def deliver(root: Path, raw: bytes, agent: str = "buyer") -> str:
     root.mkdir(parents=True, exist_ok=True)
-    box = mailbox.Maildir(root / agent, create=True)
+    box = mailbox.Maildir(root / f"{agent}@agents.test", create=True)  # the garden's per-address folder
     box.add(raw)
     mid = parse(raw).message_id
     assert mid
@@ -193,10 +193,10 @@ async def test_an_agent_driven_by_a_poisoned_inbox_moves_only_what_the_invoice_s
         )
         deliver(root, compose(out).replace(b"Subject: ", b"X-Poison: " + text.encode() + b"\r\nSubject: ", 1))
     outcomes: list[tuple[str, str]] = []
-    for n, message in enumerate(MaildirInbox(root / "buyer")(50)):  # the agent reads its inbox
+    for n, message in enumerate(MaildirInbox(root / "buyer@agents.test")(50)):  # the agent reads its inbox
         raw = next(
             f.read_bytes()
-            for f in (root / "buyer" / "new").iterdir()
+            for f in (root / "buyer@agents.test" / "new").iterdir()
             if parse(f.read_bytes()).message_id == message["message_id"]
         )
         poison = re.search(rb"X-Poison: ([^\r\n]*)", raw)
@@ -265,7 +265,7 @@ async def test_the_inbox_is_parsed_once_across_calls_and_the_bytes_still_decide(
     calls[0] = 0
     assert source.candidates(agent, "<nowhere@partner.test>") == [] and calls[0] == 0
     # The agent rewrites the invoice in place: same size, same mtime, a bigger amount.
-    [path] = [p for p in (root / "buyer" / "new").iterdir() if p.read_bytes() == signed]
+    [path] = [p for p in (root / "buyer@agents.test" / "new").iterdir() if p.read_bytes() == signed]
     st = path.stat()
     forged = signed.replace(b"2000000", b"4000000")
     assert forged != signed and len(forged) == len(signed)
@@ -287,7 +287,7 @@ async def test_a_link_planted_in_the_inbox_is_not_read(
     raw = invoice(inv_id="inv-l")
     elsewhere.write_bytes(raw)
     deliver(root, b"From: a@x.test\r\nMessage-ID: <l@x.test>\r\nSubject: x\r\n\r\nx\r\n")  # makes the Maildir
-    (root / "buyer" / "new" / "1700000000.link.host").symlink_to(elsewhere)
+    (root / "buyer@agents.test" / "new" / "1700000000.link.host").symlink_to(elsewhere)
     d = await kit.payments.submit("pay_invoice", token, {"invoice": "inv-l"})
     assert (d.status, d.code) == ("blocked", "invoice_not_found")
     assert kit.payment_txs(address) == []

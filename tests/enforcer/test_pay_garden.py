@@ -22,7 +22,7 @@ from envelopay.mail.garden_auth import new_account
 from envelopay.protocol.parse import parse
 
 from .conftest import Clock
-from .paykit import USDC, Kit, make_kit, pay_req, payee_wallet
+from .paykit import USDC, Kit, make_kit, pay_req, payee_wallet, proof_tx
 
 SELLER = "seller@partner.test"
 
@@ -80,8 +80,8 @@ async def test_the_pay_reaches_the_garden_once_through_its_early_transaction(
     assert (deliverer.opened, deliverer.plain) == (3, 0)  # every PAY went the early way
     mail = _inbox(server)
     assert len(mail) == 3
-    proofs = {parse(raw).message_id: (parse(raw).body or {}).get("proof") for raw in mail}
-    assert proofs == {d.message_id: {"tx": d.tx_id} for d in done}
+    proofs = {parse(raw).message_id: proof_tx((parse(raw).body or {}).get("proof")) for raw in mail}
+    assert proofs == {d.message_id: d.tx_id for d in done}
     assert sorted(kit.payment_txs(address)) == sorted(d.tx_id for d in done if d.tx_id)
 
 
@@ -138,4 +138,4 @@ async def test_a_body_later_than_the_hold_goes_on_a_fresh_connection_once(
     assert d.status == "paid_and_sent", d
     assert (deliverer.opened, deliverer.plain) == (1, 1)  # begun early, delivered afresh
     mail = _inbox(server)
-    assert len(mail) == 1 and (parse(mail[0]).body or {}).get("proof") == {"tx": d.tx_id}
+    assert len(mail) == 1 and proof_tx((parse(mail[0]).body or {}).get("proof")) == d.tx_id

@@ -24,7 +24,7 @@ from envelopay.protocol.parse import parse
 from envelopay.rails.custodial import SignedPayment
 
 from .conftest import Clock, Sink
-from .paykit import USDC, Kit, make_kit, pay_req, payee_wallet
+from .paykit import USDC, Kit, make_kit, pay_req, payee_wallet, proof_tx
 
 
 class Counting(SmtpDeliverer):
@@ -84,7 +84,7 @@ async def test_the_pay_goes_once_with_its_proof_and_signature_through_the_early_
             verdict = await dkim.verify(raw, dns=dns)  # the bytes signed are the bytes received
             assert verdict.status == "pass", verdict
             assert parse(raw).message_id == d.message_id
-            assert _pay_of(raw)["proof"] == {"tx": d.tx_id}
+            assert proof_tx(_pay_of(raw)["proof"]) == d.tx_id
         assert sorted(kit.payment_txs(address)) == sorted(d.tx_id for d in done)
     finally:
         await deliverer.aclose()
@@ -111,7 +111,7 @@ async def test_a_failed_payment_after_the_envelope_opened_delivers_nothing(
         after = await kit.payments.submit("pay", token, pay_req(to, USDC, key="c"))
         assert after.status == "paid_and_sent", after
         assert len(sink.messages) == 2 and len(sink.peers) == 2
-        assert _pay_of(sink.messages[1][2])["proof"] == {"tx": after.tx_id}
+        assert proof_tx(_pay_of(sink.messages[1][2])["proof"]) == after.tx_id
         assert len(kit.payment_txs(address)) == 2
     finally:
         await deliverer.aclose()
@@ -139,7 +139,7 @@ async def test_a_pay_refused_for_good_before_the_broadcast_moves_no_money(
         sink.rcpt_reply = None
         ok = await kit.payments.submit("pay", token, pay_req(payee_wallet(), USDC, key="k2"))
         assert ok.status == "paid_and_sent" and len(sink.messages) == 1, ok
-        assert _pay_of(sink.messages[0][2])["proof"] == {"tx": ok.tx_id}
+        assert proof_tx(_pay_of(sink.messages[0][2])["proof"]) == ok.tx_id
         assert kit.payment_txs(address) == [ok.tx_id]
     finally:
         await deliverer.aclose()
@@ -162,7 +162,7 @@ async def test_a_refusal_heard_only_after_the_payment_leaves_it_paid_for_recover
         sink.fail_with = None
         again = await kit.payments.status(token, d.id)
         assert again.status == "paid_and_sent" and len(sink.messages) == 1, again
-        assert _pay_of(sink.messages[0][2])["proof"] == {"tx": d.tx_id}
+        assert proof_tx(_pay_of(sink.messages[0][2])["proof"]) == d.tx_id
     finally:
         await deliverer.aclose()
 
@@ -199,7 +199,7 @@ async def test_the_body_travels_during_the_broadcast_and_only_the_final_dot_wait
         # ... and the end of data, the one thing that delivers it, only after.
         assert after == [b".\r\n"]
         delivered = sink.messages[0][2]
-        assert _pay_of(delivered)["proof"] == {"tx": d.tx_id}
+        assert proof_tx(_pay_of(delivered)["proof"]) == d.tx_id
         assert before.endswith(data_block(delivered)[: -len(b".\r\n")])  # the very bytes
     finally:
         await deliverer.aclose()
@@ -231,7 +231,7 @@ async def test_a_broadcast_the_chain_refuses_after_the_body_went_delivers_nothin
         kit.payments.crash = lambda _p: None
         ok = await kit.payments.submit("pay", token, pay_req(payee_wallet(), USDC, key="c"))
         assert ok.status == "paid_and_sent" and len(sink.messages) == 2, ok
-        assert _pay_of(sink.messages[1][2])["proof"] == {"tx": ok.tx_id}
+        assert proof_tx(_pay_of(sink.messages[1][2])["proof"]) == ok.tx_id
     finally:
         await deliverer.aclose()
 
@@ -289,7 +289,7 @@ async def test_a_connection_dropped_mid_envelope_falls_back_and_delivers_once(
         d = await kit.payments.submit("pay", token, pay_req(payee_wallet(), USDC, key="b"))
         assert d.status == "paid_and_sent", d
         assert len(sink.messages) == 2 and sink.drop_at_rcpt == 0
-        assert _pay_of(sink.messages[1][2])["proof"] == {"tx": d.tx_id}
+        assert proof_tx(_pay_of(sink.messages[1][2])["proof"]) == d.tx_id
         assert len(sink.rcpts) == 3  # the dropped attempt and the fresh one
     finally:
         await deliverer.aclose()
@@ -304,7 +304,7 @@ async def test_a_body_later_than_hold_goes_the_fresh_way_once(
         done = [await kit.payments.submit("pay", token, pay_req(payee_wallet(), USDC, key=f"k{n}"))
                 for n in range(2)]
         assert [d.status for d in done] == ["paid_and_sent"] * 2
-        assert [_pay_of(m[2])["proof"] for m in sink.messages] == [{"tx": d.tx_id} for d in done]
+        assert [proof_tx(_pay_of(m[2])["proof"]) for m in sink.messages] == [d.tx_id for d in done]
         assert deliverer._idle == []  # an abandoned transaction's connection is closed
     finally:
         await deliverer.aclose()

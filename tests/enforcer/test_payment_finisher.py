@@ -13,7 +13,7 @@ from envelopay.enforcer.payment_finisher import Finisher
 from envelopay.protocol.parse import parse
 
 from .conftest import Clock, Sink
-from .paykit import USDC, greylisted, make_kit, pay_req, payee_wallet
+from .paykit import USDC, greylisted, make_kit, pay_req, payee_wallet, proof_tx
 
 
 async def test_a_pay_the_server_would_not_take_yet_is_delivered_once_it_will(
@@ -39,7 +39,7 @@ async def test_a_pay_the_server_would_not_take_yet_is_delivered_once_it_will(
     assert await fin.once() == 1
     [(_, rcpts, raw)] = sink.messages
     pay = parse(raw)
-    assert rcpts == ["seller@partner.test"] and pay.body and pay.body["proof"] == {"tx": d.tx_id}
+    assert rcpts == ["seller@partner.test"] and pay.body and proof_tx(pay.body["proof"]) == d.tx_id
     status = await kit.payments.status(token, d.id)
     assert (status.status, status.message_id) == ("paid_and_sent", pay.message_id)
     clock.now += 600.0
@@ -83,7 +83,7 @@ async def test_a_transaction_confirmed_later_gets_its_pay_without_the_agent_aski
         clock.now += 60.0
         await fin.once()
     [(_, _, raw)] = sink.messages
-    assert parse(raw).body["proof"] == {"tx": d.tx_id}  # type: ignore[index]
+    assert proof_tx(parse(raw).body["proof"]) == d.tx_id  # type: ignore[index]
     assert (await kit.payments.status(token, d.id)).status == "paid_and_sent"
     assert kit.payment_txs(address) == [d.tx_id]
 

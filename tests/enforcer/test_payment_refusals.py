@@ -54,7 +54,7 @@ async def test_a_message_that_is_no_invoice_is_refused(enforcer: Enforcer, tmp_p
     root.mkdir()
     kit = await make_kit(enforcer, invoices=MaildirInvoices(root), dns=dkim.table_dns({}))
     tok, _ = await kit.agent()
-    box = mailbox.Maildir(root / "buyer", create=True)
+    box = mailbox.Maildir(root / "buyer@agents.test", create=True)
     box.add(
         b"From: seller@partner.test\r\nTo: buyer@agents.test\r\nSubject: hello\r\n"
         b"Message-ID: <plain@partner.test>\r\n\r\nnot an invoice\r\n"

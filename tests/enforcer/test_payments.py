@@ -13,7 +13,7 @@ from envelopay.enforcer.store import EnforcerStore
 from envelopay.protocol.parse import parse
 
 from .conftest import Sink
-from .paykit import CHAIN, USDC, make_kit, pay_req, payee_wallet
+from .paykit import CHAIN, USDC, make_kit, pay_req, payee_wallet, proof_tx
 
 
 async def test_allowed_payment_pays_then_sends_the_pay_with_its_proof(enforcer: Enforcer, sink: Sink) -> None:
@@ -29,7 +29,7 @@ async def test_allowed_payment_pays_then_sends_the_pay_with_its_proof(enforcer: 
     parsed = parse(sink.messages[0][2])
     assert parsed.valid and parsed.message_id == d.message_id
     body = parsed.body or {}
-    assert body["type"] == "pay" and body["proof"] == {"tx": d.tx_id} and body["amount"] == str(2 * USDC)
+    assert body["type"] == "pay" and proof_tx(body["proof"]) == d.tx_id and body["amount"] == str(2 * USDC)
     assert body["note"] == "for the report"
     # A retried call returns the first outcome and pays nothing more.
     again = await kit.payments.submit("pay", token, pay_req(to, 2 * USDC, note="for the report"))

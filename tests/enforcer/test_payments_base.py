@@ -17,6 +17,7 @@ from envelopay_base.local import LocalChain
 from envelopay_base.rail import make_rail
 
 from .conftest import Sink
+from .paykit import proof_tx
 
 CHAIN = "base-local"
 
@@ -51,7 +52,7 @@ async def test_base_wallet_pays_then_sends_and_recovers(enforcer: Enforcer, sink
     assert await recover(payments) == 1  # restart: the recorded bytes, not a new signature
     d = await payments.submit("pay", token, req)
     assert d.status == "paid_and_sent" and d.tx_id and chain.token_balance(to) == 2_000_000
-    assert parse(sink.messages[-1][2]).body["proof"] == {"tx": d.tx_id}  # type: ignore[index]
+    assert proof_tx(parse(sink.messages[-1][2]).body["proof"]) == d.tx_id  # type: ignore[index]
     big = await payments.submit("pay", token, {**req, "amount": "9000000", "idempotency_key": "b-2"})
     assert (big.status, big.code) == ("pending_approval", "over_payment_max")
     bal = await payments.balances(token)

@@ -49,7 +49,7 @@ from envelopay.testing.dovecot import Dovecot, running_dovecot
 from envelopay.testing.postfix import Postfix, read_policy_request, strip_trace
 
 from .conftest import Clock
-from .paykit import USDC, make_kit, pay_req, payee_wallet
+from .paykit import USDC, make_kit, pay_req, payee_wallet, proof_tx
 
 SENDER = "buyer@agents.test"
 SELLER = "seller@partner.test"  # the one known recipient at partner.test (paykit's PAY goes there)
@@ -688,7 +688,7 @@ async def test_pay_then_send_goes_through_postfix_once(tmp_path: Path) -> None:
             raw = got[str(d.message_id)]
             parsed = parse(raw)
             assert parsed.valid and parsed.message_id == d.message_id, parsed
-            assert dict(parsed.body or {})["proof"] == {"tx": d.tx_id}
+            assert proof_tx(dict(parsed.body or {})["proof"]) == d.tx_id
             assert (await dkim.verify(raw, dns=dns)).status == "pass"
         assert sorted(kit.payment_txs(address)) == sorted([paid.tx_id, again.tx_id])
         lost = [line for line in mx.log() if re.search(r"lost connection after (MAIL|RCPT|DATA)", line)]

@@ -90,13 +90,17 @@ def register(app: typer.Typer) -> None:
         pay_rail: Annotated[list[str] | None, typer.Option(
             "--pay-rail", help="CHAIN[=RPC_URL]: pay on this chain from the agents' wallets.")] = None,
         inbox_root: Annotated[Path | None, typer.Option(
-            "--inbox-root", help="ROOT/<agent>/ Maildirs, read for pay_invoice.")] = None,
+            "--inbox-root", help="ROOT/<address>/ Maildirs (the garden's), read for pay_invoice.")] = None,
+        dkim_dns: Annotated[str, typer.Option(
+            "--dkim-dns", help="Where INVOICE DKIM keys are looked up: resolver (DNS), or devnet "
+            "(the devnet's key table, as init --devnet's agents).")] = "resolver",
         as_json: JsonOpt = False,
     ) -> None:
         """Run the enforcer: the only holder of the SMTP credential, the DKIM key and the
         agents' wallet keys."""
         from envelopay.enforcer.launch import prepare, serve
         from envelopay.enforcer.spend_launch import prepare_spend
+        from envelopay.node.wiring import dns_setup
 
         # Its configuration is its flags: a ConfigError here names one (bad input, exit 2).
         with answers(input_kinds=(ConfigError,)):
@@ -106,8 +110,10 @@ def register(app: typer.Typer) -> None:
                 dkim_selector=dkim_selector, dkim_domain=dkim_domain,
                 token_created=lambda p: typer.echo(f"operator token written to {p} (mode 600)", err=True),
             )
+            if dkim_dns not in ("resolver", "devnet"):
+                raise ConfigError(f"--dkim-dns {dkim_dns!r}: resolver or devnet")
             spend = prepare_spend(vault_key_file=vault_key_file, pay_rails=pay_rail or [],
-                                  inbox_root=inbox_root)
+                                  inbox_root=inbox_root, dns=dns_setup(dkim_dns, {}))
 
         def listening(where: object) -> None:
             typer.echo(f"enforcer listening on {where}", err=True)

@@ -5,6 +5,10 @@ that INVOICE, never from the agent's call.
 
 The enforcer reads the agent's Maildir itself and verifies DKIM itself: the agent can
 write into its own Maildir, so a file there proves nothing until its signature does.
+The agent's Maildir is found by the one rule the garden, Dovecot (`maildir:ROOT/%u`) and
+the agent's own tools use: `<inbox root>/<address, lowercased>/` (mail.maildir.mailbox_path).
+The same reading finds the payee's answer to a PAY: an OOPS in reply to it, signed by the
+payee's domain, is what `check_payment_status` reports as `paid_refused`.
 """
 
 from __future__ import annotations
@@ -18,9 +22,18 @@ from typing import Protocol
 
 from envelopay import dkim
 from envelopay.enforcer.model import Agent
-from envelopay.enforcer.spend import Refusal
+from envelopay.enforcer.spend import MAX_AMOUNT, Refusal
+from envelopay.errors import UsageError
+from envelopay.mail.maildir import mailbox_path
 
-__all__ = ["BoundInvoice", "InvoiceSource", "MaildirInvoices", "bind_invoice"]
+__all__ = [
+    "BoundInvoice",
+    "InvoiceSource",
+    "MaildirInvoices",
+    "PayeeRefusal",
+    "bind_invoice",
+    "payee_refusal",
+]
 
 # Reason codes, all `blocked` (SPEC.md "Spend enforcer").
 NOT_FOUND = "invoice_not_found"
@@ -33,6 +46,12 @@ NO_ORDER = "invoice_order_unknown"
 ALREADY_PAID = "invoice_already_paid"
 MISMATCH = "invoice_mismatch"
 REQUIRED = "invoice_required"
+AMBIGUOUS = "invoice_ambiguous"
+NOT_FROM = "invoice_not_from_payee"
+OUT_OF_RANGE = "invoice_amount_out_of_range"
+
+# What the inbox remembers of one file: (Message-ID, protocol id, In-Reply-To).
+_Names = tuple["str | None", "str | None", "str | None"]
 
 
 class InvoiceSource(Protocol):
@@ -41,26 +60,45 @@ class InvoiceSource(Protocol):
         INVOICE id). Reading only; never changes the inbox."""
         ...
 
+    def answers(self, agent: Agent, message_id: str) -> list[bytes]:
+        """Raw inbound messages in reply to our `message_id` (their In-Reply-To)."""
+        ...
+
 
 class MaildirInvoices:
-    """Each agent's Maildir at `root/<agent name>` (new/ and cur/).
+    """Each agent's Maildir at `root/<address>` (new/ and cur/), the garden's layout.
 
     A pay_invoice call looks for one message among all of them; parsing every file on
-    every call would cost the whole inbox each time. So each file's Message-ID and
-    protocol id are remembered by (path, size, mtime): a call parses only files it has not
-    seen. The memory only locates: a file it points at is read and parsed again, and its
-    bytes (DKIM included) decide; a file the agent rewrote behind a restored mtime can at
-    worst be missed, never bound on what it used to say."""
+    every call would cost the whole inbox each time. So each file's Message-ID, protocol
+    id and In-Reply-To are remembered by (path, size, mtime): a call parses only files it
+    has not seen. The memory only locates: a file it points at is read and parsed again,
+    and its bytes (DKIM included) decide; a file the agent rewrote behind a restored mtime
+    can at worst be missed, never bound on what it used to say."""
 
     def __init__(self, root: Path, *, remember: int = 200_000) -> None:
         self.root = Path(root)
         self.remember = remember
-        self._names: dict[tuple[str, int, int], tuple[str | None, str | None]] = {}
+        self._names: dict[tuple[str, int, int], _Names] = {}
 
     def candidates(self, agent: Agent, ref: str) -> list[bytes]:
+        return self._scan(agent, lambda names: ref in names[:2])
+
+    def answers(self, agent: Agent, message_id: str) -> list[bytes]:
+        return self._scan(agent, lambda names: names[2] == message_id)
+
+    def folder(self, agent: Agent) -> Path | None:
+        try:
+            return mailbox_path(self.root, agent.address)
+        except UsageError:
+            return None  # an address no Maildir can be named after holds no mail here
+
+    def _scan(self, agent: Agent, wanted: Callable[[_Names], bool]) -> list[bytes]:
         out: list[bytes] = []
+        box = self.folder(agent)
+        if box is None:
+            return out
         for sub in ("new", "cur"):
-            folder = self.root / agent.name / sub
+            folder = box / sub
             try:
                 entries = sorted(os.scandir(folder), key=lambda e: e.name)
             except OSError:
@@ -75,15 +113,15 @@ class MaildirInvoices:
                     continue
                 key = (entry.path, st.st_size, st.st_mtime_ns)
                 known = self._names.get(key)
-                if known is not None and ref not in known:
+                if known is not None and not wanted(known):
                     continue
-                raw = self._read(entry.path, key, ref)
+                raw = self._read(entry.path, key, wanted)
                 if raw is not None:
                     out.append(raw)
         return out
 
-    def _read(self, path: str, key: tuple[str, int, int], ref: str) -> bytes | None:
-        """The file's bytes if they name `ref`'s message (parsed now, and remembered)."""
+    def _read(self, path: str, key: tuple[str, int, int], wanted: Callable[[_Names], bool]) -> bytes | None:
+        """The file's bytes if `wanted` takes its names (parsed now, and remembered)."""
         from envelopay.protocol.parse import parse
 
         try:
@@ -95,12 +133,12 @@ class MaildirInvoices:
         if len(raw) > 1_000_000:
             return None
         parsed = parse(raw)
-        names = (parsed.message_id, parsed.id)
+        names: _Names = (parsed.message_id, parsed.id, parsed.in_reply_to)
         if len(self._names) >= self.remember:  # forget the oldest half
             for old in list(self._names)[: self.remember // 2]:
                 del self._names[old]
         self._names[key] = names
-        return raw if ref in names else None
+        return raw if wanted(names) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,60 +166,114 @@ Bound = Callable[[str], Awaitable[bool]]  # INVOICE key → a payment of it is r
 
 async def bind_invoice(
     agent: Agent, ref: str, raws: list[bytes], *, dns: dkim.DnsLookup, sent_orders: SentOrders,
-    bound: Bound | None = None,
+    bound: Bound | None = None, payee: str = "",
 ) -> BoundInvoice | Refusal:
-    """The first candidate that binds, or the refusal of the best-ranked one. An INVOICE
-    that `bound` says was paid already bound once, ORDER included: its ORDER's send record
-    may since have aged out (enforcer retention), and the caller answers with that
-    payment's outcome."""
-    from envelopay.protocol.messages import Invoice
-    from envelopay.protocol.parse import parse
-
+    """The INVOICE `ref` names, bound; or the refusal of the best-ranked candidate. An
+    INVOICE id is unique only within its sender: when INVOICEs from several payees bind
+    under one id, the call is refused as ambiguous (name it by Message-ID, or give the
+    payee) rather than paying whichever sorted first. An INVOICE that `bound` says was
+    paid already bound once, ORDER included: its ORDER's send record may since have aged
+    out (enforcer retention), and the caller answers with that payment's outcome."""
     if not raws:
         return _blocked(NOT_FOUND, f"no message {ref} in the agent's inbox")
     refusals: list[Refusal] = []
+    found: dict[str, BoundInvoice] = {}
     for raw in raws:
-        parsed = parse(raw)
-        if not parsed.valid or not isinstance(parsed.message, Invoice) or not parsed.from_addr:
-            refusals.append(_blocked(NOT_AN_INVOICE, f"{ref} is not a valid INVOICE"))
-            continue
-        if agent.address.lower() not in {a.lower() for a in parsed.to_addrs}:
-            refusals.append(_blocked(NOT_ADDRESSED, "the INVOICE is not addressed to this agent"))
-            continue
-        verdict = await dkim.verify(raw, dns=dns)
-        payee_domain = parsed.from_addr.rsplit("@", 1)[1].lower()
-        if verdict.status == "none":
-            refusals.append(_blocked(NO_DKIM, "the INVOICE carries no DKIM signature"))
-            continue
-        if verdict.status != "pass":
-            refusals.append(_blocked(DKIM_FAILED, f"DKIM {verdict.status}: {verdict.detail}"[:200]))
-            continue
-        if not verdict.aligned or not dkim.aligned(verdict.domain, payee_domain):
-            refusals.append(_blocked(MISALIGNED, f"signed by {verdict.domain}, not {payee_domain}"))
-            continue
-        inv = parsed.message
-        order_ref = inv.order_ref or ""
-        key = f"invoice:{parsed.from_addr.lower()}:{inv.id}"
-        paid = bound is not None and await bound(key)
-        recipients = await sent_orders(order_ref) if order_ref and not paid else []
-        if not paid and parsed.from_addr.lower() not in {r.lower() for r in recipients}:
-            refusals.append(
-                _blocked(
-                    NO_ORDER, f"this agent sent no ORDER {order_ref or '(none named)'} to {parsed.from_addr}"
-                )
-            )
-            continue
-        return BoundInvoice(
-            key=key,
-            invoice_id=inv.id,
-            message_id=parsed.message_id or ref,
-            payee=parsed.from_addr,
-            chain=inv.chain.lower(),
-            token=inv.token,
-            amount=int(inv.amount),
-            wallet=inv.wallet,
-            order_ref=order_ref,
-        )
-    rank = [NO_ORDER, MISALIGNED, DKIM_FAILED, NO_DKIM, NOT_ADDRESSED, NOT_AN_INVOICE]
+        one = await _bind_one(agent, ref, raw, dns=dns, sent_orders=sent_orders, bound=bound, payee=payee)
+        if isinstance(one, Refusal):
+            refusals.append(one)
+        else:
+            found.setdefault(one.key, one)  # the same INVOICE twice (new/ and cur/) is one
+    if len(found) > 1:
+        payees = ", ".join(sorted({b.payee for b in found.values()}))
+        return _blocked(AMBIGUOUS, f"{ref} names INVOICEs from {payees}: give its Message-ID, or the payee")
+    if found:
+        return next(iter(found.values()))
+    rank = [OUT_OF_RANGE, NO_ORDER, MISALIGNED, DKIM_FAILED, NO_DKIM, NOT_FROM, NOT_ADDRESSED, NOT_AN_INVOICE]
     refusals.sort(key=lambda r: rank.index(r.code) if r.code in rank else len(rank))
     return refusals[0]
+
+
+async def _bind_one(
+    agent: Agent, ref: str, raw: bytes, *, dns: dkim.DnsLookup, sent_orders: SentOrders,
+    bound: Bound | None, payee: str,
+) -> BoundInvoice | Refusal:
+    from envelopay.protocol.messages import Invoice
+    from envelopay.protocol.parse import parse
+
+    parsed = parse(raw)
+    if not parsed.valid or not isinstance(parsed.message, Invoice) or not parsed.from_addr:
+        return _blocked(NOT_AN_INVOICE, f"{ref} is not a valid INVOICE")
+    if agent.address.lower() not in {a.lower() for a in parsed.to_addrs}:
+        return _blocked(NOT_ADDRESSED, "the INVOICE is not addressed to this agent")
+    if payee and parsed.from_addr.lower() != payee.lower():
+        return _blocked(NOT_FROM, f"the INVOICE {ref} is from {parsed.from_addr}, not {payee}")
+    verified = await _signed_by_sender(raw, parsed.from_addr, dns)
+    if verified is not None:
+        return verified
+    inv = parsed.message
+    if inv.amount > MAX_AMOUNT:  # the stores keep amounts as signed 64-bit integers
+        return _blocked(OUT_OF_RANGE, f"the INVOICE's amount {inv.amount} is beyond {MAX_AMOUNT}")
+    order_ref = inv.order_ref or ""
+    key = f"invoice:{parsed.from_addr.lower()}:{inv.id}"
+    paid = bound is not None and await bound(key)
+    recipients = await sent_orders(order_ref) if order_ref and not paid else []
+    if not paid and parsed.from_addr.lower() not in {r.lower() for r in recipients}:
+        named = order_ref or "(none named)"
+        return _blocked(NO_ORDER, f"this agent sent no ORDER {named} to {parsed.from_addr}")
+    return BoundInvoice(
+        key=key,
+        invoice_id=inv.id,
+        message_id=parsed.message_id or ref,
+        payee=parsed.from_addr,
+        chain=inv.chain.lower(),
+        token=inv.token,
+        amount=int(inv.amount),
+        wallet=inv.wallet,
+        order_ref=order_ref,
+    )
+
+
+async def _signed_by_sender(raw: bytes, sender: str, dns: dkim.DnsLookup) -> Refusal | None:
+    """None when `raw` carries a DKIM pass aligned with `sender`'s domain; else why not."""
+    verdict = await dkim.verify(raw, dns=dns)
+    domain = sender.rsplit("@", 1)[1].lower()
+    if verdict.status == "none":
+        return _blocked(NO_DKIM, "the message carries no DKIM signature")
+    if verdict.status != "pass":
+        return _blocked(DKIM_FAILED, f"DKIM {verdict.status}: {verdict.detail}"[:200])
+    if not verdict.aligned or not dkim.aligned(verdict.domain, domain):
+        return _blocked(MISALIGNED, f"signed by {verdict.domain}, not {domain}")
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class PayeeRefusal:
+    """The payee's OOPS to a PAY whose money moved."""
+
+    code: str
+    note: str
+    message_id: str
+
+
+async def payee_refusal(
+    raws: list[bytes], *, payee: str, pay_id: str, message_id: str, dns: dkim.DnsLookup
+) -> PayeeRefusal | None:
+    """The first OOPS among `raws` (answers to our PAY `message_id`) that the payee sent:
+    from the payee's address, with a DKIM pass aligned with its domain, naming the PAY by
+    In-Reply-To (answers() chose those) and, when it names one, by `ref`."""
+    from envelopay.protocol.messages import Oops
+    from envelopay.protocol.parse import parse
+
+    for raw in raws:
+        parsed = parse(raw)
+        oops = parsed.message
+        if not isinstance(oops, Oops) or (parsed.from_addr or "").lower() != payee.lower():
+            continue
+        if oops.ref is not None and oops.ref != pay_id:
+            continue
+        if await _signed_by_sender(raw, payee, dns) is not None:
+            continue  # anyone can write into the agent's inbox: only the payee's signature counts
+        code = oops.error.code if oops.error is not None else "oops"
+        return PayeeRefusal(code=code, note=oops.note[:300], message_id=parsed.message_id or "")
+    return None

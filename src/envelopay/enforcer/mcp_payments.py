@@ -1,8 +1,8 @@
 """The agents' payment tools on the MCP front: pay_invoice, pay, make_offer, accept_offer,
-balances and check_payment_status. The agent holds no wallet key: each tool is one call to
+prepaid_order, balances and check_payment_status. The agent holds no wallet key: each tool is one call to
 the spend enforcer, which decides the payment and its email together and holds the keys.
 
-Every verdict (paid_and_sent, pending_approval, blocked, failed, unknown) is a structured
+Every verdict (paid_and_sent, paid_refused, pending_approval, blocked, failed, unknown) is a structured
 result with the transaction id and the PAY's Message-ID; only an unreachable enforcer is a
 tool error.
 """
@@ -44,11 +44,12 @@ def register_payment_tools(server: MCPServer, enforcer: str, token: str) -> None
 
     @server.tool(
         name="pay_invoice",
-        description="Pay an INVOICE in your inbox (by its Message-ID or INVOICE id), then send the PAY. "
-        "The amount and wallet come from the INVOICE itself.",
+        description="Pay an INVOICE in your inbox (by its Message-ID, or by its INVOICE id and, when "
+        "several senders used that id, `payee`: the sender's address), then send the PAY. The amount "
+        "and wallet come from the INVOICE itself; the answer names the payee.",
     )
-    async def pay_invoice(invoice: str, note: str | None = None) -> dict[str, Any]:
-        return await call("pay_invoice", given(invoice=invoice, note=note))
+    async def pay_invoice(invoice: str, payee: str | None = None, note: str | None = None) -> dict[str, Any]:
+        return await call("pay_invoice", given(invoice=invoice, payee=payee, note=note))
 
     @server.tool(
         name="pay",
@@ -104,17 +105,37 @@ def register_payment_tools(server: MCPServer, enforcer: str, token: str) -> None
         return await call("accept", given(to=to, offer_ref=offer_ref, amount=amount, token=token, chain=chain,
                                           wallet=wallet, idempotency_key=idempotency_key, note=note))
 
+    @server.tool(
+        name="prepaid_order",
+        description="Pay `amount` of `token` on `chain` to the worker's `wallet` (from its METHODS) and "
+        "send a v0.2 prepaid ORDER for `task` to `to` carrying the proof: no INVOICE round trip."
+        + _KEY,
+    )
+    async def prepaid_order(
+        to: str,
+        task: dict[str, Any],
+        amount: str,
+        token: str,
+        chain: str,
+        wallet: str,
+        idempotency_key: str,
+        note: str | None = None,
+    ) -> dict[str, Any]:
+        return await call("order", given(to=to, task=task, amount=amount, token=token, chain=chain,
+                                         wallet=wallet, idempotency_key=idempotency_key, note=note))
+
     @server.tool(name="balances", description="Your wallets' addresses and balances.")
     async def balances() -> dict[str, Any]:
         return await call("balances", {})
 
     @server.tool(
         name="check_payment_status",
-        description="The state of one of your payments (its id). `unknown` with state `broadcast` "
+        description="The state of one of your payments (its id). `paid_refused`: the money moved and "
+        "the payee answered the PAY with an OOPS (its `code`). `unknown` with state `broadcast` "
         "(the chain has not confirmed it yet) or `paid` (the money moved, the payee's server has "
         "not taken the PAY yet) is finished by the enforcer by itself; do not pay again.",
     )
     async def check_payment_status(id: str) -> dict[str, Any]:
         return await call("status", {"id": id})
 
-    _ = (pay_invoice, pay, make_offer, accept_offer, balances, check_payment_status)
+    _ = (pay_invoice, pay, make_offer, accept_offer, prepaid_order, balances, check_payment_status)

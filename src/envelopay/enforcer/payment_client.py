@@ -12,7 +12,7 @@ from urllib.parse import quote
 
 from envelopay.enforcer.client import OperatorClient, _Http, answer
 from envelopay.enforcer.payment_model import PaymentDisposition
-from envelopay.errors import TransportError, UsageError
+from envelopay.errors import ConfigError, TransportError, UsageError
 
 __all__ = ["PaymentClient", "SpendOperatorClient"]
 
@@ -39,22 +39,35 @@ class PaymentClient(_Http):
 
 
 class SpendOperatorClient(OperatorClient):
+    async def _ok(self, method: str, path: str, body: Any = None, accept: tuple[int, ...] = (200,)) -> Any:
+        return await super()._ok(method, path, body, (*accept, 409))
+
+    @staticmethod
+    def _enabled(data: Any) -> Any:
+        """An enforcer without payments says so (409 payments_disabled): a configuration
+        matter, named with the options that enable payments."""
+        if isinstance(data, dict) and data.get("code") == "payments_disabled":
+            raise ConfigError(str(data.get("error", "payments_disabled")))
+        return data
+
     async def get_policy(self, name: str) -> dict[str, Any]:
-        data = await self._ok("GET", f"/v1/agents/{quote(name, safe='')}/policy", accept=(200, 404))
+        path = f"/v1/agents/{quote(name, safe='')}/policy"
+        data = self._enabled(await self._ok("GET", path, accept=(200, 404)))
         if "policy" not in data:
             raise UsageError(f"no agent {name!r}")
         return dict(data["policy"])
 
     async def set_policy(self, name: str, policy: Mapping[str, Any]) -> dict[str, Any]:
-        data = await self._ok(
+        data = self._enabled(await self._ok(
             "PUT", f"/v1/agents/{quote(name, safe='')}/policy", dict(policy), accept=(200, 404)
-        )
+        ))
         if "policy" not in data:
             raise UsageError(f"no agent {name!r}")
         return dict(data["policy"])
 
     async def wallets(self, name: str) -> list[dict[str, Any]]:
-        return list((await self._ok("GET", f"/v1/agents/{quote(name, safe='')}/wallets"))["wallets"])
+        data = self._enabled(await self._ok("GET", f"/v1/agents/{quote(name, safe='')}/wallets"))
+        return list(data["wallets"])
 
     async def add_wallet(
         self, name: str, chain: str, *, label: str = "default", import_file: str | None = None
@@ -62,11 +75,15 @@ class SpendOperatorClient(OperatorClient):
         body: dict[str, Any] = {"chain": chain, "label": label}
         if import_file is not None:
             body["import_file"] = import_file
-        data = await self._ok("POST", f"/v1/agents/{quote(name, safe='')}/wallets", body, accept=(201,))
+        data = self._enabled(
+            await self._ok("POST", f"/v1/agents/{quote(name, safe='')}/wallets", body, accept=(201,))
+        )
         return dict(data["wallet"])
 
     async def balances(self, name: str) -> dict[str, Any]:
-        data = await self._ok("GET", f"/v1/agents/{quote(name, safe='')}/balances", accept=(200, 404))
+        data = self._enabled(
+            await self._ok("GET", f"/v1/agents/{quote(name, safe='')}/balances", accept=(200, 404))
+        )
         if "wallets" not in data:
             raise UsageError(f"no agent {name!r}")
         return dict(data)

@@ -1,6 +1,8 @@
 """The answer to a pay-then-send call: a disposition, never an exception.
 
 paid_and_sent     the payment is on chain and the PAY (OFFER, ACCEPT) email was delivered
+paid_refused      paid and sent, and the payee answered the PAY with an OOPS (its `code`):
+                  the money moved; what the payee does with it is between the two parties
 pending_approval  held for a human; nothing moved; poll check_payment_status
 blocked           refused; nothing moved, nothing consumed
 failed            no money moved (the rail refused, the transaction expired, a kill won)
@@ -17,9 +19,10 @@ from envelopay.enforcer.model import fields_from_json, set_fields
 
 __all__ = ["PAYMENT_STATUSES", "PaymentDecision", "PaymentDisposition", "PaymentStatus"]
 
-PaymentStatus = Literal["paid_and_sent", "pending_approval", "blocked", "failed", "unknown"]
+PaymentStatus = Literal["paid_and_sent", "paid_refused", "pending_approval", "blocked", "failed", "unknown"]
 PAYMENT_STATUSES: tuple[PaymentStatus, ...] = (
     "paid_and_sent",
+    "paid_refused",
     "pending_approval",
     "blocked",
     "failed",
@@ -40,6 +43,8 @@ class PaymentDisposition:
     amount: str | None = None
     token: str | None = None
     chain: str | None = None
+    payee: str | None = None  # who is (or would be) paid: the PAY's recipient
+    wallet: str | None = None  # the payee's wallet the payment goes to
 
     def to_json(self) -> dict[str, Any]:
         return set_fields(self)

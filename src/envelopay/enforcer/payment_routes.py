@@ -26,7 +26,15 @@ from envelopay.enforcer.payments import Payments
 from envelopay.enforcer.spend import SpendPolicy
 from envelopay.errors import ConfigError, UsageError
 
-__all__ = ["PAYMENTS", "add_payment_routes", "decide_payment"]
+__all__ = ["PAYMENTS", "add_disabled_payment_routes", "add_payment_routes", "decide_payment"]
+
+_KINDS = ("pay", "pay_invoice", "offer", "accept", "counter", "order")
+DISABLED = PaymentDisposition(
+    status="blocked",
+    code="payments_disabled",
+    reason="payments_disabled: this enforcer makes no payments; start `enforcer serve` with "
+    "--vault-key-file (or $ENVELOPAY_ENFORCER_VAULT_SECRET) and --pay-rail CHAIN[=RPC_URL]",
+)
 
 PAYMENTS: web.AppKey[Payments] = web.AppKey("payments", Payments)
 
@@ -156,7 +164,7 @@ async def decide_payment(
 
 def add_payment_routes(app: web.Application, payments: Payments) -> None:
     app[PAYMENTS] = payments
-    for kind in ("pay", "pay_invoice", "offer", "accept", "counter"):
+    for kind in _KINDS:
         app.router.add_post(f"/v1/{kind}", _submit(kind))
     app.router.add_get("/v1/payments/{id}", _status)
     app.router.add_get("/v1/balances", _balances)
@@ -165,3 +173,23 @@ def add_payment_routes(app: web.Application, payments: Payments) -> None:
     app.router.add_get("/v1/agents/{name}/wallets", _wallets)
     app.router.add_post("/v1/agents/{name}/wallets", _add_wallet)
     app.router.add_get("/v1/agents/{name}/balances", _agent_balances)
+
+
+async def _disabled(request: web.Request) -> web.Response:
+    return web.json_response(DISABLED.to_json())
+
+
+async def _disabled_operator(request: web.Request) -> web.Response:
+    return web.json_response({"error": DISABLED.reason, "code": DISABLED.code}, status=409)
+
+
+def add_disabled_payment_routes(app: web.Application) -> None:
+    """An enforcer started without payments answers every payment route with the
+    `payments_disabled` disposition (and the options that enable payments), not a 404
+    that a client would read as an unreachable enforcer."""
+    for kind in _KINDS:
+        app.router.add_post(f"/v1/{kind}", _disabled)
+    app.router.add_get("/v1/payments/{id}", _disabled)
+    app.router.add_get("/v1/balances", _disabled)
+    for path in ("policy", "wallets", "balances"):
+        app.router.add_route("*", f"/v1/agents/{{name}}/{path}", _disabled_operator)

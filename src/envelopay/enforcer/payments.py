@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import time
@@ -31,10 +32,11 @@ from envelopay.enforcer.invoices import (
     ALREADY_PAID,
     MISMATCH,
     NOT_FOUND,
-    REQUIRED,
     InvoiceSource,
     bind_invoice,
+    payee_refusal,
 )
+from envelopay.enforcer.legs import leg_message
 from envelopay.enforcer.model import Agent, Disposition
 from envelopay.enforcer.payment_model import PaymentDisposition
 from envelopay.enforcer.payment_store import IN_FLIGHT, Context, Intent, PaymentStore
@@ -47,8 +49,10 @@ from envelopay.enforcer.spend import (
     check_limits,
     check_payee,
     check_payment_request,
+    check_route,
 )
 from envelopay.errors import StoreError, UsageError
+from envelopay.protocol.compose import message_json
 from envelopay.rails.custodial import CustodialPayer
 
 __all__ = ["CRASH_ENV", "Payments", "crash_hook_from_env"]
@@ -141,8 +145,9 @@ class Payments:
             if isinstance(bound, PaymentDisposition):
                 return bound
             req, invoice_key = bound
-        elif req.kind == "pay" and policy.require_invoice:
-            return _blocked(REQUIRED, "this agent may only pay invoices (pay_invoice)")
+        route = check_route(req, policy, invoice_bound=invoice_key is not None)
+        if route is not None:
+            return _blocked(route.code, route.detail)
         key = req.key or (invoice_key or "") or (f"id:{req.msg_id}" if req.msg_id else "")
         if not key:
             return _blocked("invalid_request", "idempotency_key (or id) is required")
@@ -150,6 +155,10 @@ class Payments:
             prior = await self.store.get(ctx.prior_id) if ctx.prior_id is not None else None
         else:  # the key came from the INVOICE
             prior = await self.store.by_key(agent.id, key)
+            if prior is not None and prior.invoice_key != key:
+                # Not a payment of this INVOICE (agents' keys may not take this form now;
+                # one recorded by an earlier version must still not answer for it).
+                return _blocked("invalid_request", "this INVOICE's key names another payment")
         if prior is not None:  # a retried call returns the first outcome
             return await self.resume(prior)
         if invoice_key is not None and await self.store.by_invoice(agent.id, invoice_key) is not None:
@@ -258,7 +267,8 @@ class Payments:
             return await self.store.by_invoice(agent.id, key) is not None
 
         bound = await bind_invoice(
-            agent, req.invoice, raws, dns=self.dns, sent_orders=sent_orders, bound=paid
+            agent, req.invoice, raws, dns=self.dns, sent_orders=sent_orders, bound=paid,
+            payee=req.to if req.kind == "pay_invoice" else "",
         )
         if isinstance(bound, Refusal):
             return _blocked(bound.code, bound.detail)
@@ -277,57 +287,21 @@ class Payments:
             amount=bound.amount,
             wallet=bound.wallet,
             invoice=bound.invoice_id,
+            reply_to=bound.message_id,
         ), bound.key
 
     def _mail(
         self, agent: Agent, req: PaymentRequest, wallet: WalletRecord, *, placeholder: bool
     ) -> dict[str, Any]:
-        """The send request of the email leg (PAY, OFFER or ACCEPT)."""
-        proof: dict[str, Any] = {"tx": "pending"}
-        body: dict[str, Any]
-        if req.kind in ("pay", "pay_invoice"):
-            body = {
-                "type": "pay",
-                "id": req.msg_id,
-                "amount": str(req.amount),
-                "token": req.token,
-                "chain": req.chain,
-                "proof": proof,
-            }
-            if req.invoice:
-                body["invoice_ref"] = req.invoice
-            kind = "pay"
-        elif req.kind == "accept":
-            body = {
-                "type": "accept",
-                "id": req.msg_id,
-                "offer_ref": req.offer_ref,
-                "amount": str(req.amount),
-                "token": req.token,
-                "chain": req.chain,
-                "proof": proof,
-            }
-            kind = "accept"
-        else:
-            want = dict(req.want or {})
-            body = {
-                "type": "offer",
-                "id": req.msg_id,
-                "give": {
-                    "amount": str(req.amount),
-                    "token": req.token,
-                    "chain": req.chain,
-                    "to": req.wallet,
-                    "proof": proof,
-                },
-                "want": want,
-                "wallet": req.receive_wallet or wallet.address,
-            }
-            kind = "offer"
-        if req.note:
-            body["note"] = req.note
-        body["v"] = "0.1.0"
-        return {"to": req.to, "from": agent.address, "type": kind, "body": body}
+        """The send request of the email leg (PAY, OFFER, ACCEPT or prepaid ORDER), built
+        from protocol.messages — the models every sender composes — with a placeholder
+        proof: payments_exec.pay_mail puts the real, bound proof in its place."""
+        message = leg_message(req, wallet.address)
+        mail = {"to": req.to, "from": agent.address, "type": message.type,
+                "body": json.loads(message_json(message))}
+        if req.reply_to:  # the PAY answers the INVOICE it settles: one thread for both sides
+            mail["in_reply_to"] = req.reply_to
+        return mail
 
     def _cap_steps(
         self, agent: Agent, req: PaymentRequest, policy: SpendPolicy
@@ -399,6 +373,8 @@ class Payments:
             amount=str(i.amount),
             token=i.token,
             chain=i.chain,
+            payee=i.payee or None,
+            wallet=i.wallet or None,
         )
 
     async def resume(self, i: Intent) -> PaymentDisposition:
@@ -416,9 +392,26 @@ class Payments:
             i = await self.store.get(intent_id) if agent is not None and not agent.killed else None
             if agent is None or i is None or i.agent_id != agent.id:
                 return PaymentDisposition(status="unknown", id=intent_id)
-            return await self.resume(i)
+            d = await self.resume(i)
+            return await self._answered(agent, i, d)
         except StoreError as exc:
             return PaymentDisposition(status="failed", code="store_error", reason=f"store error: {exc}")
+
+    async def _answered(self, agent: Agent, i: Intent, d: PaymentDisposition) -> PaymentDisposition:
+        """A sent payment the payee answered with an OOPS is `paid_refused`, with the
+        payee's code: never `paid_and_sent` alone (the money moved, the work did not)."""
+        mail = i.request.get("mail")
+        if d.status != "paid_and_sent" or self.invoices is None or self.dns is None or not mail:
+            return d
+        pay_id = str((mail.get("body") or {}).get("id", ""))
+        refused = await payee_refusal(
+            self.invoices.answers(agent, i.message_id), payee=i.payee, pay_id=pay_id,
+            message_id=i.message_id, dns=self.dns,
+        )
+        if refused is None:
+            return d
+        return replace(d, status="paid_refused", code=refused.code,
+                       reason=f"the payee answered OOPS {refused.code}: {refused.note}"[:500])
 
     async def balances(self, token: str | None) -> dict[str, Any]:
         """The token's own wallets' addresses and balances: nothing else."""

@@ -18,17 +18,21 @@ between delivery and its record sends it again with the same Message-ID.
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from typing import cast
 
 from envelopay.enforcer.custody import VaultError
 from envelopay.enforcer.delivery import Envelope, EnvelopeOpener
+from envelopay.enforcer.legs import bound_leg
 from envelopay.enforcer.model import Agent, SendRequest
 from envelopay.enforcer.payment_model import PaymentDecision, PaymentDisposition
 from envelopay.enforcer.payment_store import Intent
 from envelopay.enforcer.payments import Payments
 from envelopay.enforcer.policy import fingerprint
 from envelopay.errors import RailError, StoreError, TransportError, UsageError
+from envelopay.protocol.compose import message_json
+from envelopay.rails.binding import StatementSigner
 from envelopay.rails.custodial import CustodialPayer, SignedPayment
 
 __all__ = ["approve", "execute", "recover", "reject", "run"]
@@ -65,9 +69,8 @@ async def run(
                     i = await _reread(p, i)
                 elif i.state == "RESERVED":
                     envelope = _open_envelope(p, i)
-                    if envelope is not None and agent is not None and agent.id == i.agent_id:
-                        staged = _Staged(p, agent, envelope)
-                i = await _advance(p, i, live, sealed, staged)
+                    staged = _Staged(envelope)
+                i = await _advance(p, i, live, sealed, staged, agent)
             if i.state == "PAID":
                 if live:
                     p.crash("after_record")
@@ -110,39 +113,59 @@ class _Staged:
     good (a 5xx) is heard before the broadcast: the payment does not go (no money without
     its email). Anything else about the early body is left to _deliver's fallback."""
 
-    def __init__(self, p: Payments, agent: Agent, envelope: Envelope) -> None:
-        self.p, self.agent, self.envelope = p, agent, envelope
-        self.mail: tuple[SendRequest, bytes] | None = None  # composed and signed, staged or not
+    def __init__(self, envelope: Envelope | None) -> None:
+        self.envelope = envelope
+        self.mail: tuple[SendRequest, bytes] | None = None  # composed, bound and signed
 
-    async def write(self, i: Intent, payer: CustodialPayer, tx_id: str) -> str:
+    async def write(self, mail: tuple[SendRequest, bytes]) -> str:
         """"" or why the PAY can never be delivered."""
-        req, raw = _pay_mail(self.p, i, payer, tx_id, self.agent)
-        if isinstance(raw, str):
-            return ""  # _deliver meets the same problem after the payment, and notes it
-        refused = await self.envelope.stage(raw, wait=0.5)
+        if self.envelope is None:
+            self.mail = mail
+            return ""
+        refused = await self.envelope.stage(mail[1], wait=0.5)
         if not refused:
-            self.mail = (req, raw)
+            self.mail = mail
         return refused
 
 
 def _pay_mail(
-    p: Payments, i: Intent, payer: CustodialPayer, tx_id: str, agent: Agent
-) -> tuple[SendRequest, bytes | str]:
-    """The PAY carrying the proof of `tx_id`, composed and signed (or why it cannot be)."""
-    mail = dict(i.request["mail"])
-    body = dict(mail["body"])
-    proof = dict(payer.proof(tx_id))
-    if body.get("type") == "offer":
-        body["give"] = {**body["give"], "proof": proof}
-    else:
-        body["proof"] = proof
-    # The mail leg was validated with a placeholder proof when the intent was made; only the
-    # proof object differs now, so it is not validated again (compose still builds the model).
-    req = SendRequest(to=mail["to"], sender=mail["from"], msg_type=mail["type"], body=body,
-                      message_id=i.message_id)
-    # The one check of what compose accepts, then sign.
+    p: Payments, i: Intent, payer: CustodialPayer, tx_id: str, agent: Agent, sign: StatementSigner
+) -> tuple[SendRequest, bytes] | str:
+    """The PAY (OFFER, ACCEPT, prepaid ORDER) carrying the proof of `tx_id`, bound to the
+    paying wallet with `sign`, composed and DKIM-signed; or why it cannot be. The same
+    statement signed by the same key gives the same bytes, so a PAY recomposed after a
+    crash is the PAY that may already have left."""
+    mail = i.request["mail"]
+    leg = bound_leg(
+        str(mail["type"]), mail["body"], payer.proof(tx_id), payee=str(mail["to"]),
+        presenter=str(mail["from"]), proof_key=payer.proof_key, sign=sign,
+    )
+    if isinstance(leg, str):
+        return leg
+    reply = mail.get("in_reply_to")
+    req = SendRequest(
+        to=mail["to"], sender=mail["from"], msg_type=leg.type, body=json.loads(message_json(leg)),
+        message_id=i.message_id, in_reply_to=reply if isinstance(reply, str) else None,
+        references=(reply,) if isinstance(reply, str) else (),
+    )
     composed = p.enforcer._compose(agent, req, i.message_id, p.clock())
-    return req, composed if isinstance(composed, str) else p.enforcer._signed(composed)
+    if isinstance(composed, str):
+        return composed
+    signed = p.enforcer._signed(composed)
+    return signed if isinstance(signed, str) else (req, signed)
+
+
+async def _vault_signer(p: Payments, i: Intent, payer: CustodialPayer) -> StatementSigner | str:
+    """The wallet's binding signer, its key opened from the vault (a PAY composed again
+    after the signing call: recovery, or a delivery retried)."""
+    sealed = await p.store.sealed(i.wallet_id, i.agent_id)
+    if p.vault is None or sealed is None:
+        return "the wallet's key is not available to this enforcer"
+    try:
+        secret = p.vault.open_secret(sealed, agent_id=i.agent_id, wallet_id=i.wallet_id)
+    except VaultError as exc:
+        return str(exc)
+    return lambda message: payer.sign_statement(secret, message)
 
 
 async def _reread(p: Payments, i: Intent) -> Intent:
@@ -159,14 +182,15 @@ async def _fail(p: Payments, i: Intent, code: str, reason: str) -> Intent:
 
 
 async def _advance(
-    p: Payments, i: Intent, live: bool, sealed: bytes | None = None, staged: _Staged | None = None
+    p: Payments, i: Intent, live: bool, sealed: bytes | None = None, staged: _Staged | None = None,
+    agent: Agent | None = None,
 ) -> Intent:
     payer = p.payers.get(i.chain)
     while True:
         if i.state == "RESERVED":
             if payer is None:
                 return await _fail(p, i, "unknown_asset", f"no rail pays on {i.chain} here")
-            i, fresh = await _sign(p, payer, i, live, sealed, staged)
+            i, fresh = await _sign(p, payer, i, live, sealed, staged, agent)
             if fresh:  # recorded as BROADCAST with its bytes just now: send them
                 i = await _broadcast(p, payer, i, live)
                 if i.state == "BROADCAST":
@@ -206,7 +230,7 @@ async def _advance(
 
 async def _sign(
     p: Payments, payer: CustodialPayer, i: Intent, live: bool, sealed: bytes | None,
-    staged: _Staged | None = None,
+    staged: _Staged | None = None, agent: Agent | None = None,
 ) -> tuple[Intent, bool]:
     """(intent, True) when the signed bytes were just recorded with the broadcast claimed.
 
@@ -225,6 +249,7 @@ async def _sign(
         return await _fail(p, i, "custody", str(exc)), False
     try:
         signed = await payer.prepare(secret, token=i.token, amount=i.amount, recipient=i.wallet)
+        mail = await _leg_for(p, i, payer, signed.tx_id, secret, agent)
     except RailError as exc:
         return await _fail(p, i, exc.reason, str(exc)[:300]), False
     except UsageError as exc:
@@ -233,8 +258,11 @@ async def _sign(
         return await _fail(p, i, "rail_unavailable", f"nothing was signed: {exc}"[:300]), False
     finally:
         del secret
-    if staged is not None:
-        refused = await staged.write(i, payer, signed.tx_id)
+    if isinstance(mail, str):  # the payee would refuse what we could send: do not pay
+        reason = f"the PAY cannot be sent as the payee accepts it, so nothing was paid: {mail}"
+        return await _fail(p, i, "pay_unsendable", reason[:300]), False
+    if staged is not None and mail is not None:
+        refused = await staged.write(mail)
         if refused:  # the signed bytes are dropped unsent
             reason = f"the PAY's email was refused for good, so nothing was paid: {refused}"
             return await _fail(p, i, "pay_mail_refused", reason[:300]), False
@@ -246,6 +274,20 @@ async def _sign(
     if live:
         p.crash("after_sign")
     return replace(i, state="BROADCAST", tx_id=signed.tx_id, tx_blob=signed.blob), True
+
+
+async def _leg_for(
+    p: Payments, i: Intent, payer: CustodialPayer, tx_id: str, secret: bytes, agent: Agent | None
+) -> tuple[SendRequest, bytes] | str | None:
+    """The email leg for the payment just signed (None for a counter-leg, whose email the
+    caller sends), composed and bound before anything is broadcast."""
+    if i.request.get("mail") is None:
+        return None
+    if agent is None or agent.id != i.agent_id:
+        agent = await p.enforcer.store.agent_by_id(i.agent_id)
+    if agent is None:
+        return "the agent is gone"
+    return _pay_mail(p, i, payer, tx_id, agent, lambda message: payer.sign_statement(secret, message))
 
 
 async def _broadcast(p: Payments, payer: CustodialPayer | None, i: Intent, live: bool) -> Intent:
@@ -299,20 +341,25 @@ async def _deliver(
     prior = None if live else await p.enforcer.store.send_by_message_id(agent.id, i.message_id)
     if prior is None or prior.state != "SENT":
         now = p.clock()
-        early = staged.mail if staged is not None else None
-        req, raw = early if early is not None else _pay_mail(p, i, payer, i.tx_id, agent)
+        mail: tuple[SendRequest, bytes] | str
+        if staged is not None and staged.mail is not None:
+            mail = staged.mail
+        else:
+            sign = await _vault_signer(p, i, payer)
+            mail = sign if isinstance(sign, str) else _pay_mail(p, i, payer, i.tx_id, agent, sign)
         # The money moved before any kill that could stop it (BROADCAST requires ACTIVE): the
         # PAY carrying its proof goes out even if the agent was killed since (at least once).
         problem = (
-            raw
-            if isinstance(raw, str)
+            mail
+            if isinstance(mail, str)
             else await p.enforcer._transmit(
-                agent, req, raw, recheck_kill=False, envelope=envelope, signed=True
+                agent, mail[0], mail[1], recheck_kill=False, envelope=envelope, signed=True
             )
         )
-        if problem:
+        if problem or isinstance(mail, str):
             await p.store.paid_note(i.id, f"paid; the email is not delivered yet: {problem}"[:500], now)
             return await _reread(p, i)
+        req = mail[0]
         send = p.enforcer.store.send_step(
             id=p.new_id(),
             agent_id=agent.id,
@@ -347,10 +394,10 @@ async def approve(p: Payments, intent_id: str, by: str = "operator") -> PaymentD
         seen = await _reread(p, i)
         detail = "agent is killed: approval refused" if seen.state == "PENDING" else "not pending"
         return PaymentDecision(ok=False, state=seen.state, detail=detail)
-    return await execute(p, intent_id)
+    return await execute(p, intent_id, agent)
 
 
-async def execute(p: Payments, intent_id: str) -> PaymentDecision:
+async def execute(p: Payments, intent_id: str, agent: Agent | None = None) -> PaymentDecision:
     i = await p.store.get(intent_id)
     if i is None:
         return PaymentDecision(ok=False, state="MISSING", detail="no such approval")
@@ -360,7 +407,7 @@ async def execute(p: Payments, intent_id: str) -> PaymentDecision:
             i = await _fail(p, i, "killed", "agent killed before execution")
             return PaymentDecision(ok=False, state=i.state, detail=i.reason, disposition=p.disposition(i))
         return PaymentDecision(ok=False, state=i.state, detail="not approved")
-    d = await run(p, intent_id, live=True)
+    d = await run(p, intent_id, live=True, agent=agent)
     return PaymentDecision(
         ok=d.status == "paid_and_sent", state=(d.state or "").upper(), detail=d.reason, disposition=d
     )

@@ -7,7 +7,7 @@ is otherwise allowed):
   S1 the asset is known to the rail's registry (chain + token)        → blocked
   S2 the payee is allowed: address or domain, then the wallet allowlist → pending_approval
   S3 the per-payment maximum for that asset                           → pending_approval
-  S4 invoice binding (pay_invoice; `pay` under require_invoice)        → blocked
+  S4 invoice binding (pay_invoice; every other route under require_invoice) → blocked
   S5 hourly, then daily spend cap (conditional increments)            → pending_approval
 Invoice binding runs before the caps (the issue lists it last) because it refuses
 outright and consumes nothing: a cap is the only check with a side effect, so it runs last.
@@ -33,14 +33,20 @@ __all__ = [
     "check_limits",
     "check_payee",
     "check_payment_request",
+    "check_route",
     "format_spend",
     "parse_spend",
 ]
 
 # "counter": a payment leg whose email the caller sends itself through the send path (the
 # worker's OFFER counter-leg: its engine composes the ACCEPT). Same spend checks; no mail leg.
-PaymentKind = Literal["pay", "pay_invoice", "offer", "accept", "counter"]
-KINDS: tuple[PaymentKind, ...] = ("pay", "pay_invoice", "offer", "accept", "counter")
+# "order": a v0.2 prepaid ORDER, its proof in the ORDER itself (SPEC "Prepaid ORDER").
+PaymentKind = Literal["pay", "pay_invoice", "offer", "accept", "counter", "order"]
+KINDS: tuple[PaymentKind, ...] = ("pay", "pay_invoice", "offer", "accept", "counter", "order")
+# Idempotency keys the enforcer derives itself (payments._call_key, invoices.BoundInvoice):
+# an agent's own key may not start with one, so the two kinds of key never meet.
+RESERVED_KEY_PREFIXES = ("invoice:", "id:")
+_MAX_TASK = 16_384  # characters of a prepaid ORDER's task, as JSON
 MAX_AMOUNT = 2**63 - 1  # both ledgers keep counters as signed 64-bit integers
 
 _IDENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
@@ -202,6 +208,8 @@ class PaymentRequest:
     offer_ref: str = ""  # accept
     want: Mapping[str, Any] | None = None  # offer: {amount, token, chain}
     receive_wallet: str = ""  # offer: our wallet for the want leg ("" → ours on want.chain)
+    task: Any = None  # order: the task (a JSON object or text), as in any ORDER
+    reply_to: str = ""  # the bound INVOICE's Message-ID: the PAY's In-Reply-To
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": self.kind}
@@ -224,6 +232,8 @@ class PaymentRequest:
             out["amount"] = str(self.amount)
         if self.want is not None:
             out["want"] = dict(self.want)
+        if self.task is not None:
+            out["task"] = self.task
         return out
 
     @classmethod
@@ -242,6 +252,7 @@ class PaymentRequest:
             offer_ref=data.get("offer_ref", ""),
             want=data.get("want"),
             receive_wallet=data.get("receive_wallet", ""),
+            task=data.get("task"),
         )
 
 
@@ -272,6 +283,10 @@ def check_payment_request(kind: str, raw: Mapping[str, Any]) -> PaymentRequest |
     key = raw.get("idempotency_key", "")
     if key != "" and not _ident(key):
         return _blocked("invalid_request", "idempotency_key: 1-128 of A-Z a-z 0-9 . _ : @ -")
+    if isinstance(key, str) and key.lower().startswith(RESERVED_KEY_PREFIXES):
+        reserved = " or ".join(RESERVED_KEY_PREFIXES)
+        detail = f"idempotency_key: keys starting {reserved} are the enforcer's own"
+        return _blocked("invalid_request", detail)
     note = raw.get("note")
     if note is not None and not (isinstance(note, str) and len(note) <= 500 and _PRINTABLE.fullmatch(note)):
         return _blocked("invalid_request", "note: one line of at most 500 characters")
@@ -283,8 +298,11 @@ def check_payment_request(kind: str, raw: Mapping[str, Any]) -> PaymentRequest |
         if not (_short(invoice, 500) and (_ident(invoice) or _is_msgid(invoice))):
             return _blocked("invalid_request", "invoice: a Message-ID (<...>) or an INVOICE id")
         assert isinstance(invoice, str)
+        payee = raw.get("payee", "")  # an INVOICE id is unique only within its sender
+        if payee != "" and not valid_address(payee):
+            return _blocked("invalid_request", "payee: the INVOICE sender's bare address")
         return PaymentRequest(
-            kind="pay_invoice", invoice=invoice, key=str(key), msg_id=str(msg_id), note=note
+            kind="pay_invoice", invoice=invoice, key=str(key), msg_id=str(msg_id), note=note, to=str(payee)
         )
     to = raw.get("to")
     if isinstance(to, list) and len(to) == 1:
@@ -321,6 +339,11 @@ def check_payment_request(kind: str, raw: Mapping[str, Any]) -> PaymentRequest |
         if ref != "" and not (_ident(ref) or (_short(ref, 500) and _is_msgid(ref))):
             return _blocked("invalid_request", "invoice_ref: an INVOICE id or Message-ID")
         return replace(base, invoice=str(ref))
+    if kind == "order":
+        task = raw.get("task")
+        if not _task(task):
+            return _blocked("invalid_request", "task: a JSON object (or text) of at most 16 KiB")
+        return replace(base, task=task)
     if kind == "accept":
         ref = raw.get("offer_ref")
         if not _ident(ref):
@@ -344,6 +367,17 @@ def check_payment_request(kind: str, raw: Mapping[str, Any]) -> PaymentRequest |
     return replace(base, want=want_doc, receive_wallet=str(receive))
 
 
+def _task(value: Any) -> bool:
+    if isinstance(value, str):
+        return 0 < len(value) <= _MAX_TASK
+    if not isinstance(value, Mapping) or not value:
+        return False
+    try:
+        return len(json.dumps(value)) <= _MAX_TASK
+    except (TypeError, ValueError, RecursionError):
+        return False
+
+
 def _is_msgid(value: Any) -> bool:
     return (
         isinstance(value, str)
@@ -355,6 +389,16 @@ def _is_msgid(value: Any) -> bool:
 
 
 # -- the ordered, non-consuming checks ------------------------------------------------
+
+
+def check_route(req: PaymentRequest, policy: SpendPolicy, *, invoice_bound: bool) -> Refusal | None:
+    """S4's policy half, for every route that moves money (pay, pay_invoice, offer,
+    accept, counter, order): under require_invoice only a payment bound to an INVOICE
+    (pay_invoice, or pay naming its invoice) may go. One place, so a new route cannot
+    forget it."""
+    if policy.require_invoice and not invoice_bound:
+        return _blocked("invoice_required", "this agent may only pay invoices (pay_invoice)")
+    return None
 
 
 def check_payee(req: PaymentRequest, policy: SpendPolicy) -> Refusal | None:

@@ -42,8 +42,11 @@ def prepare_spend(
     vault_key_file: Path | None,
     pay_rails: Sequence[str],
     inbox_root: Path | None,
+    dns: DnsLookup | None = None,
     env: Mapping[str, str] = os.environ,
 ) -> SpendLaunch | None:
+    """`dns` is the DKIM key lookup for INVOICEs (the node's set-up: node.wiring.dns_setup);
+    DNS when not given."""
     from envelopay.enforcer.custody import load_vault
     from envelopay.enforcer.payers import make_payers
 
@@ -57,13 +60,15 @@ def prepare_spend(
         vault = load_vault(secret=secret, key_file=vault_key_file)
     if pay_rails and vault is None:
         raise ConfigError(f"--pay-rail needs a vault: --vault-key-file or ${VAULT_ENV}")
-    dns = None
     if inbox_root is not None:
         if not inbox_root.is_dir():
             raise ConfigError(f"--inbox-root {inbox_root} is not a directory")
-        from envelopay.dkim import resolver_dns
+        if dns is None:
+            from envelopay.dkim import resolver_dns
 
-        dns = resolver_dns()
+            dns = resolver_dns()
+    else:
+        dns = None
     return SpendLaunch(vault, make_payers(pay_rails), inbox_root, dns)
 
 

@@ -17,9 +17,9 @@ from envelopay.engine.records import MAX_CONFLICT_RETRIES, REF_FIELDS, out_entry
 from envelopay.errors import UsageError
 from envelopay.flows import Direction, FlowKind, FlowState, Side
 from envelopay.ledger.store import Commit, FlowRecord, FlowWrite, Store
-from envelopay.protocol.messages import Message, Offer, is_proof_carrying
+from envelopay.protocol.messages import Message, Offer
 from envelopay.protocol.outbound import Outbound
-from envelopay.rails.binding import PAYER_FIELD, SIG_FIELD, BindingRail, declared_binding, statement
+from envelopay.rails.binding import BindingRail, bind_message
 from envelopay.rails.interface import Rail
 
 __all__ = ["Sending"]
@@ -137,28 +137,14 @@ class Sending:
     def bind_proof(self, message: Message, to: str) -> Message:
         """Add the payer's binding (envelopay.rails.binding) to a proof we present, when
         our rail for its chain holds the paying key; a proof already bound is kept."""
-        if not is_proof_carrying(message):
-            return message
         leg = message.give if isinstance(message, Offer) else message
-        chain, proof = getattr(leg, "chain", None), getattr(leg, "proof", None)
-        pid = getattr(message, "id", None)
+        chain = getattr(leg, "chain", None)
         rail = self.rails.get(chain) if isinstance(chain, str) else None
-        if not isinstance(rail, BindingRail) or not isinstance(proof, dict) or not isinstance(pid, str):
+        if not isinstance(rail, BindingRail):
             return message
-        if declared_binding(proof) is not None:
-            return message
-        try:
-            key = rail.proof_key(proof)
-        except ValueError:
-            return message  # the payee answers a malformed proof; nothing to bind
-        said = statement(payee=to, payer=self.address, message_id=pid, chain=chain, tx=key)
-        signed = rail.sign_statement(said)
-        if signed is None:
-            return message
-        bound = {**proof, PAYER_FIELD: signed[0], SIG_FIELD: signed[1]}
-        if isinstance(message, Offer):
-            return message.model_copy(update={"give": message.give.model_copy(update={"proof": bound})})
-        return message.model_copy(update={"proof": bound})
+        return bind_message(
+            message, payee=to, presenter=self.address, proof_key=rail.proof_key, sign=rail.sign_statement
+        )
 
     def _joins_by_ref(self, message: Message) -> bool:
         return any(getattr(message, f, None) for f in REF_FIELDS)

@@ -17,15 +17,20 @@ names and the optional protocol a rail implements to sign and check.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
+
+from envelopay.protocol.messages import Message, Offer, is_proof_carrying
 
 __all__ = [
     "BINDING_SCHEME",
     "PAYER_FIELD",
     "SIG_FIELD",
     "BindingRail",
+    "StatementSigner",
+    "bind_message",
     "declared_binding",
+    "is_bound",
     "statement",
 ]
 
@@ -68,3 +73,48 @@ class BindingRail(Protocol):
     def check_payer_sig(self, payer: str, message: bytes, signature: str) -> bool:
         """Did `payer`'s key sign `message`? Pure; False for anything malformed."""
         ...
+
+
+# (the paying wallet, its signature) of a statement, or None when no key is at hand.
+StatementSigner = Callable[[bytes], "tuple[str, str] | None"]
+
+
+def bind_message(
+    message: Message,
+    *,
+    payee: str,
+    presenter: str,
+    proof_key: Callable[[dict[str, Any]], str],
+    sign: StatementSigner,
+) -> Message:
+    """`message` with `payer` and `payer_sig` added to the proof it presents (PAY, ACCEPT,
+    prepaid ORDER, or OFFER's give leg): the one way every sender binds a proof, whether
+    the key sits in the engine's rail or in the enforcer's vault. A message that carries
+    no proof, or whose proof is bound already, or malformed (the payee answers it), or
+    that no key can sign, comes back unchanged."""
+    if not is_proof_carrying(message):
+        return message
+    leg: Any = message.give if isinstance(message, Offer) else message
+    chain, proof, pid = getattr(leg, "chain", None), getattr(leg, "proof", None), getattr(message, "id", None)
+    if not isinstance(chain, str) or not isinstance(proof, dict) or not isinstance(pid, str):
+        return message
+    if declared_binding(proof) is not None:
+        return message
+    try:
+        key = proof_key(proof)
+    except ValueError:
+        return message
+    signed = sign(statement(payee=payee, payer=presenter, message_id=pid, chain=chain, tx=key))
+    if signed is None:
+        return message
+    bound = {**proof, PAYER_FIELD: signed[0], SIG_FIELD: signed[1]}
+    if isinstance(message, Offer):
+        return message.model_copy(update={"give": message.give.model_copy(update={"proof": bound})})
+    return message.model_copy(update={"proof": bound})
+
+
+def is_bound(message: Message) -> bool:
+    """Does the proof `message` presents carry a binding of the right shape?"""
+    leg: Any = message.give if isinstance(message, Offer) else message
+    proof = getattr(leg, "proof", None)
+    return isinstance(proof, dict) and declared_binding(proof) is not None

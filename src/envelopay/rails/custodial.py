@@ -83,6 +83,17 @@ class CustodialPayer(Protocol):
         """The PAY proof object for a transaction id."""
         ...
 
+    def proof_key(self, proof: dict[str, Any]) -> str:
+        """The rail's canonical proof key (what the binding statement names); ValueError
+        for a malformed proof."""
+        ...
+
+    def sign_statement(self, secret: bytes, message: bytes) -> tuple[str, str]:
+        """(the wallet of `secret`, its signature of `message`) in the rail's binding
+        scheme (envelopay.rails.binding), so the payee's rail checks it as it checks
+        any payer's."""
+        ...
+
 
 # -- shared by the rails' payers --------------------------------------------------------
 

@@ -23,7 +23,7 @@ from envelopay.rails.custodial import (
 from envelopay.rails.interface import AssetInfo
 from envelopay_base.assets import is_address, norm_address
 from envelopay_base.backend import ChainUnavailable
-from envelopay_base.rail import _BALANCE_OF, BaseRail, _word
+from envelopay_base.rail import _BALANCE_OF, BaseRail, _word, sign_statement_with
 from envelopay_base.verify import quantity
 
 __all__ = ["BasePayer", "make_payer"]
@@ -64,6 +64,12 @@ class BasePayer:
 
     def proof(self, tx_id: str) -> Mapping[str, Any]:
         return tx_proof(tx_id)
+
+    def proof_key(self, proof: dict[str, Any]) -> str:
+        return self.rail.proof_key(proof)
+
+    def sign_statement(self, secret: bytes, message: bytes) -> tuple[str, str]:
+        return sign_statement_with(_account(secret).key, message)
 
     async def prepare(self, secret: bytes, *, token: str, amount: int, recipient: str) -> SignedPayment:
         asset = check_payment(self, token, amount, recipient)

@@ -113,13 +113,7 @@ class BaseRail:
     # -- binding (envelopay.rails.binding): EIP-191 personal_sign over the statement ----
 
     def sign_statement(self, message: bytes) -> tuple[str, str] | None:
-        if self._key is None:
-            return None
-        from eth_account import Account
-        from eth_account.messages import encode_defunct
-
-        signed = Account.sign_message(encode_defunct(primitive=message), private_key=self._key)
-        return norm_address(str(Account.from_key(self._key).address)), "0x" + bytes(signed.signature).hex()
+        return None if self._key is None else sign_statement_with(self._key, message)
 
     def check_payer_sig(self, payer: str, message: bytes, signature: str) -> bool:
         from eth_account import Account
@@ -305,3 +299,13 @@ def make_rail(options: Mapping[str, Any]) -> BaseRail:
                     local_chain=local_chain,
                     confirm_timeout=float(options.get("confirm_timeout", 60.0)),
                     poll_interval=float(options.get("poll_interval", 0.5)))
+
+
+def sign_statement_with(key: bytes | str, message: bytes) -> tuple[str, str]:
+    """(the key's address, its EIP-191 personal_sign of `message`): the binding signature
+    (envelopay.rails.binding), for the rail's own key and for a custodial payer's."""
+    from eth_account import Account
+    from eth_account.messages import encode_defunct
+
+    signed = Account.sign_message(encode_defunct(primitive=message), private_key=key)
+    return norm_address(str(Account.from_key(key).address)), "0x" + bytes(signed.signature).hex()

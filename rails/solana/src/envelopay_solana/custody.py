@@ -70,6 +70,13 @@ class SolanaPayer:
     def proof(self, tx_id: str) -> Mapping[str, Any]:
         return tx_proof(tx_id)
 
+    def proof_key(self, proof: dict[str, Any]) -> str:
+        return self.rail.proof_key(proof)
+
+    def sign_statement(self, secret: bytes, message: bytes) -> tuple[str, str]:
+        kp = _keypair(secret)  # ed25519 over the statement's bytes, as the rail signs
+        return str(kp.pubkey()), str(kp.sign_message(message))
+
     # -- sign ---------------------------------------------------------------------------
 
     async def prepare(self, secret: bytes, *, token: str, amount: int, recipient: str) -> SignedPayment:
