@@ -131,8 +131,10 @@ async def test_an_idle_connection_is_closed_after_the_idle_timeout(tmp_path: Pat
     async with GardenServer(tmp_path / "mail", [A], idle_timeout=0.3, accounts=[]) as garden:
         reader, writer = await _greeted(garden)
         assert (await asyncio.wait_for(reader.readline(), 5)).startswith(b"220")
-        # Nothing sent: the garden gives up on us (the default would be aiosmtpd's 300 s).
-        assert await asyncio.wait_for(reader.read(), 5) == b"" and reader.at_eof()
+        # Nothing sent: the garden gives up on us (the default would be aiosmtpd's 300 s),
+        # saying why (RFC 5321 4.2.2: 421 closes the channel).
+        assert await asyncio.wait_for(reader.read(), 5) == b"421 4.4.2 timeout, closing connection\r\n"
+        assert reader.at_eof()
         writer.close()
 
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
 
-from envelopay.mail.garden import GardenServer
+from envelopay.mail.garden import GardenServer, deliver
 from envelopay.mail.garden_auth import new_account
 
 A = "worker@garden.local"
@@ -181,3 +181,98 @@ def test_a_reply_quotes_an_address_as_printable_ascii() -> None:
     assert shown("a\r\n550 fake@x") == "a\\r\\n550 fake@x"  # no second reply line smuggled in
     assert shown("a\udcff@x") == "a\\udcff@x"
     assert shown(A) == A
+
+
+# ------------------------------------------------------------- item 6: connection slots
+
+
+def _mail(subject: str) -> bytes:
+    return f"From: {A}\r\nTo: {A}\r\nSubject: {subject}\r\n\r\nhi\r\n".encode()
+
+
+async def test_idle_connections_that_never_log_in_do_not_keep_an_agent_out(tmp_path: Path) -> None:
+    """Forty connections that LHLO, NOOP and never AUTH (long deadlines, so only the
+    separate budget can help): the agent connecting after them still delivers."""
+    account, secret = new_account(A, [A])
+    async with GardenServer(tmp_path / "mail", [A], accounts=[account], max_connections=2,
+                            max_unauthenticated=4, login_timeout=60, idle_timeout=60) as g:
+        squatters = [await Wire.open(g) for _ in range(40)]
+        for wire in squatters[-4:]:  # the newest four are still open: they chatter
+            assert (await wire.say(b"LHLO squat")).startswith(b"250 ")
+            assert (await wire.say(b"NOOP")).startswith(b"250")
+        assert g.unauthenticated == 4 and g.stats.evicted == 36
+        # An evicted connection was told why before it was closed.
+        assert await asyncio.wait_for(squatters[0].reader.read(), 20) == (
+            b"421 4.7.0 too many connections not logged in, closing the oldest\r\n")
+        done = await deliver(_mail("through"), A, [A], g.endpoint, auth=(A, secret))
+        assert done.delivered == (A,)
+        assert g.stats.refused_busy == 0
+        for wire in squatters:
+            wire.close()
+    assert len(_stored(g)) == 1
+
+
+@pytest.mark.parametrize("chatter", [b"NOOP", b"RSET", b"HELP", b"VRFY x@garden.local", b"LHLO again"])
+async def test_chatter_before_login_does_not_extend_the_login_deadline(
+    tmp_path: Path, chatter: bytes
+) -> None:
+    account, _ = new_account(A, [A])
+    async with GardenServer(tmp_path / "mail", [A], accounts=[account], login_timeout=0.3,
+                            idle_timeout=60) as g:
+        wire = await Wire.open(g)
+        assert (await wire.say(b"LHLO me")).startswith(b"250 ")
+        # Bounded: 500 rounds are far past the deadline; the garden must hang up first.
+        assert await wire.closed_by_server(chatter, most=500)
+        wire.close()
+        await _until(lambda: g.unauthenticated == 0)
+
+
+async def test_chatter_after_login_does_not_extend_the_idle_deadline(tmp_path: Path) -> None:
+    account, secret = new_account(A, [A])
+    async with GardenServer(tmp_path / "short", [A], accounts=[account], login_timeout=60,
+                            idle_timeout=0.3) as g:
+        wire = await _logged_in(g, secret)
+        assert g.active == 1 and g.unauthenticated == 0
+        assert await wire.closed_by_server(b"NOOP", most=500)
+        wire.close()
+        await _until(lambda: g.active == 0)
+
+
+async def test_a_login_past_the_cap_gets_421_and_the_slot_comes_back(tmp_path: Path) -> None:
+    account, secret = new_account(A, [A])
+    async with GardenServer(tmp_path / "mail", [A], accounts=[account], max_connections=1) as g:
+        first = await _logged_in(g, secret)
+        second = await Wire.open(g)  # connecting is fine: not logged in yet
+        assert (await second.say(b"LHLO me")).startswith(b"250 ")
+        assert (await second.say(_plain(secret))).startswith(b"421 4.7.0 too many connections")
+        assert await second.reader.read() == b""  # and closed
+        assert g.stats.refused_busy == 1
+        first.close()
+        await _until(lambda: g.active == 0)
+        assert (await deliver(_mail("later"), A, [A], g.endpoint, auth=(A, secret))).delivered == (A,)
+
+
+async def _until(condition: Callable[[], bool], rounds: int = 1000) -> None:
+    """Wait (bounded) for a condition the event loop makes true; fail if it never does."""
+    for _ in range(rounds):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("condition never held")
+
+
+@pytest.mark.parametrize("flag", [
+    ["--login-timeout", "0"], ["--login-timeout", "nan"], ["--login-timeout", "inf"],
+    ["--idle-timeout", "-1"], ["--max-unauthenticated", "0"], ["--max-connections", "0"],
+])
+def test_garden_serve_refuses_limits_that_are_none(tmp_path: Path, flag: list[str]) -> None:
+    """The limits are garden serve's flags: a bad one is bad input (exit 2), nothing listens."""
+    from typer.testing import CliRunner
+
+    from envelopay.cli.app import app
+
+    (tmp_path / "accounts.json").write_text("[]")
+    res = CliRunner().invoke(app, ["garden", "serve", "--root", str(tmp_path / "mail"), "-a", A,
+                                   "--port", "0", "--accounts", str(tmp_path / "accounts.json"), *flag])
+    assert res.exit_code == 2, res.output
+    assert "login_timeout" in res.output or "max_" in res.output

@@ -405,6 +405,16 @@ def _register_garden(app: typer.Typer) -> None:
             bool,
             typer.Option("--open", help="Legacy: no AUTH, any local process may send From any address."),
         ] = False,
+        login_timeout: Annotated[
+            float, typer.Option(help="Seconds from connect to log in (AUTH); no command extends it.")
+        ] = 10.0,
+        idle_timeout: Annotated[
+            float, typer.Option(help="Seconds a logged-in connection may go without AUTH/MAIL/RCPT/DATA.")
+        ] = 60.0,
+        max_connections: Annotated[int, typer.Option(help="Logged-in connections at once.")] = 64,
+        max_unauthenticated: Annotated[
+            int, typer.Option(help="Connections not logged in at once; one more closes the oldest.")
+        ] = 16,
         as_json: JsonOpt = False,
     ) -> None:
         """Run the garden's LMTP server until interrupted (SIGINT / SIGTERM). Every sender
@@ -423,7 +433,9 @@ def _register_garden(app: typer.Typer) -> None:
             initial = known.accounts() if known is not None else None
         with answers(input_kinds=(ConfigError,)):  # its flags are its configuration: bad input (2)
             server = GardenServer(root, address, host=host, port=port, unix_path=socket, fsync=fsync,
-                                  accounts=initial, open_garden=open_garden, refresh=known)
+                                  accounts=initial, open_garden=open_garden, refresh=known,
+                                  login_timeout=login_timeout, idle_timeout=idle_timeout,
+                                  max_connections=max_connections, max_unauthenticated=max_unauthenticated)
         if known is not None:
             known.garden = server
         if open_garden:

@@ -84,6 +84,7 @@ class GardenStats:
     delivered: int = 0
     failed: int = 0
     refused_busy: int = 0
+    evicted: int = 0  # connections not logged in, closed to make room for a newer one
     refused_auth: int = 0
     refused_from: int = 0
 
@@ -111,6 +112,8 @@ class _GardenHandler:
             self._server.stats.refused_auth += 1
             # handled=False: aiosmtpd answers 535 (handled=True would answer nothing).
             return AuthResult(success=False, handled=False)
+        if not server.log_in():
+            return AuthResult(success=False, handled=False, message=_BUSY)
         return AuthResult(success=True, auth_data=account)
 
     async def handle_MAIL(
@@ -127,6 +130,7 @@ class _GardenHandler:
                 return f"553 5.7.1 {account.user} may not send as {shown(bare.addr)}"
         envelope.mail_from = address
         envelope.mail_options.extend(mail_options)
+        server.progress()
         return "250 2.1.0 Ok"
 
     async def handle_RCPT(
@@ -143,6 +147,7 @@ class _GardenHandler:
         # stores one copy: see handle_DATA.
         envelope.rcpt_tos.append(parsed.addr.lower())
         envelope.rcpt_options.extend(rcpt_options)
+        server.progress()
         return "250 2.1.5 Ok"
 
     async def handle_EHLO(
@@ -198,6 +203,7 @@ class _GardenHandler:
             replies.append(
                 f"250 2.0.0 <{rcpt}> delivered" if ok else f"451 4.3.0 <{rcpt}> delivery failed, try again"
             )
+        server.progress()
         # One complete reply line per accepted recipient, in RCPT order (RFC 2033 4.2).
         return "\r\n".join(replies)
 
@@ -214,6 +220,7 @@ _SIMPLE_ANGLE_ADDR = re.compile(rf"<({_ATEXT}(?:\.{_ATEXT})*@{_ATEXT}(?:\.{_ATEX
 # before any hook runs. RFC 6531 gives such addresses X.6.7 ("Non-ASCII addresses not
 # permitted for that sender/recipient"); 501 is a syntax error in the parameters (RFC 5321 4.2.3).
 _STRICT_ASCII = "500 Error: strict ASCII mode"
+_BUSY = "421 4.7.0 too many connections, try again later"
 _NON_ASCII_COMMAND = "501 5.6.7 non-ASCII in a command: this garden takes ASCII addresses only (no SMTPUTF8)"
 
 
@@ -263,6 +270,11 @@ def _lmtp_class() -> type[Any]:
                 await super().push("\r\n".join(shown(line) for line in status.split("\r\n")))
             else:
                 await super().push(status)
+            if self._close_after_reply and self.transport is not None:
+                self.transport.close()
+
+        _logged_in = False  # authenticated (an open garden: from the start)
+        _close_after_reply = False
 
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             peer = transport.get_extra_info("peername")
@@ -273,9 +285,9 @@ def _lmtp_class() -> type[Any]:
                 garden.stats.refused_peers += 1
                 refusal = b"421 4.7.0 connections are accepted from inside the garden only\r\n"
                 _log.warning("garden: refused a connection from %r (not loopback or a Unix socket)", peer)
-            elif garden.active >= garden.max_connections:
+            elif not garden.requires_auth and garden.active >= garden.max_connections:
                 garden.stats.refused_busy += 1
-                refusal = b"421 4.7.0 too many connections, try again later\r\n"
+                refusal = _BUSY.encode() + b"\r\n"
                 _log.warning("garden: refused a connection: %d open (max_connections)", garden.active)
             if refusal:
                 self._refused = True
@@ -283,15 +295,72 @@ def _lmtp_class() -> type[Any]:
                     transport.write(refusal)
                 transport.close()
                 return
-            garden.active += 1
+            if garden.requires_auth:
+                garden._pending_add(self)  # its own budget: logged-in agents keep theirs
+            else:
+                garden.active += 1  # an open garden has no login: every connection counts
+                self._logged_in = True
             super().connection_made(transport)
+
+        def log_in(self) -> bool:
+            """AUTH succeeded: take a logged-in slot (False when all are taken: 421)."""
+            garden: GardenServer = self.event_handler._server
+            if garden.active >= garden.max_connections:
+                garden.stats.refused_busy += 1
+                _log.warning("garden: refused a login: %d logged in (max_connections)", garden.active)
+                self._close_after_reply = True
+                return False
+            garden._pending.pop(self, None)
+            garden.active += 1
+            self._logged_in = True
+            self.progress()
+            return True
+
+        # aiosmtpd calls _reset_timeout on connect and again before every command it
+        # recognises, NOOP and RSET included, so a connection could hold its slot forever
+        # by chattering. Here only the first call sets a deadline (the login deadline for
+        # a connection that has not logged in); after that only progress moves it.
+        def _reset_timeout(self, duration: float | None = None) -> None:
+            if self._timeout_handle is None:
+                garden: GardenServer = self.event_handler._server
+                first = garden.idle_timeout if self._logged_in else min(garden.login_timeout,
+                                                                        garden.idle_timeout)
+                super()._reset_timeout(first)
+
+        def progress(self) -> None:
+            """The session moved on (AUTH, MAIL, RCPT, DATA): a fresh idle deadline."""
+            super()._reset_timeout(self.event_handler._server.idle_timeout)
+
+        async def smtp_DATA(self, arg: str) -> None:
+            if self.envelope is not None and self.envelope.rcpt_tos:  # the upload: its own idle period
+                self.progress()
+            await super().smtp_DATA(arg)
+
+        def _timeout_cb(self) -> None:
+            # Say why before hanging up (RFC 5321 4.2.2: 421 closes the channel).
+            self._hang_up(b"421 4.4.2 timeout, closing connection\r\n")
+
+        def evict(self) -> None:
+            """Closed to make room: the oldest connection that has not logged in."""
+            self._hang_up(b"421 4.7.0 too many connections not logged in, closing the oldest\r\n")
+
+        def _hang_up(self, reply: bytes) -> None:
+            transport = self.transport
+            if isinstance(transport, asyncio.WriteTransport):
+                transport.write(reply)
+            if transport is not None:
+                transport.close()
 
         # A refused connection never started an aiosmtpd session: its callbacks must not
         # run (they assert a session exists, and each refusal logged a traceback).
         def connection_lost(self, error: Exception | None) -> None:
             if self._refused:
                 return
-            self.event_handler._server.active -= 1
+            garden: GardenServer = self.event_handler._server
+            if self._logged_in:
+                garden.active -= 1
+            else:
+                garden._pending.pop(self, None)
             super().connection_lost(error)
 
         def data_received(self, data: bytes) -> None:
@@ -325,8 +394,16 @@ class GardenServer:
                  any garden address. Explicit, and logged as a warning at start.
     refresh   -- called before refusing an unknown login, a wrong secret or an unknown
                  recipient, to re-read who exists (the devnet's registry); then retried
-    idle_timeout -- seconds a connection may sit idle before the garden closes it
-    max_connections -- open connections at once; more get 421 and are closed
+    idle_timeout -- seconds a logged-in connection may go without progress (AUTH, MAIL,
+                 RCPT, DATA) before the garden closes it (421 4.4.2); NOOP, RSET and the
+                 like do not count
+    max_connections -- logged-in connections at once (an open garden: all connections);
+                 a login past it gets 421 and is closed
+    login_timeout -- seconds from connect a connection has to log in (AUTH); nothing it
+                 sends before then extends it (nor idle_timeout, whichever ends first)
+    max_unauthenticated -- connections not logged in at once, apart from max_connections:
+                 one more closes the oldest of them (421), so idle connections that never
+                 AUTH cannot keep agents out
     """
 
     def __init__(
@@ -348,6 +425,8 @@ class GardenServer:
         refresh: Callable[[], None] | None = None,
         idle_timeout: float = 60.0,
         max_connections: int = 64,
+        login_timeout: float = 10.0,
+        max_unauthenticated: int = 16,
     ) -> None:
         if unix_path is None and host not in LOOPBACK_HOSTS:
             try:
@@ -379,17 +458,36 @@ class GardenServer:
         self.requires_auth = not open_garden
         self.accounts: dict[str, GardenAccount] = {a.user: a for a in accounts or ()}
         self.refresh = refresh
-        if idle_timeout <= 0 or max_connections < 1:
-            raise ConfigError("garden: idle_timeout must be > 0 and max_connections >= 1")
+        if not all(0 < t <= 86_400 for t in (idle_timeout, login_timeout)):  # NaN fails too
+            raise ConfigError("garden: idle_timeout and login_timeout are seconds, more than 0 and at "
+                              "most a day")
+        if max_connections < 1 or max_unauthenticated < 1:
+            raise ConfigError("garden: max_connections and max_unauthenticated must be >= 1")
         self.idle_timeout = idle_timeout
         self.max_connections = max_connections
-        self.active = 0  # open (admitted) connections
+        self.login_timeout = login_timeout
+        self.max_unauthenticated = max_unauthenticated
+        self.active = 0  # logged-in connections (an open garden: all of them)
+        self._pending: dict[Any, None] = {}  # connections not logged in yet, oldest first
         self.stats = GardenStats()
         self._server: asyncio.AbstractServer | None = None
         self._maildirs: dict[str, Path] = {}
 
     def maildir(self, address: str) -> Path:
         return mailbox_path(self.root, address)
+
+    @property
+    def unauthenticated(self) -> int:
+        """Connections open that have not logged in."""
+        return len(self._pending)
+
+    def _pending_add(self, conn: Any) -> None:
+        while len(self._pending) >= self.max_unauthenticated:
+            oldest = next(iter(self._pending))
+            del self._pending[oldest]
+            self.stats.evicted += 1
+            oldest.evict()
+        self._pending[conn] = None
 
     def refreshed(self) -> None:
         if self.refresh is not None:
