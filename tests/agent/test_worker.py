@@ -99,7 +99,7 @@ async def test_prepaid_order_v02(demo_world: DemoWorld) -> None:
 
 async def test_offer_above_the_rate_is_refused_and_nothing_paid(demo_world: DemoWorld) -> None:
     wallet = demo_world.wallets["worker_sol"]
-    before = demo_world.base.token_balance(demo_world.wallets["buyer_base"])
+    before = demo_world.base.usdc_balance(demo_world.wallets["buyer_base"])
     proof = await demo_world.pay(demo_world.buyer_rails, "solana-local", "SOL", 10**8, wallet)  # 0.1 SOL
     offer = Offer(
         id="of2",
@@ -109,7 +109,7 @@ async def test_offer_above_the_rate_is_refused_and_nothing_paid(demo_world: Demo
     )
     _, reply, _ = await demo_world.exchange(offer)
     assert _code(reply) == "amount_mismatch"
-    assert demo_world.base.token_balance(demo_world.wallets["buyer_base"]) == before
+    assert demo_world.base.usdc_balance(demo_world.wallets["buyer_base"]) == before
 
 
 async def test_deferred_message_stays_in_the_maildir(demo_world: DemoWorld) -> None:
@@ -182,16 +182,16 @@ async def test_offer_redo_after_a_crash_does_not_pay_twice(demo_world: DemoWorld
                   wallet=demo_world.wallets["buyer_base"])
     ctx = Context(local=WORKER, peer="buyer@garden.local", flow_id="f", kind=FlowKind.EXCHANGE,
                   state="offered", data={}, now=datetime.now(UTC), new_id=lambda p: f"{p}_x")
-    before = demo_world.base.token_balance(demo_world.wallets["buyer_base"])
+    before = demo_world.base.usdc_balance(demo_world.wallets["buyer_base"])
     first = await app.offer(offer, ctx)
     again = await app.offer(offer, ctx)
     assert first is not None and again is not None
     assert first.type == "accept" and again == first  # same id, same proof
-    assert demo_world.base.token_balance(demo_world.wallets["buyer_base"]) - before == 30_000_000  # paid once
+    assert demo_world.base.usdc_balance(demo_world.wallets["buyer_base"]) - before == 30_000_000  # paid once
     # A payment that started and never finished is in doubt: refused, never paid again.
     book = app.app.counterpayments
     assert book.begin("buyer@garden.local", "of-doubt") == ("new", None)
     doubt = offer.model_copy(update={"id": "of-doubt"})
     refused = await app.offer(doubt, ctx)
     assert isinstance(refused, Refuse) and refused.code.value == "rail_unavailable"
-    assert demo_world.base.token_balance(demo_world.wallets["buyer_base"]) - before == 30_000_000
+    assert demo_world.base.usdc_balance(demo_world.wallets["buyer_base"]) - before == 30_000_000

@@ -35,13 +35,14 @@ async def test_counter_legs_through_the_enforcer_pay_once_within_policy(
     await pstore.open()
     payer = BasePayer(
         make_rail(
-            {"backend": "local", "local_chain": demo_world.base, "confirm_timeout": 5, "poll_interval": 0.01}
+            {**demo_world.base.rail_options(), "backend": "local", "confirm_timeout": 5,
+             "poll_interval": 0.01}
         )
     )
     payments = Payments(enforcer, pstore, Vault(b"test-vault-secret-0123456789abcdef"), {"base-local": payer})
     _, token = await enforcer.create_agent("worker", WORKER)
     wallet = await payments.create_wallet("worker", "base-local")
-    demo_world.base.fund(wallet.address, eth=10**18, usdc=100_000_000)
+    demo_world.base.fund(wallet.address, native=10**18, usdc=100_000_000)
     await payments.set_policy(
         "worker",
         SpendPolicy(
@@ -71,19 +72,19 @@ async def test_counter_legs_through_the_enforcer_pay_once_within_policy(
             now=datetime.now(UTC),
             new_id=lambda p: f"{p}_x",
         )
-        before = demo_world.base.token_balance(demo_world.wallets["buyer_base"])
-        worker_before = demo_world.base.token_balance(demo_world.wallets["worker_base"])
+        before = demo_world.base.usdc_balance(demo_world.wallets["buyer_base"])
+        worker_before = demo_world.base.usdc_balance(demo_world.wallets["worker_base"])
         first = await app.offer(offer, ctx)
         again = await app.offer(offer, ctx)  # the engine's redo after a crash
         assert first is not None and first.type == "accept" and again == first
-        assert demo_world.base.token_balance(demo_world.wallets["buyer_base"]) - before == 30_000_000  # once
+        assert demo_world.base.usdc_balance(demo_world.wallets["buyer_base"]) - before == 30_000_000  # once
         # Paid from the enforcer's wallet, not the worker's own key.
-        assert demo_world.base.token_balance(demo_world.wallets["worker_base"]) == worker_before
-        assert demo_world.base.token_balance(wallet.address) == 70_000_000
+        assert demo_world.base.usdc_balance(demo_world.wallets["worker_base"]) == worker_before
+        assert demo_world.base.usdc_balance(wallet.address) == 70_000_000
         # The daily spend cap holds the next counter-leg: refused to the peer, nothing paid.
         second = await app.offer(offer.model_copy(update={"id": "of-enf-2"}), ctx)
         assert isinstance(second, Refuse) and second.code.value == "rail_unavailable"
-        assert demo_world.base.token_balance(demo_world.wallets["buyer_base"]) - before == 30_000_000
+        assert demo_world.base.usdc_balance(demo_world.wallets["buyer_base"]) - before == 30_000_000
     finally:
         await runner.cleanup()
         await store.close()

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from envelopay.config import WorkerConfig, config_from_dict
+from envelopay.devnet.plugins import LocalWallet, dev_chain
 from envelopay.engine import BaseApplication, Notice, Outcome
 from envelopay.mail.garden_auth import load_accounts
 from envelopay.mail.maildir import mailbox_path
@@ -143,32 +144,28 @@ class DemoWorld:
         from envelopay import dkim
         from envelopay.mail.garden import GardenServer
         from envelopay.rails.registry import make
-        from envelopay_base.local import LocalChain
-        from envelopay_solana.local import LocalSolana
 
-        self.sol = LocalSolana()
-        self.base = LocalChain()
-        buyer_sol = self.sol.new_wallet(sol=20 * 10**9, tokens={"USDC": self.buyer_usdc})
-        worker_sol = self.sol.new_wallet(sol=2 * 10**9)
-        mallory_sol = self.sol.new_wallet(sol=2 * 10**9, tokens={"USDC": 10_000_000})
-        self.mallory_sol_wallet = str(mallory_sol.pubkey())
-        buyer_base, buyer_base_key = self.base.new_wallet()
-        worker_base, worker_base_key = self.base.new_wallet()
-        self.base.fund(buyer_base, eth=10**18, usdc=self.buyer_usdc)
-        self.base.fund(worker_base, eth=10**18, usdc=200_000_000)
+        # In-process chains, from the rail distributions' dev chains (entry points).
+        self.sol = dev_chain("solana").local()
+        self.base = dev_chain("base").local()
+        buyer_sol = self.sol.new_wallet(native=20 * 10**9, usdc=self.buyer_usdc)
+        worker_sol = self.sol.new_wallet(native=2 * 10**9)
+        mallory_sol = self.sol.new_wallet(native=2 * 10**9, usdc=10_000_000)
+        self.mallory_sol_wallet = mallory_sol.address
+        buyer_base = self.base.new_wallet(native=10**18, usdc=self.buyer_usdc)
+        worker_base = self.base.new_wallet(native=10**18, usdc=200_000_000)
 
-        def rails_for(sol_kp: Any, base_key: str) -> dict[str, Rail]:
-            rs = make("solana", {"local_chain": self.sol, "keypair": bytes(sol_kp), "poll_interval": 0.01})
-            key = bytes.fromhex(base_key.removeprefix("0x"))
-            rb = make("base", {"local_chain": self.base, "keypair": key})
+        def rails_for(sol: LocalWallet, base: LocalWallet) -> dict[str, Rail]:
+            rs = make("solana", self.sol.rail_options(sol.key))
+            rb = make("base", self.base.rail_options(base.key))
             return {rs.chains[0]: rs, rb.chains[0]: rb}
 
-        self.buyer_rails = rails_for(buyer_sol, buyer_base_key)
-        worker_rails = rails_for(worker_sol, worker_base_key)
-        self.mallory_rails = rails_for(mallory_sol, self.base.new_wallet()[1])
+        self.buyer_rails = rails_for(buyer_sol, buyer_base)
+        worker_rails = rails_for(worker_sol, worker_base)
+        self.mallory_rails = rails_for(mallory_sol, self.base.new_wallet())
         self.wallets = {
-            "buyer_sol": str(buyer_sol.pubkey()), "worker_sol": str(worker_sol.pubkey()),
-            "buyer_base": buyer_base, "worker_base": worker_base,
+            "buyer_sol": buyer_sol.address, "worker_sol": worker_sol.address,
+            "buyer_base": buyer_base.address, "worker_base": worker_base.address,
         }
 
         keys = self.workdir / "keys"
@@ -214,7 +211,7 @@ class DemoWorld:
         worker_cfg = cfg("worker", {
             "accept": [
                 {"chain": "solana-local", "token": "USDC", "wallet": self.wallets["worker_sol"]},
-                {"chain": "base-local", "token": "USDC", "wallet": worker_base},
+                {"chain": "base-local", "token": "USDC", "wallet": worker_base.address},
             ],
             "tasks": [
                 {"name": "word_count", "handler": "envelopay.worker.operations:word_count",
@@ -232,7 +229,7 @@ class DemoWorld:
         self.buyer_app = BuyerApp({
             ("solana-local", "USDC"): self.wallets["buyer_sol"],
             ("solana-local", "SOL"): self.wallets["buyer_sol"],
-            ("base-local", "USDC"): buyer_base,
+            ("base-local", "USDC"): buyer_base.address,
         })
         self.worker = build_node(worker_cfg, rails=worker_rails, clock=self.clock)
         self.buyer = build_node(buyer_cfg, app=self.buyer_app, rails=self.buyer_rails, clock=self.clock)
@@ -327,7 +324,7 @@ class DemoWorld:
         step = "OFFER→ACCEPT"
         give_amount = 10**9  # 1 SOL
         want_amount = 30_000_000  # 30 USDC
-        before = self.base.token_balance(self.wallets["buyer_base"])
+        before = self.base.usdc_balance(self.wallets["buyer_base"])
         to = self.wallets["worker_sol"]
         proof = await self.pay(self.buyer_rails, "solana-local", "SOL", give_amount, to)
         offer = Offer(
@@ -342,7 +339,7 @@ class DemoWorld:
         got = _describe(reply)
         ok = reply is not None and reply.type == "accept" and getattr(reply, "amount", None) == want_amount
         self.check(step, "B→W", "OFFER (1 SOL paid first)", got, "ACCEPT with the USDC proof", ok)
-        gained = self.base.token_balance(self.wallets["buyer_base"]) - before
+        gained = (self.base.usdc_balance(self.wallets["buyer_base"]) or 0) - (before or 0)
         self.check(step, "chain", "buyer's USDC on base-local", f"+{gained}", f"+{want_amount}",
                    gained == want_amount)
         bstate = None
@@ -447,8 +444,8 @@ class DemoWorld:
             else:
                 self.check("attacks", "—", "skipped", "no first Solana proof", "run", False)
             w = self.wallets
-            self.result.facts["worker_usdc_solana"] = self._sol_usdc(w["worker_sol"])
-            self.result.facts["worker_usdc_base"] = self.base.token_balance(w["worker_base"])
+            self.result.facts["worker_usdc_solana"] = self.sol.usdc_balance(w["worker_sol"])
+            self.result.facts["worker_usdc_base"] = self.base.usdc_balance(w["worker_base"])
         except Exception as exc:  # a crash is a deviation too: report it, exit non-zero
             self.check("demo", "—", "run", f"{type(exc).__name__}: {exc}"[:300], "no error", False)
         finally:
@@ -456,15 +453,6 @@ class DemoWorld:
                 await self.teardown()
             self.result.seconds = time.monotonic() - started
         return self.result
-
-    def _sol_usdc(self, wallet: str) -> int | None:
-        from solders.pubkey import Pubkey
-        from spl.token.instructions import get_associated_token_address
-
-        from envelopay_solana.assets import LOCAL_USDC_MINT
-
-        ata = get_associated_token_address(Pubkey.from_string(wallet), Pubkey.from_string(LOCAL_USDC_MINT))
-        return self.sol.token_balance(ata)
 
 
 async def run_demo(workdir: Path, *, echo: Callable[[Row], None] | None = None) -> DemoResult:

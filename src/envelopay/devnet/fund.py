@@ -15,8 +15,9 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 from envelopay.devnet import registry
-from envelopay.devnet.state import DevnetState
-from envelopay.errors import ConfigError, TransportError, UsageError
+from envelopay.devnet.plugins import dev_chain
+from envelopay.devnet.state import DevnetState, pid_alive
+from envelopay.errors import ConfigError, UsageError
 
 __all__ = ["FundPlan", "Funded", "fund", "plan_funding", "to_units"]
 
@@ -93,43 +94,15 @@ def plan_funding(
 
 async def fund(state: DevnetState, plan: FundPlan) -> list[Funded]:
     """Carry out `plan` on the devnet's nodes; returns what each wallet received."""
-    import httpx
-
-    from envelopay.devnet.state import pid_alive
-
     if not pid_alive(state.pid):
         raise ConfigError("the devnet is not running: `envelopay devnet up` first")  # environment: exit 3
     done: list[Funded] = []
     if plan.solana_wallet and (plan.lamports or plan.solana_usdc):
-        async with httpx.AsyncClient(timeout=10.0) as client:
-            if plan.lamports:
-                await _solana(client, state.solana.rpc_url, "requestAirdrop",
-                              [plan.solana_wallet, plan.lamports])
-            if plan.solana_usdc:
-                await _solana(client, state.solana.rpc_url, "envelopay_mintTokens",
-                              [plan.solana_wallet, "USDC", plan.solana_usdc])
+        await dev_chain("solana").fund(state.solana.rpc_url, plan.solana_wallet,
+                                       native=plan.lamports, usdc=plan.solana_usdc)
         done.append(Funded("solana-local", plan.solana_wallet, plan.lamports, plan.solana_usdc))
     if plan.base_wallet and (plan.wei or plan.base_usdc):
-        from envelopay_base.devchain import DevChain, DevChainError
-
-        async with DevChain(state.base.rpc_url) as dev:
-            try:
-                await dev.fund(plan.base_wallet, eth=plan.wei, usdc=plan.base_usdc)
-            except DevChainError as exc:
-                raise TransportError(f"the devnet's Base node refused: {exc}") from exc
+        await dev_chain("base").fund(state.base.rpc_url, plan.base_wallet,
+                                     native=plan.wei, usdc=plan.base_usdc)
         done.append(Funded("base-local", plan.base_wallet, plan.wei, plan.base_usdc))
     return done
-
-
-async def _solana(client: object, url: str, method: str, params: list[object]) -> object:
-    import httpx
-
-    assert isinstance(client, httpx.AsyncClient)
-    try:
-        ask = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
-        doc = (await client.post(url, json=ask)).json()
-    except (httpx.HTTPError, ValueError) as exc:
-        raise TransportError(f"the devnet's Solana node at {url} did not answer: {exc}") from exc
-    if not isinstance(doc, dict) or doc.get("error"):
-        raise TransportError(f"{method} refused: {doc.get('error') if isinstance(doc, dict) else doc}")
-    return doc.get("result")

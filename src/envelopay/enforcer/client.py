@@ -1,5 +1,6 @@
-"""Clients of the enforcer service. `EnforcerClient` is the send hook the engine's outbox
-and the MCP front use (an agent token); `OperatorClient` is what the CLI uses.
+"""Clients of the enforcer service. `EnforcerClient` is the send policy the node wires into
+the engine's outbox, and what the MCP front uses (an agent token); `OperatorClient` is
+what the CLI uses.
 
 Policy verdicts come back as `Disposition` values; only an unreachable or misbehaving
 service raises TransportError.
@@ -7,6 +8,7 @@ service raises TransportError.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any, Self, TypeVar
@@ -15,6 +17,7 @@ import httpx
 
 from envelopay.enforcer.model import Disposition, SendRequest
 from envelopay.errors import TransportError, UsageError
+from envelopay.protocol.compose import message_json
 from envelopay.protocol.outbound import Outbound
 
 T = TypeVar("T")
@@ -25,10 +28,6 @@ __all__ = ["EnforcerClient", "OperatorClient", "answer", "request_from_outbound"
 def request_from_outbound(out: Outbound, *, text: str = "") -> SendRequest:
     """The send request for an outbox row: its fields, with its fixed Message-ID, so a
     retried row is answered from the enforcer's record instead of being sent twice."""
-    import json
-
-    from envelopay.protocol.compose import message_json
-
     return SendRequest(
         to=out.recipient,
         sender=out.sender,
@@ -84,6 +83,11 @@ class EnforcerClient(_Http):
         body = request.to_json() if isinstance(request, SendRequest) else dict(request)
         status, data = await self._call("POST", "/v1/send", body)
         return self._disposition(status, data)
+
+    async def send_outbound(self, out: Outbound) -> Disposition:
+        """An outbox row through the enforcer: the engine's `SendPolicy`, which the node
+        wires into the outbox's `EnforcerHook`."""
+        return await self.send(request_from_outbound(out))
 
     async def status(self, send_id: str) -> Disposition:
         from urllib.parse import quote

@@ -2,31 +2,33 @@
 
 `--pay-rail CHAIN[=RPC_URL]`: the installed rail serving CHAIN (envelopay.rails.registry),
 over JSON-RPC when a URL is given (else the rail's local backend: an in-process chain,
-for demos), wrapped by the custodial payer its distribution offers as
-`<package>.custody.make_payer(rail)` (envelopay.rails.custodial).
+for demos), wrapped by the custodial payer its distribution offers: a factory
+`make_payer(rail) -> CustodialPayer` (envelopay.rails.custodial) registered under the entry
+point group `envelopay.payers`, named as the rail's own entry point (`solana`, `base`).
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterable
 
 from envelopay.errors import ConfigError
 from envelopay.rails.custodial import CustodialPayer
-from envelopay.rails.registry import rail_for_chain
+from envelopay.rails.registry import discover, rail_for_chain
 
-__all__ = ["make_payers", "payer_for"]
+__all__ = ["PAYER_GROUP", "make_payers", "payer_for"]
+
+PAYER_GROUP = "envelopay.payers"
 
 
 def payer_for(rail: object) -> CustodialPayer:
-    package = type(rail).__module__.split(".", 1)[0]
-    try:
-        module = importlib.import_module(f"{package}.custody")
-    except ImportError:
-        raise ConfigError(f"rail {getattr(rail, 'name', package)!r} offers no custodial payer") from None
-    payer = module.make_payer(rail)
+    name = getattr(rail, "name", None)
+    plugin = discover(PAYER_GROUP).get(name) if isinstance(name, str) else None
+    if plugin is None:
+        raise ConfigError(f"rail {name or type(rail).__name__!r} offers no custodial payer")
+    factory = plugin.load_object()
+    payer = factory(rail) if callable(factory) else None
     if not isinstance(payer, CustodialPayer):
-        raise ConfigError(f"{package}.custody.make_payer did not return a custodial payer")
+        raise ConfigError(f"{plugin.value} did not return a custodial payer")
     return payer
 
 

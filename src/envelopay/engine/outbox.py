@@ -43,7 +43,9 @@ __all__ = [
     "DrainReport",
     "EnforcerHook",
     "OutboxDrainer",
+    "PolicyVerdict",
     "SendHook",
+    "SendPolicy",
     "SendResult",
     "Signer",
 ]
@@ -82,6 +84,23 @@ class DirectHook:
         return SendResult("sent")
 
 
+class PolicyVerdict(Protocol):
+    @property
+    def status(self) -> SendStatus: ...
+
+    @property
+    def reason(self) -> str: ...
+
+
+class SendPolicy(Protocol):
+    """The send enforcer as the outbox sees it. The engine sits above no enforcer: the
+    node wires one in (`envelopay.enforcer.client.EnforcerClient`)."""
+
+    async def send_outbound(self, out: Outbound) -> PolicyVerdict:
+        """Check and send one outbox row; TransportError when the enforcer is unreachable."""
+        ...
+
+
 @dataclass
 class EnforcerHook:
     """The send enforcer as the send hook: the agent holds only its token; the enforcer
@@ -89,13 +108,11 @@ class EnforcerHook:
     row's fixed Message-ID goes along, so a retried row is answered from the
     enforcer's record instead of being sent twice."""
 
-    client: Any  # envelopay.enforcer.client.EnforcerClient (imported lazily)
+    client: SendPolicy
 
     async def __call__(self, out: Outbound, raw: bytes) -> SendResult:
-        from envelopay.enforcer.client import request_from_outbound
-
         try:
-            verdict = await self.client.send(request_from_outbound(out))
+            verdict = await self.client.send_outbound(out)
         except TransportError as exc:
             return SendResult("unknown", f"enforcer unreachable: {exc}")
         status: SendStatus = verdict.status

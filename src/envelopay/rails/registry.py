@@ -52,26 +52,35 @@ RailFactory = Callable[[Mapping[str, Any]], Rail]
 
 @dataclass(frozen=True, slots=True)
 class RailPlugin:
-    """An installed rail: its entry point name and where its factory lives."""
+    """An installed plugin: its entry point name and where its object lives. The group is
+    ``envelopay.rails`` for rails; a rail distribution's other offers (its custodial
+    payer, ``envelopay.payers``; its dev chain, ``envelopay.devchains``) are found the
+    same way, under their own groups."""
 
     name: str
     value: str
     distribution: str | None
+    group: str = ENTRY_POINT_GROUP
+
+    def load_object(self) -> object:
+        """Import the plugin's module and return the object the entry point names."""
+        loaded: object = EntryPoint(name=self.name, value=self.value, group=self.group).load()
+        return loaded
 
     def load(self) -> RailFactory:
-        ep = EntryPoint(name=self.name, value=self.value, group=ENTRY_POINT_GROUP)
-        factory = ep.load()
+        factory = self.load_object()
         if not callable(factory):
             raise ConfigError(f"rail {self.name!r}: entry point {self.value!r} is not callable")
         return cast(RailFactory, factory)
 
 
-def discover() -> dict[str, RailPlugin]:
-    """The installed rails, by entry point name (no plugin module is imported)."""
+def discover(group: str = ENTRY_POINT_GROUP) -> dict[str, RailPlugin]:
+    """The installed plugins of `group` (default: the rails), by entry point name (no
+    plugin module is imported)."""
     found: dict[str, RailPlugin] = {}
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
+    for ep in entry_points(group=group):
         dist = ep.dist.name if ep.dist is not None else None
-        found.setdefault(ep.name, RailPlugin(ep.name, ep.value, dist))
+        found.setdefault(ep.name, RailPlugin(ep.name, ep.value, dist, group))
     return found
 
 
