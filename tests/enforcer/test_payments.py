@@ -213,17 +213,20 @@ async def test_a_kill_racing_an_approval_never_pays_after_the_kill(enforcer: Enf
     kit = await make_kit(enforcer)
     log: list[str] = []
     count = [0]  # statements run so far
-    inner = enforcer.store.execute_sql
+    def logging(inner: Any) -> Any:
+        async def logged(sql: str, params: Any) -> Any:
+            await asyncio.sleep(0)  # every statement a suspension point, as on a networked store
+            count[0] += 1
+            rows = await inner(sql, params)
+            if rows and sql.startswith("UPDATE enf_payments SET state = 'BROADCAST'"):
+                log.append(f"claim:{params[-1]}")
+            return rows
 
-    async def logged(sql: str, params: Any) -> list[tuple[Any, ...]]:
-        await asyncio.sleep(0)  # every statement a suspension point, as on a networked store
-        count[0] += 1
-        rows = await inner(sql, params)
-        if rows and sql.startswith("UPDATE enf_payments SET state = 'BROADCAST'"):
-            log.append(f"claim:{params[-1]}")
-        return rows
+        return logged
 
-    enforcer.store.execute_sql = logged  # type: ignore[method-assign]
+    # Both ways a statement runs: raw (tuples) and the typed operations' (rows by name).
+    enforcer.store.execute_sql = logging(enforcer.store.execute_sql)  # type: ignore[method-assign]
+    enforcer.store.fetch = logging(enforcer.store.fetch)  # type: ignore[method-assign]
     paid = 0
     for n in range(50):
         name = f"r{n}"

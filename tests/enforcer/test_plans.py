@@ -115,17 +115,22 @@ async def _fill(store: EnforcerStore) -> None:
 
 
 def _record(store: EnforcerStore, seen: list[tuple[str, Sequence[Any]]]) -> None:
-    execute_sql, transaction = store.execute_sql, store.transaction
+    execute_sql, fetch, transaction = store.execute_sql, store.fetch, store.transaction
 
     async def recording_sql(sql: str, params: Sequence[Any]) -> Any:
         seen.append((sql, tuple(params)))
         return await execute_sql(sql, params)
+
+    async def recording_fetch(sql: str, params: Sequence[Any]) -> Any:  # rows by name
+        seen.append((sql, tuple(params)))
+        return await fetch(sql, params)
 
     async def recording_tx(steps: Any, **kw: Any) -> Any:
         seen.extend((sql, tuple(p)) for sql, p in steps)
         return await transaction(steps, **kw)
 
     store.execute_sql, store.transaction = recording_sql, recording_tx  # type: ignore[method-assign]
+    store.fetch = recording_fetch  # type: ignore[method-assign]
 
 
 async def _hot_paths(enforcer: Enforcer, sink: Sink, seen: list[tuple[str, Sequence[Any]]]) -> None:

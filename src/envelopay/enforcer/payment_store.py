@@ -19,9 +19,10 @@ from envelopay.enforcer.custody import WalletRecord
 from envelopay.enforcer.model import Agent
 from envelopay.enforcer.spend import SpendPolicy, policy_json
 from envelopay.enforcer.store import AGENT_COLS, EnforcerStore, agent_row
-from envelopay.errors import StoreError
+from envelopay.persist import Dialect, Migrations, NamedRow, Tx
+from envelopay.persist import Step as MigrationStep
 
-__all__ = ["INTENT_STATES", "Context", "Intent", "IntentState", "PaymentStore"]
+__all__ = ["INTENT_STATES", "SPEND_MIGRATIONS", "Context", "Intent", "IntentState", "PaymentStore"]
 
 IntentState = Literal[
     "PENDING", "APPROVED", "REJECTED", "RESERVED", "SIGNED", "BROADCAST", "PAID", "SENT", "FAILED"
@@ -113,7 +114,7 @@ _SCHEMA = [
     "CREATE UNIQUE INDEX IF NOT EXISTS enf_payments_tx ON enf_payments (tx_id)",
 ]
 # Columns added after the table's first release, each nullable (no table rewrite), added
-# by `open` where missing: the PAY's deliverer (the store instance that moved the money and
+# where missing: the PAY's deliverer (the store instance that moved the money and
 # delivers its email), and when retention compacted a finished intent.
 _ADDED = (("deliverer", "TEXT"), ("compacted_at", "DOUBLE PRECISION"))
 # What needs those columns (an index naming one cannot be made before it exists).
@@ -124,10 +125,44 @@ _AFTER_ADDED = [
     "CREATE INDEX IF NOT EXISTS enf_spend_counters_slot ON enf_spend_counters (win, slot)",
 ]
 
+def _add_columns(x: Tx, dialect: Dialect) -> None:
+    """The columns of `_ADDED` a table made by an older release lacks."""
+    if dialect == "postgres":
+        sql = ("SELECT column_name AS name FROM information_schema.columns"
+               " WHERE table_schema = current_schema() AND table_name = 'enf_payments'")
+    else:
+        sql = "SELECT name FROM pragma_table_info('enf_payments')"
+    have = {str(r["name"]) for r in x.all(sql)}
+    for name, kind in _ADDED:
+        if name not in have:
+            x.exec(f"ALTER TABLE enf_payments ADD COLUMN {name} {kind}")
+
+
+def _after_added(x: Tx, dialect: Dialect) -> None:
+    _add_columns(x, dialect)
+    for stmt in _AFTER_ADDED:
+        x.exec(stmt)
+
+
+# The spend side's schema on the one migrator (envelopay.persist). Step 1 is what every
+# release before it ran at open (all IF NOT EXISTS), step 2 the columns it added where
+# missing and the indexes on them: a database one of them made is adopted by running both.
+SPEND_MIGRATIONS = Migrations(
+    "enforcer_spend",
+    (
+        MigrationStep(1, "wallets, spend policies and counters, payment intents",
+                      {"sqlite": _SCHEMA, "postgres": _SCHEMA}),
+        MigrationStep(2, "deliverer, compacted_at; retention indexes",
+                      {"sqlite": (), "postgres": ()}, python=_after_added),
+    ),
+)
+
+
 _COLS = (
     "p.id, p.agent_id, p.idem_key, p.invoice_key, p.kind, p.state, p.code, p.reason, p.request, p.chain,"
     " p.token, p.amount, p.decimals, p.payee, p.wallet, p.wallet_id, p.invoice_ref, p.message_id,"
-    " p.taken, p.tx_id, p.tx_blob, p.created_at, p.decided_at, p.decided_by, a.name, p.deliverer"
+    " p.taken, p.tx_id, p.tx_blob, p.created_at, p.decided_at, p.decided_by, a.name AS agent_name,"
+    " p.deliverer"
 )
 _FROM = " FROM enf_payments p LEFT JOIN enf_agents a ON a.id = p.agent_id"
 # The intent's own agent, by its key: a subquery over every ACTIVE agent costs SQLite a
@@ -216,34 +251,41 @@ class Context:
     sealed: bytes | None
 
 
-def _intent(row: Sequence[Any]) -> Intent:
+def _intent(row: NamedRow) -> Intent:
+    blob, decided_at = row["tx_blob"], row["decided_at"]
     return Intent(
-        id=row[0],
-        agent_id=row[1],
-        idem_key=row[2],
-        invoice_key=row[3],
-        kind=row[4],
-        state=row[5],
-        code=row[6],
-        reason=row[7],
-        request=json.loads(row[8]),
-        chain=row[9],
-        token=row[10],
-        amount=int(row[11]),
-        decimals=int(row[12]),
-        payee=row[13],
-        wallet=row[14],
-        wallet_id=row[15],
-        invoice_ref=row[16],
-        message_id=row[17],
-        taken=json.loads(row[18]),
-        tx_id=row[19],
-        tx_blob=bytes.fromhex(row[20]) if row[20] else None,
-        created_at=float(row[21]),
-        decided_at=None if row[22] is None else float(row[22]),
-        decided_by=row[23],
-        agent_name=row[24] or "",
-        deliverer=row[25],
+        id=row["id"],
+        agent_id=row["agent_id"],
+        idem_key=row["idem_key"],
+        invoice_key=row["invoice_key"],
+        kind=row["kind"],
+        state=row["state"],
+        code=row["code"],
+        reason=row["reason"],
+        request=json.loads(row["request"]),
+        chain=row["chain"],
+        token=row["token"],
+        amount=int(row["amount"]),
+        decimals=int(row["decimals"]),
+        payee=row["payee"],
+        wallet=row["wallet"],
+        wallet_id=row["wallet_id"],
+        invoice_ref=row["invoice_ref"],
+        message_id=row["message_id"],
+        taken=json.loads(row["taken"]),
+        tx_id=row["tx_id"],
+        tx_blob=bytes.fromhex(blob) if blob else None,
+        created_at=float(row["created_at"]),
+        decided_at=None if decided_at is None else float(decided_at),
+        decided_by=row["decided_by"],
+        agent_name=row["agent_name"] or "",
+        deliverer=row["deliverer"],
+    )
+
+
+def _wallet(row: NamedRow) -> WalletRecord:
+    return WalletRecord(
+        row["id"], row["agent_id"], row["chain"], row["address"], row["label"], float(row["created_at"])
     )
 
 
@@ -255,9 +297,10 @@ _SQL = {
     # on the call's chain: one read for the whole decision (always fresh: no cache can let
     # a killed agent through, or an old policy).
     "context": f"SELECT {_A_COLS},"
-    " (SELECT policy FROM enf_spend_policies WHERE agent_id = a.id),"
-    " (SELECT id FROM enf_payments WHERE agent_id = a.id AND idem_key = ?),"
-    " w.id, w.address, w.label, w.created_at, w.sealed"
+    " (SELECT policy FROM enf_spend_policies WHERE agent_id = a.id) AS policy,"
+    " (SELECT id FROM enf_payments WHERE agent_id = a.id AND idem_key = ?) AS prior_id,"
+    " w.id AS wallet_id, w.address AS wallet_address, w.label AS wallet_label,"
+    " w.created_at AS wallet_created_at, w.sealed AS sealed"
     " FROM enf_agents a LEFT JOIN enf_wallets w ON w.id ="
     f" (SELECT id FROM enf_wallets WHERE agent_id = a.id AND chain = ? {_WALLET_ORDER})"
     " WHERE a.token_hash = ?",
@@ -357,36 +400,12 @@ class PaymentStore:
                 self._sql[name] = self._sql[name].replace(_ACTIVE_SUB, _ACTIVE_SUB + " FOR SHARE")
 
     async def open(self) -> None:
-        for stmt in _SCHEMA:
-            await self.store.execute_sql(stmt, ())
-        await self._add_columns()
-        for stmt in _AFTER_ADDED:
-            await self.store.execute_sql(stmt, ())
+        """The spend tables at their latest version (the one migrator: a second open, or
+        one by another process, finds them there and changes nothing)."""
+        await self.store.migrate(SPEND_MIGRATIONS)
 
-    async def _add_columns(self) -> None:
-        """The columns of `_ADDED` an older table lacks. Read first, so an up-to-date table
-        takes no ALTER's lock; a concurrent open that added one first is no error."""
-        from envelopay.enforcer.store import PostgresStore
-
-        if isinstance(self.store, PostgresStore):
-            sql = ("SELECT column_name FROM information_schema.columns"
-                   " WHERE table_schema = current_schema() AND table_name = 'enf_payments'")
-            add = "ALTER TABLE enf_payments ADD COLUMN IF NOT EXISTS {} {}"
-        else:
-            sql = "SELECT name FROM pragma_table_info('enf_payments')"
-            add = "ALTER TABLE enf_payments ADD COLUMN {} {}"
-        have = {str(r[0]) for r in await self.store.execute_sql(sql, ())}
-        for name, kind in _ADDED:
-            if name in have:
-                continue
-            try:
-                await self.store.execute_sql(add.format(name, kind), ())
-            except StoreError:
-                if name not in {str(r[0]) for r in await self.store.execute_sql(sql, ())}:
-                    raise
-
-    async def _x(self, name: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-        return await self.store.execute_sql(self._sql[name], params)
+    async def _x(self, name: str, params: Sequence[Any]) -> list[NamedRow]:
+        return await self.store.fetch(self._sql[name], params)
 
     # -- wallets and policies -------------------------------------------------------------
 
@@ -407,34 +426,33 @@ class PaymentStore:
         )
 
     async def wallets(self, agent_id: str) -> list[WalletRecord]:
-        return [
-            WalletRecord(r[0], r[1], r[2], r[3], r[4], float(r[5]))
-            for r in await self._x("wallets", (agent_id,))
-        ]
+        return [_wallet(r) for r in await self._x("wallets", (agent_id,))]
 
     async def wallet_for(self, agent_id: str, chain: str) -> WalletRecord | None:
         rows = await self._x("wallet_for", (agent_id, chain))
-        if not rows:
-            return None
-        r = rows[0]
-        return WalletRecord(r[0], r[1], r[2], r[3], r[4], float(r[5]))
+        return _wallet(rows[0]) if rows else None
 
     async def sealed(self, wallet_id: str, agent_id: str) -> bytes | None:
         rows = await self._x("sealed", (wallet_id, agent_id))
-        return bytes.fromhex(rows[0][0]) if rows else None
+        return bytes.fromhex(rows[0]["sealed"]) if rows else None
 
     async def context(self, token_hash: str, chain: str, key: str) -> Context | None:
         rows = await self._x("context", (key, chain, token_hash))
         if not rows:
             return None
-        r = rows[0]  # agent columns 0-6, then policy, prior id, the wallet and its sealed key
-        wallet = None if r[9] is None else WalletRecord(r[9], r[0], chain, r[10], r[11], float(r[12]))
+        r = rows[0]
+        wallet = None
+        if r["wallet_id"] is not None:
+            wallet = WalletRecord(
+                r["wallet_id"], r["id"], chain, r["wallet_address"], r["wallet_label"],
+                float(r["wallet_created_at"]),
+            )
         return Context(
             agent=agent_row(r),
-            policy=self._policy(r[7]),
-            prior_id=r[8],
+            policy=self._policy(r["policy"]),
+            prior_id=r["prior_id"],
             wallet=wallet,
-            sealed=bytes.fromhex(r[13]) if r[13] else None,
+            sealed=bytes.fromhex(r["sealed"]) if r["sealed"] else None,
         )
 
     def _policy(self, text: str | None) -> SpendPolicy:
@@ -453,7 +471,7 @@ class PaymentStore:
 
     async def policy(self, agent_id: str) -> SpendPolicy:
         rows = await self._x("policy", (agent_id,))
-        return self._policy(rows[0][0] if rows else None)
+        return self._policy(rows[0]["policy"] if rows else None)
 
     # -- spend counters -----------------------------------------------------------------
 
@@ -465,7 +483,7 @@ class PaymentStore:
 
     async def spent(self, agent_id: str, asset: str, win: str, slot: str) -> int:
         rows = await self._x("spent", (agent_id, asset, win, slot))
-        return int(rows[0][0]) if rows else 0
+        return int(rows[0]["spent"]) if rows else 0
 
     # -- intents ------------------------------------------------------------------------
 
@@ -562,7 +580,7 @@ class PaymentStore:
         rows = await self._x("deliverer", (intent_id,))
         if not rows:
             return False
-        seen: str | None = rows[0][0]
+        seen: str | None = rows[0]["deliverer"]
         me = self.store.instance
         if seen is not None and seen != me and await self.store.alive(seen):
             return False
@@ -583,4 +601,4 @@ class PaymentStore:
     async def sent_orders(self, agent_id: str, order_id: str) -> list[tuple[dict[str, Any], str | None]]:
         """The agent's delivered ORDERs whose body id is `order_id` (request JSON, Message-ID)."""
         rows = await self._x("sent_orders", (agent_id, '%"type": "order"%', f"%{json.dumps(order_id)}%"))
-        return [(json.loads(r[0]), r[1]) for r in rows]
+        return [(json.loads(r["request"]), r["message_id"]) for r in rows]

@@ -16,6 +16,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +26,13 @@ from envelopay.enforcer.model import Agent, Policy, QueueRow, QueueState, SendRe
 from envelopay.enforcer.sqlite_wal import BACKSTOP_PAGES, Checkpointer
 from envelopay.enforcer.wallet_locks import file_lock, pg_advisory_lock
 from envelopay.errors import StoreError
+from envelopay.persist import Migrations, NamedRow
+from envelopay.persist import Step as MigrationStep
+from envelopay.persist.adapters import migrate_postgres, migrate_sqlite
 
 __all__ = [
     "QUEUE_ORDER",
+    "SEND_MIGRATIONS",
     "EnforcerStore",
     "PostgresStore",
     "QueueCursor",
@@ -97,21 +102,37 @@ _SCHEMA = [
         at DOUBLE PRECISION NOT NULL)""",
 ]
 
+# The send side's schema, one migrator step per change (envelopay.persist). Step 1 is the
+# schema as every release before the migrator made it, all IF NOT EXISTS: a database one of
+# them created is adopted by running it again.
+SEND_MIGRATIONS = Migrations(
+    "enforcer_send",
+    (
+        MigrationStep(
+            1, "agents, counters, sends, claims, outcomes", {"sqlite": _SCHEMA, "postgres": _SCHEMA}
+        ),
+    ),
+)
+
 AGENT_COLS = "id, name, address, status, hourly_cap, daily_cap, allow"
 _SEND_COLS = (
     "s.id, s.agent_id, s.state, s.reason, s.request, s.message_id, s.created_at, s.decided_at,"
-    " s.decided_by, a.name"
+    " s.decided_by, a.name AS agent_name"
 )
 
 
-def agent_row(row: Sequence[Any]) -> Agent:
-    """An agent from the first columns of `row` (AGENT_COLS, in that order)."""
+def agent_row(row: NamedRow) -> Agent:
+    """An agent from the AGENT_COLS columns of `row`, by name."""
     return Agent(
-        id=row[0],
-        name=row[1],
-        address=row[2],
-        status=row[3],
-        policy=Policy(hourly_cap=int(row[4]), daily_cap=int(row[5]), allow=tuple(json.loads(row[6]))),
+        id=row["id"],
+        name=row["name"],
+        address=row["address"],
+        status=row["status"],
+        policy=Policy(
+            hourly_cap=int(row["hourly_cap"]),
+            daily_cap=int(row["daily_cap"]),
+            allow=tuple(json.loads(row["allow"])),
+        ),
     )
 
 
@@ -130,18 +151,19 @@ def _request(data: dict[str, Any]) -> SendRequest:
     )
 
 
-def _row(row: Sequence[Any]) -> QueueRow:
+def _row(row: NamedRow) -> QueueRow:
+    decided_at = row["decided_at"]
     return QueueRow(
-        id=row[0],
-        agent_id=row[1],
-        state=row[2],
-        reason=row[3],
-        request=_request(json.loads(row[4])),
-        message_id=row[5],
-        created_at=float(row[6]),
-        decided_at=None if row[7] is None else float(row[7]),
-        decided_by=row[8],
-        agent_name=row[9] or "",
+        id=row["id"],
+        agent_id=row["agent_id"],
+        state=row["state"],
+        reason=row["reason"],
+        request=_request(json.loads(row["request"])),
+        message_id=row["message_id"],
+        created_at=float(row["created_at"]),
+        decided_at=None if decided_at is None else float(decided_at),
+        decided_by=row["decided_by"],
+        agent_name=row["agent_name"] or "",
     )
 
 
@@ -274,8 +296,14 @@ class EnforcerStore(ABC):
     @abstractmethod
     async def close(self) -> None: ...
 
-    async def execute(self, name: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-        return await self.execute_sql(_SQL[name], params)
+    async def execute(self, name: str, params: Sequence[Any]) -> list[NamedRow]:
+        """One of this store's named statements; its rows by column name."""
+        return await self.fetch(_SQL[name], params)
+
+    @abstractmethod
+    async def migrate(self, migrations: Migrations) -> int:
+        """Bring one component's tables (this store's, or the spend side's on the same
+        database) to their latest version with the one migrator; the version now."""
 
     @staticmethod
     def step(name: str, params: Sequence[Any]) -> Step:
@@ -292,7 +320,12 @@ class EnforcerStore(ABC):
         )
 
     @abstractmethod
-    async def execute_sql(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]: ...
+    async def execute_sql(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        """One autocommit statement; its rows as tuples (raw SQL: retention, tests)."""
+
+    @abstractmethod
+    async def fetch(self, sql: str, params: Sequence[Any]) -> list[NamedRow]:
+        """One autocommit statement; its rows by column name (the typed operations)."""
 
     @abstractmethod
     async def transaction(
@@ -355,7 +388,7 @@ class EnforcerStore(ABC):
 
     async def counter(self, agent_id: str, win: str, slot: str) -> int:
         rows = await self.execute("counter", (agent_id, win, slot))
-        return int(rows[0][0]) if rows else 0
+        return int(rows[0]["sends"]) if rows else 0
 
     async def recent_success(self, agent_id: str, fp: str, since: float) -> bool:
         return bool(await self.execute("recent_success", (agent_id, fp, since)))
@@ -416,7 +449,7 @@ class EnforcerStore(ABC):
 
     async def claim_holder(self, agent_id: str, kind: str, key: str) -> str | None:
         rows = await self.execute("claim_holder", (agent_id, kind, key))
-        return str(rows[0][0]) if rows else None
+        return str(rows[0]["send_id"]) if rows else None
 
     async def release(self, agent_id: str, kind: str, key: str, send_id: str) -> None:
         await self.execute("release", (agent_id, kind, key, send_id))
@@ -427,7 +460,10 @@ class EnforcerStore(ABC):
 
     async def get_outcome(self, send_id: str) -> tuple[str, str | None, str] | None:
         rows = await self.execute("get_outcome", (send_id,))
-        return (rows[0][0], rows[0][1], rows[0][2]) if rows else None
+        if not rows:
+            return None
+        row = rows[0]
+        return row["state"], row["message_id"], row["detail"]
 
 
 class SqliteStore(EnforcerStore):
@@ -446,8 +482,7 @@ class SqliteStore(EnforcerStore):
             conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
-            for stmt in _SCHEMA:
-                conn.execute(stmt)
+            migrate_sqlite(conn, SEND_MIGRATIONS, _now())
             if not self._in_memory():  # checkpoints (and their fsyncs) off the loop's thread
                 conn.execute(f"PRAGMA wal_autocheckpoint={BACKSTOP_PAGES}")
                 self._liveness.hold()
@@ -475,6 +510,25 @@ class SqliteStore(EnforcerStore):
             return [tuple(r) for r in self._conn.execute(sql, tuple(params)).fetchall()]
         except sqlite3.Error as exc:
             raise StoreError(f"sqlite: {exc}") from exc
+
+    async def fetch(self, sql: str, params: Sequence[Any]) -> list[NamedRow]:
+        if self._conn is None:
+            raise StoreError("store is not open")
+        try:
+            cur = self._conn.cursor()
+            cur.row_factory = sqlite3.Row
+            rows: list[NamedRow] = cur.execute(sql, tuple(params)).fetchall()
+            return rows
+        except sqlite3.Error as exc:
+            raise StoreError(f"sqlite: {exc}") from exc
+
+    async def migrate(self, migrations: Migrations) -> int:
+        if self._conn is None:
+            raise StoreError("store is not open")
+        try:
+            return migrate_sqlite(self._conn, migrations, _now())
+        except sqlite3.Error as exc:
+            raise StoreError(f"sqlite migration of {migrations.component}: {exc}") from exc
 
     async def transaction(
         self, steps: Sequence[Step], *, require_rows: bool = False, durable: bool = True
@@ -536,14 +590,9 @@ class PostgresStore(EnforcerStore):
         )
         try:
             await pool.open(wait=True, timeout=30)
-            async with pool.connection() as conn:
-                # Concurrent first opens race on CREATE TABLE IF NOT EXISTS; serialize them.
-                await conn.execute("SELECT pg_advisory_lock(7707)")
-                try:
-                    for stmt in _SCHEMA:
-                        await conn.execute(stmt)
-                finally:
-                    await conn.execute("SELECT pg_advisory_unlock(7707)")
+            # One transaction under the migrator's advisory lock: concurrent first opens
+            # would otherwise race on CREATE TABLE IF NOT EXISTS.
+            await asyncio.to_thread(migrate_postgres, self.dsn, SEND_MIGRATIONS, _now())
             await self._liveness.hold()
         except (psycopg.Error, OSError) as exc:
             await pool.close()
@@ -559,8 +608,34 @@ class PostgresStore(EnforcerStore):
             self._pool = None
         await self._liveness.release()
 
-    async def execute(self, name: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-        return await self.execute_sql(_PG_SQL.get(name) or _SQL[name], params)
+    async def execute(self, name: str, params: Sequence[Any]) -> list[NamedRow]:
+        return await self.fetch(_PG_SQL.get(name) or _SQL[name], params)
+
+    async def fetch(self, sql: str, params: Sequence[Any]) -> list[NamedRow]:
+        import psycopg
+        from psycopg.rows import dict_row
+
+        if self._pool is None:
+            raise StoreError("store is not open")
+        try:
+            async with self._pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+                await cur.execute(sql.replace("?", "%s"), tuple(params))
+                if cur.description is None:
+                    return []
+                rows: list[NamedRow] = await cur.fetchall()
+                return rows
+        except psycopg.Error as exc:
+            raise StoreError(f"postgres: {exc}") from exc
+
+    async def migrate(self, migrations: Migrations) -> int:
+        import psycopg
+
+        if self._pool is None:
+            raise StoreError("store is not open")
+        try:
+            return await asyncio.to_thread(migrate_postgres, self.dsn, migrations, _now())
+        except psycopg.Error as exc:
+            raise StoreError(f"postgres migration of {migrations.component}: {exc}") from exc
 
     async def execute_sql(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         import psycopg
@@ -617,6 +692,10 @@ class PostgresStore(EnforcerStore):
         if self._pool is None:
             raise StoreError("store is not open")
         return await self._liveness.alive(self._pool, instance)
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
 
 
 def open_store(url: str) -> SqliteStore | PostgresStore:

@@ -1,0 +1,66 @@
+"""The migrator's transaction on each backend, for stores without an executor of their own
+(the enforcer's async stores migrate through these, once, at open)."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+from envelopay.persist.migrator import Migrations, migrate
+
+__all__ = ["PgTx", "SqliteTx", "migrate_postgres", "migrate_sqlite"]
+
+
+class SqliteTx:
+    """Statements on one sqlite3 connection; rows by column name."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def all(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        cur = self.conn.cursor()
+        cur.row_factory = sqlite3.Row
+        return cur.execute(sql, tuple(params)).fetchall()
+
+    def exec(self, sql: str, params: Sequence[Any] = ()) -> int:
+        return self.conn.execute(sql, tuple(params)).rowcount
+
+
+class PgTx:
+    """Statements on one psycopg cursor made with `row_factory=dict_row`."""
+
+    def __init__(self, cur: Any) -> None:
+        self.cur = cur
+
+    def all(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        self.cur.execute(sql.replace("?", "%s"), tuple(params))
+        return list(self.cur.fetchall()) if self.cur.description is not None else []
+
+    def exec(self, sql: str, params: Sequence[Any] = ()) -> int:
+        self.cur.execute(sql.replace("?", "%s"), tuple(params))
+        return int(self.cur.rowcount)
+
+
+def migrate_sqlite(
+    conn: sqlite3.Connection, m: Migrations, applied_at: str, target: int | None = None
+) -> int:
+    """`migrate` in one BEGIN IMMEDIATE transaction on an autocommit connection."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        version = migrate(SqliteTx(conn), "sqlite", m, applied_at, target)
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+    return version
+
+
+def migrate_postgres(dsn: str, m: Migrations, applied_at: str, target: int | None = None) -> int:
+    """`migrate` in one transaction on a connection of its own (blocking: call it from a
+    thread in async code)."""
+    import psycopg
+    from psycopg.rows import dict_row
+
+    with psycopg.connect(dsn) as conn, conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+        return migrate(PgTx(cur), "postgres", m, applied_at, target)
