@@ -54,6 +54,14 @@ class BenchRail:
     async def pay(self, **kw: Any) -> dict[str, Any]:
         raise NotImplementedError
 
+    # A binding rail (envelopay.rails.binding) whose signatures are free: an unbound prepaid
+    # proof is refused payer_mismatch, and the bench measures the store, not signing.
+    def sign_statement(self, message: bytes) -> tuple[str, str] | None:
+        return None
+
+    def check_payer_sig(self, payer: str, message: bytes, signature: str) -> bool:
+        return True
+
 
 def _app() -> Any:
     from envelopay.engine import BaseApplication, Context, Refuse
@@ -88,7 +96,7 @@ def _messages(tag: str, n: int) -> list[Any]:
             amount=100,
             token="TOK",
             chain="benchchain",
-            proof={"tx": f"tx-{tag}-{i}"},
+            proof={"tx": f"tx-{tag}-{i}", "payer": "bench-payer", "payer_sig": "bench-sig"},
         )
         ob = Outbound(
             sender=f"buyer{i % 50}@client.test",
