@@ -60,6 +60,7 @@ from envelopay.engine import Notice
 from envelopay.protocol.messages import Fulfill, Invoice, Message, Order, Pay
 
 GC_FREEZE = True  # --no-gc-freeze turns it off
+OBSERVED = False  # --observed: the worker process logs each message and keeps its metrics
 
 
 @contextlib.asynccontextmanager
@@ -288,6 +289,14 @@ async def worker_role(setup: dict[str, Any]) -> None:
         "wallets": {"solana-local": wallet},
     }), base_dir=workdir)
     node = build_node(cfg, rails={"solana-local": _rpc_rail(setup["rpc_url"], setup["worker_keypair"])})
+    log = None
+    if setup.get("observed"):  # as `worker serve --metrics` does: a line per message, the metrics
+        from envelopay.node.metrics import WorkerMetrics
+        from envelopay.node.serve_log import ServeLog, asset_decimals
+
+        log = (workdir / "serve.log").open("w", buffering=1)  # line-buffered: a write per line
+        node.watch(ServeLog(lambda line: print(line, file=log), "text", asset_decimals(node.rails)))
+        node.watch(WorkerMetrics(node.store, WORKER))
     stop = asyncio.Event()
     serving = asyncio.create_task(node.serve(stop))
     _freeze()
@@ -300,6 +309,8 @@ async def worker_role(setup: dict[str, Any]) -> None:
         states[flow.state] = states.get(flow.state, 0) + 1
     await node.close()
     node.store.close()
+    if log is not None:
+        log.close()
     if garden is not None:
         await garden.stop()
     print(json.dumps({"flow_states": states}), flush=True)
@@ -379,7 +390,7 @@ async def split_paid_flows(
         worker = await stack.enter_async_context(RoleProcess("worker", {
             "workdir": tmp, "garden_port": port, "fsync": fsync, "records": records,
             "rpc_url": chain.ready, "worker_wallet": str(worker_kp.pubkey()),
-            "worker_keypair": bytes(worker_kp).hex()}, workdir))
+            "worker_keypair": bytes(worker_kp).hex(), "observed": OBSERVED}, workdir))
         pids["worker" + ("" if garden_own else "+garden")] = worker.pid
         rail = _rpc_rail(chain.ready, bytes(buyer_kp).hex())
         app = _Waiting({("solana-local", "USDC"): str(buyer_kp.pubkey())})
@@ -490,11 +501,15 @@ def main() -> None:
     ap.add_argument("--devnet", action="store_true",
                     help="Against `envelopay devnet` with real Solana timing (bench/devnet_worker.py): "
                          "flows/s and PAY→FULFILL minus the chain's confirmation time; --flows default 40.")
+    ap.add_argument("--observed", action="store_true",
+                    help="The worker logs a line per message (to a file) and counts its Prometheus "
+                         "metrics, as `worker serve --metrics` does.")
     ap.add_argument("--role", choices=["chain", "worker"], help=argparse.SUPPRESS)
     ap.add_argument("--setup", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    global GC_FREEZE
+    global GC_FREEZE, OBSERVED
     GC_FREEZE = not args.no_gc_freeze
+    OBSERVED = args.observed
     if args.devnet:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         from devnet_worker import run as run_devnet
@@ -539,7 +554,8 @@ def _main(args: argparse.Namespace, root: Path) -> None:
     print(f"processes: {layout}")
     print(f"paid flows (ORDER→INVOICE→PAY→FULFILL): {args.flows}, concurrency {args.concurrency}, "
           f"garden fsync {'off' if args.no_fsync else 'on'}, "
-          f"gc.freeze() after set-up {'on' if GC_FREEZE else 'off'}")
+          f"gc.freeze() after set-up {'on' if GC_FREEZE else 'off'}, "
+          f"per-message log and metrics {'on' if OBSERVED else 'off'}")
     print(f"floor: garden transport alone        {floor:8.1f} flow-equivalents/s (4 signed mails each"
           f"{', garden in its own process' if own else ''})")
     print(f"worker: complete paid flows          {rate:8.1f} flows/s   ratio to floor {rate / floor:.3f}"

@@ -16,6 +16,11 @@ Example (what `envelopay init` writes)::
     proof_binding = "solicited"       # required | solicited (SPEC.md "Proof binding")
     profile = "strict"                # strict | lenient (interop profile, SPEC.md)
 
+    [answers]                         # automatic answers (SPEC.md "Automatic answers (RFC 3834)")
+    per_peer = 300                    # at most this many to one peer per window (0: no limit)
+    per_thread = 10                   # at most this many in one thread per window (0: no limit)
+    window = 3600                     # seconds
+
     [transport]
     kind = "garden"                   # garden | smtp | agentmail
     garden_root = "var/garden"
@@ -53,6 +58,7 @@ from envelopay.errors import ConfigError
 __all__ = [
     "AcceptedRail",
     "AgentSection",
+    "AnswersConfig",
     "ExchangePair",
     "ResponderConfig",
     "TaskConfig",
@@ -232,6 +238,15 @@ class ExchangePair(_Section):
         return v
 
 
+class AnswersConfig(_Section):
+    """The limits on automatic answers: per peer (a rate limit) and per thread (the loop
+    detector), each counted over `window` seconds in the ledger; 0 turns one off."""
+
+    per_peer: int = Field(default=300, ge=0, le=1_000_000)
+    per_thread: int = Field(default=10, ge=0, le=1_000_000)
+    window: float = Field(default=3600.0, gt=0, le=30 * 86400, allow_inf_nan=False)
+
+
 class WorkerConfig(_Section):
     agent: AgentSection
     transport: TransportConfig = TransportConfig()
@@ -239,6 +254,7 @@ class WorkerConfig(_Section):
     # How long a proof that is not final yet may wait (rails.finality.WaitPolicy.from_options:
     # window, window_<chain>, first, factor, cap; seconds). wait = false in [agent]: refuse at once.
     wait: dict[str, float] = Field(default_factory=dict)
+    answers: AnswersConfig = AnswersConfig()
     accept: list[AcceptedRail] = Field(default_factory=list)
     tasks: list[TaskConfig] = Field(default_factory=list)
     responders: list[ResponderConfig] = Field(default_factory=list)

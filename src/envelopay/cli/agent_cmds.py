@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from envelopay.cli.options import JsonOpt
-from envelopay.cli.output import FAILED, OK, answers, emit, ran
+from envelopay.cli.output import ENVIRONMENT, FAILED, OK, answers, emit, fail, ran
+from envelopay.errors import UsageError
 
 if TYPE_CHECKING:
     from envelopay.config import WorkerConfig
@@ -128,6 +129,12 @@ _Config = Annotated[Path, typer.Option("--config", "-c", help="Agent configurati
 _Garden = Annotated[bool, typer.Option("--garden", help="Also run the walled garden (LMTP) in this process.")]
 
 
+_LogFormat = Annotated[str, typer.Option("--log-format", help="The per-message log on stderr: text or json.")]
+_Metrics = Annotated[str | None, typer.Option(
+    "--metrics", metavar="[HOST:]PORT", help="Serve Prometheus metrics at http://HOST:PORT/metrics "
+    "(HOST defaults to 127.0.0.1; PORT 0: any free port). Off by default.")]
+
+
 def _load(config: Path) -> WorkerConfig:
     from envelopay.config import load_config
 
@@ -140,28 +147,43 @@ def _register_worker(app: typer.Typer) -> None:
 
     @worker.command("serve")
     def serve(
-        config: _Config = Path("envelopay.toml"), garden: _Garden = False, as_json: JsonOpt = False
+        config: _Config = Path("envelopay.toml"), garden: _Garden = False, log_format: _LogFormat = "text",
+        metrics: _Metrics = None, as_json: JsonOpt = False,
     ) -> None:
         """Answer WHICH, ORDER, PAY and OFFER at the configured address until interrupted.
+        Each message handled is one line on stderr, and a summary at stop.
         With --json: one document on stdout once it serves; the log goes to stderr."""
         import asyncio
 
+        from envelopay.node.metrics import metrics_endpoint
         from envelopay.node.serve import serve_worker
+
+        scraped: list[str] = []
 
         def ready(garden_server: Any) -> None:
             if as_json:
                 endpoint = getattr(garden_server, "endpoint", None)
                 emit(ran("worker serve", address=cfg.agent.address, tasks=[t.name for t in cfg.tasks],
                             ledger=str(cfg.agent.ledger), transport=cfg.transport.kind,
-                            garden=None if endpoint is None else str(endpoint)))
+                            garden=None if endpoint is None else str(endpoint),
+                            metrics=scraped[0] if scraped else None))
 
         with answers():
+            if log_format not in ("text", "json"):
+                raise UsageError(f"--log-format {log_format!r}: text or json")
+            where = metrics_endpoint(metrics) if metrics is not None else None
             cfg = _load(config)
             # SIGINT/SIGTERM end the serve loop gracefully (node.serve); a second Ctrl-C
             # during shutdown is the KeyboardInterrupt. Either way the terminal hears it.
-            with contextlib.suppress(KeyboardInterrupt):
-                asyncio.run(serve_worker(cfg, embedded_garden=garden, ready=ready,
-                                         echo=lambda line: typer.echo(line, err=as_json)))
+            try:
+                with contextlib.suppress(KeyboardInterrupt):
+                    asyncio.run(serve_worker(cfg, embedded_garden=garden, ready=ready,
+                                             echo=lambda line: typer.echo(line, err=as_json),
+                                             log=lambda line: typer.echo(line, err=True),
+                                             log_format="json" if log_format == "json" else "text",
+                                             metrics_at=where, metrics_ready=scraped.append))
+            except OSError as exc:  # the metrics port in use, an address we cannot bind
+                fail(f"cannot listen for --metrics: {exc.strerror or exc}", ENVIRONMENT)
             typer.echo(f"{cfg.agent.address} stopped", err=True)
 
 

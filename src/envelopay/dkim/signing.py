@@ -31,6 +31,7 @@ FROZEN_HEADERS: tuple[str, ...] = (
     "references",
     "reply-to",
     "x-envelopay-type",
+    "auto-submitted",  # RFC 3834: a robot's mark; removing or adding one must break the signature
 )
 # Signed once per occurrence when present: they change how the body is read.
 CONTENT_HEADERS: tuple[str, ...] = ("mime-version", "content-type", "content-transfer-encoding", "sender")

@@ -37,6 +37,7 @@ from pydantic import BaseModel, ValidationError
 from envelopay.config import ResponderConfig, resolve_ref
 from envelopay.endpoints.toolmail import build_tool_mail, read_tool_mail
 from envelopay.errors import ConfigError
+from envelopay.protocol.autosubmit import AUTO_REPLIED
 
 __all__ = ["Responder", "ResponderError"]
 
@@ -104,6 +105,11 @@ class Responder:
         req = read_tool_mail(raw)
         if req.sender is None or req.sender == self.address:
             return None  # never answer ourselves: no loops
+        if req.no_answer is not None:
+            # RFC 3834 §2: "Automatic responses SHOULD NOT be issued in response to any
+            # message which contains an Auto-Submitted header field ... other than 'no'"
+            # (nor to list or bulk mail, nor to a null return path): no answer at all.
+            return None
         reply = self.answer(req.payload, req.problem)
         # Deterministic reply id: a redelivered request yields the same reply mail.
         seed = (req.message_id or hashlib.sha256(raw).hexdigest()).encode()
@@ -124,4 +130,5 @@ class Responder:
             now=now,
             call_id=req.call_id,
             in_reply_to=req.message_id,
+            auto_submitted=AUTO_REPLIED,  # every responder answer is automatic
         )

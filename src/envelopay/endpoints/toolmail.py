@@ -23,6 +23,7 @@ from email.utils import format_datetime
 from typing import Any, Literal
 
 from envelopay.mail.addresses import Address, parse_address
+from envelopay.protocol.autosubmit import AutoSubmitted, no_answer_reason
 
 __all__ = [
     "CALL_HEADER",
@@ -51,6 +52,7 @@ class ToolMail:
     call_id: str | None
     payload: dict[str, Any] | None
     problem: PayloadProblem | None
+    no_answer: str | None = None  # an RFC 3834 signal: no automatic answer (protocol.autosubmit)
 
 
 def _one(msg: Message, name: str) -> str | None:
@@ -75,15 +77,20 @@ def read_tool_mail(raw: bytes) -> ToolMail:
     message/rfc822: a forwarded message is not a request). Never raises."""
     msg = email.message_from_bytes(raw, policy=email_policy.compat32)
     call = _one(msg, CALL_HEADER)
+    sender = _addr(_one(msg, "From"))
+    fields: dict[str, list[str]] = {}
+    for name, value in msg.items():
+        fields.setdefault(name.lower(), []).append(str(value))
     base = ToolMail(
         message_id=_one(msg, "Message-ID"),
         in_reply_to=_one(msg, "In-Reply-To"),
-        sender=_addr(_one(msg, "From")),
+        sender=sender,
         recipient=_addr(_one(msg, "To")),
         subject=_one(msg, "Subject") or "",
         call_id=call if call is not None and _CALL_ID.match(call) else None,
         payload=None,
         problem="missing_payload",
+        no_answer=no_answer_reason(fields, sender),
     )
     parts: list[Message] = [msg]
     if msg.is_multipart():
@@ -118,6 +125,7 @@ def build_tool_mail(
     now: datetime,
     call_id: str | None = None,
     in_reply_to: str | None = None,
+    auto_submitted: AutoSubmitted | None = None,
 ) -> bytes:
     """Compose a request or reply: text/plain for people, application/json for programs."""
     for name, value in (("sender", sender), ("recipient", recipient), ("subject", subject),
@@ -136,6 +144,8 @@ def build_tool_mail(
         msg["References"] = in_reply_to
     if call_id:
         msg[CALL_HEADER] = call_id
+    if auto_submitted is not None:
+        msg["Auto-Submitted"] = auto_submitted  # RFC 3834 §5
     msg.set_content(human)
     # base64 part: 7-bit safe and stable under DKIM (FIELD-NOTES "Email").
     msg.add_attachment(

@@ -5,19 +5,23 @@ dispositions (HTTP 200), never errors, whatever the policy decided.
 Operator API (Bearer operator token; an agent token gets 401): /v1/agents, /v1/approvals.
 Console (/console): operator login with the operator token → session cookie; agents and
 the approval queue with approve / reject / kill buttons.
+Metrics (/metrics): Prometheus text format (enforcer/metrics.py).
 """
 
 from __future__ import annotations
 
 import html
 import secrets
+import time
 from typing import Any
 
 from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from envelopay.enforcer.core import Enforcer
 from envelopay.enforcer.http import bearer as _bearer
 from envelopay.enforcer.http import read_object
+from envelopay.enforcer.metrics import EnforcerMetrics
 from envelopay.enforcer.model import Decision, Disposition
 from envelopay.enforcer.requests import decode_send_body
 from envelopay.errors import StoreError, UsageError
@@ -26,6 +30,7 @@ __all__ = ["build_app", "start_server"]
 
 ENFORCER: web.AppKey[Enforcer] = web.AppKey("enforcer", Enforcer)
 SESSIONS: web.AppKey[dict[str, str]] = web.AppKey("sessions", dict)
+METRICS: web.AppKey[EnforcerMetrics] = web.AppKey("metrics", EnforcerMetrics)
 _COOKIE = "epa_session"
 
 
@@ -37,10 +42,14 @@ def _json(data: Any, status: int = 200) -> web.Response:
 
 
 async def _send(request: web.Request) -> web.Response:
+    started = time.perf_counter()
     body = await read_object(request)  # deep nesting, huge numbers, lone surrogates: refused here
     if isinstance(body, Disposition):
-        return _json(body.to_json())
-    return _json((await request.app[ENFORCER].send(_bearer(request), body)).to_json())
+        answer, read = body, None
+    else:
+        answer, read = await request.app[ENFORCER].send(_bearer(request), body), body
+    request.app[METRICS].answered(read, answer, time.perf_counter() - started)
+    return _json(answer.to_json())
 
 
 async def _status(request: web.Request) -> web.Response:
@@ -152,6 +161,13 @@ async def _decide(request: web.Request) -> web.Response:
     else:
         return _json({"error": f"unknown action {action!r}"}, status=404)
     return _decision(decision)
+
+
+async def _metrics(request: web.Request) -> web.Response:
+    """Prometheus text format. Open like the agent API (loopback or a Unix socket): it
+    holds counts, agent names and cap headroom, never a token, address or message."""
+    body = await request.app[METRICS].exposition()
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
 # -- console ----------------------------------------------------------------------------
@@ -337,6 +353,7 @@ def build_app(enforcer: Enforcer, payments: Any = None) -> web.Application:
     app = web.Application(middlewares=[_operator_guard], client_max_size=1024 * 1024)
     app[ENFORCER] = enforcer
     app[SESSIONS] = {}
+    app[METRICS] = EnforcerMetrics(enforcer.store, payments=payments is not None, clock=enforcer.clock)
     from envelopay.enforcer.payment_routes import add_disabled_payment_routes, add_payment_routes
 
     if payments is not None:  # the spend enforcer (payments.Payments)
@@ -350,6 +367,7 @@ def build_app(enforcer: Enforcer, payments: Any = None) -> web.Application:
     app.router.add_post("/v1/agents/{name}/kill", _kill)
     app.router.add_get("/v1/approvals", _approvals)
     app.router.add_post("/v1/approvals/{id}/{action}", _decide)
+    app.router.add_get("/metrics", _metrics)
     app.router.add_get("/console", _console)
     app.router.add_post("/console/login", _login)
     app.router.add_post("/console/logout", _logout)

@@ -52,6 +52,7 @@ from envelopay.engine.verify import ProofBinding, verify_proof
 from envelopay.engine.waiting import park
 from envelopay.flows import Action, Direction, FlowKind, FlowState, Side, Step
 from envelopay.ledger.store import (
+    AnswerLimits,
     Begin,
     Claim,
     Commit,
@@ -84,6 +85,7 @@ __all__ = ["DkimPolicy", "Engine"]
 _log = logging.getLogger(__name__)
 
 DkimPolicy = Literal["required", "prefer", "off"]
+DEFAULT_ANSWER_LIMITS = AnswerLimits()
 
 # begin_step statuses refused at once: ((code, detail), whether this message owns its
 # (sender, id) reservation; a reused id belongs to the message that used it first).
@@ -128,6 +130,7 @@ class Engine(Refusals):
         invoice_skew: timedelta | None = INVOICE_SKEW,
         wait: WaitPolicy | None = None,
         proof_binding: ProofBinding = "solicited",
+        answer_limits: AnswerLimits | None = DEFAULT_ANSWER_LIMITS,
     ) -> None:
         self.store = store
         self.address = address.lower()
@@ -146,6 +149,8 @@ class Engine(Refusals):
         self.invoice_skew = invoice_skew
         self.wait = wait  # None: a pending/unavailable proof is refused at once
         self.proof_binding: ProofBinding = proof_binding
+        # Automatic answers per peer and per thread (None: no limit; RFC 3834 still holds).
+        self.answer_limits = answer_limits
 
     # ------------------------------------------------------------------ inbound
     async def handle(self, raw: bytes, *, dkim: DkimResult | None = None) -> Outcome:
@@ -186,9 +191,13 @@ class Engine(Refusals):
     ) -> Outcome:
         message_id = parsed.message_id or fallback_message_id
         sender = parsed.from_addr.lower() if parsed.from_addr else None
-        if not parsed.protocol or sender is None or message_id is None:
-            # Never reply to non-protocol mail (nor to mail we cannot address a reply to).
-            return Outcome("ignored", message_id, detail="not protocol mail")
+        if not parsed.protocol or message_id is None:
+            return Outcome("ignored", message_id, detail="not protocol mail")  # never answered
+        if sender is None:
+            # Protocol mail with no one sender (two From fields, several mailboxes, none,
+            # unreadable): never answered, but recorded with its reason, as poison is.
+            why = parsed.from_problem or "From is no address a reply could be composed to"
+            return self._quarantine(parsed, message_id, None, f"ambiguous sender: {why}", None)
         message = parsed.message if parsed.valid else None
 
         early: tuple[OopsCode, str] | None = None
@@ -557,7 +566,7 @@ class Engine(Refusals):
             protocol_id=parsed.id,
             replay_fate="done",
         )
-        result = self._finish(commit, outcome, message_id)
+        result = self._finish(commit, outcome, message_id, parsed)
         if result is not None and result.repeat is None:
             for notice in work.notices:
                 notice = replace(notice, state=work.fs.state)

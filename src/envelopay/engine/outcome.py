@@ -46,6 +46,10 @@ class Outcome:
     lenient: tuple[str, ...] = ()
     retry_at: datetime | None = None  # waiting: when the message is looked at again (not recorded)
     dkim: str | None = None  # the DKIM verdict against the From acted on (engine.alignment)
+    # Why the answer was not sent (held in the outbox): an RFC 3834 signal of the message
+    # (auto_submitted, precedence_list|bulk|junk, list_mail, null_return_path,
+    # robot_sender) or a limit (rate_limited, loop_detected). SPEC.md "Automatic answers".
+    unanswered: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -59,6 +63,7 @@ class Outcome:
             "verdict": dict(self.verdict) if self.verdict is not None else None,
             "lenient": list(self.lenient),
             **({"dkim": self.dkim} if self.dkim is not None else {}),
+            **({"unanswered": self.unanswered} if self.unanswered is not None else {}),
         }
 
     @classmethod
@@ -75,6 +80,7 @@ class Outcome:
             repeat=repeat,
             lenient=tuple(data.get("lenient", ())),
             dkim=data.get("dkim"),
+            unanswered=data.get("unanswered"),
         )
 
 

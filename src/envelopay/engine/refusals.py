@@ -19,7 +19,8 @@ from envelopay.engine.outcome import Outcome
 from envelopay.engine.poison import storable
 from envelopay.engine.records import Work, out_entry, proof_of, reply_headers
 from envelopay.engine.send import Sending
-from envelopay.ledger.store import Claim, Commit, LogEntry, ProofKey
+from envelopay.ledger.store import AnswerLimits, Claim, Commit, LogEntry, ProofKey
+from envelopay.protocol.autosubmit import AUTO_REPLIED
 from envelopay.protocol.codes import OopsCode
 from envelopay.protocol.grammar import KEYWORDS
 from envelopay.protocol.messages import Message, MessageType, Oops, OopsError, is_proof_carrying
@@ -29,11 +30,26 @@ from envelopay.protocol.parsed import Parsed
 __all__ = ["Refusals"]
 
 
+def _withheld(commit: Commit, outcome: Outcome, reason: str) -> tuple[Commit, Outcome]:
+    """A step whose answers are not sent: everything else as it was (the flow advances,
+    the money is recorded), its outbox rows written `held` with the reason, its log
+    lines for them marked, and the outcome saying why (no rows for a retransmission to
+    send again)."""
+    held = {ob.message_id for ob, _ in commit.outbox}
+    mark = {"status": "unanswered", "reason": reason}
+    log = tuple(
+        replace(e, verdict=mark) if e.direction == "out" and e.message_id in held else e for e in commit.log
+    )
+    outcome = replace(outcome, unanswered=reason, outbox=())
+    return replace(commit, hold=reason, log=log, outcome=outcome.to_json()), outcome
+
+
 class Refusals(Sending):
     """The refusal half of an Engine; `Engine.__init__` sets `worker_id`."""
 
     worker_id: str
     lease: timedelta
+    answer_limits: AnswerLimits | None
 
     def _oops(self, code: OopsCode, note: str, ref: str | None) -> Oops:
         # A received id becomes our `ref` only when it is a valid id (it may be "", huge,
@@ -59,6 +75,7 @@ class Refusals(Sending):
             date=now,
             in_reply_to=in_reply_to,
             references=refs,
+            auto_submitted=AUTO_REPLIED,  # every answer the engine writes is automatic
         )
 
     async def _refuse_early(
@@ -89,7 +106,7 @@ class Refusals(Sending):
         commit = self._flowless_commit(
             parsed, outcome, message_id, sender, owns_replay, release, now, replies
         )
-        return self._finish(commit, outcome, message_id)
+        return self._finish(commit, outcome, message_id, parsed)
 
     def _flowless_commit(
         self,
@@ -141,7 +158,13 @@ class Refusals(Sending):
             commit = replace(commit, sender=None, protocol_id=None, replay_fate=None)
         return outcome
 
-    def _finish(self, commit: Commit, outcome: Outcome, message_id: str) -> Outcome | None:
+    def _finish(
+        self, commit: Commit, outcome: Outcome, message_id: str, parsed: Parsed | None = None
+    ) -> Outcome | None:
+        if commit.outbox and parsed is not None:
+            reason = self._unanswered(parsed, message_id, commit.outbox[0][0].recipient)
+            if reason is not None:
+                commit, outcome = _withheld(commit, outcome, reason)
         label = _dkim_label.get()
         if label is not None:  # recorded with the outcome, e.g. "pass, not aligned with From"
             outcome = replace(outcome, dkim=label)
@@ -207,7 +230,22 @@ class Refusals(Sending):
             protocol_id=parsed.id,
             replay_fate=replay_fate,
         )
-        return self._finish(commit, outcome, message_id)
+        return self._finish(commit, outcome, message_id, parsed)
+
+    def _unanswered(self, parsed: Parsed, message_id: str, peer: str) -> str | None:
+        """Why the answers to this message must not be sent, or None to send them.
+
+        RFC 3834 §2: "an automatic responder MUST NOT blindly send a response for every
+        message received"; the message's own signals first (protocol.autosubmit), then
+        the per-peer rate limit and the per-thread loop detector, drawn in the ledger."""
+        if parsed.no_answer is not None:
+            return parsed.no_answer
+        if self.answer_limits is None:
+            return None
+        thread = parsed.references[0] if parsed.references else parsed.in_reply_to or message_id
+        limits = self.answer_limits
+        drawn = self.store.answer_take(self.address, peer, thread, message_id, self.clock(), limits)
+        return None if drawn == "ok" else drawn
 
     # Shared by the inbound path and its refusals: the thread a message names, and the
     # replay key of the proof it carries.

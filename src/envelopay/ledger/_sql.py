@@ -19,6 +19,8 @@ from envelopay.ledger._sql_outbox import OutboxCallsMixin
 from envelopay.ledger.compacted import same_content, small
 from envelopay.ledger.deferrals import DeferralsMixin
 from envelopay.ledger.store import (
+    AnswerLimits,
+    AnswerVerdict,
     Begin,
     Claim,
     Commit,
@@ -301,14 +303,17 @@ class SqlStore(DeferralsMixin, OutboxCallsMixin, SqlBase):
                         d["in_reply_to"],
                         self.j(d["refs"]),
                         d["note"],
+                        d["auto_submitted"],
+                        "pending" if c.hold is None else "held",
                         now,
+                        c.hold,
                     )
                 )
             x.many(
                 "INSERT INTO ep_outbox (message_id, flow_id, sender, recipient, type, body,"
                 " date, in_reply_to,"
-                " refs, note, status, attempts, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?,"
-                " ?, 'pending', 0, ?)"
+                " refs, note, auto_submitted, status, attempts, created_at, last_error)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)"
                 " ON CONFLICT DO NOTHING",
                 rows,
             )
@@ -340,6 +345,40 @@ class SqlStore(DeferralsMixin, OutboxCallsMixin, SqlBase):
                     "DELETE FROM ep_replay WHERE local = ? AND sender = ? AND protocol_id = ? AND owner = ?",
                     key,
                 )
+
+    # -- automatic answers (RFC 3834): the per-peer rate limit and the loop detector
+    def answer_take(
+        self, local: str, peer: str, thread: str, message_id: str, now: datetime, limits: AnswerLimits
+    ) -> AnswerVerdict:
+        since = self.t(now - limits.window)
+        with self.write() as x:
+            self._answer_lock(x, local, peer)
+            if x.one("SELECT 1 FROM ep_answers WHERE local = ? AND message_id = ?", (local, message_id)):
+                return "ok"  # this message drew its answer before (a redone step)
+            x.exec("DELETE FROM ep_answers WHERE local = ? AND peer = ? AND at < ?", (local, peer, since))
+            if limits.per_thread > 0:
+                row = x.one(
+                    "SELECT COUNT(*) FROM ep_answers WHERE local = ? AND thread = ? AND at >= ?",
+                    (local, thread, since),
+                )
+                if row is not None and int(row[0]) >= limits.per_thread:
+                    return "loop_detected"
+            if limits.per_peer > 0:
+                row = x.one(
+                    "SELECT COUNT(*) FROM ep_answers WHERE local = ? AND peer = ? AND at >= ?",
+                    (local, peer, since),
+                )
+                if row is not None and int(row[0]) >= limits.per_peer:
+                    return "rate_limited"
+            x.exec(
+                "INSERT INTO ep_answers (local, message_id, peer, thread, at) VALUES (?, ?, ?, ?, ?)",
+                (local, message_id, peer, thread, self.t(now)),
+            )
+        return "ok"
+
+    def _answer_lock(self, x: Executor, local: str, peer: str) -> None:
+        """Serialize draws for one (local, peer). SQLite's write transaction is already
+        exclusive; PostgreSQL takes a transaction-scoped advisory lock."""
 
     # -- reading
     def get_flow(self, flow_id: str) -> FlowRecord | None:

@@ -15,7 +15,7 @@ __all__ = ["OutboxCallsMixin"]
 
 _OUTBOX_COLS = (
     "message_id, flow_id, sender, recipient, type, body, date, in_reply_to, refs, note, status, attempts, "
-    "created_at, next_attempt, sent_at, last_error, bounce_status"
+    "created_at, next_attempt, sent_at, last_error, bounce_status, auto_submitted"
 )
 _CALL_COLS = "call_id, local, peer, message_id, deadline, status, request, result, created_at, resolved_at"
 
@@ -36,6 +36,7 @@ class OutboxCallsMixin(SqlBase):
             in_reply_to=row[7],
             refs=self.uj(row[8]),
             note=row[9],
+            auto_submitted=row[17],
         )
         return OutboxRow(
             outbound=ob,

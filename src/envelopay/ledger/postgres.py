@@ -210,6 +210,7 @@ class PostgresStore(SqlStore):
             "sender": c.sender,
             "protocol_id": c.protocol_id,
             "replay_fate": c.replay_fate if c.sender is not None and c.protocol_id is not None else None,
+            "hold": c.hold,
         }
         try:
             with self.pool.connection() as conn:
@@ -221,6 +222,10 @@ class PostgresStore(SqlStore):
         assert row is not None
         result: CommitResult = row[0]
         return result
+
+    def _answer_lock(self, x: Executor, local: str, peer: str) -> None:
+        # Two workers drawing for one peer at once would both count below the limit.
+        x.one("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", (f"ep_answers {local} {peer}",))
 
     def version(self) -> int:
         with self.write() as x:

@@ -127,6 +127,21 @@ CREATE INDEX ep_proofs_trim ON ep_proofs (spent_at) WHERE status = 'spent' AND v
 CREATE INDEX ep_events_done ON ep_events (done_at)
 """
 
+# v11 (issue 29): automatic answers (RFC 3834). An outbox row says whether its mail is an
+# automatic answer (`auto_submitted`, the Auto-Submitted keyword it carries); one not sent
+# because of a signal or a limit is written `held`. ep_answers counts the automatic
+# answers drawn per peer and per thread, one row per inbound message answered, so the
+# rate limit and the loop detector hold across processes and restarts; rows older than
+# the window are deleted by the draw itself (per peer, through its index).
+_V11 = """
+ALTER TABLE ep_outbox ADD COLUMN auto_submitted TEXT;
+CREATE TABLE ep_answers (
+    local TEXT NOT NULL, message_id TEXT NOT NULL, peer TEXT NOT NULL, thread TEXT NOT NULL,
+    at {T} NOT NULL, PRIMARY KEY (local, message_id));
+CREATE INDEX ep_answers_peer ON ep_answers (local, peer, at);
+CREATE INDEX ep_answers_thread ON ep_answers (local, thread, at)
+"""
+
 MIGRATIONS: tuple[tuple[int, str, str], ...] = (
     (1, "inbound, replay, proofs, flows, log, outbox", _V1),
     (2, "calls; outbox drain index", _V2),
@@ -135,6 +150,7 @@ MIGRATIONS: tuple[tuple[int, str, str], ...] = (
     (8, "partial drain index; paging and retention indexes", _V8_PLANS),
     (9, "deferred proofs", _V9),
     (10, "smallest retained form: digests, summary in the flow row", _V10),
+    (11, "automatic answers: outbox auto_submitted and held rows; answer counts", _V11),
 )
 
 MIGRATIONS_TABLE = (
@@ -396,6 +412,20 @@ _PG_COMMIT_V10 = _PG_COMMIT.replace(
     "SET status = 'spent', spent_at = v_now", 1)
 assert _PG_COMMIT_V10 != _PG_COMMIT
 
+# v11 (PostgreSQL): the commit call writes an outbox row's Auto-Submitted keyword, and a
+# commit's outbox rows `held` (with the reason as last error) when it is not answered.
+_PG_COMMIT_V11 = _PG_COMMIT_V10.replace(
+    """                           note,
+                           status, attempts, created_at)""",
+    """                           note, auto_submitted,
+                           status, attempts, created_at, last_error)""", 1).replace(
+    """e ->> 'in_reply_to', e -> 'refs', e ->> 'note',
+               'pending', 0, v_now""",
+    """e ->> 'in_reply_to', e -> 'refs', e ->> 'note',
+               e ->> 'auto_submitted', CASE WHEN c ->> 'hold' IS NULL THEN 'pending' ELSE 'held' END,
+               0, v_now, c ->> 'hold'""", 1)
+assert _PG_COMMIT_V11.count("auto_submitted") == 2
+
 # Migrations whose statements differ per dialect, given as ready statement lists.
 DIALECT_MIGRATIONS: dict[int, tuple[str, dict[str, tuple[str, ...]]]] = {
     3: ("server-side step functions (PostgreSQL)", {"sqlite": (), "postgres": (_PG_BEGIN, _PG_COMMIT)}),
@@ -403,6 +433,7 @@ DIALECT_MIGRATIONS: dict[int, tuple[str, dict[str, tuple[str, ...]]]] = {
     6: ("a proof held by a live message is busy, not replayed (PostgreSQL)",
         {"sqlite": (), "postgres": (_PG_BEGIN_V6,)}),
     10: ("", {"sqlite": (), "postgres": (_PG_DIGEST, _PG_SMALL, _PG_BEGIN_V10, _PG_COMMIT_V10)}),
+    11: ("", {"sqlite": (), "postgres": (_PG_COMMIT_V11,)}),
 }
 
 

@@ -20,12 +20,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from envelopay.protocol.autosubmit import AUTO_GENERATED, AUTO_REPLIED, AutoSubmitted
 from envelopay.protocol.outbound import Outbound
 
 __all__ = [
+    "AnswerLimits",
     "Begin",
     "CallRecord",
     "CallStatus",
@@ -39,6 +41,18 @@ __all__ = [
     "ProofKey",
     "Store",
 ]
+
+@dataclass(frozen=True, slots=True)
+class AnswerLimits:
+    """How many automatic answers one peer, and one thread, may draw within `window`
+    (SPEC.md "Automatic answers (RFC 3834)"); 0 turns that limit off."""
+
+    per_peer: int = 300
+    per_thread: int = 10
+    window: timedelta = timedelta(hours=1)
+
+
+AnswerVerdict = Literal["ok", "rate_limited", "loop_detected"]
 
 BeginStatus = Literal["new", "seen", "busy", "retransmission", "duplicate_id", "proof_replayed"]
 CallStatus = Literal["pending", "answered", "failed", "timeout"]
@@ -132,6 +146,9 @@ class Commit:
     sender: str | None = None
     protocol_id: str | None = None
     replay_fate: Literal["done", "release"] | None = None
+    # Not answered (an RFC 3834 signal, a rate or loop limit): the outbox rows are written
+    # `held` with this reason as their last error, and never drained.
+    hold: str | None = None
 
 
 CommitResult = Literal["ok", "conflict", "lost"]
@@ -141,7 +158,7 @@ CommitResult = Literal["ok", "conflict", "lost"]
 class OutboxRow:
     outbound: Outbound
     flow_id: str | None
-    status: Literal["pending", "sent", "failed", "bounced"]
+    status: Literal["pending", "sent", "failed", "bounced", "held"]
     attempts: int
     created_at: datetime
     next_attempt: datetime | None = None
@@ -198,6 +215,15 @@ class Store(Protocol):
     def flow_for_ref(self, local: str, peer: str, author: str, protocol_id: str) -> FlowRecord | None: ...
 
     def inbound_outcome(self, local: str, message_id: str) -> Mapping[str, Any] | None: ...
+
+    def answer_take(
+        self, local: str, peer: str, thread: str, message_id: str, now: datetime, limits: AnswerLimits
+    ) -> AnswerVerdict:
+        """Draw one automatic answer to `peer` in `thread` for the inbound `message_id`:
+        "ok" (recorded; the same message_id drawing again is "ok" without a second
+        record), or the limit it would pass. One write transaction, serialized per
+        (local, peer), so workers on one ledger share the counts."""
+        ...
 
     def proof_status(self, proof: ProofKey) -> str | None:
         """ "held", "spent", or None when the proof was never reserved (or released)."""
@@ -285,7 +311,11 @@ def outbound_to_row(ob: Outbound) -> dict[str, Any]:
         "in_reply_to": ob.in_reply_to,
         "refs": list(ob.references),
         "note": ob.note,
+        "auto_submitted": ob.auto_submitted,
     }
+
+
+_AUTO: dict[str, AutoSubmitted] = {AUTO_REPLIED: AUTO_REPLIED, AUTO_GENERATED: AUTO_GENERATED}
 
 
 def outbound_from_row(
@@ -299,6 +329,7 @@ def outbound_from_row(
     in_reply_to: str | None,
     refs: Sequence[str],
     note: str | None,
+    auto_submitted: str | None = None,
 ) -> Outbound:
     from envelopay.protocol.messages import MessageType, model_for
 
@@ -313,4 +344,5 @@ def outbound_from_row(
         in_reply_to=in_reply_to,
         references=tuple(refs),
         note=note,
+        auto_submitted=_AUTO.get(auto_submitted or ""),
     )

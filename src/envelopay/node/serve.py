@@ -14,8 +14,9 @@ from envelopay.endpoints.responders import Responder
 from envelopay.engine.transport import Transport
 from envelopay.mail.garden_auth import AccountsFile
 from envelopay.node.runtime import serve_responders
+from envelopay.node.serve_log import LogFormat, ServeLog, asset_decimals
 from envelopay.node.transports import GardenTransport
-from envelopay.node.wiring import build_node
+from envelopay.node.wiring import AgentNode, build_node
 
 __all__ = ["serve_worker"]
 
@@ -30,8 +31,16 @@ async def serve_worker(
     stop: asyncio.Event | None = None,
     ready: Callable[[Any], None] | None = None,
     retry_interval: float = 5.0,
+    log: Callable[[str], Any] | None = None,
+    log_format: LogFormat = "text",
+    metrics_at: tuple[str, int] | None = None,
+    metrics_ready: Callable[[str], None] | None = None,
 ) -> None:
-    """Serve until `stop` is set (or SIGINT/SIGTERM when no event is given)."""
+    """Serve until `stop` is set (or SIGINT/SIGTERM when no event is given).
+
+    With `log`, one line per message handled goes there, and the summary at stop (also
+    when a serving loop died). With `metrics_at` (host, port), GET /metrics answers
+    there; `metrics_ready` is told its URL before `ready` is called."""
     from envelopay.mail.maildir import mailbox_path
 
     stop = stop or _signal_stop()
@@ -54,6 +63,23 @@ async def serve_worker(
         transport = GardenTransport(garden.endpoint, auth=own)
         echo(f"garden listening at {garden.endpoint} for {', '.join(sorted(addresses))}")
     node = build_node(cfg, transport=transport)
+    serve_log = None
+    if log is not None:
+        serve_log = ServeLog(log, log_format, asset_decimals(node.rails))
+        node.watch(serve_log)
+    metrics_runner = None
+    if metrics_at is not None:
+        try:
+            metrics_runner, url = await _start_metrics(node, metrics_at)
+        except BaseException:
+            await node.close()
+            node.store.close()
+            if garden is not None:
+                await garden.stop()
+            raise
+        echo(f"metrics at {url}")
+        if metrics_ready is not None:
+            metrics_ready(url)
     if cfg.transport.kind == "smtp":
         from envelopay.node.wiring import imap_config
 
@@ -84,10 +110,14 @@ async def serve_worker(
     finally:
         stop.set()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if metrics_runner is not None:
+            await metrics_runner.cleanup()
         await node.close()
         node.store.close()
         if garden is not None:
             await garden.stop()
+        if serve_log is not None and log is not None:
+            log(serve_log.summary())
     if died:
         # A loop that ends on its own is a bug; never serve on silently without it.
         # The process exits non-zero, so a supervisor restarts it.
@@ -110,6 +140,14 @@ async def _until_stop_or_death(
         exc = None if t.cancelled() else t.exception()
         _log.error("serving loop %s ended while serving", t.get_coro(), exc_info=exc)
     return died
+
+
+async def _start_metrics(node: AgentNode, where: tuple[str, int]) -> tuple[Any, str]:
+    from envelopay.node.metrics import WorkerMetrics, start_metrics
+
+    metrics = WorkerMetrics(node.store, node.address)
+    node.watch(metrics)
+    return await start_metrics(metrics, *where)
 
 
 def _garden_accounts(

@@ -15,7 +15,7 @@ import logging
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,7 @@ from envelopay.engine.outbox import (
 )
 from envelopay.engine.transport import Transport
 from envelopay.errors import ConfigError
-from envelopay.ledger.store import Store
+from envelopay.ledger.store import AnswerLimits, Store
 from envelopay.node.transports import GardenTransport
 from envelopay.protocol.messages import Message
 from envelopay.protocol.parse import ParseOptions, parse
@@ -252,6 +252,12 @@ def wait_policy(cfg: WorkerConfig) -> WaitPolicy:
         raise ConfigError(f"config field wait: {exc}") from exc
 
 
+def answer_limits(cfg: WorkerConfig) -> AnswerLimits:
+    """The `[answers]` section as the ledger counts it."""
+    a = cfg.answers
+    return AnswerLimits(per_peer=a.per_peer, per_thread=a.per_thread, window=timedelta(seconds=a.window))
+
+
 def build_node(
     cfg: WorkerConfig,
     *,
@@ -318,6 +324,7 @@ def build_node(
         clock=clock,
         worker_id=cfg.agent.worker_id,
         wait=wait_policy(cfg),
+        answer_limits=answer_limits(cfg),
         **engine_kw,
     )
     # A pool of garden connections lets the drain deliver replies of several flows at

@@ -1,8 +1,9 @@
 """Compose a protocol message into RFC 5322 bytes (CRLF line endings).
 
 Layout: headers (From, To, Subject `TYPE | note`, Date, Message-ID, threading,
-X-Envelopay-Type), then multipart/mixed holding a multipart/alternative (text/plain
-that is the compact JSON object alone, on one line; text/html with the human note
+Auto-Submitted when automatic, X-Envelopay-Type), then multipart/mixed holding a
+multipart/alternative (text/plain that is the compact JSON object alone, on one
+line; text/html with the human note
 and the JSON for people's mail clients) and the same JSON as a top-level
 application/json part (base64: 7-bit safe and stable under DKIM). The text part has
 that shape for the simplest receiver: one that runs `json.loads` on the whole text
@@ -28,6 +29,7 @@ from email.utils import format_datetime, make_msgid
 from typing import Any
 
 from envelopay.errors import UsageError
+from envelopay.protocol.autosubmit import AUTO_GENERATED, AUTO_REPLIED
 from envelopay.protocol.grammar import format_subject
 from envelopay.protocol.messages import Message, MessageType
 from envelopay.protocol.outbound import Outbound
@@ -261,6 +263,12 @@ def compose(out: Outbound) -> bytes:
         headers.append(f"In-Reply-To: {in_reply_to}")
     if references:
         headers.append(f"References: {_fold_ids(references)}")
+    if out.auto_submitted is not None:
+        if out.auto_submitted not in (AUTO_REPLIED, AUTO_GENERATED):
+            raise HeaderValueError(f"auto_submitted: {out.auto_submitted!r} is not an RFC 3834 keyword")
+        # RFC 3834 §3.1.7: "The Auto-Submitted field, with a value of "auto-replied",
+        # SHOULD be included in the message header of any automatic response."
+        headers.append(f"Auto-Submitted: {out.auto_submitted}")
     headers += [
         "MIME-Version: 1.0",
         f"X-Envelopay-Type: {kind.keyword}",

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from envelopay.protocol.autosubmit import AutoSubmitted
 from envelopay.protocol.messages import Message
 
 
@@ -20,3 +21,6 @@ class Outbound:
     in_reply_to: str | None = None
     references: tuple[str, ...] = ()
     note: str | None = None  # subject note; defaults to message.note
+    # RFC 3834 §5: the Auto-Submitted field this mail carries; None for mail a person
+    # asked for (SPEC.md "Automatic answers (RFC 3834)").
+    auto_submitted: AutoSubmitted | None = None

@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
+from envelopay.protocol.autosubmit import no_answer_reason
 from envelopay.protocol.codes import OopsCode
 from envelopay.protocol.grammar import SUPPORTED_TYPES_TEXT, classify_subject, decode_subject, is_reply
 from envelopay.protocol.headers import SINGLETON_HEADERS, Field, HeaderRefusal, read_headers
@@ -379,6 +380,19 @@ def parse(raw: bytes, *, options: ParseOptions | None = None) -> Parsed:
         )
 
 
+def _from_problem(fields: int, mailboxes: int) -> str | None:
+    """Why no one sender can be read from the From field(s), or None when one can."""
+    if fields == 0:
+        return "no From field"
+    if fields > 1:
+        return f"{fields} From fields"
+    if mailboxes == 0:
+        return "From names no address that can be read"
+    if mailboxes > 1:
+        return f"From names {mailboxes} mailboxes"
+    return None
+
+
 def _field_dict(fields: tuple[Field, ...]) -> dict[str, list[str]]:
     headers: dict[str, list[str]] = {}
     for f in fields:
@@ -443,6 +457,8 @@ def _parse(raw: bytes, opts: ParseOptions) -> Parsed:
         "from_addr": from_list[0] if len(from_list) == 1 else None,
         "to_addrs": tuple(_addresses(decoded["to"])),
         "x_envelopay_type": xtype,
+        "from_problem": _from_problem(len(headers.get("from", ())), len(from_list)),
+        "no_answer": no_answer_reason(headers, from_list[0] if len(from_list) == 1 else None),
     }
 
     # Stage 2: subject.

@@ -45,6 +45,10 @@ class Parsed:
     x_envelopay_type: str | None = None
     problems: tuple[Problem, ...] = field(default=())
     warnings: tuple[str, ...] = field(default=())
+    # Why no single sender could be read (two From fields, several mailboxes, none).
+    from_problem: str | None = None
+    # An RFC 3834 signal that this mail must get no automatic answer (protocol.autosubmit).
+    no_answer: str | None = None
 
     @property
     def id(self) -> str | None:

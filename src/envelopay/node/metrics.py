@@ -1,0 +1,149 @@
+"""The worker's Prometheus metrics (`worker serve --metrics HOST:PORT`, README "Metrics").
+
+Events are counted in the hot path, as they happen (a Counter's inc or a Histogram's
+observe, about a microsecond each): messages by type and outcome, OOPS by code, money
+received, handling and verification latency. State is read from the ledger when
+Prometheus scrapes, by a collector (outbox depth and age): a scrape costs two indexed
+queries, a message costs nothing more for it.
+
+Each WorkerMetrics has its own CollectorRegistry, never the process-global one, so tests
+and several services in one process do not collide. Jobs are not exposed: the worker
+has none yet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from envelopay.errors import UsageError
+from envelopay.ledger._sql_base import SqlBase
+from envelopay.ledger.store import Store
+from envelopay.mail.lmtp_client import tcp_port
+from envelopay.node.observe import Handled
+
+__all__ = ["WorkerMetrics", "metrics_endpoint", "start_metrics"]
+
+# Latency buckets in seconds: a DKIM check from cache is sub-millisecond, a rail's RPC
+# round trip tens of milliseconds, a slow chain seconds.
+_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+_TYPES = frozenset(("which", "methods", "pay", "order", "fulfill", "invoice", "offer", "accept", "oops"))
+
+
+class WorkerMetrics:
+    """The worker's metric families, in their own registry."""
+
+    def __init__(self, store: Store, address: str, clock: Callable[[], datetime] = lambda: datetime.now(UTC)):
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.messages = Counter("envelopay_worker_messages", "Inbound messages handled, by protocol type"
+                                " and outcome.", ["type", "outcome"], registry=r)
+        self.oops = Counter("envelopay_worker_oops", "Inbound messages refused, by the OOPS code of the"
+                            " refusal.", ["code"], registry=r)
+        self.received = Counter("envelopay_worker_received_units", "Money received by processed"
+                                " messages whose proof the rail accepted, in the asset's smallest units.",
+                                ["chain", "token"], registry=r)
+        self.handling = Histogram("envelopay_worker_handling_seconds", "Time to handle one inbound message:"
+                                  " DKIM verification and the engine's step, not the reply's delivery.",
+                                  buckets=_BUCKETS, registry=r)
+        self.dkim = Histogram("envelopay_worker_dkim_verification_seconds", "DKIM verification of one"
+                              " inbound message, key lookup included.", buckets=_BUCKETS, registry=r)
+        self.proof = Histogram("envelopay_worker_proof_verification_seconds", "One payment proof verified"
+                               " by its rail, by chain.", ["chain"], buckets=_BUCKETS, registry=r)
+        r.register(OutboxCollector(store, address.lower(), clock))
+
+    def __call__(self, handled: Handled) -> None:
+        """Count one handled message (AgentNode.watch)."""
+        outcome = handled.outcome
+        kind = handled.type if handled.type in _TYPES else "none"
+        self.messages.labels(kind, outcome.status).inc()
+        if outcome.oops is not None:
+            self.oops.labels(outcome.oops.value).inc()
+        got = handled.received
+        if got is not None:
+            self.received.labels(got.chain, got.token).inc(got.amount)
+        self.handling.observe(handled.seconds)
+        if handled.dkim_seconds is not None:
+            self.dkim.observe(handled.dkim_seconds)
+        for chain, seconds in handled.proofs:
+            self.proof.labels(chain).observe(seconds)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class OutboxCollector(Collector):
+    """Outbox depth and the age of its oldest row, read from the ledger at scrape time
+    (the partial index of pending rows: as large as the backlog, not the history)."""
+
+    def __init__(self, store: Store, address: str, clock: Callable[[], datetime]) -> None:
+        self.store = store
+        self.address = address
+        self.clock = clock
+
+    def collect(self) -> Iterator[Metric]:
+        depth = GaugeMetricFamily("envelopay_worker_outbox_pending", "Replies and sends written to the"
+                                  " outbox and not delivered yet (retries waiting included).")
+        age = GaugeMetricFamily("envelopay_worker_outbox_oldest_seconds", "Age of the oldest undelivered"
+                                " outbox row; 0 when the outbox is empty.")
+        count, oldest = outbox_state(self.store, self.address)
+        depth.add_metric([], count)
+        age.add_metric([], max(0.0, (self.clock() - oldest).total_seconds()) if oldest is not None else 0.0)
+        yield depth
+        yield age
+
+
+def outbox_state(store: Store, sender: str) -> tuple[int, datetime | None]:
+    """(pending rows, created_at of the oldest) of `sender`'s outbox, on either ledger
+    backend (a PostgreSQL ledger may be shared by several agents)."""
+    if not isinstance(store, SqlBase):
+        raise TypeError(f"outbox metrics need a SQL ledger, not {type(store).__name__}")
+    with store.read() as x:
+        row = x.one("SELECT COUNT(*) FROM ep_outbox WHERE status = 'pending' AND sender = ?", (sender,))
+        first = x.one("SELECT created_at FROM ep_outbox WHERE status = 'pending' AND sender = ?"
+                      " ORDER BY seq LIMIT 1", (sender,))
+    return (int(row[0]) if row else 0), (store.ut(first[0]) if first else None)
+
+
+# -- the listener ---------------------------------------------------------------------------
+
+
+def metrics_endpoint(text: str) -> tuple[str, int]:
+    """`--metrics` as typed: PORT (loopback) or HOST:PORT ([::1]:PORT for IPv6); port 0
+    lets the system choose. UsageError names what is wrong."""
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        host, port = "127.0.0.1", text
+    host = host.removeprefix("[").removesuffix("]")
+    number = 0 if port == "0" else tcp_port(port)
+    if not host or number is None:
+        raise UsageError(f"--metrics {text!r}: PORT or HOST:PORT, a port from 0 to 65535")
+    return host, number
+
+
+async def start_metrics(metrics: WorkerMetrics, host: str, port: int) -> tuple[web.AppRunner, str]:
+    """Serve GET /metrics; return the runner (call `cleanup()`) and the URL scraped."""
+
+    async def scrape(_: web.Request) -> web.Response:
+        return web.Response(body=metrics.exposition(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    app = web.Application()
+    app.router.add_get("/metrics", scrape)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    try:
+        await site.start()
+    except OSError:
+        await runner.cleanup()
+        raise
+    server = site._server
+    sockets = getattr(server, "sockets", None) or []
+    bound = sockets[0].getsockname()[1] if sockets else port
+    shown = f"[{host}]" if ":" in host else host
+    return runner, f"http://{shown}:{bound}/metrics"
