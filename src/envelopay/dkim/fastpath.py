@@ -26,7 +26,7 @@ def _public_key(record: str) -> tuple[Any, int, bytes] | None:
     hit = _KEYS.get(record)
     if hit is not None:
         return hit
-    from dkim import evaluate_pk
+    from dkim import evaluate_pk  # lazy: keeps dkim off this module's import
 
     pk, keysize, ktag, tlsrpt = evaluate_pk(b"", record.encode("ascii", "replace"))
     if tlsrpt or ktag not in (b"rsa", b"ed25519"):
@@ -54,6 +54,7 @@ def _fast_pass(
 def _fast_check(
     headers: list[tuple[bytes, bytes]], body: bytes, sig_header: tuple[bytes, bytes], record: str
 ) -> bool:
+    # lazy: keeps dkim off this module's import
     from dkim import RE_BTAG, select_headers, validate_signature_fields
     from dkim.canonicalization import CanonicalizationPolicy
     from dkim.util import parse_tag_value

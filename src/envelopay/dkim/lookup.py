@@ -32,6 +32,7 @@ def table_dns(records: Mapping[str, str]) -> DnsLookup:
 
 def resolver_dns(timeout: float = 5.0, *, nameservers: list[str] | None = None, port: int = 53) -> DnsLookup:
     """A DnsLookup on dnspython's asyncio resolver (resolv.conf unless nameservers given)."""
+    # lazy: keeps dns off this module's import
     import dns.asyncresolver
     import dns.exception
     import dns.resolver

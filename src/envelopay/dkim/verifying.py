@@ -10,14 +10,13 @@ from envelopay.dkim.fastpath import _fast_pass
 from envelopay.dkim.lookup import DnsLookup
 from envelopay.dkim.results import DkimResult, SignatureVerdict, aligned, summarize
 from envelopay.errors import UsageError
+from envelopay.protocol.headers import addresses
 
 _SIGNATURE_LINE = re.compile(rb"(?im)^dkim-signature[ \t]*:")
 
 def from_address_of(headers: list[tuple[bytes, bytes]]) -> str | None:
     """The single From address, or None (absent, several, invalid): read exactly as the
     parser reads it (protocol.headers: the same fields, the same address rule)."""
-    from envelopay.protocol.headers import addresses
-
     froms = [v for n, v in headers if n.lower() == b"from"]
     if len(froms) != 1:
         return None
@@ -47,6 +46,7 @@ def _parse_tags(value: bytes) -> dict[str, str] | None:
 
 async def verify(raw: bytes, *, dns: DnsLookup) -> DkimResult:
     """Verify every DKIM-Signature on `raw`; never raises for anything in the message."""
+    # lazy: keeps dkim off this module's import
     import dkim as dkimpy  # heavy-ish import kept off the CLI's start path
 
     msg = to_crlf(raw)
