@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import heapq
 import logging
+import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ from envelopay.engine.outbox import (
 from envelopay.engine.transport import Transport
 from envelopay.errors import ConfigError
 from envelopay.ledger.store import AnswerLimits, Store
+from envelopay.node.observe import CURRENT, Observer, Seen, tap_parser, timed_rail
 from envelopay.node.transports import GardenTransport
 from envelopay.protocol.messages import Message
 from envelopay.protocol.parse import ParseOptions, parse
@@ -66,6 +68,8 @@ class AgentNode:
     # Every look again this node asked for (a min-heap): the wait loop wakes at the earliest,
     # and a later one is not forgotten when an earlier one is served.
     deferral_hints: list[datetime] = field(default_factory=list)
+    # Told of every message handled (`watch`): the serve log and the metrics of worker serve.
+    observers: list[Observer] = field(default_factory=list)
 
     @property
     def address(self) -> str:
@@ -89,8 +93,10 @@ class AgentNode:
         SMTP/LMTP round trip, the receiving MTA's fsync) then no longer holds up the
         handling of the next message. Either way a reply not yet sent is a pending
         outbox row, sent by the next drain, after a restart too."""
-        result = await self.verify_dkim(raw)
-        outcome = await self.engine.handle(raw, dkim=result)
+        if self.observers:
+            outcome = await self._observed(raw)
+        else:
+            outcome = await self.engine.handle(raw, dkim=await self.verify_dkim(raw))
         self.outcomes.append(outcome)
         self.received += 1
         if outcome.outbox:  # only a step that wrote replies has anything to send now
@@ -107,6 +113,34 @@ class AgentNode:
             fut = self._waiters.pop(outcome.message_id, None)
             if fut is not None and not fut.done():
                 fut.set_result(outcome)
+        return outcome
+
+    def watch(self, observer: Observer) -> None:
+        """Tell `observer` of every message this node handles from now on. The first
+        watcher taps the engine's parser and times its rails (node/observe.py); a node
+        nobody watches pays nothing for it."""
+        if not self.observers:
+            self.engine.parser = tap_parser(self.engine.parser)
+            self.engine.rails = {chain: timed_rail(rail) for chain, rail in self.engine.rails.items()}
+        self.observers.append(observer)
+
+    async def _observed(self, raw: bytes) -> Outcome:
+        seen = Seen()
+        token = CURRENT.set(seen)
+        try:
+            started = time.perf_counter()
+            result = await self.verify_dkim(raw)
+            dkim_seconds = time.perf_counter() - started if self.dns is not None else None
+            outcome = await self.engine.handle(raw, dkim=result)
+            seconds = time.perf_counter() - started
+        finally:
+            CURRENT.reset(token)
+        handled = seen.handled(outcome, datetime.now(UTC), seconds, dkim_seconds)
+        for observer in self.observers:
+            try:
+                observer(handled)
+            except Exception:  # a log or metric must never cost a message its handling
+                _log.exception("%s: an observer failed", self.address)
         return outcome
 
     def _drain_behind(self) -> None:
