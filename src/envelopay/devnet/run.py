@@ -7,6 +7,9 @@ import contextlib
 import logging
 import os
 import signal
+import subprocess
+import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -17,6 +20,9 @@ from envelopay.devnet import registry
 from envelopay.devnet.chains import start_chains
 from envelopay.devnet.state import DevnetState, pid_alive, read_state, state_path, write_state
 from envelopay.errors import ConfigError
+from envelopay.mail.garden import GardenServer
+from envelopay.mail.garden_auth import file_stamp, load_accounts
+from envelopay.mail.maildir import ensure_maildir, mailbox_path
 
 __all__ = ["DevnetOptions", "describe", "probe", "run_devnet", "start_detached", "stop_devnet"]
 
@@ -57,8 +63,6 @@ async def run_devnet(
     echo: Callable[[str], Any] = print,
 ) -> None:
     """Serve until `stop` is set (or SIGINT/SIGTERM when none is given); then clean up."""
-    from envelopay.mail.garden import GardenServer
-
     home.mkdir(parents=True, exist_ok=True)
     running = _recorded_pid(home)
     if running is not None and pid_alive(running):
@@ -116,7 +120,6 @@ class _RegistrySync:
     def _now(self) -> frozenset[tuple[str, int, int, int]]:
         # Each file's stamp: a directory's mtime alone is coarse (a clock tick), and two
         # registrations within one tick would look like one.
-        from envelopay.mail.garden_auth import file_stamp
 
         files = [self.home / EXTRA_ACCOUNTS]
         with contextlib.suppress(FileNotFoundError):
@@ -125,9 +128,6 @@ class _RegistrySync:
         return frozenset((name, *stamp) for name, stamp in stamps if stamp is not None)
 
     def __call__(self) -> None:
-        from envelopay.mail.garden_auth import load_accounts
-        from envelopay.mail.maildir import ensure_maildir, mailbox_path
-
         stamp = self._now()
         if stamp == self._stamp:
             return
@@ -151,10 +151,6 @@ class _RegistrySync:
 def start_detached(home: Path, argv: list[str], *, timeout: float = 60.0) -> DevnetState:
     """Run `argv` (a `devnet up` without --detach) in its own session, output to
     <home>/devnet.log, and return its state once it is up."""
-    import subprocess
-    import sys
-    import time
-
     home.mkdir(parents=True, exist_ok=True)
     running = _recorded_pid(home)
     if running is not None and pid_alive(running):
@@ -187,8 +183,6 @@ def _recorded_pid(home: Path) -> int | None:
 
 def stop_devnet(home: Path, *, timeout: float = 15.0) -> DevnetState:
     """Ask the running devnet to stop (SIGTERM to its pid) and wait until it has."""
-    import time
-
     state = read_state(home)
     os.kill(state.pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
@@ -203,7 +197,7 @@ def stop_devnet(home: Path, *, timeout: float = 15.0) -> DevnetState:
 
 async def probe(state: DevnetState) -> dict[str, str]:
     """Ask each service whether it answers: name → "ok <detail>" or "down <why>"."""
-    import httpx
+    import httpx  # lazy: keeps httpx off this module's import
 
     out: dict[str, str] = {}
     async with httpx.AsyncClient(timeout=3.0) as client:

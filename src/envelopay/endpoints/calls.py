@@ -29,6 +29,7 @@ from typing import Any, Literal, Protocol
 
 from envelopay.endpoints.toolmail import build_tool_mail, read_tool_mail
 from envelopay.errors import TransportError, UsageError
+from envelopay.ledger.store import CallRecord as LedgerRecord
 
 __all__ = ["CallBook", "CallClient", "CallRecord", "CallResult", "CallStore", "LedgerCalls", "Sender"]
 
@@ -181,8 +182,6 @@ class LedgerCalls:
         return CallRecord(r.call_id, r.message_id, r.peer, r.deadline, status, result)
 
     def add(self, call_id: str, message_id: str, endpoint: str, deadline: datetime, now: datetime) -> None:
-        from envelopay.ledger.store import CallRecord as LedgerRecord
-
         self.store.call_add(LedgerRecord(call_id=call_id, local=self.local, peer=endpoint,
                                          message_id=message_id, deadline=deadline, created_at=now))
 

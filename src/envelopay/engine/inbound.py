@@ -75,6 +75,7 @@ from envelopay.protocol.messages import (
     Which,
     is_proof_carrying,
 )
+from envelopay.protocol.parse import parse
 from envelopay.protocol.parsed import Parsed
 from envelopay.rails.binding import BINDING_SCHEME
 from envelopay.rails.finality import WaitPolicy
@@ -96,8 +97,6 @@ _BEGIN_REFUSALS: dict[str, tuple[tuple[OopsCode, str], bool]] = {
 
 
 def _default_parser(raw: bytes) -> Parsed:
-    from envelopay.protocol.parse import parse
-
     return parse(raw)
 
 

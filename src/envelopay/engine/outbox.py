@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, Protocol
 
+from envelopay import dkim
 from envelopay.engine.transport import Transport
 from envelopay.errors import TransportError
 from envelopay.ledger.store import OutboxRow, Store
@@ -131,8 +132,6 @@ class DkimSigner:
     clock: Callable[[], datetime]
 
     def sign_at(self, raw: bytes, at: datetime) -> bytes:
-        from envelopay import dkim
-
         return dkim.sign(raw, selector=self.selector, domain=self.domain, key=self.key,
                          timestamp=int(at.timestamp()))
 
@@ -141,8 +140,6 @@ class DkimSigner:
 
 
 def dkim_signer(*, selector: str, domain: str, key_pem: bytes, clock: Callable[[], datetime]) -> DkimSigner:
-    from envelopay import dkim
-
     return DkimSigner(selector, domain, dkim.DkimKey.load(key_pem), clock)
 
 

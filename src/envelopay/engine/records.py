@@ -17,6 +17,7 @@ from envelopay.engine.application import Notice
 from envelopay.flows import FlowState
 from envelopay.ledger.store import LogEntry
 from envelopay.protocol.codes import OopsCode
+from envelopay.protocol.compose import reply_headers as compose_reply_headers
 from envelopay.protocol.messages import Invoice, Message, Offer, Oops, Order
 from envelopay.protocol.outbound import Outbound
 from envelopay.protocol.parsed import Parsed
@@ -106,8 +107,6 @@ def stamp_invoice(message: Message, data: Mapping[str, Any], now: datetime) -> d
 
 
 def reply_headers(parsed: Parsed) -> tuple[str | None, tuple[str, ...]]:
-    from envelopay.protocol.compose import reply_headers as compose_reply_headers
-
     return compose_reply_headers(parsed)
 
 

@@ -15,8 +15,9 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any, TypedDict, TypeVar, Unpack
 
-from envelopay.errors import UsageError
+from envelopay.errors import EnvelopayError, UsageError
 from envelopay.rails.interface import Expectation, Rail, Verdict
+from envelopay.rails.registry import discover, make, rail_for_chain
 
 __all__ = [
     "ExpectationOptions", "chain_name", "expectation", "installed_rails", "pay_once", "positive_amount",
@@ -105,8 +106,6 @@ def _with_rail(rail: Rail, use: Callable[[Rail], Awaitable[T]]) -> T:
 
 def verify_once(tx: str, *, rpc: str | None, **options: Unpack[ExpectationOptions]) -> tuple[str, Verdict]:
     """Verify the proof `{"tx": tx}` on the rail serving `chain`; the chain's name and the verdict."""
-    from envelopay.rails.registry import rail_for_chain
-
     _check_commitment(options["commitment"])  # named before a missing --rpc
     url = _require_rpc(rpc, "verifies")
     want = expectation(**options)
@@ -118,8 +117,6 @@ def pay_once(
     *, chain: str, token: str, amount: int, to: str, rpc: str | None, keypair: str, wait: bool = True
 ) -> dict[str, Any]:
     """Pay once; the answer holds the chain, the proof and its replay key."""
-    from envelopay.rails.registry import rail_for_chain
-
     url = _require_rpc(rpc, "pays")
     options: dict[str, Any] = {"backend": "rpc", "rpc_url": url, "keypair": keypair}
     if not wait:
@@ -133,9 +130,6 @@ def pay_once(
 def installed_rails() -> list[dict[str, Any]]:
     """Each installed rail: its distribution and entry point, its chains and assets, or
     why it cannot be loaded."""
-    from envelopay.errors import EnvelopayError
-    from envelopay.rails.registry import discover, make
-
     listing: list[dict[str, Any]] = []
     for name, plugin in sorted(discover().items()):
         entry: dict[str, Any] = {

@@ -24,6 +24,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -355,8 +356,6 @@ class NextHop:
     rcpt_log: list[tuple[str, str]] = field(default_factory=list, init=False)
 
     def __post_init__(self) -> None:
-        import threading
-
         if not self.port:
             self.port = free_port()
         self._left = {k.lower(): list(v) for k, v in self.script.items()}
@@ -387,7 +386,7 @@ class NextHop:
                 raise TimeoutError(f"next hop: condition not met in {timeout}s; saw {self.rcpt_log}")
 
     def start(self) -> None:
-        from aiosmtpd.controller import Controller
+        from aiosmtpd.controller import Controller  # lazy: keeps aiosmtpd off this module's import
 
         self._controller = Controller(self, hostname=self.host, port=self.port, decode_data=False)
         self._controller.start()

@@ -13,6 +13,7 @@ __all__ = ["self_signed"]
 def self_signed(directory: Path) -> tuple[Path, Path]:
     """Write cert.pem and key.pem (P-256, valid from an hour ago for a day, for
     localhost and 127.0.0.1, usable as its own CA) into `directory`; their paths."""
+    # lazy: keeps cryptography off this module's import
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
