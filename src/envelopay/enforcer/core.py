@@ -106,7 +106,7 @@ class Enforcer:
             return False
         return hmac.compare_digest(hash_token(token), self._operator_hash)
 
-    async def _agent_for(self, token: str | None) -> Agent | None:
+    async def agent_for(self, token: str | None) -> Agent | None:
         if not token:
             return None
         return await self.store.agent_by_token(hash_token(token))
@@ -124,7 +124,7 @@ class Enforcer:
             return checked
         req = checked
         try:
-            agent = await self._agent_for(token)  # 3: identity from the token only
+            agent = await self.agent_for(token)  # 3: identity from the token only
         except StoreError as exc:
             return Disposition(status="failed", reason=f"store error: {exc}")
         if agent is None:
@@ -137,7 +137,7 @@ class Enforcer:
         now = self.clock()
         send_id = self.new_id()
         message_id = self._message_id(agent, req)
-        composed = self._compose(agent, req, message_id, now)  # what compose accepts, before any cap
+        composed = self.compose(agent, req, message_id, now)  # what compose accepts, before any cap
         if isinstance(composed, str):
             return Disposition(status="blocked", reason=f"invalid message: {composed}", code="not_composable")
         fp = fingerprint(req)
@@ -193,7 +193,7 @@ class Enforcer:
             with contextlib.suppress(StoreError):
                 await self.store.release(agent.id, kind, key, send_id)
 
-    def _compose(self, agent: Agent, req: SendRequest, message_id: str, now: float) -> bytes | str:
+    def compose(self, agent: Agent, req: SendRequest, message_id: str, now: float) -> bytes | str:
         """The unsigned bytes to send, or why they cannot be composed. The one check of
         what compose accepts: the policy step calls it before any claim or cap, and
         execute calls it again (a queued row composes at its own time)."""
@@ -257,14 +257,14 @@ class Enforcer:
             return Disposition(status="failed", reason=f"store error: {exc}")
         return Disposition(status="pending_approval", reason=reason, approval_id=send_id, id=send_id)
 
-    def _signed(self, raw: bytes) -> bytes | str:
+    def sign(self, raw: bytes) -> bytes | str:
         """`raw` DKIM-signed (when this enforcer signs), or why signing refused it."""
         try:
             return raw if self.signer is None else self.signer(raw)
         except (UsageError, ValueError) as exc:
             return f"signing refused: {exc}"
 
-    async def _transmit(
+    async def transmit(
         self, agent: Agent, req: SendRequest, raw: bytes, *, recheck_kill: bool = True,
         envelope: Envelope | None = None, signed: bool = False,
     ) -> str:
@@ -273,7 +273,7 @@ class Enforcer:
         when there is one). Returns "" on success, KILLED when the kill switch was thrown
         meanwhile, or the failure reason."""
         if not signed:
-            done = self._signed(raw)
+            done = self.sign(raw)
             if isinstance(done, str):
                 return done
             raw = done
@@ -300,7 +300,7 @@ class Enforcer:
     async def _deliver_direct(
         self, agent: Agent, req: SendRequest, fp: str, now: float, send_id: str, message_id: str, raw: bytes
     ) -> Disposition:
-        problem = await self._transmit(agent, req, raw)
+        problem = await self.transmit(agent, req, raw)
         if problem == KILLED:
             await self._give_back_caps(agent, now)  # nothing was sent: the slots go back
         state: QueueState = "FAILED" if problem else "SENT"
@@ -322,7 +322,7 @@ class Enforcer:
     async def status(self, token: str | None, send_id: str) -> Disposition:
         """The real state of one of the token's agent's sends; `unknown` for anyone else's."""
         try:
-            agent = await self._agent_for(token)
+            agent = await self.agent_for(token)
             row = await self.store.get_send(send_id) if agent is not None and not agent.killed else None
         except StoreError as exc:
             return Disposition(status="failed", reason=f"store error: {exc}")
@@ -456,13 +456,13 @@ class Enforcer:
             await self.store.put_outcome(send_id, state, message_id, detail, now)
         else:
             message_id = row.message_id or self._message_id(agent)
-            composed = self._compose(agent, row.request, message_id, now)
+            composed = self.compose(agent, row.request, message_id, now)
             if isinstance(composed, str):
                 # Terminal, with its reason: an approved row that cannot compose ends
                 # FAILED, never stuck APPROVED.
                 state, detail = "FAILED", composed
             else:
-                problem = await self._transmit(agent, row.request, composed)
+                problem = await self.transmit(agent, row.request, composed)
                 state, detail = ("FAILED", problem) if problem else ("SENT", row.reason)
             await self.store.put_outcome(send_id, state, message_id, detail, self.clock())
         final: QueueState = "SENT" if state == "SENT" else "FAILED"

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from envelopay.enforcer.batch import Batch, Step
 from envelopay.enforcer.custody import WalletRecord
+from envelopay.enforcer.intent_states import TRANSITIONS, Move
 from envelopay.enforcer.model import Agent
 from envelopay.enforcer.spend import SpendPolicy, policy_json
 from envelopay.enforcer.store import AGENT_COLS, EnforcerStore, agent_row
@@ -167,6 +168,8 @@ _COLS = (
 _FROM = " FROM enf_payments p LEFT JOIN enf_agents a ON a.id = p.agent_id"
 # The intent's own agent, by its key: a subquery over every ACTIVE agent costs SQLite a
 # pass over the whole table per statement (8.6 ms at 10,000 agents, against 0.01 ms).
+# FAILED only from the states the intent table allows it from (intent_states.TRANSITIONS).
+_FAILABLE = ", ".join(f"'{r.state}'" for r in TRANSITIONS if r.move is Move.FAIL)
 _ACTIVE_SUB = "SELECT 1 FROM enf_agents a WHERE a.id = enf_payments.agent_id AND a.status = 'ACTIVE'"
 _ACTIVE = f" AND EXISTS ({_ACTIVE_SUB})"
 
@@ -375,7 +378,7 @@ _SQL = {
     # FAILED only from states where no money has moved or can still move.
     "fail": "UPDATE enf_payments SET state = 'FAILED', code = ?, reason = ?, invoice_key = NULL,"
     " updated_at = ?"
-    " WHERE id = ? AND state = ? RETURNING id",
+    f" WHERE id = ? AND state = ? AND state IN ({_FAILABLE}) RETURNING id",
     "sent_orders": "SELECT request, message_id FROM enf_sends WHERE agent_id = ? AND state = 'SENT'"
     " AND request LIKE ? AND request LIKE ?",
 }

@@ -40,6 +40,7 @@ from envelopay.enforcer.legs import leg_message
 from envelopay.enforcer.model import Agent, Disposition
 from envelopay.enforcer.payment_model import PaymentDisposition
 from envelopay.enforcer.payment_store import IN_FLIGHT, Context, Intent, PaymentStore
+from envelopay.enforcer.payments_exec import run
 from envelopay.enforcer.policy import allowlisted, check_request
 from envelopay.enforcer.spend import (
     PaymentRequest,
@@ -228,8 +229,6 @@ class Payments:
             batch = await self.store.reserve(steps, intent, self.clock())
             if batch.committed:
                 self.crash("after_intent")
-                from envelopay.enforcer.payments_exec import run
-
                 # The intent as just inserted: nothing else can have moved it (its key is new).
                 return await run(self, intent.id, live=True, agent=agent, intent=intent, sealed=sealed)
             assert batch.refused_at is not None
@@ -381,14 +380,12 @@ class Payments:
         """The intent's outcome; an in-flight intent no executor here holds is finished
         first (recovery), so a retried call heals what a crash left."""
         if i.state in IN_FLIGHT and i.id not in self._active:
-            from envelopay.enforcer.payments_exec import run
-
             return await run(self, i.id, live=False)
         return self.disposition(i)
 
     async def status(self, token: str | None, intent_id: str) -> PaymentDisposition:
         try:
-            agent = await self.enforcer._agent_for(token)
+            agent = await self.enforcer.agent_for(token)
             i = await self.store.get(intent_id) if agent is not None and not agent.killed else None
             if agent is None or i is None or i.agent_id != agent.id:
                 return PaymentDisposition(status="unknown", id=intent_id)
@@ -415,7 +412,7 @@ class Payments:
 
     async def balances(self, token: str | None) -> dict[str, Any]:
         """The token's own wallets' addresses and balances: nothing else."""
-        agent = await self.enforcer._agent_for(token)
+        agent = await self.enforcer.agent_for(token)
         if agent is None:
             return {"status": "blocked", "code": "unknown_agent", "wallets": []}
         return await self.balances_of(agent)

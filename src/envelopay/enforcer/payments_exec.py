@@ -19,21 +19,25 @@ between delivery and its record sends it again with the same Message-ID.
 from __future__ import annotations
 
 import json
-from dataclasses import replace
-from typing import cast
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, cast
 
 from envelopay.enforcer.custody import VaultError
 from envelopay.enforcer.delivery import Envelope, EnvelopeOpener
+from envelopay.enforcer.intent_states import DRIVEN, Move, may
 from envelopay.enforcer.legs import bound_leg
 from envelopay.enforcer.model import Agent, SendRequest
 from envelopay.enforcer.payment_model import PaymentDecision, PaymentDisposition
 from envelopay.enforcer.payment_store import Intent
-from envelopay.enforcer.payments import Payments
 from envelopay.enforcer.policy import fingerprint
 from envelopay.errors import RailError, StoreError, TransportError, UsageError
 from envelopay.protocol.compose import message_json
 from envelopay.rails.binding import StatementSigner
 from envelopay.rails.custodial import CustodialPayer, SignedPayment
+
+if TYPE_CHECKING:  # types only: payments.py calls this module, never the other way
+    from envelopay.enforcer.payments import Payments
 
 __all__ = ["approve", "execute", "recover", "reject", "run"]
 
@@ -148,10 +152,10 @@ def _pay_mail(
         message_id=i.message_id, in_reply_to=reply if isinstance(reply, str) else None,
         references=(reply,) if isinstance(reply, str) else (),
     )
-    composed = p.enforcer._compose(agent, req, i.message_id, p.clock())
+    composed = p.enforcer.compose(agent, req, i.message_id, p.clock())
     if isinstance(composed, str):
         return composed
-    signed = p.enforcer._signed(composed)
+    signed = p.enforcer.sign(composed)
     return signed if isinstance(signed, str) else (req, signed)
 
 
@@ -176,56 +180,88 @@ async def _reread(p: Payments, i: Intent) -> Intent:
 
 async def _fail(p: Payments, i: Intent, code: str, reason: str) -> Intent:
     """No money moved: FAILED, and the caps this intent took are handed back."""
-    if await p.store.fail(i.id, i.state, code, reason, p.clock()):
+    if may(i.state, Move.FAIL) and await p.store.fail(i.id, i.state, code, reason, p.clock()):
         await p._give_back(i.agent_id, i.taken)
     return await _reread(p, i)
+
+
+@dataclass(slots=True)
+class _Run:
+    """What one execution of an intent carries from step to step."""
+
+    p: Payments
+    payer: CustodialPayer | None
+    live: bool
+    sealed: bytes | None
+    staged: _Staged | None
+    agent: Agent | None
+
+
+# A driver takes the intent one move on: (the intent, whether to go on driving it now).
+_Driver = Callable[[_Run, Intent], Awaitable[tuple[Intent, bool]]]
+
+
+async def _drive_reserved(r: _Run, i: Intent) -> tuple[Intent, bool]:
+    if r.payer is None:
+        return await _fail(r.p, i, "unknown_asset", f"no rail pays on {i.chain} here"), False
+    i, fresh = await _sign(r.p, r.payer, i, r.live, r.sealed, r.staged, r.agent)
+    if fresh:  # recorded as BROADCAST with its bytes just now: send them
+        i = await _broadcast(r.p, r.payer, i, r.live)
+        return i, i.state != "BROADCAST"  # still BROADCAST: the chain has not confirmed it yet
+    # Not ours to broadcast: another executor moved it on (go on from there), or nothing
+    # was signed (_sign ends RESERVED only by failing).
+    return i, i.state != "RESERVED"
+
+
+async def _drive_signed(r: _Run, i: Intent) -> tuple[Intent, bool]:
+    # Never broadcast yet (an earlier version's record): BROADCAST before the bytes leave.
+    if not await r.p.store.mark_broadcast(i.id, r.p.clock()):
+        i = await _reread(r.p, i)
+        if i.state == "SIGNED":  # the agent was killed: kill beats the broadcast
+            return await _fail(r.p, i, "killed", "agent killed before the payment was broadcast"), False
+        return i, True
+    i = await _broadcast(r.p, r.payer, replace(i, state="BROADCAST"), r.live)
+    return i, i.state != "BROADCAST"
+
+
+async def _drive_broadcast(r: _Run, i: Intent) -> tuple[Intent, bool]:
+    assert r.payer is not None and i.tx_id is not None
+    try:
+        seen = await r.payer.lookup(i.tx_id)  # after a crash: the chain first
+    except TransportError as exc:
+        await r.p.store.note(i.id, "BROADCAST", f"chain unreachable: {exc}", r.p.clock())
+        return await _reread(r.p, i), False
+    if seen == "confirmed":
+        return await _paid(r.p, i), True
+    if seen == "failed":
+        return await _fail(r.p, i, "tx_failed", "the transaction failed on chain"), False
+    if seen == "pending":
+        return i, False
+    # missing: the same bytes once more (same signature: at most one payment)
+    i = await _broadcast(r.p, r.payer, i, live=False)
+    return i, i.state != "BROADCAST"
+
+
+# The intent states an executor drives (intent_states.DRIVEN), each to its driver; every
+# other state is at rest (held, decided, PAID awaiting its email, or final).
+_DRIVERS: dict[str, _Driver] = {
+    "RESERVED": _drive_reserved,
+    "SIGNED": _drive_signed,
+    "BROADCAST": _drive_broadcast,
+}
+assert tuple(_DRIVERS) == DRIVEN
 
 
 async def _advance(
     p: Payments, i: Intent, live: bool, sealed: bytes | None = None, staged: _Staged | None = None,
     agent: Agent | None = None,
 ) -> Intent:
-    payer = p.payers.get(i.chain)
-    while True:
-        if i.state == "RESERVED":
-            if payer is None:
-                return await _fail(p, i, "unknown_asset", f"no rail pays on {i.chain} here")
-            i, fresh = await _sign(p, payer, i, live, sealed, staged, agent)
-            if fresh:  # recorded as BROADCAST with its bytes just now: send them
-                i = await _broadcast(p, payer, i, live)
-                if i.state == "BROADCAST":
-                    return i
-            elif i.state == "RESERVED":
-                return i  # nothing signed (cannot happen: _sign ends RESERVED only by failing)
-        elif i.state == "SIGNED":
-            # Never broadcast yet: BROADCAST is recorded before the bytes leave.
-            if not await p.store.mark_broadcast(i.id, p.clock()):
-                i = await _reread(p, i)
-                if i.state == "SIGNED":  # the agent was killed: kill beats the broadcast
-                    return await _fail(p, i, "killed", "agent killed before the payment was broadcast")
-                continue
-            i = await _broadcast(p, payer, replace(i, state="BROADCAST"), live)
-            if i.state == "BROADCAST":
-                return i
-        elif i.state == "BROADCAST":
-            assert payer is not None and i.tx_id is not None
-            try:
-                seen = await payer.lookup(i.tx_id)  # after a crash: the chain first
-            except TransportError as exc:
-                await p.store.note(i.id, "BROADCAST", f"chain unreachable: {exc}", p.clock())
-                return await _reread(p, i)
-            if seen == "confirmed":
-                i = await _paid(p, i)
-            elif seen == "failed":
-                return await _fail(p, i, "tx_failed", "the transaction failed on chain")
-            elif seen == "pending":
-                return i
-            else:  # missing: the same bytes once more (same signature: at most one payment)
-                i = await _broadcast(p, payer, i, live=False)
-                if i.state == "BROADCAST":
-                    return i
-        else:
-            return i
+    run_ = _Run(p, p.payers.get(i.chain), live, sealed, staged, agent)
+    while (driver := _DRIVERS.get(i.state)) is not None:
+        i, again = await driver(run_, i)
+        if not again:
+            break
+    return i
 
 
 async def _sign(
@@ -352,7 +388,7 @@ async def _deliver(
         problem = (
             mail
             if isinstance(mail, str)
-            else await p.enforcer._transmit(
+            else await p.enforcer.transmit(
                 agent, mail[0], mail[1], recheck_kill=False, envelope=envelope, signed=True
             )
         )
