@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import sqlite3
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -321,6 +322,55 @@ async def test_webhook_good_bad_and_replayed_signatures(
     answer = await again.on_webhook(headers, body)
     assert (answer.status, answer.body["status"]) == (200, "duplicate")
     reopened.close()
+
+
+def _hostile_bodies() -> dict[str, bytes]:
+    """Signed bodies whose content is outside input no ledger row or URL can hold (issue 29)."""
+    good = json.dumps(fixture("message-received", EVENT_ID="evt_h", MESSAGE_ID="<h@x>", THREAD_ID="th_1"))
+    return {
+        "surrogate event_id": good.replace('"evt_h"', '"\\ud800"').encode(),
+        "surrogate message_id": good.replace('"<h@x>"', '"<\\udcff@x>"').encode(),
+        "surrogate event_type": good.replace('"message.received"', '"message.\\ud800"').encode(),
+        "NUL event_id": good.replace('"evt_h"', '"evt\\u0000"').encode(),
+        "200,000 deep": good.replace('"th_1"', "[" * 200_000 + "]" * 200_000).encode(),
+        "5,000 digits": good.replace('"th_1"', "9" * 5_000).encode(),
+    }
+
+
+@pytest.mark.parametrize("case", sorted(_hostile_bodies()))
+async def test_a_signed_body_no_ledger_can_hold_is_refused_400(
+    client: AgentMailClient, store: SqliteStore, case: str, tmp_path: Path
+) -> None:
+    body = _hostile_bodies()[case]
+    consumer = Consumer()
+    inbox = AgentMailInbox(client, store, consumer, Clock(), secret=SECRET)
+    server = WebhookServer(inbox)
+    await server.start()
+    try:
+        with respx.mock(assert_all_called=False) as router:
+            api = router.route(host="api.agentmail.to").respond(status_code=599)
+            headers = sign_delivery(SECRET, "msg_h", int(T0.timestamp()), body)
+            assert await post(server, body, headers) == (400, {"status": "refused",
+                                                               "reason": "not an AgentMail event"})
+            assert not api.called and consumer.got == []
+    finally:
+        await server.stop()
+    with sqlite3.connect(tmp_path / "ledger.db") as db:  # nothing recorded, nothing half-recorded
+        assert db.execute("SELECT COUNT(*) FROM ep_events").fetchone() == (0,)
+
+
+async def test_a_delivery_id_no_wire_could_carry_is_a_bad_signature(
+    client: AgentMailClient, store: SqliteStore
+) -> None:
+    body, headers = delivery("evt_s", "<s@x>", T0)
+    inbox = AgentMailInbox(client, store, Consumer(), Clock(), secret=SECRET)
+    answer = await inbox.on_webhook({**headers, "svix-id": "msg_\ud800"}, body)
+    assert (answer.status, dict(answer.body)) == (401, {"status": "refused", "reason": "bad_signature"})
+    # Bytes aiohttp could not decode arrive surrogate-escaped: they are checked as those bytes.
+    escaped = "msg_\udcff"
+    signed = sign_delivery(SECRET, "x", int(T0.timestamp()), body)["svix-signature"]
+    assert verify_delivery(SECRET, {**headers, "svix-id": escaped, "svix-signature": signed}, body,
+                           now=T0.timestamp()).reason == "bad_signature"
 
 
 async def test_webhook_malformed_and_retry(client: AgentMailClient, store: SqliteStore) -> None:

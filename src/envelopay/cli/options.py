@@ -47,6 +47,9 @@ class OptionSet(Generic[B]):
     params: tuple[inspect.Parameter, ...]
     build: Callable[..., B]
     first: bool = False  # the set's options before the command's own (else after them)
+    # Refuse, before the command runs, any text option holding what no mail or ledger row
+    # can hold (a lone surrogate: argv bytes that are not UTF-8; NUL): exit 2, named.
+    plain_text: bool = False
 
     def __call__(self, command: Callable[Concatenate[B, P], None]) -> Callable[P, None]:
         hints = typing.get_type_hints(command, include_extras=True)
@@ -55,15 +58,44 @@ class OptionSet(Generic[B]):
         own = [p.replace(annotation=hints.get(p.name, p.annotation), kind=p.KEYWORD_ONLY) for p in own]
         names = [p.name for p in self.params]
 
+        params = [*self.params, *own] if self.first else [*own, *self.params]
+        flags = {p.name: _flag(p) for p in params} if self.plain_text else {}
+
         @functools.wraps(command)
         def run(*args: P.args, **kwargs: P.kwargs) -> None:
+            _refuse_bad_text(kwargs, flags)
             shared = {name: kwargs.pop(name) for name in names}
             command(self.build(**shared), *args, **kwargs)
 
-        params = [*self.params, *own] if self.first else [*own, *self.params]
         run.__signature__ = inspect.Signature(params, return_annotation=None)  # type: ignore[attr-defined]
         run.__annotations__ = {p.name: p.annotation for p in params} | {"return": None}
         return run
+
+
+def _flag(param: inspect.Parameter) -> str:
+    """How the user typed a parameter: its option (`--wallet`) or argument (`ADDRESS`)."""
+    for info in typing.get_args(param.annotation)[1:]:
+        if isinstance(info, typer.models.ArgumentInfo):
+            return param.name.upper()
+        if isinstance(info, typer.models.OptionInfo):
+            decls = [info.default, *(info.param_decls or ())]
+            named = [d for d in decls if isinstance(d, str) and d.startswith("--")]
+            if named:
+                return named[0]
+    if param.default is inspect.Parameter.empty:
+        return param.name.upper()
+    return f"--{param.name.replace('_', '-')}"
+
+
+def _refuse_bad_text(values: dict[str, Any], flags: dict[str, str]) -> None:
+    from envelopay.cli.output import fail
+    from envelopay.protocol.outside_json import text_ok
+
+    for name, flag in flags.items():
+        value = values.get(name)
+        texts = value if isinstance(value, list) else [value]
+        if any(isinstance(t, str) and not text_ok(t) for t in texts):
+            fail(f"{flag}: not valid text (a lone surrogate: bytes that are not UTF-8, or NUL)")
 
 
 def option(name: str, annotation: Any, default: Any = None) -> inspect.Parameter:
@@ -234,9 +266,11 @@ CLIENT = OptionSet(
     (option("config", ClientConfigOpt, Path("envelopay.toml")), option("as_json", JsonOpt, False),
      option("wait", WaitOpt, False), option("timeout", TimeoutOpt, 60.0)),
     ClientOptions,
+    plain_text=True,
 )
 # --config --json (the commands that read the ledger)
 LEDGER = OptionSet(
     (option("config", ClientConfigOpt, Path("envelopay.toml")), option("as_json", JsonOpt, False)),
     lambda config, as_json: ClientOptions(config, as_json, False, 0.0),
+    plain_text=True,
 )

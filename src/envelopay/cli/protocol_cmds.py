@@ -121,12 +121,14 @@ def register(app: typer.Typer) -> None:
             kind = message_type(type_)
         data: dict[str, Any] = {}
         if json_file is not None:
+            from envelopay.protocol import outside_json
+
             try:
-                loaded = json.loads(json_file.read_text(encoding="utf-8"))
+                loaded = outside_json.loads(json_file.read_bytes())
             except OSError as exc:
                 fail(f"--json-file: cannot read {json_file}: {exc.strerror or exc}")
-            except ValueError as exc:
-                fail(f"--json-file: not JSON ({exc})")
+            except outside_json.OutsideJsonError as exc:
+                fail(f"--json-file: {exc}")
             if not isinstance(loaded, dict):
                 fail("--json-file: must hold a JSON object")
             data.update(loaded)

@@ -9,7 +9,6 @@ the field; nothing is paid or sent until the message is known to be valid.
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from envelopay.engine import BaseApplication, Notice, Outcome, Sent
 from envelopay.errors import RailError, UsageError
 from envelopay.mail.addresses import require_address
 from envelopay.node.wiring import AgentNode
+from envelopay.protocol import outside_json
 from envelopay.protocol.fields import wanted
 from envelopay.protocol.messages import Message
 from envelopay.rails.finality import progress_text, wait_final
@@ -48,26 +48,39 @@ class ClientApp(BaseApplication):
 
 
 def parse_json_option(value: str | None, field: str) -> Any:
+    """A JSON option's value (--task, --result, --request): too deep, a number past the
+    digit limit, a lone surrogate → UsageError naming the option (protocol.outside_json)."""
     if value is None:
         return None
     try:
-        return json.loads(value)
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{field}: not valid JSON ({exc.msg} at column {exc.colno})") from exc
+        return outside_json.loads(value)
+    except outside_json.OutsideJsonError as exc:
+        raise UsageError(f"{field}: {exc}") from exc
 
 
 def build(model: type[Message], field_prefix: str = "", **fields: Any) -> Message:
     """Validate fields into a message model; a bad field → UsageError naming it."""
     clean = {k: v for k, v in fields.items() if v is not None}
+    # Text no mail or ledger row can hold (a lone surrogate: bytes argv could not decode,
+    # "\ud800" in JSON) is refused here, before the flow and outbox rows are written.
+    problem = outside_json.value_problem(clean, outside_json.MAX_DEPTH + 1)
+    if problem is not None:
+        raise UsageError(f"--{field_prefix}{_option_path(problem.path.split('.'))}: {problem}")
     try:
         return model.model_validate(clean, strict=False)
     except ValidationError as exc:
         err = exc.errors()[0]
         # Drop pydantic's union tags ("dict[str,any]", "function-after[...]") from the path.
         loc = [str(x) for x in err["loc"] if isinstance(x, int) or ("[" not in str(x) and str(x) != "str")]
-        # The OFFER's legs come from flags (--give-amount), JSON options keep their path (--task.text).
-        where = ("-" if loc and loc[0] in _FLAG_GROUPS else ".").join(loc) or model.__name__.lower()
-        raise UsageError(f"--{field_prefix}{where.replace('_', '-')}: {wanted(err)}") from exc
+        raise UsageError(f"--{field_prefix}{_option_path(loc) or model.__name__.lower()}: "
+                         f"{wanted(err)}") from exc
+
+
+def _option_path(loc: list[str]) -> str:
+    """The option a field came from: the OFFER's legs from flags (--give-amount), JSON
+    options keep their path (--task.text)."""
+    where = ("-" if loc and loc[0] in _FLAG_GROUPS else ".").join(x for x in loc if x)
+    return where.replace("_", "-")
 
 
 _FLAG_GROUPS = ("give", "want")

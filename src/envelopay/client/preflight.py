@@ -120,8 +120,13 @@ def oops_code(code: str) -> str:
     return code
 
 
+MAX_TIMEOUT = 86_400.0  # a day: past it a wait is no wait, and 1e308 s overflowed the event loop
+
+
 def check_timeout(timeout: float) -> float:
-    """--timeout: a positive, finite number of seconds."""
+    """--timeout: a positive number of seconds, at most a day."""
     if not math.isfinite(timeout) or timeout <= 0:
         raise UsageError(f"--timeout: must be a positive number of seconds, not {timeout:g}")
+    if timeout > MAX_TIMEOUT:
+        raise UsageError(f"--timeout: at most {MAX_TIMEOUT:,.0f} seconds (a day), not {timeout:g}")
     return timeout

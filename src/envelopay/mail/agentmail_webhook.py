@@ -25,10 +25,11 @@ import base64
 import binascii
 import hashlib
 import hmac
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
+
+from envelopay.protocol import outside_json
 
 __all__ = ["DEFAULT_TOLERANCE", "Event", "Verdict", "read_event", "sign_delivery", "verify_delivery"]
 
@@ -75,7 +76,9 @@ def _header(headers: Mapping[str, str], name: str) -> str | None:
 
 
 def _mac(key: bytes, delivery_id: str, timestamp: str, body: bytes) -> bytes:
-    return hmac.new(key, f"{delivery_id}.{timestamp}.".encode() + body, hashlib.sha256).digest()
+    # surrogateescape: the exact bytes of a header aiohttp could not decode as UTF-8
+    head = f"{delivery_id}.{timestamp}.".encode("utf-8", "surrogateescape")
+    return hmac.new(key, head + body, hashlib.sha256).digest()
 
 
 def sign_delivery(secret: str, delivery_id: str, timestamp: int, body: bytes) -> dict[str, str]:
@@ -104,7 +107,10 @@ def verify_delivery(
         return Verdict(False, "bad_timestamp", delivery_id)
     if abs(now - int(timestamp)) > tolerance:
         return Verdict(False, "stale", delivery_id)
-    expected = _mac(key, delivery_id, timestamp, body)
+    try:
+        expected = _mac(key, delivery_id, timestamp, body)
+    except UnicodeEncodeError:  # a lone surrogate no bytes on the wire could have made
+        return Verdict(False, "bad_signature", None)
     for item in signatures.split(" "):
         version, _, value = item.partition(",")
         if version != "v1":
@@ -119,27 +125,36 @@ def verify_delivery(
 
 
 def read_event(body: bytes) -> Event | None:
-    """The event in a verified delivery body, or None when it is not an event we can read."""
+    """The event in a verified delivery body, or None when it is not an event we can read:
+    not JSON, nested deeper than 32 levels, a number longer than 64 digits, or an id we
+    would record or send that is not valid text (a lone surrogate, NUL; the ledger and
+    the API's URLs cannot hold it). A signed body is still outside input."""
     try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+        data = outside_json.loads(body, text=False)  # strings we do not use are not judged
+    except outside_json.OutsideJsonError:
         return None
     if not isinstance(data, dict) or data.get("type") != "event":
         return None
     event_type, event_id = data.get("event_type"), data.get("event_id")
     if not isinstance(event_type, str) or not isinstance(event_id, str) or not event_id:
         return None
+    if not (outside_json.text_ok(event_type) and outside_json.text_ok(event_id)):
+        return None
     message = data.get("message")
     if not isinstance(message, dict):
         return Event(event_type, event_id)
     labels = message.get("labels")
+    ids = {key: message.get(key) for key in ("inbox_id", "message_id", "thread_id")}
+    if any(isinstance(v, str) and not outside_json.text_ok(v) for v in ids.values()):
+        return None
     return Event(
         event_type,
         event_id,
-        inbox_id=_str(message.get("inbox_id")),
-        message_id=_str(message.get("message_id")),
-        thread_id=_str(message.get("thread_id")),
-        labels=tuple(x for x in labels if isinstance(x, str)) if isinstance(labels, list) else (),
+        inbox_id=_str(ids["inbox_id"]),
+        message_id=_str(ids["message_id"]),
+        thread_id=_str(ids["thread_id"]),
+        labels=tuple(x for x in labels if isinstance(x, str) and outside_json.text_ok(x))
+        if isinstance(labels, list) else (),
     )
 
 

@@ -5,13 +5,13 @@ I/O); every refusal is a UsageError naming the field.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
 from pydantic import ValidationError
 
 from envelopay.errors import UsageError
+from envelopay.protocol import outside_json
 from envelopay.protocol.messages import Message, MessageType, model_for
 
 __all__ = ["TYPE_NAMES", "message_from_fields", "message_type", "wanted"]
@@ -52,16 +52,22 @@ def message_type(name: str) -> MessageType:
 
 def _json(name: str, value: str) -> Any:
     try:
-        return json.loads(value)
-    except ValueError as exc:
-        raise UsageError(f"--{name}: not JSON ({exc})") from exc
+        return outside_json.loads(value)
+    except outside_json.OutsideJsonError as exc:
+        raise UsageError(f"--{name}: {exc}") from exc
 
 
-def _json_or_text(value: str) -> Any:
+def _json_or_text(name: str, value: str) -> Any:
+    """JSON when it is JSON; text when it is not; refused when it is JSON no mail can carry
+    (too deep, a number past the digit limit, a lone surrogate)."""
     try:
-        return json.loads(value)
-    except ValueError:
-        return value
+        return outside_json.loads(value)
+    except outside_json.OutsideJsonError as exc:
+        if exc.code == "invalid_json":
+            if not outside_json.text_ok(value):
+                raise UsageError(f"--{name}: not valid text (a lone surrogate or NUL)") from exc
+            return value
+        raise UsageError(f"--{name}: {exc}") from exc
 
 
 def message_from_fields(
@@ -83,12 +89,16 @@ def message_from_fields(
             data[name] = _json(name, raw)
     for name, raw in json_or_text.items():
         if raw is not None:
-            data[name] = _json_or_text(raw)
+            data[name] = _json_or_text(name, raw)
     if code is not None:
         error = data.get("error")
         data["error"] = {**(error if isinstance(error, dict) else {}), "code": code}
     data.setdefault("v", "0.1.0")
     data["type"] = kind.value
+    # The body is one level: its fields' JSON may nest MAX_DEPTH levels under it.
+    problem = outside_json.value_problem(data, outside_json.MAX_DEPTH + 1)
+    if problem is not None:
+        raise UsageError(f"--{problem.path.replace('_', '-') or 'json-file'}: {problem}")
     try:
         return model_for(kind).model_validate(data, context={"wire": True})  # type: ignore[return-value]
     except ValidationError as exc:
