@@ -50,12 +50,12 @@ class SendGuard:
         if self.window is None:
             return
         since = (self._now() - self.window).timestamp()
-        row = self._db.execute(
-            "SELECT count(*) FROM sends"
+        (row,) = self._rows(
+            "SELECT count(*) AS n FROM sends"
             " WHERE recipient = ? AND body_hash = ? AND status = 'sent' AND ts >= ?",
             (recipient.lower(), body_hash(body), since),
-        ).fetchone()
-        if row[0] > 0:
+        )
+        if row["n"] > 0:
             raise MailboxError(
                 "duplicate_send",
                 f"the same body was already sent to {recipient} within "
@@ -79,14 +79,20 @@ class SendGuard:
         a clock set back waits for a later run."""
         removed = 0
         while True:
-            rows = self._db.execute("SELECT seq, ts FROM sends ORDER BY seq LIMIT ?", (batch,)).fetchall()
+            rows = self._rows("SELECT seq, ts FROM sends ORDER BY seq LIMIT ?", (batch,))
             last = None
-            for seq, ts in rows:
-                if ts >= before:
+            for row in rows:
+                if row["ts"] >= before:
                     break
-                last = seq
+                last = row["seq"]
             if last is None:
                 return removed
             removed += self._db.execute("DELETE FROM sends WHERE seq <= ?", (last,)).rowcount
-            if last != rows[-1][0]:
+            if last != rows[-1]["seq"]:
                 return removed
+
+    def _rows(self, sql: str, params: tuple[object, ...]) -> list[sqlite3.Row]:
+        """Rows by column name, whatever row factory the caller's connection has."""
+        cur = self._db.cursor()
+        cur.row_factory = sqlite3.Row
+        return cur.execute(sql, params).fetchall()

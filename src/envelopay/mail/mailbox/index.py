@@ -144,7 +144,7 @@ class MailIndex:
         self.db.create_function("ws", 2, _ws, deterministic=True)
         self.db.create_function("wsz", 3, _wsz, deterministic=True)
         self.db.create_function("fold", 1, fold, deterministic=True)
-        version = self.db.execute("PRAGMA user_version").fetchone()[0]
+        version = self.db.execute("PRAGMA user_version").fetchone()["user_version"]
         if version != _VERSION:
             from envelopay.mail.mailbox import index_upgrade
 
@@ -278,7 +278,7 @@ class MailIndex:
                     self.db.execute(statement)
             self._scratch = True
         self.db.execute("INSERT INTO temp.scratch (t) VALUES (?)", (text,))
-        tokens = [r[0] for r in self.db.execute("SELECT term FROM temp.scratch_tokens ORDER BY offset")]
+        tokens = [r["term"] for r in self.db.execute("SELECT term FROM temp.scratch_tokens ORDER BY offset")]
         self.db.execute("INSERT INTO temp.scratch (scratch) VALUES ('delete-all')")
         return tokens
 
@@ -303,7 +303,7 @@ class MailIndex:
                 "SELECT term FROM terms WHERE term >= ? AND term < ? ORDER BY term LIMIT ?",
                 (lo, hi, cap + 1),
             ).fetchall()
-            covered = [str(r[0]) for r in rows]
+            covered = [str(r["term"]) for r in rows]
             if len(covered) > cap or any(len(t) >= TERM_KEEP for t in covered):
                 return None
             other = [t for t in covered if not t.isascii()]
@@ -315,7 +315,7 @@ class MailIndex:
 
     def _newest_ts(self) -> float:
         row = self.db.execute("SELECT ts FROM messages ORDER BY seq DESC LIMIT 1").fetchone()
-        return float(row[0]) if row is not None else float("-inf")
+        return float(row["ts"]) if row is not None else float("-inf")
 
     def _join_thread(self, mid: str, links: list[str], ts: float) -> str:
         """The thread of a message linked to `links`: the oldest-keyed of the threads they
@@ -325,7 +325,7 @@ class MailIndex:
             marks = ",".join("?" * len(links))
             found = sorted(
                 {
-                    r[0]
+                    r["thread"]
                     for r in self.db.execute(
                         f"SELECT thread FROM thread_ids WHERE message_id IN ({marks})", links
                     )
@@ -339,7 +339,7 @@ class MailIndex:
                 "DELETE FROM threads WHERE thread = ? RETURNING last_ts", (other,)
             ).fetchone()
             if row is not None:
-                self._touch_thread(thread, float(row[0]))
+                self._touch_thread(thread, float(row["last_ts"]))
         self.db.executemany(
             "INSERT INTO thread_ids (message_id, thread) VALUES (?, ?) ON CONFLICT DO NOTHING",
             [(m, thread) for m in links],
@@ -385,8 +385,8 @@ class MailIndex:
         ts = max(ts, self._newest_ts())
         top = self.db.execute(
             "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'messages'), 0),"
-            " (SELECT max(seq) FROM messages))"
-        ).fetchone()[0]
+            " (SELECT max(seq) FROM messages)) AS top"
+        ).fetchone()["top"]
         seq = int(top) + 1
         rest = self._stored_rest(int(row["seq"]))
         text = None if rest is None else row["body_head"] + rest
@@ -413,7 +413,7 @@ class MailIndex:
     # ------------------------------------------------------------------ refresh state
     def dir_mtime(self, directory: str) -> int | None:
         row = self.db.execute("SELECT mtime_ns FROM dirs WHERE dir = ?", (directory,)).fetchone()
-        return None if row is None else int(row[0])
+        return None if row is None else int(row["mtime_ns"])
 
     def set_dir_mtime(self, directory: str, mtime_ns: int) -> None:
         self.db.execute(
@@ -428,7 +428,7 @@ class MailIndex:
             chunk = list(names[i : i + 500])
             marks = ",".join("?" * len(chunk))
             for r in self.db.execute(f"SELECT name, id, file FROM messages WHERE name IN ({marks})", chunk):
-                out[r[0]] = (r[1], r[2])
+                out[r["name"]] = (r["id"], r["file"])
         return out
 
     # ------------------------------------------------------------------ reading
@@ -452,12 +452,12 @@ class MailIndex:
 
     def _stored_rest(self, seq: int) -> str | None:
         row = self.db.execute("SELECT z FROM texts WHERE seq = ?", (seq,)).fetchone()
-        return None if row is None else zlib.decompress(row[0]).decode()
+        return None if row is None else zlib.decompress(row["z"]).decode()
 
     def location(self, mid: str) -> tuple[str, str, str]:
         """(folder, base name, file as last seen) of an indexed message."""
         row = self.db.execute("SELECT folder, name, file FROM messages WHERE id = ?", (mid,)).fetchone()
-        return row[0], row[1], row[2]
+        return row["folder"], row["name"], row["file"]
 
     def check(self, folder: str, flt: CheckFilter) -> Iterator[tuple[MailRecord, bool]]:
         """Rows in `check` order, each with whether SQL confirmed it (see queries)."""
@@ -501,10 +501,10 @@ class MailIndex:
             ).fetchone()
             upto = "" if edge is None else " AND rowid <= ?"
             ids = [
-                -int(r[0])
+                -int(r["rowid"])
                 for r in self.db.execute(
                     f"SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?{bound}{upto} ORDER BY rank",
-                    [*args, *([] if edge is None else [edge[0]])],
+                    [*args, *([] if edge is None else [edge["rowid"]])],
                 )
             ]
             for i in range(0, len(ids), 32):
@@ -520,7 +520,7 @@ class MailIndex:
                         yield record(found[seq], truncate)
             if edge is None:
                 return
-            after = int(edge[0])
+            after = int(edge["rowid"])
 
     def thread(self, mid: str, truncate: int) -> list[MailRecord]:
         """Every message of `mid`'s thread, oldest first."""
@@ -534,7 +534,7 @@ class MailIndex:
     def recent_threads(self) -> Iterator[str]:
         """Thread keys, most recently active first."""
         for r in self.db.execute("SELECT thread FROM threads ORDER BY last_ts DESC"):
-            yield r[0]
+            yield r["thread"]
 
     def thread_rows(self, thread: str, truncate: int = 0) -> list[MailRecord]:
         rows = self.db.execute(
