@@ -190,9 +190,10 @@ async def check_intent_states(factory: Factory) -> None:
         assert noted is not None and noted.reason == "retrying"
         assert await p.take_delivery(live.id, T0 + 5)
         assert not await p.take_delivery(f"none-{tag}", T0 + 5)
-        failing = _intent(agent, tag, 4, invoice_key="k4")
+        failing = _intent(agent, tag, 4, invoice_key="k4", state="APPROVED")
         assert await p.insert_intent(failing, T0)
-        assert await p.fail(failing.id, "PENDING", "payee_refused", "no", T0 + 1)
+        assert not await p.fail(failing.id, "PENDING", "payee_refused", "no", T0 + 1), "not its state"
+        assert await p.fail(failing.id, "APPROVED", "payee_refused", "no", T0 + 1)
         failed = await p.get(failing.id)
         assert failed is not None and failed.state == "FAILED" and failed.code == "payee_refused"
         assert failed.invoice_key is None, "a failed intent lets its invoice be paid again"
