@@ -1,21 +1,17 @@
-"""The payment intent's state machine as a table, in the manner of envelopay.flows: the
-one place that says which move is allowed from which state. Pure.
-
-Each store transition (enforcer/payment_store.py) is one conditional UPDATE from the
-table's source states to its target, so a move the table does not allow finds no row;
-payments_exec.py drives an intent by looking its state up in `DRIVEN` and checks every
-FAILED it writes against `may`. SPEC.md's diagram is drawn from this table
-(`render_mermaid`; tests/enforcer/test_intent_states.py keeps it current).
+"""The payment intent's state machine (enforcer/state_table.py). Each store transition
+(enforcer/payment_store.py) is one conditional UPDATE from the table's source states to its
+target; payments_exec.py drives the states in `DRIVEN` and writes FAILED only where the
+table allows it. SPEC.md "Payment intents" draws the table; tests/enforcer/
+test_intent_states.py runs every move from every state on both stores.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import StrEnum
 
-__all__ = ["BEGIN", "DRIVEN", "END", "START", "TRANSITIONS", "Move", "Row", "may", "render_mermaid", "target"]
+from envelopay.enforcer.state_table import START, Row, StateTable
 
-START = "(call)"  # before the intent exists: the call that makes it
+__all__ = ["DRIVEN", "INTENTS", "Move"]
 
 
 class Move(StrEnum):
@@ -32,57 +28,29 @@ class Move(StrEnum):
     FAIL = "fail"  # no money moved, or none can move any more: caps handed back
 
 
-@dataclass(frozen=True, slots=True)
-class Row:
-    state: str
-    move: Move
-    new_state: str
-
-
-TRANSITIONS: tuple[Row, ...] = (
-    Row(START, Move.HOLD, "PENDING"),
-    Row(START, Move.RESERVE, "RESERVED"),
-    Row("PENDING", Move.APPROVE, "APPROVED"),
-    Row("PENDING", Move.REJECT, "REJECTED"),
-    Row("APPROVED", Move.CLAIM, "RESERVED"),
-    Row("RESERVED", Move.SIGN_BROADCAST, "BROADCAST"),
-    Row("RESERVED", Move.SIGN, "SIGNED"),
-    Row("SIGNED", Move.BROADCAST, "BROADCAST"),
-    Row("BROADCAST", Move.CONFIRM, "PAID"),
-    Row("BROADCAST", Move.DELIVER, "SENT"),
-    Row("PAID", Move.DELIVER, "SENT"),
-    # FAILED only where no money has moved (RESERVED, SIGNED, APPROVED: killed, a rail
-    # refusal, no key, a PAY that could not be sent), or none can (BROADCAST: the
-    # transaction expired or failed on chain).
-    Row("APPROVED", Move.FAIL, "FAILED"),
-    Row("RESERVED", Move.FAIL, "FAILED"),
-    Row("SIGNED", Move.FAIL, "FAILED"),
-    Row("BROADCAST", Move.FAIL, "FAILED"),
+INTENTS = StateTable(
+    "intent-states",
+    (
+        Row(START, Move.HOLD, "PENDING"),
+        Row(START, Move.RESERVE, "RESERVED"),
+        Row("PENDING", Move.APPROVE, "APPROVED"),
+        Row("PENDING", Move.REJECT, "REJECTED"),
+        Row("APPROVED", Move.CLAIM, "RESERVED"),
+        Row("RESERVED", Move.SIGN_BROADCAST, "BROADCAST"),
+        Row("RESERVED", Move.SIGN, "SIGNED"),
+        Row("SIGNED", Move.BROADCAST, "BROADCAST"),
+        Row("BROADCAST", Move.CONFIRM, "PAID"),
+        Row("BROADCAST", Move.DELIVER, "SENT"),
+        Row("PAID", Move.DELIVER, "SENT"),
+        # FAILED only where no money has moved (APPROVED, RESERVED, SIGNED: killed, a rail
+        # refusal, no key, a PAY that could not be sent), or none can (BROADCAST: the
+        # transaction expired or failed on chain).
+        Row("APPROVED", Move.FAIL, "FAILED"),
+        Row("RESERVED", Move.FAIL, "FAILED"),
+        Row("SIGNED", Move.FAIL, "FAILED"),
+        Row("BROADCAST", Move.FAIL, "FAILED"),
+    ),
 )
 
 # The states an executor drives on (payments_exec._advance): each has its driver there.
 DRIVEN = ("RESERVED", "SIGNED", "BROADCAST")
-
-_INDEX = {(r.state, r.move): r.new_state for r in TRANSITIONS}
-
-
-def target(state: str, move: Move) -> str | None:
-    """The state `move` leads to from `state`, or None when the table forbids it."""
-    return _INDEX.get((state, move))
-
-
-def may(state: str, move: Move) -> bool:
-    return (state, move) in _INDEX
-
-
-BEGIN = "<!-- generated:intent-states -->"
-END = "<!-- /generated:intent-states -->"
-
-
-def render_mermaid() -> str:
-    lines = [BEGIN, "```mermaid", "stateDiagram-v2"]
-    for r in TRANSITIONS:
-        src = "[*]" if r.state == START else r.state
-        lines.append(f"    {src} --> {r.new_state}: {r.move.value}")
-    lines += ["```", END]
-    return "\n".join(lines)

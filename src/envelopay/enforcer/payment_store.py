@@ -16,7 +16,8 @@ from typing import Any, Literal
 
 from envelopay.enforcer.batch import Batch, Step
 from envelopay.enforcer.custody import WalletRecord
-from envelopay.enforcer.intent_states import TRANSITIONS, Move
+from envelopay.enforcer.intent_states import INTENTS, Move
+from envelopay.enforcer.state_table import sql_list
 from envelopay.enforcer.model import Agent
 from envelopay.enforcer.spend import SpendPolicy, policy_json
 from envelopay.enforcer.store import AGENT_COLS, EnforcerStore, agent_row
@@ -168,8 +169,8 @@ _COLS = (
 _FROM = " FROM enf_payments p LEFT JOIN enf_agents a ON a.id = p.agent_id"
 # The intent's own agent, by its key: a subquery over every ACTIVE agent costs SQLite a
 # pass over the whole table per statement (8.6 ms at 10,000 agents, against 0.01 ms).
-# FAILED only from the states the intent table allows it from (intent_states.TRANSITIONS).
-_FAILABLE = ", ".join(f"'{r.state}'" for r in TRANSITIONS if r.move is Move.FAIL)
+# FAILED only from the states the intent table allows it from (intent_states.INTENTS).
+_FAILABLE = sql_list(INTENTS.sources(Move.FAIL))
 _ACTIVE_SUB = "SELECT 1 FROM enf_agents a WHERE a.id = enf_payments.agent_id AND a.status = 'ACTIVE'"
 _ACTIVE = f" AND EXISTS ({_ACTIVE_SUB})"
 

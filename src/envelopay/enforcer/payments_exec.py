@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, cast
 
 from envelopay.enforcer.custody import VaultError
 from envelopay.enforcer.delivery import Envelope, EnvelopeOpener
-from envelopay.enforcer.intent_states import DRIVEN, Move, may
+from envelopay.enforcer.intent_states import DRIVEN, INTENTS, Move
 from envelopay.enforcer.legs import bound_leg
 from envelopay.enforcer.model import Agent, SendRequest
 from envelopay.enforcer.payment_model import PaymentDecision, PaymentDisposition
@@ -180,7 +180,7 @@ async def _reread(p: Payments, i: Intent) -> Intent:
 
 async def _fail(p: Payments, i: Intent, code: str, reason: str) -> Intent:
     """No money moved: FAILED, and the caps this intent took are handed back."""
-    if may(i.state, Move.FAIL) and await p.store.fail(i.id, i.state, code, reason, p.clock()):
+    if INTENTS.may(i.state, Move.FAIL) and await p.store.fail(i.id, i.state, code, reason, p.clock()):
         await p._give_back(i.agent_id, i.taken)
     return await _reread(p, i)
 

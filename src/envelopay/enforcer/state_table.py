@@ -1,0 +1,62 @@
+"""A state machine as a table of (state, move, new state) rows, in the manner of
+envelopay.flows: what the enforcer's send requests (send_states.py) and payment intents
+(intent_states.py) may do, each in one place. Pure.
+
+The store implements each move as one conditional UPDATE from the move's source states to
+its target, so a move the table does not allow finds no row; the tests run every move from
+every state against both stores. SPEC.md's diagrams are drawn from the tables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+__all__ = ["START", "Row", "StateTable"]
+
+START = "(call)"  # before the row exists: the call that makes it
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    state: str
+    move: str
+    new_state: str
+
+
+@dataclass(frozen=True)
+class StateTable:
+    name: str  # names the generated block in SPEC.md
+    rows: tuple[Row, ...]
+    _index: dict[tuple[str, str], str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        index: dict[tuple[str, str], str] = {}
+        for r in self.rows:
+            assert (r.state, r.move) not in index, f"{self.name}: two rows for {r.state} {r.move}"
+            index[(r.state, r.move)] = r.new_state
+        object.__setattr__(self, "_index", index)
+
+    def target(self, state: str, move: str) -> str | None:
+        """The state `move` leads to from `state`, or None when the table forbids it."""
+        return self._index.get((state, move))
+
+    def may(self, state: str, move: str) -> bool:
+        return (state, move) in self._index
+
+    def sources(self, move: str) -> tuple[str, ...]:
+        return tuple(r.state for r in self.rows if r.move == move)
+
+    def states(self) -> set[str]:
+        return ({r.state for r in self.rows} | {r.new_state for r in self.rows}) - {START}
+
+    def render_mermaid(self) -> str:
+        lines = [f"<!-- generated:{self.name} -->", "```mermaid", "stateDiagram-v2"]
+        for r in self.rows:
+            lines.append(f"    {'[*]' if r.state == START else r.state} --> {r.new_state}: {r.move}")
+        return "\n".join([*lines, "```", f"<!-- /generated:{self.name} -->"])
+
+
+def sql_list(states: Iterable[str]) -> str:
+    """`'A', 'B'`: states for an SQL IN list (the names are the table's own, never input)."""
+    return ", ".join(f"'{s}'" for s in states)
