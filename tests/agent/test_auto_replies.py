@@ -341,3 +341,28 @@ def test_the_limits_come_from_the_worker_config() -> None:
     for bad in ({"per_peer": -1}, {"window": 0}, {"window": float("inf")}, {"per_thread": "x"}, {"burst": 3}):
         with pytest.raises(ConfigError, match="answers"):
             config_from_dict({"agent": agent, "answers": bad})
+
+
+def test_workers_on_one_ledger_share_the_counts(store: Store) -> None:
+    """Two processes' stores drawing for one peer at once: exactly `per_peer` answers
+    in all (each draw is serialized per peer: SQLite's write lock, PostgreSQL's advisory
+    lock), never one per store."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    limits = AnswerLimits(per_peer=5, per_thread=0)
+    stores = [store, reopen(store)]
+    start = threading.Barrier(len(stores))
+
+    def draws(n: int) -> list[str]:
+        start.wait()
+        s = stores[n]
+        return [s.answer_take(k.WORKER, k.BUYER, f"<t{n}.{i}>", f"<m{n}.{i}>", k.T0, limits)
+                for i in range(10)]
+
+    try:
+        with ThreadPoolExecutor(len(stores)) as pool:
+            got = [v for part in pool.map(draws, range(len(stores))) for v in part]
+    finally:
+        stores[1].close()
+    assert got.count("ok") == 5 and got.count("rate_limited") == 15

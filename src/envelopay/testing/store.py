@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from envelopay.ledger.schema import LATEST
 from envelopay.ledger.store import (
+    AnswerLimits,
     CallRecord,
     Claim,
     Commit,
@@ -308,6 +310,43 @@ def check_outbox(factory: Callable[[], Store]) -> None:
     assert obs[0].message_id not in [p.outbound.message_id for p in s.outbox_pending(T0 + timedelta(days=1))]
 
 
+def check_held_outbox(factory: Callable[[], Store]) -> None:
+    """A commit not answered (RFC 3834, a limit) writes its rows `held`, with the reason
+    as last error, never drained; the Auto-Submitted keyword round-trips."""
+    s, local = factory(), _ns("held")
+    ob = replace(_outbound(local, 21), auto_submitted="auto-replied")
+    held = Commit(local, T0, {"status": "sent"}, outbox=((ob, None),), hold="list_mail")
+    assert s.commit_step(held) == "ok"
+    row = s.outbox_get(ob.message_id)
+    assert row is not None and (row.status, row.last_error) == ("held", "list_mail"), row
+    assert row.outbound == ob
+    assert ob.message_id not in [p.outbound.message_id for p in s.outbox_pending(T0 + timedelta(days=1))]
+    sent = replace(_outbound(local, 22), auto_submitted="auto-generated")
+    assert s.commit_step(Commit(local, T0, {"status": "sent"}, outbox=((sent, None),))) == "ok"
+    got = s.outbox_get(sent.message_id)
+    assert got is not None and got.status == "pending" and got.outbound.auto_submitted == "auto-generated"
+
+
+def check_answers(factory: Callable[[], Store]) -> None:
+    """The automatic-answer draws: per peer, per thread, within the window, once per
+    inbound message; 0 is no limit."""
+    s, local = factory(), _ns("answers")
+    lim = AnswerLimits(per_peer=3, per_thread=2, window=timedelta(minutes=10))
+    a, b = "a@peer.test", "b@peer.test"
+    assert s.answer_take(local, a, "<t1>", "<m1>", T0, lim) == "ok"
+    assert s.answer_take(local, a, "<t1>", "<m1>", T0, lim) == "ok"  # the same message: drawn once
+    assert s.answer_take(local, a, "<t1>", "<m2>", T0, lim) == "ok"
+    assert s.answer_take(local, a, "<t1>", "<m3>", T0, lim) == "loop_detected"
+    assert s.answer_take(local, a, "<t2>", "<m4>", T0, lim) == "ok"
+    assert s.answer_take(local, a, "<t3>", "<m5>", T0, lim) == "rate_limited"
+    assert s.answer_take(local, b, "<t4>", "<m6>", T0, lim) == "ok"  # another peer
+    assert s.answer_take(_ns("answers"), a, "<t1>", "<m7>", T0, lim) == "ok"  # another mailbox
+    later = T0 + timedelta(minutes=11)  # the window has passed
+    assert s.answer_take(local, a, "<t1>", "<m8>", later, lim) == "ok"
+    off = AnswerLimits(per_peer=0, per_thread=0)
+    assert all(s.answer_take(local, a, "<t1>", f"<n{i}>", later, off) == "ok" for i in range(5))
+
+
 def check_events(factory: Callable[[], Store]) -> None:
     s, source = factory(), _ns("events")
     assert not s.event_seen(source, "evt_1")
@@ -405,6 +444,8 @@ CHECKS: tuple[Callable[[Callable[[], Store]], None], ...] = (
     check_flow_versions,
     check_refs_and_thread,
     check_outbox,
+    check_held_outbox,
+    check_answers,
     check_log,
     check_calls,
     check_events,
