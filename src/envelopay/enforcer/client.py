@@ -12,6 +12,7 @@ import json
 from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any, Self, TypeVar
+from urllib.parse import quote, urlencode
 
 import httpx
 
@@ -90,8 +91,6 @@ class EnforcerClient(_Http):
         return await self.send(request_from_outbound(out))
 
     async def status(self, send_id: str) -> Disposition:
-        from urllib.parse import quote
-
         status, data = await self._call("GET", f"/v1/sends/{quote(send_id, safe='')}")
         return self._disposition(status, data)
 
@@ -170,6 +169,4 @@ class OperatorClient(_Http):
 
 
 def _query(limit: int, after: str | None) -> str:
-    from urllib.parse import urlencode
-
     return urlencode({"limit": limit} if after is None else {"limit": limit, "after": after})

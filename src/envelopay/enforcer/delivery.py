@@ -20,6 +20,9 @@ from envelopay.enforcer.smtp_pipe import (
     open_session,
 )
 from envelopay.errors import TransportError, UsageError
+from envelopay.mail import garden
+from envelopay.mail.lmtp_client import LmtpClient, Refused
+from envelopay.mail.smtp import send_raw
 
 if TYPE_CHECKING:
     from envelopay.dkim import DkimKey
@@ -94,7 +97,7 @@ class SmtpDeliverer:
     _idle: list[Session] = field(default_factory=list, init=False, repr=False)
 
     async def _connect(self) -> Session:
-        import aiosmtplib
+        import aiosmtplib  # lazy: keeps aiosmtplib off this module's import
 
         c = self.config
         client = aiosmtplib.SMTP(
@@ -142,8 +145,6 @@ class SmtpDeliverer:
             await envelope.deliver(raw)
 
     async def _send_raw(self, raw: bytes, *, sender: str, recipient: str) -> None:
-        from envelopay.mail.smtp import send_raw
-
         try:
             result = await send_raw(
                 raw, sender=sender, recipient=recipient, config=self.config, sleep=self.sleep
@@ -208,7 +209,7 @@ class SmtpEnvelope:
         for good (a 5xx to MAIL FROM, RCPT TO or DATA, or at AUTH): the caller can still
         decide not to do what the message reports. Any other fault is kept for deliver(),
         which falls back to a fresh connection."""
-        import aiosmtplib
+        import aiosmtplib  # lazy: keeps aiosmtplib off this module's import
 
         if self._done or self._staged is not None or self._fault is not None or not self._in_time():
             return ""
@@ -231,7 +232,7 @@ class SmtpEnvelope:
         return ""
 
     async def deliver(self, raw: bytes) -> None:
-        import aiosmtplib
+        import aiosmtplib  # lazy: keeps aiosmtplib off this module's import
 
         if self._done:
             raise RuntimeError("this envelope was already used")
@@ -292,7 +293,7 @@ def _final(exc: BaseException) -> bool:
 
 
 def _permanent(exc: BaseException) -> bool:
-    import aiosmtplib
+    import aiosmtplib  # lazy: keeps aiosmtplib off this module's import
 
     if isinstance(exc, aiosmtplib.SMTPRecipientsRefused):
         return bool(exc.recipients) and all(r.code >= 500 for r in exc.recipients)
@@ -314,8 +315,6 @@ class GardenDeliverer:
         return GardenEnvelope(self, sender, recipient)
 
     async def deliver(self, raw: bytes, *, sender: str, recipient: str) -> None:
-        from envelopay.mail import garden
-
         try:
             result = await garden.deliver(raw, sender, [recipient], self.endpoint, auth=self.auth)
         except (OSError, TransportError) as exc:
@@ -342,8 +341,6 @@ class GardenEnvelope:
     the deliverer's fresh connection."""
 
     def __init__(self, owner: GardenDeliverer, sender: str, recipient: str) -> None:
-        from envelopay.mail.lmtp_client import LmtpClient
-
         self.owner, self.sender, self.recipient = owner, sender, recipient
         self._client = LmtpClient(owner.endpoint, auth=owner.auth)
         self._task: asyncio.Task[Reply] = asyncio.ensure_future(self._client.open(sender, recipient))
@@ -365,8 +362,6 @@ class GardenEnvelope:
 
     def _refusal(self) -> Reply | None:
         """The error reply the finished early transaction met, if any."""
-        from envelopay.mail.lmtp_client import Refused
-
         if self._task.cancelled():
             return None
         exc = self._task.exception()
@@ -377,8 +372,6 @@ class GardenEnvelope:
         return None
 
     async def deliver(self, raw: bytes) -> None:
-        from envelopay.mail.lmtp_client import Refused
-
         if self._done:
             raise RuntimeError("this envelope was already used")
         self._done = True
@@ -424,7 +417,7 @@ def dkim_signer(
     key: DkimKey, *, selector: str, domain: str, clock: Callable[[], float] = time.time
 ) -> Signer:
     """Sign every outgoing message with d=`domain` (mail.dkim: relaxed/relaxed, oversigned)."""
-    from envelopay import dkim
+    from envelopay import dkim  # lazy: keeps cryptography off this module's import
 
     def sign(raw: bytes) -> bytes:
         return dkim.sign(raw, selector=selector, domain=domain, key=key, timestamp=int(clock()))

@@ -12,12 +12,19 @@ import asyncio
 import contextlib
 import os
 import secrets
+import signal
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
+from envelopay.enforcer.core import Enforcer, hash_token
+from envelopay.enforcer.delivery import GardenDeliverer, SmtpDeliverer, dkim_signer
+from envelopay.enforcer.spend_launch import start_payments
+from envelopay.enforcer.store import open_store
 from envelopay.errors import ConfigError
+from envelopay.mail.lmtp_client import parse_endpoint
+from envelopay.mail.smtp import Security, SmtpConfig
 
 if TYPE_CHECKING:
     from envelopay.enforcer.delivery import Deliverer, Signer
@@ -70,8 +77,6 @@ def _deliverer(
     smtp_user: str | None,
     env: Mapping[str, str],
 ) -> Deliverer:
-    from envelopay.enforcer.delivery import GardenDeliverer, SmtpDeliverer
-
     if (garden is None) == (smtp_host is None):
         raise ConfigError("give exactly one of --smtp-host or --garden")
     if garden is not None:
@@ -80,13 +85,11 @@ def _deliverer(
         # $ENVELOPAY_GARDEN_USER (default "enforcer").
         secret = env.get("ENVELOPAY_GARDEN_SECRET")
         auth = (env.get("ENVELOPAY_GARDEN_USER") or "enforcer", secret) if secret else None
-        from envelopay.mail.lmtp_client import parse_endpoint
 
         endpoint = parse_endpoint(garden)
         if isinstance(endpoint, tuple):  # --garden is a port or a path (help: _GARDEN)
             endpoint = Path(garden)
         return GardenDeliverer(endpoint, auth=auth)
-    from envelopay.mail.smtp import Security, SmtpConfig
 
     password = env.get("ENVELOPAY_SMTP_PASSWORD") if smtp_user else None
     if smtp_user and password is None:
@@ -115,13 +118,10 @@ def prepare(
     env: Mapping[str, str] = os.environ,
 ) -> Launch:
     """Check the options and read the files, in the order the CLI has always done it."""
-    from envelopay.enforcer.delivery import dkim_signer
-    from envelopay.enforcer.store import open_store
-
     deliverer = _deliverer(garden, smtp_host, smtp_port, smtp_security, smtp_user, env)
     signer = None
     if dkim_key is not None:
-        from envelopay.dkim import DkimKey
+        from envelopay.dkim import DkimKey  # lazy: keeps cryptography off this module's import
 
         if not dkim_domain:
             raise ConfigError("--dkim-key needs --dkim-domain")
@@ -144,10 +144,7 @@ async def serve(
     """Serve the enforcer until SIGINT or SIGTERM, then close the server, the SMTP link
     and the store. With the spend enforcer, in-flight payments are finished every
     `finish_every` seconds meanwhile (payment_finisher)."""
-    import signal
-
-    from envelopay.enforcer.core import Enforcer, hash_token
-    from envelopay.enforcer.delivery import SmtpDeliverer
+    # lazy: keeps aiohttp, cryptography, prometheus_client off this module's import
     from envelopay.enforcer.server import start_server
 
     store, deliverer = launch.store, launch.deliverer
@@ -157,7 +154,6 @@ async def serve(
     )
     payments = None
     if spend is not None:  # the spend enforcer (spend_launch): recovers before serving
-        from envelopay.enforcer.spend_launch import start_payments
 
         payments = await start_payments(spend, enforcer)
     runner, where = await start_server(
@@ -170,6 +166,7 @@ async def serve(
         loop.add_signal_handler(sig, stop.set)
     finishing = None
     if payments is not None:  # unconfirmed payments and undelivered PAYs, every few seconds
+        # lazy: keeps cryptography off this module's import
         from envelopay.enforcer.payment_finisher import Finisher
 
         finishing = asyncio.create_task(Finisher(payments, interval=finish_every).serve(stop))

@@ -122,7 +122,7 @@ class PgLiveness:
         self._conn: Any = None
 
     async def hold(self) -> None:
-        import psycopg
+        import psycopg  # lazy: keeps psycopg off this module's import
 
         try:
             conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
@@ -150,7 +150,7 @@ class PgLiveness:
         connection close (milliseconds): a lock found held is asked about once more,
         `settle` seconds later. (This path runs only when a PAY's delivery would be
         taken over, never on a live call.)"""
-        import psycopg
+        import psycopg  # lazy: keeps psycopg off this module's import
 
         if instance == self.instance:
             return self._conn is not None

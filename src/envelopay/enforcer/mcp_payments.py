@@ -26,7 +26,7 @@ _KEY = (
 
 
 def register_payment_tools(server: MCPServer, enforcer: str, token: str) -> None:
-    from mcp.server.mcpserver.exceptions import ToolError
+    from mcp.server.mcpserver.exceptions import ToolError  # lazy: keeps mcp off this module's import
 
     async def call(kind: str, body: dict[str, Any]) -> dict[str, Any]:
         try:

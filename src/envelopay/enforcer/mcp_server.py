@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from envelopay.enforcer.client import EnforcerClient
+from envelopay.enforcer.mcp_payments import register_payment_tools
 from envelopay.enforcer.model import SendRequest
 from envelopay.errors import ConfigError, TransportError
+from envelopay.protocol.parse import parse
 
 __all__ = ["InboxReader", "MaildirInbox", "McpConfig", "build_server", "config_from_env", "run_stdio"]
 
@@ -40,8 +42,6 @@ class MaildirInbox:
         self.path = Path(path)
 
     def __call__(self, limit: int) -> list[dict[str, Any]]:
-        from envelopay.protocol.parse import parse
-
         files: list[tuple[float, Path]] = []
         for sub in ("new", "cur"):
             folder = self.path / sub
@@ -110,6 +110,7 @@ def _one_recipient(to: str | list[str]) -> str:
 
 def build_server(config: McpConfig) -> Any:
     """The MCP server object (mcp's MCPServer) with the enforcer-backed tools."""
+    # lazy: keeps mcp off this module's import
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
 
@@ -174,7 +175,6 @@ def build_server(config: McpConfig) -> Any:
             raise ToolError(f"inbox unreadable: {exc}") from exc
 
     _ = (check_send_status, check_inbox)
-    from envelopay.enforcer.mcp_payments import register_payment_tools
 
     register_payment_tools(server, config.enforcer, config.token)  # the agent holds no wallet key
     return server

@@ -17,7 +17,10 @@ from email.utils import format_datetime
 
 from envelopay.enforcer.model import SendRequest
 from envelopay.errors import UsageError
+from envelopay.protocol.compose import compose
 from envelopay.protocol.grammar import decode_subject
+from envelopay.protocol.messages import MessageType, model_for
+from envelopay.protocol.outbound import Outbound
 
 __all__ = ["compose_request", "subject_problem"]
 
@@ -95,10 +98,6 @@ def compose_request(req: SendRequest, *, message_id: str, date: datetime, agent_
 
 
 def _protocol(req: SendRequest, *, message_id: str, date: datetime, agent_name: str) -> bytes:
-    from envelopay.protocol.compose import compose
-    from envelopay.protocol.messages import MessageType, model_for
-    from envelopay.protocol.outbound import Outbound
-
     assert req.msg_type is not None and req.body is not None
     kind = MessageType(req.msg_type)
     message = model_for(kind).model_validate({**req.body, "type": kind.value})

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from envelopay.enforcer.payment_store import IN_FLIGHT
+from envelopay.enforcer.payments_exec import execute, run
 from envelopay.errors import StoreError, TransportError
 
 if TYPE_CHECKING:
@@ -66,8 +67,6 @@ class Finisher:
 
     async def once(self) -> int:
         """One pass over the in-flight intents; how many it tried."""
-        from envelopay.enforcer.payments_exec import execute, run
-
         p = self.payments
         now = p.clock()
         flying = await p.store.in_flight()

@@ -14,6 +14,7 @@ No route ever returns key material: wallets are shown as id, chain, address and 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -23,6 +24,7 @@ from envelopay.enforcer.http import read_object
 from envelopay.enforcer.model import Disposition
 from envelopay.enforcer.payment_model import PaymentDecision, PaymentDisposition
 from envelopay.enforcer.payments import Payments
+from envelopay.enforcer.payments_exec import approve, reject
 from envelopay.enforcer.spend import SpendPolicy
 from envelopay.errors import ConfigError, UsageError
 
@@ -125,8 +127,6 @@ async def _add_wallet(request: web.Request) -> web.Response:
 def read_key_file(path: str) -> bytes:
     """A Solana CLI keypair file (JSON array of bytes) or a hex key (Base): the bytes.
     Errors name the file, never its contents."""
-    from pathlib import Path
-
     try:
         text = Path(path).read_text().strip()
     except (OSError, UnicodeDecodeError) as exc:
@@ -150,8 +150,6 @@ async def decide_payment(
     app: web.Application, intent_id: str, action: str, by: str
 ) -> PaymentDecision | None:
     """The decision on a held payment, or None when `intent_id` is not a payment."""
-    from envelopay.enforcer.payments_exec import approve, reject
-
     payments = app.get(PAYMENTS)
     if payments is None or await payments.store.get(intent_id) is None:
         return None

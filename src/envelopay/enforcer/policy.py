@@ -14,9 +14,12 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from pydantic import ValidationError
+
 from envelopay.enforcer.mime import subject_problem
 from envelopay.enforcer.model import BODY_CAP, Agent, Disposition, SendRequest
 from envelopay.mail.addresses import AddressProblem, parse_address
+from envelopay.protocol.messages import MessageType, model_for
 
 __all__ = [
     "RAW_MIME_KEYS",
@@ -146,10 +149,6 @@ def check_request(raw: Mapping[str, Any]) -> SendRequest | Disposition:
 
 
 def _protocol_problem(msg_type: object, body: dict[str, Any]) -> str:
-    from pydantic import ValidationError
-
-    from envelopay.protocol.messages import MessageType, model_for
-
     if not isinstance(msg_type, str):
         return "type is required with a body"
     try:

@@ -14,6 +14,7 @@ import html
 import secrets
 import time
 from typing import Any
+from urllib.parse import quote
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -23,6 +24,12 @@ from envelopay.enforcer.http import bearer as _bearer
 from envelopay.enforcer.http import read_object
 from envelopay.enforcer.metrics import EnforcerMetrics
 from envelopay.enforcer.model import Decision, Disposition
+from envelopay.enforcer.payment_routes import (
+    PAYMENTS,
+    add_disabled_payment_routes,
+    add_payment_routes,
+    decide_payment,
+)
 from envelopay.enforcer.requests import decode_send_body
 from envelopay.errors import StoreError, UsageError
 
@@ -135,7 +142,6 @@ async def _approvals(request: web.Request) -> web.Response:
         rows, nxt = await request.app[ENFORCER].approvals_page(_limit(request), request.query.get("after"))
     except UsageError as exc:
         return _json({"error": str(exc)}, status=400)
-    from envelopay.enforcer.payment_routes import PAYMENTS
 
     payments = request.app.get(PAYMENTS)
     # Held payments come with the first page of the queue (they are few: each waits on a person).
@@ -147,7 +153,6 @@ async def _approvals(request: web.Request) -> web.Response:
 async def _decide(request: web.Request) -> web.Response:
     enforcer = request.app[ENFORCER]
     send_id, action = request.match_info["id"], request.match_info["action"]
-    from envelopay.enforcer.payment_routes import decide_payment
 
     paid = await decide_payment(request.app, send_id, action, "operator-api")
     if paid is not None:  # a held payment: same queue, same answers
@@ -209,7 +214,6 @@ def _more(param: str, token: str | None, ident: str, label: str) -> str:
     """A link to the next page of one table (the other table starts over)."""
     if token is None:
         return ""
-    from urllib.parse import quote
 
     return f"<p><a id='{ident}' href='/console?{param}={quote(token)}'>{label}</a></p>"
 
@@ -316,7 +320,6 @@ async def _console_action(request: web.Request) -> web.StreamResponse:
         msg = f"{action} {target}: {decision.state}" + (f" ({decision.detail})" if decision.detail else "")
     else:
         return web.Response(status=404, text="unknown action")
-    from urllib.parse import quote
 
     raise web.HTTPSeeOther(f"/console?msg={quote(msg)}")
 
@@ -324,8 +327,6 @@ async def _console_action(request: web.Request) -> web.StreamResponse:
 async def _payment_rows(request: web.Request, csrf: str) -> list[str]:
     """Held payments in the approval queue: amount in human and smallest units, asset,
     payee address and wallet, the invoice it pays, and why it is held."""
-    from envelopay.enforcer.payment_routes import PAYMENTS
-
     payments = request.app.get(PAYMENTS)
     if payments is None:
         return []
@@ -344,8 +345,6 @@ async def _payment_rows(request: web.Request, csrf: str) -> list[str]:
 
 
 async def _decide_payment(app: web.Application, target: str, action: str, by: str) -> Any:
-    from envelopay.enforcer.payment_routes import decide_payment
-
     return await decide_payment(app, target, action, by)
 
 
@@ -354,7 +353,6 @@ def build_app(enforcer: Enforcer, payments: Any = None) -> web.Application:
     app[ENFORCER] = enforcer
     app[SESSIONS] = {}
     app[METRICS] = EnforcerMetrics(enforcer.store, payments=payments is not None, clock=enforcer.clock)
-    from envelopay.enforcer.payment_routes import add_disabled_payment_routes, add_payment_routes
 
     if payments is not None:  # the spend enforcer (payments.Payments)
         add_payment_routes(app, payments)

@@ -25,7 +25,7 @@ from envelopay.enforcer.liveness import FileLiveness, PgLiveness
 from envelopay.enforcer.model import Agent, Policy, QueueRow, QueueState, SendRequest
 from envelopay.enforcer.sqlite_wal import BACKSTOP_PAGES, Checkpointer
 from envelopay.enforcer.wallet_locks import file_lock, pg_advisory_lock
-from envelopay.errors import StoreError
+from envelopay.errors import ConfigError, StoreError
 from envelopay.persist import Migrations, NamedRow
 from envelopay.persist import Step as MigrationStep
 from envelopay.persist.adapters import migrate_postgres, migrate_sqlite
@@ -582,6 +582,7 @@ class PostgresStore(EnforcerStore):
         self._liveness = PgLiveness(dsn, self.instance)
 
     async def open(self) -> None:
+        # lazy: keeps psycopg, psycopg_pool off this module's import
         import psycopg
         from psycopg_pool import AsyncConnectionPool
 
@@ -612,6 +613,7 @@ class PostgresStore(EnforcerStore):
         return await self.fetch(_PG_SQL.get(name) or _SQL[name], params)
 
     async def fetch(self, sql: str, params: Sequence[Any]) -> list[NamedRow]:
+        # lazy: keeps psycopg off this module's import
         import psycopg
         from psycopg.rows import dict_row
 
@@ -628,7 +630,7 @@ class PostgresStore(EnforcerStore):
             raise StoreError(f"postgres: {exc}") from exc
 
     async def migrate(self, migrations: Migrations) -> int:
-        import psycopg
+        import psycopg  # lazy: keeps psycopg off this module's import
 
         if self._pool is None:
             raise StoreError("store is not open")
@@ -638,7 +640,7 @@ class PostgresStore(EnforcerStore):
             raise StoreError(f"postgres migration of {migrations.component}: {exc}") from exc
 
     async def execute_sql(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-        import psycopg
+        import psycopg  # lazy: keeps psycopg off this module's import
 
         if self._pool is None:
             raise StoreError("store is not open")
@@ -654,7 +656,7 @@ class PostgresStore(EnforcerStore):
     async def transaction(
         self, steps: Sequence[Step], *, require_rows: bool = False, durable: bool = True
     ) -> Batch:
-        import psycopg
+        import psycopg  # lazy: keeps psycopg off this module's import
 
         if self._pool is None:
             raise StoreError("store is not open")
@@ -705,7 +707,5 @@ def open_store(url: str) -> SqliteStore | PostgresStore:
     if url.startswith("sqlite:///"):
         return SqliteStore(url[len("sqlite:///") :])  # sqlite:///rel.db, sqlite:////abs/path.db
     if "://" in url:
-        from envelopay.errors import ConfigError
-
         raise ConfigError(f"unsupported store URL: {url!r} (use sqlite:///PATH or postgresql://...)")
     return SqliteStore(url)

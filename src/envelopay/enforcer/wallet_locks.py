@@ -65,7 +65,7 @@ async def pg_advisory_lock(pool: Any, name: str, slots: asyncio.Semaphore) -> As
     """A session advisory lock on one pooled connection, held for the block. If the unlock
     fails the pool drops the broken connection, and the session's end releases the lock.
     `slots` bounds how many connections lock holders pin at once."""
-    import psycopg
+    import psycopg  # lazy: keeps psycopg off this module's import
 
     key = advisory_key(name)
     try:

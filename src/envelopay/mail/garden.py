@@ -101,7 +101,7 @@ class _GardenHandler:
         return data if isinstance(data, GardenAccount) else None
 
     def authenticate(self, server: Any, session: Any, envelope: Any, mechanism: str, auth_data: Any) -> Any:
-        from aiosmtpd.smtp import AuthResult, LoginPassword
+        from aiosmtpd.smtp import AuthResult, LoginPassword  # lazy: keeps aiosmtpd off this module's import
 
         account = None
         if isinstance(auth_data, LoginPassword):
@@ -236,7 +236,7 @@ _QUIET = _QuietLegacyLogin()
 
 
 def _lmtp_class() -> type[Any]:
-    from aiosmtpd.lmtp import LMTP
+    from aiosmtpd.lmtp import LMTP  # lazy: keeps aiosmtpd off this module's import
 
     aiosmtpd_log = logging.getLogger("mail.log")
     if _QUIET not in aiosmtpd_log.filters:

@@ -230,7 +230,7 @@ class ImapSource:
 
     # -- connection -----------------------------------------------------------------
     async def _connect(self) -> Any:
-        import aioimaplib
+        import aioimaplib  # lazy: keeps aioimaplib off this module's import
 
         cfg = self.config
         self._lost = asyncio.Event()
@@ -515,6 +515,6 @@ def _check(resp: Any, what: str) -> None:
 
 
 def _is_aioimap_error(exc: BaseException) -> bool:
-    import aioimaplib
+    import aioimaplib  # lazy: keeps aioimaplib off this module's import
 
     return isinstance(exc, aioimaplib.AioImapException)

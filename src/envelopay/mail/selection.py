@@ -8,7 +8,9 @@ option's name, so that a front end can answer with it as it stands.
 
 from __future__ import annotations
 
+import asyncio
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -18,8 +20,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from envelopay.errors import ConfigError
+from envelopay.mail.imap import ImapConfig, ImapSource, SyncState
+from envelopay.mail.lmtp_client import tcp_port
 from envelopay.mail.mailbox import CheckFilter, Mailbox, MailboxError
 from envelopay.mail.mailbox.scan import terminal_progress
+from envelopay.mail.smtp import SmtpConfig
 
 if TYPE_CHECKING:
     from envelopay.mail.imap import ImapConfig
@@ -130,8 +135,6 @@ def reply_text(text: str | None, text_file: Path | None) -> str:
 
 
 def _host_port(value: str, field: str) -> tuple[str, int]:
-    from envelopay.mail.lmtp_client import tcp_port
-
     host, sep, text = value.rpartition(":")
     port = tcp_port(text)
     if not sep or not host or port is None:
@@ -141,8 +144,6 @@ def _host_port(value: str, field: str) -> tuple[str, int]:
 
 def smtp_config(target: str | None, security: str, env: Mapping[str, str] = os.environ) -> SmtpConfig:
     """The submission server of a reply: --smtp or $ENVELOPAY_SMTP, login from the environment."""
-    from envelopay.mail.smtp import SmtpConfig
-
     target = target or env.get("ENVELOPAY_SMTP")
     if not target:
         raise refused("smtp: no transport; pass --smtp host:port or set ENVELOPAY_SMTP", "smtp")
@@ -165,8 +166,6 @@ def imap_config(
     server: str, user: str, mailbox: str, tls: bool, env: Mapping[str, str] = os.environ
 ) -> ImapConfig:
     """The IMAP source of `mail fetch`; the password comes from $ENVELOPAY_IMAP_PASSWORD only."""
-    from envelopay.mail.imap import ImapConfig
-
     password = env.get("ENVELOPAY_IMAP_PASSWORD")
     if not password:
         raise refused("password: set ENVELOPAY_IMAP_PASSWORD", "password")
@@ -180,11 +179,6 @@ def imap_config(
 def fetch_imap(box: Mailbox, cfg: ImapConfig, *, idle: bool, started: Callable[[], None]) -> int:
     """Copy unprocessed IMAP mail into `box` once, or with `idle` until SIGINT/SIGTERM;
     returns how many messages were stored (and flagged on the server)."""
-    import asyncio
-    import signal
-
-    from envelopay.mail.imap import ImapSource, SyncState
-
     source = ImapSource(cfg, SyncState.load(box.root / "imap-state.json"))
 
     async def run() -> int:

@@ -123,7 +123,7 @@ class _Attempt:
 
 
 def _classify(exc: BaseException) -> _Attempt:
-    import aiosmtplib
+    import aiosmtplib  # lazy: keeps aiosmtplib off this module's import
 
     if isinstance(exc, aiosmtplib.SMTPRecipientsRefused):
         codes = [r.code for r in exc.recipients]
@@ -154,7 +154,7 @@ def _classify(exc: BaseException) -> _Attempt:
 
 
 async def _attempt(raw: bytes, sender: str, recipient: str, config: SmtpConfig) -> _Attempt:
-    import aiosmtplib
+    import aiosmtplib  # lazy: keeps aiosmtplib off this module's import
 
     client = aiosmtplib.SMTP(
         hostname=config.host,

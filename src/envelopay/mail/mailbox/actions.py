@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from envelopay.mail.contacts import ContactBook
+from envelopay.mail.imap import Processed
 from envelopay.mail.mailbox.attachments import extract, remove_extracted
 from envelopay.mail.mailbox.fts import fold, fts_query, nfc, word_start
 from envelopay.mail.mailbox.guard import SendGuard
@@ -41,6 +42,7 @@ from envelopay.mail.mailbox.records import (
 from envelopay.mail.mailbox.scan import Progress, scan_folders
 from envelopay.mail.mailbox.storage import MailFolders, base_name
 from envelopay.mail.mailbox.threads import oldest_first, reply_recipients, reply_subject, thread_headers
+from envelopay.protocol.compose import compose_message, message_json
 
 if TYPE_CHECKING:  # imap imports aioimaplib lazily; the mailbox works without it
     from envelopay.mail.imap import ImapMessage, Processed
@@ -135,8 +137,6 @@ class Mailbox:
     async def imap_consumer(self, msg: ImapMessage) -> bool | Processed:
         """An `ImapSource` consumer: store the exact bytes in the inbox. Mail that could not
         be understood is kept all the same and also flagged $EnvelopayMalformed on the server."""
-        from envelopay.mail.imap import Processed
-
         rec = self.deliver(bytes(msg.raw), "inbox")
         return Processed(frozenset({MALFORMED_FLAG})) if rec.status == "malformed" else True
 
@@ -430,8 +430,6 @@ class Mailbox:
     ) -> SendResult:
         """Reply with an Envelopay message: composed by envelopay.protocol (subject `TYPE | note`,
         never `Re:`), threaded to the parent."""
-        from envelopay.protocol.compose import compose_message, message_json
-
         parent = self._get(check_id(mid))
         sender = self._require_self()
         to, _ = self.reply_recipients(parent, reply_all=False)

@@ -16,6 +16,8 @@ from email.utils import getaddresses, parsedate_to_datetime
 
 from envelopay.mail.mailbox.inputs import MSGID_RE
 from envelopay.mail.mailbox.records import Attachment
+from envelopay.protocol.grammar import decode_subject
+from envelopay.protocol.parse import parse
 
 __all__ = ["Interpretation", "body_text", "interpret"]
 
@@ -87,7 +89,6 @@ def interpret(raw: bytes) -> Interpretation:
     except Exception as exc:  # the stored bytes are the record; interpretation is best effort
         problems.append(f"unparseable: {type(exc).__name__}")
         info.body = raw.decode("utf-8", errors="replace")
-    from envelopay.protocol.parse import parse
 
     parsed = parse(raw)
     if parsed.protocol:
@@ -116,7 +117,6 @@ def _read_headers_and_body(raw: bytes, info: Interpretation) -> None:
     problems = info.problems
     msg = email.message_from_bytes(raw, policy=policy.compat32)
     problems.extend(type(d).__name__ for d in msg.defects)
-    from envelopay.protocol.grammar import decode_subject
 
     def header(name: str) -> str | None:
         values = msg.get_all(name) or []

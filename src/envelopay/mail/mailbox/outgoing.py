@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 from envelopay.mail.mailbox.attachments import attachment_source
 from envelopay.mail.mailbox.inputs import check_body, check_message_id, header_text, single_address
 from envelopay.mail.mailbox.records import OutgoingMail, SendFn, SendResult
+from envelopay.mail.smtp import send_raw
 from envelopay.protocol.compose import new_message_id
 
 __all__ = ["PlainDraft", "compose_plain", "smtp_send_fn"]
@@ -78,8 +79,6 @@ def smtp_send_fn(config: Any) -> SendFn:
 
     One transaction per recipient (raw bytes, never re-flattened). The verdict is `sent`
     only when every recipient was accepted; otherwise `failed`, naming who got it."""
-    from envelopay.mail.smtp import send_raw
-
     async def send(out: OutgoingMail) -> SendResult:
         accepted: list[str] = []
         for rcpt in out.recipients:

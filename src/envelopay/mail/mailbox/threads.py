@@ -14,6 +14,8 @@ from typing import NamedTuple
 
 from envelopay.mail.mailbox.inputs import single_address
 from envelopay.mail.mailbox.records import MailRecord
+from envelopay.protocol.compose import reply_headers
+from envelopay.protocol.parsed import Parsed
 
 __all__ = [
     "ThreadLink",
@@ -71,9 +73,6 @@ def oldest_first(records: Iterable[MailRecord]) -> list[MailRecord]:
 def thread_headers(parent: MailRecord) -> tuple[str | None, tuple[str, ...]]:
     """RFC 5322 §3.6.4: In-Reply-To is the parent's Message-ID; References is the parent's
     References (or its In-Reply-To) followed by the parent's Message-ID."""
-    from envelopay.protocol.compose import reply_headers
-    from envelopay.protocol.parsed import Parsed
-
     stub = Parsed(
         protocol=False,
         type=None,
