@@ -96,6 +96,15 @@ class AgentSection(_Section):
     # "Interop profile `lenient`"); each reading applied is listed in the Outcome.
     profile: Literal["strict", "lenient"] = "strict"
 
+    @field_validator("ledger")
+    @classmethod
+    def _ledger(cls, v: str) -> str:
+        # A URL of another scheme used to become a SQLite file named after it ("mysql:/x").
+        if "://" in v and not v.startswith(("sqlite:///", "postgresql://", "postgres://")):
+            raise ValueError(f"{v.split('://')[0]}:// is not a ledger: give a SQLite path, sqlite:///PATH "
+                             "or a postgresql:// DSN")
+        return v
+
     @field_validator("address")
     @classmethod
     def _one_address(cls, v: str) -> str:
@@ -279,12 +288,32 @@ def load_config(path: str | Path) -> WorkerConfig:
     """Read and validate a TOML config; any problem is a ConfigError naming the field."""
     p = Path(path)
     try:
-        data = tomllib.loads(p.read_text())
+        text = p.read_bytes().decode("utf-8")  # TOML is UTF-8 (TOML 1.0, "Spec")
     except OSError as exc:
-        raise ConfigError(f"cannot read config {p}: {exc.strerror}") from exc
+        raise ConfigError(f"cannot read config {p}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config {p} is not UTF-8 text (byte {exc.start}); TOML files are UTF-8") from exc
+    try:
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config {p} is not valid TOML: {exc}") from exc
+    except RecursionError as exc:  # tomllib recurses per nested array or inline table
+        raise ConfigError(f"config {p} nests arrays or tables too deeply") from exc
+    except ValueError as exc:  # an integer past int()'s digit limit
+        raise ConfigError(f"config {p} holds a number too long to read (over 4,300 digits)") from exc
     return config_from_dict(data, base_dir=p.resolve().parent)
+
+
+# pydantic's words for a value of the wrong type, in the project's
+_WANTED = {
+    "string_type": "must be text (in quotes)", "int_type": "must be a whole number",
+    "int_parsing": "must be a whole number", "int_from_float": "must be a whole number",
+    "float_type": "must be a number", "float_parsing": "must be a number",
+    "bool_type": "must be true or false",
+    "bool_parsing": "must be true or false", "list_type": "must be an array", "dict_type": "must be a table",
+    "model_type": "must be a table", "extra_forbidden": "is not a setting of this section",
+    "missing": "is required", "literal_error": "",
+}
 
 
 def config_from_dict(data: Mapping[str, Any], *, base_dir: str | Path = ".") -> WorkerConfig:
@@ -293,7 +322,8 @@ def config_from_dict(data: Mapping[str, Any], *, base_dir: str | Path = ".") -> 
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(x) for x in first["loc"])
-        raise ConfigError(f"config field {where}: {first['msg']}") from exc
+        said = _WANTED.get(first["type"]) or first["msg"].removeprefix("Value error, ")
+        raise ConfigError(f"config field {where}: {said}") from exc
     names = [t.name for t in cfg.tasks]
     if len(names) != len(set(names)):
         raise ConfigError("config field tasks: task names must be unique")

@@ -165,6 +165,16 @@ schema = "envelopay.endpoints.reference:KvGet"
 '''
 
 
+def _check_directory(directory: Path) -> None:
+    """--dir names a directory, or where one can be made: a file there (or above it) is
+    bad input, refused before any key is written (it was a FileExistsError traceback)."""
+    for place in (directory, *directory.parents):
+        if place.exists():
+            if not place.is_dir():
+                raise UsageError(f"--dir: {place} is a file, not a directory")
+            return
+
+
 def init_agent(
     directory: Path,
     *,
@@ -177,6 +187,7 @@ def init_agent(
     With `devnet`, the config points at it and the agent is registered with it."""
     addr = require_address(address, field="--address").lower()
     domain = addr.rsplit("@", 1)[1]
+    _check_directory(directory)
     config = directory / "envelopay.toml"
     keys = directory / "keys"
     have_keys = (keys / "dkim.pem").exists()

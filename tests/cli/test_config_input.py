@@ -1,0 +1,62 @@
+"""Issue 29, item 11: a configuration that is not one, and `init --dir` at a file, answer
+with their documented error (README "Output and exit codes": a config error is 3, bad
+input 2), never a traceback; a ledger URL of another scheme is refused, not turned into
+a SQLite file named after it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from envelopay.cli.app import app
+from envelopay.node.init import init_agent
+
+runner = CliRunner()
+
+
+def _good(tmp_path: Path) -> str:
+    init_agent(tmp_path / "a", address="a@garden.local")
+    return (tmp_path / "a" / "envelopay.toml").read_text()
+
+
+@pytest.mark.parametrize(("name", "make", "words"), [
+    ("not UTF-8", lambda good: b"\xff\xfe" + good.encode(), "is not UTF-8 text"),
+    ("not TOML", lambda good: b"[agent\n", "is not valid TOML"),
+    ("arrays 200,000 deep", lambda good: b"x = " + b"[" * 200_000 + b"]" * 200_000 + b"\n", "too deeply"),
+    ("tables 100,000 deep", lambda good: b"x = " + b"{a=" * 100_000 + b"1" + b"}" * 100_000 + b"\n",
+     "too deeply"),
+    ("5,000 digits", lambda good: good.replace('price = "0"', "price = " + "9" * 5_000).encode(),
+     "a number too long"),
+    ("an address that is a number", lambda good: good.replace('address = "a@garden.local"', "address = 5")
+     .encode(), "agent.address: must be text"),
+    ("a ledger of another scheme", lambda good: good.replace('ledger = "var/agent.db"',
+                                                             'ledger = "mysql://db/x"').encode(),
+     "agent.ledger: mysql:// is not a ledger"),
+])
+def test_a_config_that_is_not_one_is_a_config_error_3(tmp_path: Path, name: str, make: object,
+                                                       words: str) -> None:
+    cfg = tmp_path / "a" / "bad.toml"
+    good = _good(tmp_path)
+    cfg.write_bytes(make(good))  # type: ignore[operator]
+    res = runner.invoke(app, ["flows", "-c", str(cfg), "--json"])
+    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
+    doc = json.loads(res.stdout)
+    assert (res.exit_code, doc["error"], doc["exit"]) == (3, "config", 3), doc
+    assert words in doc["detail"] and "Input should" not in doc["detail"], doc
+    assert not list((tmp_path / "a").glob("mysql*")) and not (tmp_path / "a" / "mysql:").exists()
+
+
+@pytest.mark.parametrize("under", ["", "sub/dir"])
+def test_init_dir_at_a_file_is_bad_input_and_writes_nothing(tmp_path: Path, under: str) -> None:
+    file = tmp_path / "afile"
+    file.write_text("mine\n")
+    target = file / under if under else file
+    res = runner.invoke(app, ["init", "--address", "x@garden.local", "--dir", str(target), "--json"])
+    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
+    doc = json.loads(res.stdout)
+    assert (res.exit_code, doc["field"], doc["exit"]) == (2, "--dir", 2), doc
+    assert "is a file, not a directory" in doc["detail"]
+    assert file.read_text() == "mine\n" and sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
