@@ -38,7 +38,9 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from envelopay.mail.mailbox import index_upgrade
 from envelopay.mail.mailbox.fts import Expand, fold, word_start
+from envelopay.mail.mailbox.index_schema import _VERSION
 from envelopay.mail.mailbox.interpret import Interpretation
 from envelopay.mail.mailbox.queries import COLS, check_query, record
 from envelopay.mail.mailbox.records import Attachment, CheckFilter, MailRecord, Progress
@@ -50,7 +52,6 @@ TEXT_CAP = 200_000  # longer bodies are not kept as search text: their file is r
 RANK_WINDOW = 100  # ranked search orders max(this, 5 x limit) newest candidates at a time
 EXPAND_CAP = 16  # a prefix covering more tokens than this is queried as a prefix
 TERM_KEEP = 200  # characters of a token the vocabulary keeps (a longer one: no expansion)
-_VERSION = 5
 PENDING_CAP = 256  # texts held for the full-text index before a write (one sorted insert)
 
 # The unicode61 tokenizer always separates on ASCII non-alphanumerics: so the UTF-8 text,
@@ -62,47 +63,6 @@ _SEPARATE = bytes(c if chr(c).isalnum() or c >= 0x80 else 0x20 for c in range(25
 # (folder, base name, file as last seen) -> the text body from the Maildir file, or None
 BodyOf = Callable[[str, str, str], str | None]
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS messages (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused: the FTS rowid
-    id TEXT NOT NULL UNIQUE,
-    folder TEXT NOT NULL,
-    name TEXT NOT NULL UNIQUE,           -- Maildir base name (without :2,flags)
-    file TEXT NOT NULL,                  -- new/NAME or cur/NAME:2,FLAGS, as last seen
-    message_id TEXT,
-    from_addr TEXT NOT NULL,
-    from_lc TEXT NOT NULL,
-    to_addrs TEXT NOT NULL,
-    cc_addrs TEXT NOT NULL,
-    subject TEXT NOT NULL,
-    subject_lc TEXT NOT NULL,
-    ts REAL NOT NULL,
-    header_date TEXT,
-    in_reply_to TEXT,
-    refs TEXT NOT NULL,
-    reply_to TEXT,
-    body_head TEXT NOT NULL,
-    body_len INTEGER NOT NULL,
-    attachments TEXT NOT NULL,
-    read INTEGER NOT NULL DEFAULT 0,
-    status TEXT NOT NULL,
-    problems TEXT NOT NULL,
-    protocol_type TEXT,
-    thread TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS messages_folder_ts ON messages(folder, ts);
-CREATE INDEX IF NOT EXISTS messages_msgid ON messages(message_id);
-CREATE INDEX IF NOT EXISTS messages_thread ON messages(thread, ts);
-CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(
-    from_addr, subject, body, content='');  -- rowid = -seq
-CREATE TABLE IF NOT EXISTS thread_ids (message_id TEXT PRIMARY KEY, thread TEXT NOT NULL) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS thread_ids_thread ON thread_ids(thread);
-CREATE TABLE IF NOT EXISTS threads (thread TEXT PRIMARY KEY, last_ts REAL NOT NULL) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS threads_recent ON threads(last_ts);
-CREATE TABLE IF NOT EXISTS dirs (dir TEXT PRIMARY KEY, mtime_ns INTEGER NOT NULL) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS texts (seq INTEGER PRIMARY KEY, z BLOB NOT NULL);
-CREATE TABLE IF NOT EXISTS terms (term TEXT PRIMARY KEY) WITHOUT ROWID;
-"""
 
 # A scratch full-text table with messages_fts's tokenizer (the default: unicode61,
 # diacritics removed) and its vocabulary, per connection: SQLite tokenizes for us.
@@ -146,8 +106,6 @@ class MailIndex:
         self.db.create_function("fold", 1, fold, deterministic=True)
         version = self.db.execute("PRAGMA user_version").fetchone()["user_version"]
         if version != _VERSION:
-            from envelopay.mail.mailbox import index_upgrade
-
             try:
                 index_upgrade.run(self, version, body_of, progress)
             except BaseException:

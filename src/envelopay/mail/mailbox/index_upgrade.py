@@ -38,6 +38,7 @@ import sqlite3
 import zlib
 from typing import TYPE_CHECKING
 
+from envelopay.mail.mailbox.index_schema import _SCHEMA, _VERSION
 from envelopay.mail.mailbox.interpret import Interpretation
 from envelopay.mail.mailbox.records import Attachment, Progress
 
@@ -56,8 +57,6 @@ _NEXT = "messages_fts_next"  # the v5 full-text table while a v3/v4 upgrade fill
 
 def run(index: MailIndex, version: int, body_of: BodyOf | None, progress: Progress | None) -> None:
     """Bring the index from `version` (as read on open) to the current one, in steps."""
-    from envelopay.mail.mailbox.index import _SCHEMA, _VERSION
-
     db = index.db
     with index.batch():
         version = _user_version(db)
@@ -97,8 +96,6 @@ def _user_version(db: sqlite3.Connection) -> int:
 
 
 def _fts_table(name: str) -> str:
-    from envelopay.mail.mailbox.index import _SCHEMA
-
     ddl = next(s for s in _SCHEMA.split(";") if "messages_fts USING fts5" in s)
     return ddl.replace("messages_fts USING", f"{name} USING")
 
