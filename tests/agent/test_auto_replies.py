@@ -369,3 +369,24 @@ def test_workers_on_one_ledger_share_the_counts(store: Store) -> None:
             other.close()
     wins = [sum(1 for p, v in got if p == peer and v == "ok") for peer in range(40)]
     assert wins == [1] * 40
+
+
+# ------------------------------------------------------------------ email-as-tool responders
+
+
+@pytest.mark.parametrize("signal", ["Auto-Submitted: auto-replied", "Precedence: bulk", "List-Id: <l.test>",
+                                    "Return-Path: <>"])
+def test_a_responder_marks_its_answers_and_never_answers_a_robot(signal: str) -> None:
+    from datetime import UTC, datetime
+
+    from envelopay.endpoints.reference import reference_responder
+    from envelopay.endpoints.toolmail import build_tool_mail
+
+    kv = reference_responder("garden.local")
+    now = datetime(2026, 12, 1, tzinfo=UTC)
+    request = build_tool_mail(sender="agent@garden.local", recipient=kv.address, subject="CALL kv",
+                              payload={"key": "spec.version"}, human="a call", message_id="<c1@garden.local>",
+                              now=now, call_id="c1")
+    reply = kv.respond(request, now=now, domain="garden.local")
+    assert reply is not None and b"\nAuto-Submitted: auto-replied\n" in reply.replace(b"\r\n", b"\n")
+    assert kv.respond(f"{signal}\r\n".encode() + request, now=now, domain="garden.local") is None
