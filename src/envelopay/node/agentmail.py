@@ -13,20 +13,30 @@ import asyncio
 import os
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from envelopay.config import WorkerConfig
+from envelopay.engine.outcome import Outcome
 from envelopay.errors import ConfigError
 from envelopay.ledger.store import Store
 from envelopay.mail.agentmail import AgentMailClient, AgentMailConfig
 from envelopay.mail.agentmail_inbox import AgentMailInbox, AgentMailTransport, Disposition
 from envelopay.mail.agentmail_server import WebhookServer
-from envelopay.node.wiring import AgentNode
 from envelopay.protocol.codes import OopsCode
 
-__all__ = ["agentmail_client", "agentmail_transport", "disposition", "serve_agentmail"]
+__all__ = ["InboundNode", "agentmail_client", "agentmail_transport", "disposition", "serve_agentmail"]
 
 Clock = Callable[[], datetime]
+
+
+class InboundNode(Protocol):
+    """What the inbound side needs of a node (`node.wiring.AgentNode` is one): the
+    wiring imports this module, so this module does not import the wiring."""
+
+    @property
+    def store(self) -> Store: ...
+
+    async def receive(self, raw: bytes) -> Outcome: ...
 
 # A refusal for one of these is about the message's form: it is kept, labelled malformed.
 _MALFORMED = frozenset({
@@ -69,7 +79,7 @@ def disposition(status: str, oops: OopsCode | None) -> Disposition:
 
 
 async def serve_agentmail(
-    node: AgentNode,
+    node: InboundNode,
     cfg: WorkerConfig,
     stop: asyncio.Event,
     *,

@@ -14,6 +14,7 @@ by `worker serve --garden`), or the devnet's registry.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import secrets
 from collections.abc import Iterable
@@ -22,6 +23,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from envelopay.config import WorkerConfig, load_config
+from envelopay.devnet.fund import fund as give
+from envelopay.devnet.fund import plan_funding
+from envelopay.devnet.registry import AgentEntry, register_agent
+from envelopay.devnet.state import devnet_home, read_state
 from envelopay.errors import ConfigError, UsageError
 from envelopay.mail.addresses import require_address
 from envelopay.mail.garden_auth import Grant, account_with, grant, put_account, secret_hash, write_secret
@@ -238,7 +243,7 @@ def admit_agent(accounts: Path, config: Path, *, take: Iterable[str] = ()) -> Gr
     responders') is added or replaced. The config is the agent's own word, so an address
     another account holds is refused (AddressTaken) unless `take` names it. Returns what
     was granted; the secret itself never leaves the agent's file."""
-    from envelopay.node.wiring import garden_credential
+    from envelopay.node.wiring import garden_credential  # lazy: keeps cryptography off this module's import
 
     cfg = load_config(config)
     credential = garden_credential(cfg)
@@ -249,8 +254,6 @@ def admit_agent(accounts: Path, config: Path, *, take: Iterable[str] = ()) -> Gr
 
 
 def register_with_devnet(state: DevnetState, cfg: WorkerConfig, dkim_txt: str, garden_sha256: str) -> None:
-    from envelopay.devnet.registry import AgentEntry, register_agent
-
     a = cfg.agent
     wallets = {acc.chain: acc.wallet for acc in cfg.accept}
     register_agent(Path(state.home), AgentEntry(
@@ -262,12 +265,6 @@ def init_devnet_agent(directory: Path, *, address: str, force: bool = False, fun
                       home: Path | None = None) -> tuple[InitResult, list[str]]:
     """`init --devnet`: the config for the running devnet, registered, wallets funded.
     Returns the result and one line per funded wallet."""
-    import asyncio
-
-    from envelopay.devnet.fund import fund as give
-    from envelopay.devnet.fund import plan_funding
-    from envelopay.devnet.state import devnet_home, read_state
-
     where = devnet_home(home)
     state = read_state(where)
     result = init_agent(directory, address=address, force=force, devnet=state)

@@ -42,20 +42,21 @@ def _write_private(path: Path, data: bytes) -> None:
 
 
 def solana_pubkey(keypair_path: Path) -> str:
-    from solders.keypair import Keypair
+    from solders.keypair import Keypair  # lazy: keeps solders off this module's import
 
     raw = bytes(json.loads(keypair_path.read_text()))
     return str(Keypair.from_bytes(raw).pubkey())
 
 
 def evm_address(key_path: Path) -> str:
-    from eth_account import Account
+    from eth_account import Account  # lazy: keeps eth_account off this module's import
 
     return str(Account.from_key(key_path.read_text().strip()).address)
 
 
 def generate_keys(directory: Path, *, entropy: Entropy = secrets.token_bytes) -> GeneratedKeys:
     """Generate all keys into `directory` (which must not already hold them)."""
+    # lazy: keeps cryptography, eth_account, solders off this module's import
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import rsa
     from eth_account import Account

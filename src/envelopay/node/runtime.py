@@ -17,8 +17,10 @@ from pathlib import Path
 
 from envelopay.endpoints.calls import CallClient
 from envelopay.endpoints.responders import Responder
+from envelopay.endpoints.toolmail import read_tool_mail
 from envelopay.engine.transport import Transport
 from envelopay.errors import TransportError
+from envelopay.mail.maildir import Pickup
 
 __all__ = ["pump", "serve_call_replies", "serve_responders"]
 
@@ -39,8 +41,6 @@ async def pump(
     `again_after` seconds, so it is served even if that worker dies holding it. Several
     processes may share one Maildir: the one that moves a file second just moves on.
     Nothing else ends the loop but `stop` (or cancellation)."""
-    from envelopay.mail.maildir import Pickup
-
     async with Pickup(list(maildirs)) as pickup:
         while not stop.is_set():
             try:
@@ -90,8 +90,6 @@ async def serve_responders(
 
 
 def _reply_to(reply: bytes) -> str | None:
-    from envelopay.endpoints.toolmail import read_tool_mail
-
     return read_tool_mail(reply).recipient
 
 

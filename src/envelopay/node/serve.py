@@ -12,11 +12,13 @@ from typing import Any
 from envelopay.config import WorkerConfig
 from envelopay.endpoints.responders import Responder
 from envelopay.engine.transport import Transport
-from envelopay.mail.garden_auth import AccountsFile
+from envelopay.mail.garden import GardenServer
+from envelopay.mail.garden_auth import AccountsFile, new_account
+from envelopay.mail.maildir import mailbox_path
 from envelopay.node.runtime import serve_responders
 from envelopay.node.serve_log import LogFormat, ServeLog, asset_decimals
 from envelopay.node.transports import GardenTransport
-from envelopay.node.wiring import AgentNode, build_node
+from envelopay.node.wiring import AgentNode, build_node, garden_transport, imap_config
 
 __all__ = ["serve_worker"]
 
@@ -41,16 +43,12 @@ async def serve_worker(
     With `log`, one line per message handled goes there, and the summary at stop (also
     when a serving loop died). With `metrics_at` (host, port), GET /metrics answers
     there; `metrics_ready` is told its URL before `ready` is called."""
-    from envelopay.mail.maildir import mailbox_path
-
     stop = stop or _signal_stop()
     garden = None
     transport: Transport | None = None
     root = cfg.path(cfg.transport.garden_root)
     responders = [Responder.from_config(r) for r in cfg.responders]
     if embedded_garden:
-        from envelopay.mail.garden import GardenServer
-
         addresses = {cfg.agent.address, *(r.address for r in responders), *cfg.transport.garden_addresses}
         sock = cfg.path(cfg.transport.garden_socket) if cfg.transport.garden_socket else None
         known, own = _garden_accounts(cfg, [r.address for r in responders], echo)
@@ -81,18 +79,15 @@ async def serve_worker(
         if metrics_ready is not None:
             metrics_ready(url)
     if cfg.transport.kind == "smtp":
-        from envelopay.node.wiring import imap_config
-
         tasks = [asyncio.create_task(node.serve_imap(imap_config(cfg), stop))]
     elif cfg.transport.kind == "agentmail":
+        # lazy: keeps aiohttp, httpx off this module's import
         from envelopay.node.agentmail import serve_agentmail
 
         tasks = [asyncio.create_task(serve_agentmail(node, cfg, stop, echo=echo))]
     else:
         tasks = [asyncio.create_task(node.serve(stop))]
     if responders and cfg.transport.kind == "garden":
-        from envelopay.node.wiring import garden_transport
-
         mapping = {mailbox_path(root, r.address): r for r in responders}
         # Responders answer inside the garden, even when the worker sends through the enforcer.
         rt = node.transport or transport or garden_transport(cfg)
@@ -143,6 +138,7 @@ async def _until_stop_or_death(
 
 
 async def _start_metrics(node: AgentNode, where: tuple[str, int]) -> tuple[Any, str]:
+    # lazy: keeps aiohttp, prometheus_client off this module's import
     from envelopay.node.metrics import WorkerMetrics, start_metrics
 
     metrics = WorkerMetrics(node.store, node.address)
@@ -160,8 +156,6 @@ def _garden_accounts(
     account`, also while the garden runs), plus one made here, in memory, for this
     worker and its responders (user `node.<address>`). `garden_open = true` is the
     legacy open garden, said out loud."""
-    from envelopay.mail.garden_auth import new_account
-
     if cfg.transport.garden_open:
         echo("WARNING: garden_open = true: this garden is OPEN, any local process may send "
              "From any of its addresses (SPEC.md, Walled garden)")

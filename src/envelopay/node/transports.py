@@ -14,6 +14,8 @@ from pathlib import Path
 
 from envelopay.engine.transport import DeliveryRefused
 from envelopay.errors import TransportError
+from envelopay.mail.garden import LmtpClient
+from envelopay.mail.smtp import SmtpConfig, send_raw
 
 __all__ = ["GardenTransport", "SmtpTransport"]
 
@@ -27,14 +29,10 @@ class GardenTransport:
     auth: tuple[str, str] | None = None  # (user, secret) toward a garden with accounts
 
     def __post_init__(self) -> None:
-        from envelopay.mail.garden import LmtpClient
-
         self._client: LmtpClient | None = None
         self._lock = asyncio.Lock()
 
     async def _connected(self) -> object:
-        from envelopay.mail.garden import LmtpClient
-
         if self._client is None:
             client = LmtpClient(self.endpoint, timeout=self.timeout, auth=self.auth)
             await client.connect()
@@ -84,8 +82,6 @@ class SmtpTransport:
     config: object  # envelopay.mail.smtp.SmtpConfig (imported lazily)
 
     async def send(self, raw: bytes, sender: str, recipient: str) -> None:
-        from envelopay.mail.smtp import SmtpConfig, send_raw
-
         assert isinstance(self.config, SmtpConfig)
         result = await send_raw(raw, sender=sender, recipient=recipient, config=self.config)
         if result.status == "permanent_failure":

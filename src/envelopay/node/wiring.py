@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import heapq
 import logging
+import os
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -21,7 +22,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from envelopay import dkim
 from envelopay.config import WorkerConfig
+from envelopay.devnet.registry import devnet_dns
+from envelopay.devnet.state import devnet_home as home_of
 from envelopay.dkim import DkimResult, DnsLookup
 from envelopay.engine import Application, Engine, Outcome, Sent
 from envelopay.engine.outbox import (
@@ -34,13 +38,23 @@ from envelopay.engine.outbox import (
 )
 from envelopay.engine.transport import Transport
 from envelopay.errors import ConfigError
+from envelopay.ledger.sqlite import SqliteStore
 from envelopay.ledger.store import AnswerLimits, Store
+from envelopay.mail.garden_auth import read_secret
+from envelopay.mail.imap import ImapConfig, ImapMessage, ImapSource
+from envelopay.mail.maildir import mailbox_path
+from envelopay.mail.smtp import SmtpConfig
+from envelopay.node.deferrals import serve_deferrals
 from envelopay.node.observe import CURRENT, Observer, Seen, tap_parser, timed_rail
-from envelopay.node.transports import GardenTransport
+from envelopay.node.runtime import pump
+from envelopay.node.transports import GardenTransport, SmtpTransport
 from envelopay.protocol.messages import Message
 from envelopay.protocol.parse import ParseOptions, parse
 from envelopay.rails.finality import WaitPolicy
 from envelopay.rails.interface import Rail
+from envelopay.rails.registry import load_rails
+from envelopay.worker.app import WorkerApp, WorkerApplication
+from envelopay.worker.counterpay import CounterPayments
 
 __all__ = ["AgentNode", "build_node", "open_store"]
 
@@ -82,7 +96,6 @@ class AgentNode:
     async def verify_dkim(self, raw: bytes) -> DkimResult | None:
         if self.dns is None:
             return None
-        from envelopay import dkim
 
         return await dkim.verify(raw, dns=self.dns)
 
@@ -182,8 +195,6 @@ class AgentNode:
 
     async def serve(self, stop: asyncio.Event) -> None:
         """Handle every message landing in this agent's Maildir until `stop` is set."""
-        from envelopay.node.runtime import pump
-
         if self.maildir is None:
             raise ConfigError(f"{self.address}: no Maildir to serve")
 
@@ -199,8 +210,6 @@ class AgentNode:
                     return True
             return False
 
-        from envelopay.node.deferrals import serve_deferrals
-
         waiting = asyncio.create_task(serve_deferrals(self, stop))
         try:
             await pump([self.maildir], consume, stop=stop)
@@ -211,9 +220,6 @@ class AgentNode:
     async def serve_imap(self, config: Any, stop: asyncio.Event) -> None:
         """Handle every message of an IMAP mailbox (IDLE); a message is flagged processed
         only after its step committed (busy/deferred: left for the next pass)."""
-        from envelopay.mail.imap import ImapMessage, ImapSource
-        from envelopay.node.deferrals import serve_deferrals
-
         async def consume(msg: ImapMessage) -> bool:
             outcome = await self.receive(msg.raw)
             return outcome.status not in ("busy", "deferred")
@@ -238,12 +244,11 @@ class AgentNode:
 def open_store(url: str, base: Path) -> Store:
     """A ledger from the config's `ledger` value: a SQLite path or a postgresql:// DSN."""
     if url.startswith(("postgresql://", "postgres://")):
+        # lazy: keeps psycopg, psycopg_pool off this module's import
         from envelopay.ledger.postgres import PostgresStore
 
         store: Store = PostgresStore(url)
     else:
-        from envelopay.ledger.sqlite import SqliteStore
-
         path = Path(url.removeprefix("sqlite:///"))
         path = path if path.is_absolute() else base / path
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -261,15 +266,11 @@ def dns_setup(kind: str, table: Mapping[str, str], *, devnet_home: Path | None =
     """The DKIM key lookup every verifier on this machine uses — the node's inbound path
     and the spend enforcer's INVOICE check alike: "resolver" (DNS), "table" (the given
     records), or "devnet" (those, then every agent registered with the devnet)."""
-    from envelopay import dkim
-
     if kind == "resolver":
         return dkim.resolver_dns()
     fixed = dkim.table_dns(dict(table))
     if kind != "devnet":
         return fixed
-    from envelopay.devnet.registry import devnet_dns
-    from envelopay.devnet.state import devnet_home as home_of
 
     registered = devnet_dns(home_of(devnet_home))
 
@@ -310,13 +311,8 @@ def build_node(
     if store is None:
         store = open_store(cfg.agent.ledger, base)
     if rails is None:
-        from envelopay.rails.registry import load_rails
-
         rails = load_rails({name: _rail_options(cfg, opts) for name, opts in cfg.rails.items()})
     if app is None:
-        from envelopay.worker.app import WorkerApp, WorkerApplication
-        from envelopay.worker.counterpay import CounterPayments
-
         kw: dict[str, Any] = {"rails": rails, "clock": clock, "counterpayments": CounterPayments(
             counterpay_path(cfg))}
         if cfg.transport.payments == "enforcer":
@@ -328,6 +324,7 @@ def build_node(
         closers.append(hook.client)
     if transport is None and hook is None:
         if cfg.transport.kind == "agentmail":
+            # lazy: keeps aiohttp, httpx off this module's import
             from envelopay.node.agentmail import agentmail_transport
 
             transport = agentmail_transport(cfg, store, clock)
@@ -366,8 +363,6 @@ def build_node(
     parallel = transport.size if isinstance(transport, GardenPool) and isinstance(hook, DirectHook) else 1
     drainer = OutboxDrainer(store, hook, clock=clock, parallel=parallel, owner=engine.worker_id)
     if maildir is None and cfg.transport.kind == "garden":
-        from envelopay.mail.maildir import mailbox_path
-
         maildir = mailbox_path(cfg.path(cfg.transport.garden_root), cfg.agent.address)
     dns = dns_for(cfg) if cfg.agent.dkim_policy != "off" or cfg.dkim_records else None
     return AgentNode(engine, drainer, dns, maildir, transport, rails, closers=closers)
@@ -395,8 +390,6 @@ class _Closing:
 
 
 def _enforcer_where(cfg: WorkerConfig) -> tuple[str, str]:
-    import os
-
     token = os.environ.get(cfg.transport.enforcer_token_env)
     if not cfg.transport.enforcer:
         raise ConfigError("transport.payments = \"enforcer\" needs transport.enforcer")
@@ -408,16 +401,14 @@ def _enforcer_where(cfg: WorkerConfig) -> tuple[str, str]:
 
 def enforced_payer(cfg: WorkerConfig) -> Any:
     """The OFFER counter-legs paid by the spend enforcer (same URL and token as the mail)."""
-    from envelopay.enforcer.enforced_payer import EnforcedPayer
+    from envelopay.enforcer.enforced_payer import EnforcedPayer  # lazy: keeps httpx off this module's import
 
     where, token = _enforcer_where(cfg)
     return EnforcedPayer(where, token)
 
 
 def enforcer_hook(cfg: WorkerConfig) -> EnforcerHook:
-    import os
-
-    from envelopay.enforcer.client import EnforcerClient
+    from envelopay.enforcer.client import EnforcerClient  # lazy: keeps httpx off this module's import
 
     token = os.environ.get(cfg.transport.enforcer_token_env)
     if not token:
@@ -430,8 +421,6 @@ def enforcer_hook(cfg: WorkerConfig) -> EnforcerHook:
 
 
 def _secret(env: str | None, what: str) -> str | None:
-    import os
-
     if env is None:
         return None
     value = os.environ.get(env)
@@ -441,9 +430,6 @@ def _secret(env: str | None, what: str) -> str | None:
 
 
 def smtp_transport(cfg: WorkerConfig) -> Transport:
-    from envelopay.mail.smtp import SmtpConfig
-    from envelopay.node.transports import SmtpTransport
-
     t = cfg.transport
     if not t.smtp_host:
         raise ConfigError("transport.smtp_host: required when transport.kind is 'smtp'")
@@ -454,8 +440,6 @@ def smtp_transport(cfg: WorkerConfig) -> Transport:
 
 
 def imap_config(cfg: WorkerConfig) -> Any:
-    from envelopay.mail.imap import ImapConfig
-
     t = cfg.transport
     if not t.imap_host or not t.imap_user:
         raise ConfigError("transport.imap_host and imap_user: required when transport.kind is 'smtp'")
@@ -484,8 +468,6 @@ def garden_credential(cfg: WorkerConfig) -> tuple[str, str] | None:
     garden that authenticates then answers 530)."""
     t = cfg.transport
     if t.garden_secret_file:
-        from envelopay.mail.garden_auth import read_secret
-
         return cfg.agent.address, read_secret(cfg.path(t.garden_secret_file))
     if not t.garden_secret_env:
         return None
