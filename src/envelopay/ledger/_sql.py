@@ -358,8 +358,8 @@ class SqlStore(DeferralsMixin, OutboxCallsMixin, SqlBase):
             x.exec("DELETE FROM ep_answers WHERE local = ? AND peer = ? AND at < ?", (local, peer, since))
             if limits.per_thread > 0:
                 row = x.one(
-                    "SELECT COUNT(*) FROM ep_answers WHERE local = ? AND thread = ? AND at >= ?",
-                    (local, thread, since),
+                    "SELECT COUNT(*) FROM ep_answers WHERE local = ? AND thread = ? AND peer = ? AND at >= ?",
+                    (local, thread, peer, since),  # per peer: no one else can use up a thread
                 )
                 if row is not None and int(row[0]) >= limits.per_thread:
                     return "loop_detected"

@@ -340,6 +340,7 @@ def check_answers(factory: Callable[[], Store]) -> None:
     assert s.answer_take(local, a, "<t2>", "<m4>", T0, lim) == "ok"
     assert s.answer_take(local, a, "<t3>", "<m5>", T0, lim) == "rate_limited"
     assert s.answer_take(local, b, "<t4>", "<m6>", T0, lim) == "ok"  # another peer
+    assert s.answer_take(local, b, "<t1>", "<m9>", T0, lim) == "ok"  # a's thread: counted per peer
     assert s.answer_take(_ns("answers"), a, "<t1>", "<m7>", T0, lim) == "ok"  # another mailbox
     later = T0 + timedelta(minutes=11)  # the window has passed
     assert s.answer_take(local, a, "<t1>", "<m8>", later, lim) == "ok"
