@@ -246,8 +246,8 @@ def _register_reading(app: typer.Typer) -> None:
         table(v.SHOW_COLUMNS, v.show_rows(log),
               title=f"{rec.flow_id}: {rec.kind} with {rec.peer}, {rec.side}, state {rec.state}",
               overflow=True)
-        money = v.money_rows(rec)
-        if money:
+        if v.money_rows(rec):  # the rails' registries are read only for a flow that moved money
+            money = v.money_rows(rec, c.config_decimals(_load(o)))
             table(v.MONEY_COLUMNS, money, title="payments in this flow", overflow=True)
 
     @app.command("outbox")

@@ -40,6 +40,8 @@ if TYPE_CHECKING:
     from envelopay.ledger.store import FlowRecord, LogEntry, OutboxRow
     from envelopay.node.wiring import AgentNode
     from envelopay.protocol.messages import Accept, Message, Offer, Pay
+    from envelopay.rails.amounts import Decimals
+    from envelopay.rails.interface import AssetInfo
 
 __all__ = [
     "Act",
@@ -366,6 +368,30 @@ def flows(cfg: WorkerConfig, limit: int, after: str | None = None) -> tuple[list
         store.close()
     last = rows[limit - 1] if len(rows) > limit else None
     return rows[:limit], (f"{last.updated_at.isoformat()}|{last.flow_id}" if last else None)
+
+
+def config_decimals(cfg: WorkerConfig) -> Decimals:
+    """The decimals of the assets this agent's rails know (the plugins' registries with the
+    config's `assets` overrides), read without reaching a chain: each rail is made on a
+    placeholder RPC address it never calls. A rail that cannot be made adds nothing."""
+    # lazy: the rail plugins (and their chain libraries) load only when a flow moved money
+    from envelopay.errors import EnvelopayError
+    from envelopay.rails.amounts import decimals_in
+    from envelopay.rails.registry import make
+
+    assets: list[AssetInfo] = []
+    for name, opts in cfg.rails.items():
+        options = {"backend": "rpc", "rpc_url": "http://127.0.0.1:9/", "network": opts.get("network"),
+                   "assets": opts.get("assets")}
+        try:
+            rail = make(name, {k: v for k, v in options.items() if v is not None})
+        except (EnvelopayError, ImportError, TypeError, ValueError):
+            continue
+        assets += rail.assets()
+        closer = getattr(rail, "aclose", None)
+        if closer is not None:
+            asyncio.run(closer())
+    return decimals_in(assets)
 
 
 def flow_thread(cfg: WorkerConfig, flow_id: str) -> tuple[FlowRecord, list[LogEntry]]:

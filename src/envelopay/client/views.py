@@ -6,12 +6,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from envelopay.rails.amounts import Decimals, human_amount, no_decimals
+
 if TYPE_CHECKING:
     from envelopay.engine.outbox import DrainReport
     from envelopay.ledger.store import FlowRecord, LogEntry, OutboxRow
 
-__all__ = ["drain_doc", "flow_doc", "flows_doc", "flows_rows", "money_rows", "outbox_doc", "outbox_rows",
-           "show_doc", "show_rows", "verdict_text"]
+__all__ = ["amount_cell", "drain_doc", "flow_doc", "flows_doc", "flows_rows", "money_rows", "outbox_doc",
+           "outbox_rows", "show_doc", "show_rows", "verdict_text"]
 
 FLOW_COLUMNS = ("flow", "state", "kind", "side", "peer", "updated")
 SHOW_COLUMNS = ("at", "dir", "type", "id", "proof verdict", "oops", "Message-ID")
@@ -86,11 +88,25 @@ def _oops_of(e: LogEntry) -> str:
     return ""
 
 
-def money_rows(rec: FlowRecord) -> list[tuple[str, ...]]:
-    return [(f"{str(p.get('message', '')).upper()} {p.get('id', '')}", str(p.get("chain")),
-             str(p.get("token")), str(p.get("amount")), str(p.get("to") or ""), _proof_text(p.get("proof")),
-             str(p["status"]))
-            for p in _payments(rec)]
+def money_rows(rec: FlowRecord, decimals: Decimals = no_decimals) -> list[tuple[str, ...]]:
+    """Where the money is; each amount as a person reads it, the raw units beside it."""
+    rows: list[tuple[str, ...]] = []
+    for p in _payments(rec):
+        chain, token = str(p.get("chain")), str(p.get("token"))
+        rows.append((f"{str(p.get('message', '')).upper()} {p.get('id', '')}", chain, token,
+                     amount_cell(p.get("amount"), decimals(chain, token)), str(p.get("to") or ""),
+                     _proof_text(p.get("proof")), str(p["status"])))
+    return rows
+
+
+def amount_cell(amount: Any, decimals: int | None) -> str:
+    """`0.25 (250000 units)` with the asset's decimals known, else the units as recorded."""
+    text = str(amount)
+    if not (text.isascii() and text.isdigit()):
+        return text  # not a recorded amount: shown as it is
+    if decimals is None:
+        return f"{text} units"
+    return f"{human_amount(int(text), decimals)} ({text} units)"
 
 
 def _proof_text(proof: Any) -> str:

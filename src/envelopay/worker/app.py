@@ -44,6 +44,7 @@ from envelopay.protocol.messages import (
     RailMethod,
     Which,
 )
+from envelopay.rails.amounts import amount_text, asset_decimals
 from envelopay.rails.interface import Rail
 from envelopay.worker.counterpay import CounterPayer, CounterPayments
 from envelopay.worker.tasks import TaskBook, TaskError, TaskRequest
@@ -96,12 +97,18 @@ class WorkerApp:
         self.config = config
         self.tasks = tasks if tasks is not None else TaskBook.from_config(config)
         self.rails = dict(rails or {})
+        self.decimals = asset_decimals(self.rails)
         self.clock = clock
         self.new_id = new_id
         self.counterpayments = counterpayments
         # Through the spend enforcer (it holds the key, keys the payment by the OFFER, and
         # pays at most once): no local book is needed then.
         self.counter_payer = counter_payer
+
+    def amount(self, units: int, chain: str, token: str) -> str:
+        """An amount as a person reads it in a note or subject: `0.25 USDC` (the JSON
+        beside it keeps the smallest units)."""
+        return amount_text(units, token, self.decimals(chain, token))
 
     # -- pricing -------------------------------------------------------------------
     def _rail(self, hint: str | None) -> AcceptedRail | Refusal:
@@ -192,7 +199,7 @@ class WorkerApp:
             token=rail.token,
             chain=rail.chain,
             wallet=rail.wallet,
-            note=f"{resolved.task.name}: {price} {rail.token} on {rail.chain}",
+            note=f"{resolved.task.name}: {self.amount(price, rail.chain, rail.token)} on {rail.chain}",
         )
 
     def prepaid_terms(self, order: Order) -> tuple[int, str] | Refusal:
@@ -282,7 +289,7 @@ class WorkerApp:
             token=offer.want.token,
             chain=offer.want.chain,
             proof=proof,
-            note=f"{offer.want.amount} {offer.want.token} sent on {offer.want.chain}",
+            note=f"{self.amount(w.amount, w.chain, w.token)} sent on {w.chain}",
         )
         if book is not None:
             book.paid(peer, offer.id, accept.model_dump(mode="json"))
@@ -305,7 +312,7 @@ class WorkerApp:
         return Accept(
             # The same OFFER always gets the same ACCEPT id: a redo answers alike.
             id=f"acc_{offer.id}"[:64], offer_ref=offer.id, amount=w.amount, token=w.token, chain=w.chain,
-            proof=proof, note=f"{w.amount} {w.token} sent on {w.chain}",
+            proof=proof, note=f"{self.amount(w.amount, w.chain, w.token)} sent on {w.chain}",
         )
 
 
@@ -346,7 +353,9 @@ class WorkerApplication:
                 return _refuse(terms)
             price, _wallet = terms
             if paid is None or paid < price:
-                return Refuse(OopsCode.AMOUNT_MISMATCH, f"this task costs {price}; paid {paid or 0}")
+                costs = self.app.amount(price, order.chain or "", order.token or "")
+                paid_text = self.app.amount(paid or 0, order.chain or "", order.token or "")
+                return Refuse(OopsCode.AMOUNT_MISMATCH, f"this task costs {costs}; paid {paid_text}")
             return await self._fulfil(order, "Prepaid order fulfilled")
         decision = self.app.decide_order(order)
         if isinstance(decision, Refusal):
@@ -356,7 +365,8 @@ class WorkerApplication:
         return decision
 
     async def fulfill(self, order: Order, pay: Pay, ctx: Context) -> Fulfill | Refuse:
-        return await self._fulfil(order, f"Paid {pay.amount} {pay.token}; here is the result")
+        paid = self.app.amount(pay.amount, pay.chain, pay.token)
+        return await self._fulfil(order, f"Paid {paid}; here is the result")
 
     async def offer(self, offer: Offer, ctx: Context) -> Accept | Refuse | None:
         out = await self.app.accept_offer(offer, ctx.peer)
