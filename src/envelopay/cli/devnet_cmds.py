@@ -13,8 +13,11 @@ from typing import Annotated
 
 import typer
 
-from envelopay.cli.options import JsonOpt
+from envelopay.cli.options import MAX_PORT, JsonOpt
 from envelopay.cli.output import ENVIRONMENT, OK, answers, emit, fail, finish, ran
+
+# A slot count past it is a devnet that never confirms (about 1 h 7 min at 0.4 s a slot).
+MAX_SLOTS = 10_000
 
 _Home = Annotated[Path | None, typer.Option(
     "--home", envvar="ENVELOPAY_DEVNET_HOME",
@@ -30,13 +33,15 @@ def register(app: typer.Typer) -> None:
     @devnet.command("up")
     def up(
         home: _Home = None,
-        solana_port: Annotated[int, typer.Option(envvar="ENVELOPAY_DEVNET_SOLANA_PORT",
+        solana_port: Annotated[int, typer.Option(envvar="ENVELOPAY_DEVNET_SOLANA_PORT", min=0, max=MAX_PORT,
                                                  help="Solana JSON-RPC port (0: any free one).")] = 8899,
-        base_port: Annotated[int, typer.Option(envvar="ENVELOPAY_DEVNET_BASE_PORT",
+        base_port: Annotated[int, typer.Option(envvar="ENVELOPAY_DEVNET_BASE_PORT", min=0, max=MAX_PORT,
                                                help="Base JSON-RPC port (0: any free one).")] = 8545,
         slot_time: Annotated[float, typer.Option(help="Seconds per Solana slot.")] = 0.4,
-        confirmed_after: Annotated[int, typer.Option(help="Slots until a transaction is confirmed.")] = 2,
-        finalized_after: Annotated[int, typer.Option(help="Slots until a transaction is finalized.")] = 32,
+        confirmed_after: Annotated[int, typer.Option(min=0, max=MAX_SLOTS,
+                                                     help="Slots until a transaction is confirmed.")] = 2,
+        finalized_after: Annotated[int, typer.Option(min=0, max=MAX_SLOTS,
+                                                     help="Slots until a transaction is finalized.")] = 32,
         block_time: Annotated[float, typer.Option(help="Seconds per Base block.")] = 2.0,
         base_node: Annotated[str, typer.Option(help="auto (anvil if found) | anvil | eth-tester.")] = "auto",
         detach: Annotated[bool, typer.Option(help="Run in the background (log: <home>/devnet.log).")] = False,

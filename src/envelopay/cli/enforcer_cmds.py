@@ -21,6 +21,7 @@ import typer
 from envelopay.cli.operator import ask, decision_exit
 from envelopay.cli.options import (
     DEFAULT_TOKEN_FILE,
+    MAX_PORT,
     OPERATOR,
     RETENTION,
     AfterOpt,
@@ -60,6 +61,18 @@ def _run(coro_fn: Callable[[], Awaitable[T]]) -> T:
     raise AssertionError("unreachable")  # for mypy: `answers` ends the command on any error
 
 
+def _store(db: str) -> Any:
+    """The store --db names, not yet opened. Every command taking --db reads it the same
+    way: a URL of no store we know is bad input (2, naming --db); a store that does not
+    open or answer is the environment (3, EXIT_CODES)."""
+    from envelopay.enforcer.store import open_store
+
+    try:
+        return open_store(db)
+    except ConfigError as exc:
+        fail(f"--db: {exc}")
+
+
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the top-level app."""
     enforcer_app = typer.Typer(help="The send enforcer service.", no_args_is_help=True)
@@ -72,12 +85,12 @@ def register(app: typer.Typer) -> None:
     @enforcer_app.command("serve")
     def serve(
         db: Annotated[str, typer.Option("--db", help="sqlite:///PATH, a file path, or postgresql://...")],
-        port: Annotated[int, typer.Option("--port", help="Loopback TCP port.")] = 8725,
+        port: Annotated[int, typer.Option("--port", min=0, max=MAX_PORT, help="Loopback TCP port.")] = 8725,
         host: Annotated[str, typer.Option("--host", help="Loopback address to bind.")] = "127.0.0.1",
         socket: Annotated[Path | None, typer.Option("--socket", help="Listen on this Unix socket.")] = None,
         token_file: TokenFileOpt = Path(DEFAULT_TOKEN_FILE),
         smtp_host: Annotated[str | None, typer.Option("--smtp-host")] = None,
-        smtp_port: Annotated[int, typer.Option("--smtp-port")] = 587,
+        smtp_port: Annotated[int, typer.Option("--smtp-port", min=1, max=MAX_PORT)] = 587,
         smtp_security: Annotated[str, typer.Option("--smtp-security", help=_SEC)] = "starttls",
         smtp_user: Annotated[str | None, typer.Option("--smtp-user", help=_USER)] = None,
         garden: Annotated[str | None, typer.Option("--garden", help=_GARDEN)] = None,
@@ -102,6 +115,7 @@ def register(app: typer.Typer) -> None:
         from envelopay.enforcer.spend_launch import prepare_spend
         from envelopay.node.wiring import dns_setup
 
+        _store(db)  # not opened: a URL of no store we know is refused first, as by compact
         # Its configuration is its flags: a ConfigError here names one (bad input, exit 2).
         with answers(input_kinds=(ConfigError,)):
             launch = prepare(
@@ -138,10 +152,10 @@ def register(app: typer.Typer) -> None:
         import time
 
         from envelopay.enforcer.retention import compact_enforcer
-        from envelopay.enforcer.store import open_store
+
+        store = _store(db)
 
         async def go() -> dict[str, Any]:
-            store = open_store(db)
             await store.open()
             try:
                 report = await compact_enforcer(store, older_than=keep.seconds, now=time.time())

@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from envelopay.cli.options import RETENTION, Retention
+from envelopay.cli.options import MAX_BATCH, RETENTION, Retention
 from envelopay.cli.output import answers, finish, ran
 
 _Config = Annotated[Path, typer.Option("--config", "-c", help="Agent configuration (TOML).")]
@@ -29,7 +29,8 @@ def register(app: typer.Typer) -> None:
     def compact(
         keep: Retention,
         config: _Config = Path("envelopay.toml"),
-        batch: Annotated[int, typer.Option("--batch", min=1, help="Rows per transaction.")] = 500,
+        batch: Annotated[int, typer.Option("--batch", min=1, max=MAX_BATCH,
+                                           help="Rows per transaction (1-100,000).")] = 500,
         vacuum: Annotated[bool, typer.Option("--vacuum", help="PostgreSQL: VACUUM (online) after.")] = False,
     ) -> None:
         """Retention: age out sent outbox rows, settled calls and the log of idle flows;

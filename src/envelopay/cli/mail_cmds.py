@@ -14,6 +14,7 @@ import typer
 from envelopay.cli.options import (
     MAILBOX,
     MAILBOX_AS,
+    MAX_PORT,
     RETENTION,
     JsonOpt,
     MailboxOptions,
@@ -374,7 +375,8 @@ def _register_garden(app: typer.Typer) -> None:
     @garden.command("compact")
     @RETENTION
     def compact(keep: Retention, root: _Root) -> None:
-        """Retention: delete processed mail (cur/) older than the window; new/ is never touched."""
+        """Retention: delete processed mail (cur/) older than the window; new/ is never touched,
+        and a symlink in a Maildir is skipped and named, never followed."""
         import time
 
         from envelopay.mail.retention import prune_processed
@@ -383,7 +385,8 @@ def _register_garden(app: typer.Typer) -> None:
             fail(f"--root: no such directory: {root}")
         report = prune_processed(root, older_than=keep.seconds, now=time.time())
         finish(keep.as_json, ran("garden compact") | report.to_json(),
-               [f"removed {report.removed} processed messages from {report.addresses} addresses"])
+               [f"removed {report.removed} processed messages from {report.addresses} addresses",
+                *(f"skipped {s['path']}: {s['reason']}" for s in report.skipped)])
 
     @garden.command("serve")
     def serve(
@@ -392,7 +395,7 @@ def _register_garden(app: typer.Typer) -> None:
             list[str], typer.Option("--address", "-a", help="A garden address (repeat for each).")
         ],
         host: Annotated[str, typer.Option(help="Loopback address to listen on.")] = "127.0.0.1",
-        port: Annotated[int, typer.Option(help="TCP port (0 picks a free one).")] = 2424,
+        port: Annotated[int, typer.Option(min=0, max=MAX_PORT, help="TCP port (0 picks a free one).")] = 2424,
         socket: Annotated[
             Path | None, typer.Option("--socket", help="Listen on this Unix socket instead of TCP.")
         ] = None,

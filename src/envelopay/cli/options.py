@@ -106,6 +106,12 @@ def option(name: str, annotation: Any, default: Any = None) -> inspect.Parameter
 # -- one page of a list that grows (agents, approvals, flows) ---------------------------------
 
 LimitOpt = Annotated[int, typer.Option("--limit", min=1, max=500, help="Rows in this page (1-500).")]
+# A TCP port a command listens on or connects to: past 65535 it reached bind() as an
+# OverflowError traceback (issue 29).
+MAX_PORT = 65_535
+# Rows in one transaction of a compact command: at most 100,000 (2**63 overflowed SQLite's
+# INTEGER, a traceback; a transaction that large holds the ledger's lock for too long).
+MAX_BATCH = 100_000
 AfterOpt = Annotated[
     str | None, typer.Option("--after", help="Go on after this page token (printed under the previous page).")
 ]

@@ -61,7 +61,8 @@ def register(app: typer.Typer) -> None:
         payer: Annotated[str | None, typer.Option("--payer", help="Require this payer wallet.")] = None,
         commitment: Annotated[str, typer.Option("--commitment", help="Solana: confirmed|finalized.")] = (
             "confirmed"),
-        confirmations: Annotated[int, typer.Option("--confirmations", help="EVM confirmations.", min=0)] = 2,
+        confirmations: Annotated[int, typer.Option("--confirmations", help="EVM confirmations (0-10,000).",
+                                                   min=0, max=10_000)] = 2,
         not_before: Annotated[str | None, typer.Option("--not-before", help="ISO time: earliest tx.")] = None,
         not_after: Annotated[str | None, typer.Option("--not-after", help="ISO time: latest tx time.")] = (
             None),

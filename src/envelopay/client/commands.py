@@ -216,8 +216,10 @@ Then = Callable[["AgentNode", Answer], Awaitable["Sent | None"]]
 
 def max_amount_option(value: str | None) -> int | None:
     """`--max-amount`: digits in the asset's smallest unit, or absent."""
-    if value is not None and not (value.isascii() and value.isdigit()):
-        raise UsageError("--max-amount: digits, in the asset's smallest unit")
+    # At most 78 digits: 2**256, the largest token amount, has 78 (5,000 digits were a
+    # ValueError traceback from int()).
+    if value is not None and not (value.isascii() and value.isdigit() and len(value) <= 78):
+        raise UsageError("--max-amount: at most 78 digits, in the asset's smallest unit")
     return int(value) if value is not None else None
 
 
