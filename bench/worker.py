@@ -292,7 +292,8 @@ async def worker_role(setup: dict[str, Any]) -> None:
     log = None
     if setup.get("observed"):  # as `worker serve --metrics` does: a line per message, the metrics
         from envelopay.node.metrics import WorkerMetrics
-        from envelopay.node.serve_log import ServeLog, asset_decimals
+        from envelopay.node.serve_log import ServeLog
+        from envelopay.rails.amounts import asset_decimals
 
         log = (workdir / "serve.log").open("w", buffering=1)  # line-buffered: a write per line
         node.watch(ServeLog(lambda line: print(line, file=log), "text", asset_decimals(node.rails)))

@@ -19,7 +19,7 @@ from envelopay.ledger.sqlite import SqliteStore
 from envelopay.ledger.store import Store
 from envelopay.node.metrics import WorkerMetrics, metrics_endpoint
 from envelopay.node.observe import Handled, Received
-from envelopay.node.serve_log import ServeLog, human_amount
+from envelopay.node.serve_log import ServeLog
 from envelopay.protocol.codes import OopsCode
 from envelopay.protocol.messages import Which
 
@@ -72,7 +72,7 @@ def test_summary_counts_outcomes_oops_and_money_once_per_payment() -> None:
     assert log.summary().splitlines() == [
         "summary: 4 message(s) in 61.3 s: 1 ignored, 2 processed, 1 refused",
         "  oops: proof_replayed 1",
-        "  received: 7 ETH units on base-local",
+        "  received: 7 base units of ETH on base-local",
         "  received: 0.25 USDC on solana-local (250000 units)",
     ]
 
@@ -94,14 +94,6 @@ def test_json_lines_and_summary() -> None:
     assert summary["event"] == "summary" and summary["messages"] == 2 and summary["seconds"] == 2
     assert summary["outcomes"] == {"processed": 1, "refused": 1} and summary["oops"] == {"dkim_failed": 1}
     assert summary["received"] == [first["received"]]
-
-
-@pytest.mark.parametrize(("units", "decimals", "text"), [
-    (250000, 6, "0.25"), (1, 6, "0.000001"), (0, 6, "0"), (10**18, 18, "1"), (12345, 0, "12345"),
-    (1_000_000, 6, "1"), (123456789, 2, "1234567.89"),
-])
-def test_human_amount(units: int, decimals: int, text: str) -> None:
-    assert human_amount(units, decimals) == text
 
 
 @pytest.mark.parametrize(("typed", "where"), [

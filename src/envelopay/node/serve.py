@@ -16,9 +16,10 @@ from envelopay.mail.garden import GardenServer
 from envelopay.mail.garden_auth import AccountsFile, new_account
 from envelopay.mail.maildir import mailbox_path
 from envelopay.node.runtime import serve_responders
-from envelopay.node.serve_log import LogFormat, ServeLog, asset_decimals
+from envelopay.node.serve_log import LogFormat, ServeLog
 from envelopay.node.transports import GardenTransport
 from envelopay.node.wiring import AgentNode, build_node, garden_transport, imap_config
+from envelopay.rails.amounts import asset_decimals
 
 __all__ = ["serve_worker"]
 

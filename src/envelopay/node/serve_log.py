@@ -12,44 +12,18 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 from envelopay.node.observe import Handled, Received
-from envelopay.rails.interface import Rail
+from envelopay.rails.amounts import Decimals, amount_text, human_amount, no_decimals
 
-__all__ = ["LogFormat", "ServeLog", "asset_decimals", "human_amount"]
+__all__ = ["LogFormat", "ServeLog"]
 
 LogFormat = Literal["text", "json"]
-Decimals = Callable[[str, str], int | None]
 
 _BARE = re.compile(r"[A-Za-z0-9_.@<>/:+-]+")
-
-
-def human_amount(units: int, decimals: int) -> str:
-    """Smallest units as a decimal number of the asset: 250000 with 6 decimals is 0.25."""
-    if decimals <= 0:
-        return str(units)
-    sign, digits = ("-", str(-units)) if units < 0 else ("", str(units))
-    digits = digits.rjust(decimals + 1, "0")
-    whole, frac = digits[:-decimals], digits[-decimals:].rstrip("0")
-    return f"{sign}{whole}.{frac}" if frac else f"{sign}{whole}"
-
-
-def asset_decimals(rails: Mapping[str, Rail]) -> Decimals:
-    """Decimals of (chain, token) from the rails' asset registries; None when unknown."""
-
-    def decimals(chain: str, token: str) -> int | None:
-        rail = rails.get(chain)
-        if rail is None:
-            return None
-        for asset in rail.assets():
-            if asset.chain == chain and asset.symbol.upper() == token.upper():
-                return asset.decimals
-        return None
-
-    return decimals
 
 
 def _stamp(at: datetime) -> str:
@@ -67,7 +41,7 @@ class ServeLog:
         self,
         write: Callable[[str], Any],
         fmt: LogFormat = "text",
-        decimals: Decimals = lambda _chain, _token: None,
+        decimals: Decimals = no_decimals,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.write = write
@@ -165,9 +139,8 @@ class ServeLog:
         }
 
     def _money(self, amount: str, token: str, chain: str) -> str:
-        """`0.25 USDC on solana-local (250000 units)`; raw units alone when the asset's
-        decimals are unknown here."""
+        """`0.25 USDC on solana-local (250000 units)`; the units alone, said so, when the
+        asset's decimals are unknown here."""
         places = self.decimals(chain, token)
-        if places is None:
-            return f"{amount} {token} units on {chain}"
-        return f"{human_amount(int(amount), places)} {token} on {chain} ({amount} units)"
+        text = f"{amount_text(int(amount), token, places)} on {chain}"
+        return text if places is None else f"{text} ({amount} units)"
