@@ -96,7 +96,9 @@ def test_postgres_upgrade_from_v1(pg_dsn: str) -> None:
     got = new.call_get("c1")
     assert got is not None and got.deadline == T0
     with psycopg.connect(pg_dsn) as conn:
-        versions = [r[0] for r in conn.execute("SELECT version FROM ep_migrations ORDER BY version")]
+        versions = [r[0] for r in conn.execute(
+            "SELECT version FROM ep_versions WHERE component = 'ledger' ORDER BY version"
+        )]
     assert versions == list(range(1, LATEST + 1))
     new.close()
 

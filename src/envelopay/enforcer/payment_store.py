@@ -17,10 +17,10 @@ from typing import Any, Literal
 from envelopay.enforcer.batch import Batch, Step
 from envelopay.enforcer.custody import WalletRecord
 from envelopay.enforcer.intent_states import INTENTS, Move
-from envelopay.enforcer.state_table import sql_list
 from envelopay.enforcer.model import Agent
 from envelopay.enforcer.spend import SpendPolicy, policy_json
-from envelopay.enforcer.store import AGENT_COLS, EnforcerStore, agent_row
+from envelopay.enforcer.state_table import sql_list
+from envelopay.enforcer.store import AGENT_COLS, EnforcerStore, PostgresStore, agent_row
 from envelopay.persist import Dialect, Migrations, NamedRow, Tx
 from envelopay.persist import Step as MigrationStep
 
@@ -389,8 +389,6 @@ class PaymentStore:
     """Typed operations over an open EnforcerStore."""
 
     def __init__(self, store: EnforcerStore) -> None:
-        from envelopay.enforcer.store import PostgresStore
-
         self.store = store
         self._policies: dict[str, SpendPolicy] = {}
         self._sql = dict(_SQL)

@@ -54,16 +54,16 @@ class SqlStore(DeferralsMixin, OutboxCallsMixin, SqlBase):
     # -- records
     def _flow(self, row: Row) -> FlowRecord:
         return FlowRecord(
-            flow_id=row[0],
-            local=row[1],
-            peer=row[2],
-            kind=row[3],
-            side=row[4],
-            state=row[5],
-            version=int(row[6]),
-            data=self.uj(row[7]),
-            created_at=self.ut(row[8]),
-            updated_at=self.ut(row[9]),
+            flow_id=row["flow_id"],
+            local=row["local"],
+            peer=row["peer"],
+            kind=row["kind"],
+            side=row["side"],
+            state=row["state"],
+            version=int(row["version"]),
+            data=self.uj(row["data"]),
+            created_at=self.ut(row["created_at"]),
+            updated_at=self.ut(row["updated_at"]),
         )
 
     # -- the inbound step
@@ -83,9 +83,9 @@ class SqlStore(DeferralsMixin, OutboxCallsMixin, SqlBase):
                     (c.local, c.message_id),
                 )
                 assert row is not None
-                if row[0] == "done":
-                    return Begin("seen", outcome=self.uj(row[3]))
-                if row[1] != c.worker and self.ut(row[2]) > c.now:
+                if row["status"] == "done":
+                    return Begin("seen", outcome=self.uj(row["outcome"]))
+                if row["worker"] != c.worker and self.ut(row["lease_until"]) > c.now:
                     return Begin("busy")
                 # Our own earlier claim (a crash between the two transactions), or an
                 # expired lease: take it over and redo the step.
@@ -121,18 +121,20 @@ class SqlStore(DeferralsMixin, OutboxCallsMixin, SqlBase):
         whose handler died (lease run out): taken over, and this message goes on."""
         assert c.proof is not None
         row = x.one(
-            "SELECT p.owner_local, p.owner_message, p.status, i.status, i.lease_until FROM ep_proofs p"
+            "SELECT p.owner_local, p.owner_message, p.status, i.status AS claim_status, i.lease_until"
+            " FROM ep_proofs p"
             " LEFT JOIN ep_inbound i ON i.local = p.owner_local AND i.message_id = p.owner_message"
             " WHERE p.chain = ? AND p.proof_key = ?" + (" FOR UPDATE OF p" if self.lock_clause else ""),
             (c.proof.chain, c.proof.key),
         )
         if row is None:
             return Begin("busy")  # released between our insert and this read: try again
-        if (row[0], row[1]) == (c.local, c.message_id):
+        if (row["owner_local"], row["owner_message"]) == (c.local, c.message_id):
             return None
-        if row[2] != "held":
+        if row["status"] != "held":
             return Begin("proof_replayed")
-        if row[3] == "claimed" and row[4] is not None and self.ut(row[4]) > c.now:
+        lease = row["lease_until"]
+        if row["claim_status"] == "claimed" and lease is not None and self.ut(lease) > c.now:
             return Begin("busy")
         x.exec(
             "UPDATE ep_proofs SET owner_local = ?, owner_message = ? WHERE chain = ? AND proof_key = ?"
@@ -155,7 +157,8 @@ class SqlStore(DeferralsMixin, OutboxCallsMixin, SqlBase):
             (c.local, c.sender, c.protocol_id),
         )
         assert row is not None
-        owner, stored_hash, stored_digest, status, outcome = row
+        owner, status, outcome = row["owner"], row["status"], row["outcome"]
+        stored_hash, stored_digest = row["content_hash"], row["digest"]
         if owner == c.message_id:
             return None
         if not same_content(stored_hash, stored_digest, c.content_hash):
@@ -164,7 +167,7 @@ class SqlStore(DeferralsMixin, OutboxCallsMixin, SqlBase):
             return Begin("busy")  # the original is still being handled
         if outcome is None:  # a compacted pair: its original claim keeps the outcome
             got = x.one("SELECT outcome FROM ep_inbound WHERE local = ? AND message_id = ?", (c.local, owner))
-            outcome = got[0] if got is not None else None
+            outcome = got["outcome"] if got is not None else None
         recorded = self.uj(outcome) if outcome is not None else small(None)
         requeued = tuple(recorded.get("outbox", ()))
         if requeued:
@@ -358,17 +361,18 @@ class SqlStore(DeferralsMixin, OutboxCallsMixin, SqlBase):
             x.exec("DELETE FROM ep_answers WHERE local = ? AND peer = ? AND at < ?", (local, peer, since))
             if limits.per_thread > 0:
                 row = x.one(
-                    "SELECT COUNT(*) FROM ep_answers WHERE local = ? AND thread = ? AND peer = ? AND at >= ?",
+                    "SELECT COUNT(*) AS n FROM ep_answers WHERE local = ? AND thread = ? AND peer = ?"
+                    " AND at >= ?",
                     (local, thread, peer, since),  # per peer: no one else can use up a thread
                 )
-                if row is not None and int(row[0]) >= limits.per_thread:
+                if row is not None and int(row["n"]) >= limits.per_thread:
                     return "loop_detected"
             if limits.per_peer > 0:
                 row = x.one(
-                    "SELECT COUNT(*) FROM ep_answers WHERE local = ? AND peer = ? AND at >= ?",
+                    "SELECT COUNT(*) AS n FROM ep_answers WHERE local = ? AND peer = ? AND at >= ?",
                     (local, peer, since),
                 )
-                if row is not None and int(row[0]) >= limits.per_peer:
+                if row is not None and int(row["n"]) >= limits.per_peer:
                     return "rate_limited"
             x.exec(
                 "INSERT INTO ep_answers (local, message_id, peer, thread, at) VALUES (?, ?, ?, ?, ?)",
@@ -414,18 +418,18 @@ class SqlStore(DeferralsMixin, OutboxCallsMixin, SqlBase):
             )
         return [
             LogEntry(
-                flow_id=r[1],
-                at=self.ut(r[2]),
-                direction=r[3],
-                type=r[4],
-                message_id=r[5],
-                protocol_id=r[6],
-                sender=r[7],
-                recipient=r[8],
-                body=self.uj_opt(r[9]),
-                verdict=self.uj_opt(r[10]),
-                oops=r[11],
-                seq=int(r[0]),
+                flow_id=r["flow_id"],
+                at=self.ut(r["at"]),
+                direction=r["direction"],
+                type=r["type"],
+                message_id=r["message_id"],
+                protocol_id=r["protocol_id"],
+                sender=r["sender"],
+                recipient=r["recipient"],
+                body=self.uj_opt(r["body"]),
+                verdict=self.uj_opt(r["verdict"]),
+                oops=r["oops"],
+                seq=int(r["seq"]),
             )
             for r in rows
         ]
@@ -454,14 +458,14 @@ class SqlStore(DeferralsMixin, OutboxCallsMixin, SqlBase):
                 "SELECT outcome FROM ep_inbound WHERE local = ? AND message_id = ? AND status = 'done'",
                 (local.lower(), message_id),
             )
-        return self.uj(row[0]) if row else None
+        return self.uj(row["outcome"]) if row else None
 
     def proof_status(self, proof: ProofKey) -> str | None:
         with self.read() as x:
             row = x.one(
                 "SELECT status FROM ep_proofs WHERE chain = ? AND proof_key = ?", (proof.chain, proof.key)
             )
-        return str(row[0]) if row else None
+        return str(row["status"]) if row else None
 
     # -- outbox
 

@@ -27,41 +27,41 @@ class OutboxCallsMixin(SqlBase):
 
     def _outbox(self, row: Row) -> OutboxRow:
         ob = outbound_from_row(
-            message_id=row[0],
-            sender=row[2],
-            recipient=row[3],
-            type=row[4],
-            body=self.uj(row[5]),
-            date=self.ut(row[6]),
-            in_reply_to=row[7],
-            refs=self.uj(row[8]),
-            note=row[9],
-            auto_submitted=row[17],
+            message_id=row["message_id"],
+            sender=row["sender"],
+            recipient=row["recipient"],
+            type=row["type"],
+            body=self.uj(row["body"]),
+            date=self.ut(row["date"]),
+            in_reply_to=row["in_reply_to"],
+            refs=self.uj(row["refs"]),
+            note=row["note"],
+            auto_submitted=row["auto_submitted"],
         )
         return OutboxRow(
             outbound=ob,
-            flow_id=row[1],
-            status=row[10],
-            attempts=int(row[11]),
-            created_at=self.ut(row[12]),
-            next_attempt=self.ut_opt(row[13]),
-            sent_at=self.ut_opt(row[14]),
-            last_error=row[15],
-            bounce_status=row[16],
+            flow_id=row["flow_id"],
+            status=row["status"],
+            attempts=int(row["attempts"]),
+            created_at=self.ut(row["created_at"]),
+            next_attempt=self.ut_opt(row["next_attempt"]),
+            sent_at=self.ut_opt(row["sent_at"]),
+            last_error=row["last_error"],
+            bounce_status=row["bounce_status"],
         )
 
     def _call(self, row: Row) -> CallRecord:
         return CallRecord(
-            call_id=row[0],
-            local=row[1],
-            peer=row[2],
-            message_id=row[3],
-            deadline=self.ut(row[4]),
-            status=row[5],
-            request=self.uj(row[6]),
-            result=self.uj_opt(row[7]),
-            created_at=self.ut_opt(row[8]),
-            resolved_at=self.ut_opt(row[9]),
+            call_id=row["call_id"],
+            local=row["local"],
+            peer=row["peer"],
+            message_id=row["message_id"],
+            deadline=self.ut(row["deadline"]),
+            status=row["status"],
+            request=self.uj(row["request"]),
+            result=self.uj_opt(row["result"]),
+            created_at=self.ut_opt(row["created_at"]),
+            resolved_at=self.ut_opt(row["resolved_at"]),
         )
 
     def outbox_pending(self, now: datetime, limit: int = 100) -> list[OutboxRow]:
@@ -95,7 +95,7 @@ class OutboxCallsMixin(SqlBase):
                 f" RETURNING {_OUTBOX_COLS}, seq",
                 (owner, self.t(lease_until), n, n, owner, n, n, owner, owner, n, limit),
             )
-        rows.sort(key=lambda r: int(r[-1]))
+        rows.sort(key=lambda r: int(r["seq"]))
         return [self._outbox(r) for r in rows]
 
     def outbox_expedite(self) -> int:
@@ -163,9 +163,9 @@ class OutboxCallsMixin(SqlBase):
     def event_data(self, source: str, event_id: str) -> Mapping[str, Any] | None:
         with self.read() as x:
             row = x.one("SELECT data FROM ep_events WHERE source = ? AND event_id = ?", (source, event_id))
-        if row is None or row[0] is None:
+        if row is None or row["data"] is None:
             return None
-        data = self.uj(row[0])
+        data = self.uj(row["data"])
         return data if isinstance(data, dict) else None
 
     def event_seen(self, source: str, event_id: str) -> bool:

@@ -67,8 +67,12 @@ class DeferralsMixin(SqlBase):
     """The deferral queries over a SqlStore's executor and value codecs."""
 
     def _deferral(self, row: Any) -> Deferral:
-        return Deferral(str(row[0]), str(row[1]), base64.b64decode(row[2]), self.ut(row[3]), self.ut(row[4]),
-                        self.ut(row[5]), int(row[6]), str(row[7] or ""), str(row[8] or ""))
+        return Deferral(
+            str(row["local"]), str(row["message_id"]), base64.b64decode(row["raw"]),
+            self.ut(row["first_seen"]), self.ut(row["next_at"]), self.ut(row["deadline"]),
+            int(row["attempts"]),
+            str(row["last_status"] or ""), str(row["last_detail"] or ""),
+        )
 
     def defer(self, deferral: Deferral, *, worker: str, now: datetime) -> bool:
         d = deferral
@@ -111,8 +115,10 @@ class DeferralsMixin(SqlBase):
             )
             for row in rows:
                 # Conditional on the value read: a concurrent taker gets 0 rows and skips it.
-                n = x.exec("UPDATE ep_deferrals SET next_at = ? WHERE local = ? AND message_id = ?"
-                           " AND next_at = ?", (self.t(hold_until), row[0], row[1], row[4]))
+                n = x.exec(
+                    "UPDATE ep_deferrals SET next_at = ? WHERE local = ? AND message_id = ? AND next_at = ?",
+                    (self.t(hold_until), row["local"], row["message_id"], row["next_at"]),
+                )
                 if n:
                     taken.append(self._deferral(row))
         return taken
@@ -123,7 +129,7 @@ class DeferralsMixin(SqlBase):
 
     def deferrals_count(self, local: str) -> int:
         with self.read() as x:
-            row = x.one("SELECT count(*) FROM ep_deferrals d JOIN ep_inbound i ON i.local = d.local"
+            row = x.one("SELECT count(*) AS n FROM ep_deferrals d JOIN ep_inbound i ON i.local = d.local"
                         " AND i.message_id = d.message_id WHERE d.local = ? AND i.status = 'claimed'",
                         (local,))
-        return int(row[0]) if row else 0
+        return int(row["n"]) if row else 0

@@ -3,7 +3,8 @@
 Many processes on many machines share one database. Every reservation is a single
 `INSERT ... ON CONFLICT DO NOTHING RETURNING` (one winner, no read-then-write race);
 the rows a step goes on to update are locked with `SELECT ... FOR UPDATE`. Schema
-migrations are versioned in `ep_migrations` and applied under an advisory lock, so
+migrations are versioned in `ep_versions` (the one migrator, envelopay.persist) and
+applied under an advisory lock, so
 several workers starting at once upgrade an existing database exactly once.
 """
 
@@ -21,9 +22,10 @@ from psycopg_pool import ConnectionPool
 
 from envelopay.errors import StoreError
 from envelopay.ledger._sql import Executor, Row, SqlStore
-from envelopay.ledger._sql_base import apply_migrations
-from envelopay.ledger.schema import LATEST, MIGRATIONS_TABLE
+from envelopay.ledger._sql_base import apply_migrations, ledger_version
+from envelopay.ledger.schema import LATEST
 from envelopay.ledger.store import Begin, Claim, Commit, CommitResult, FlowRecord, outbound_to_row
+from envelopay.persist.rows import named_row
 
 __all__ = ["PostgresStore"]
 
@@ -68,7 +70,8 @@ class PostgresStore(SqlStore):
         self._server_steps: bool | None = None
         try:
             self.pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
-                dsn, min_size=min_size, max_size=max_size, kwargs={"autocommit": True}, open=True
+                dsn, min_size=min_size, max_size=max_size, open=True,
+                kwargs={"autocommit": True, "row_factory": named_row},  # rows by column name
             )
             self.pool.wait(timeout=30)
         except (psycopg.Error, Exception) as exc:
@@ -119,7 +122,7 @@ class PostgresStore(SqlStore):
         try:
             with self.pool.connection() as conn:
                 row = conn.execute(
-                    "SELECT ep_begin_step(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                    "SELECT ep_begin_step(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) AS doc",
                     (
                         c.local,
                         c.message_id,
@@ -138,7 +141,7 @@ class PostgresStore(SqlStore):
         except psycopg.Error as exc:
             raise StoreError(f"PostgreSQL ledger: {exc}") from exc
         assert row is not None
-        doc: dict[str, Any] = row[0]
+        doc: dict[str, Any] = row["doc"]
         status = doc["status"]
         if status in ("seen", "retransmission"):
             return Begin(status, outcome=doc["outcome"], requeued=tuple(doc.get("requeued", ())))
@@ -214,13 +217,13 @@ class PostgresStore(SqlStore):
         }
         try:
             with self.pool.connection() as conn:
-                row = conn.execute("SELECT ep_commit_step(%s)", (Jsonb(doc),)).fetchone()
+                row = conn.execute("SELECT ep_commit_step(%s) AS result", (Jsonb(doc),)).fetchone()
         except psycopg.Error as exc:
             if exc.sqlstate == "EPLST":  # raised after a write, to roll the call back
                 return "lost"
             raise StoreError(f"PostgreSQL ledger: {exc}") from exc
         assert row is not None
-        result: CommitResult = row[0]
+        result: CommitResult = row["result"]
         return result
 
     def _answer_lock(self, x: Executor, local: str, peer: str) -> None:
@@ -229,9 +232,7 @@ class PostgresStore(SqlStore):
 
     def version(self) -> int:
         with self.write() as x:
-            x.exec(MIGRATIONS_TABLE)
-            row = x.one("SELECT MAX(version) FROM ep_migrations")
-        return int(row[0] or 0) if row else 0
+            return ledger_version(x, "postgres")
 
     def migrate(self, target: int = LATEST) -> int:
         # A migration that alters tables takes every ep_ table's lock at once, NOWAIT,
@@ -253,12 +254,11 @@ class PostgresStore(SqlStore):
     def _migrate(self, target: int, *, nowait: bool) -> int:
         with self.write() as x:
             x.exec("SELECT pg_advisory_xact_lock(?)", (_MIGRATION_LOCK,))
-            x.exec(MIGRATIONS_TABLE)
-            row = x.one("SELECT MAX(version) FROM ep_migrations")
-            if (int(row[0] or 0) if row else 0) < target:
-                tables = [r[0] for r in x.all(
+            if ledger_version(x, "postgres") < target:
+                tables = [r["tablename"] for r in x.all(
                     "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
-                    " AND left(tablename, 3) = 'ep_' AND tablename <> 'ep_migrations' ORDER BY tablename"
+                    " AND left(tablename, 3) = 'ep_' AND tablename NOT IN ('ep_migrations', 'ep_versions')"
+                    " ORDER BY tablename"
                 )]
                 if tables:
                     x.exec(f"LOCK TABLE {', '.join(tables)} IN ACCESS EXCLUSIVE MODE{' NOWAIT' * nowait}")

@@ -99,7 +99,7 @@ _WALKS = (
 
 def _mark(x: Executor, name: str) -> list[str] | None:
     row = x.one("SELECT mark FROM ep_retention WHERE name = ?", (name,))
-    return None if row is None else list(json.loads(row[0]))
+    return None if row is None else list(json.loads(row["mark"]))
 
 
 def _set_mark(store: SqlStore, x: Executor, name: str, mark: Sequence[Any], now: datetime) -> None:
@@ -153,14 +153,14 @@ def _batch(store: SqlStore, w: _Walk, until: Any, since: Any, batch: int) -> tup
         rng, args = rng + f" AND {w.at} >= ?", [*args, since]
     with store.write() as x:
         got = x.one(
-            f"SELECT count(*), max(at) FROM (SELECT {w.at} AS at FROM {w.table} WHERE {rng}"
+            f"SELECT count(*) AS n, max(at) AS upto FROM (SELECT {w.at} AS at FROM {w.table} WHERE {rng}"
             f" ORDER BY {w.at} LIMIT ?) b",
             (*args, batch),
         )
-        if got is None or not got[0]:
+        if got is None or not got["n"]:
             return 0, 0, since
-        n = x.exec(f"{w.action} WHERE {rng} AND {w.at} <= ?", (*args, got[1]))
-    return n, int(got[0]), got[1]
+        n = x.exec(f"{w.action} WHERE {rng} AND {w.at} <= ?", (*args, got["upto"]))
+    return n, int(got["n"]), got["upto"]
 
 
 def _flows(store: SqlStore, r: CompactReport, cutoff: datetime, now: datetime, batch: int) -> bool:
@@ -174,7 +174,7 @@ def _flows(store: SqlStore, r: CompactReport, cutoff: datetime, now: datetime, b
         rows = x.all(sql + " ORDER BY updated_at, flow_id LIMIT ?", (*args, batch))
         if not rows:
             return False
-        ids = [row[0] for row in rows]
+        ids = [row["flow_id"] for row in rows]
         marks = ",".join("?" * len(ids))
         x.exec(
             "UPDATE ep_flows SET compacted = coalesce(compacted, 0)"
@@ -186,13 +186,13 @@ def _flows(store: SqlStore, r: CompactReport, cutoff: datetime, now: datetime, b
         # outcome goes (the original claim keeps its own, which a retransmission reads).
         # One primary-key update per pair, pipelined: a join here is a plan that can
         # flip (without statistics PostgreSQL walked the log for every pair).
-        local = {row[0]: row[2] for row in rows}
+        local = {row["flow_id"]: row["local"] for row in rows}
         pairs = x.all(
             f"SELECT flow_id, sender, protocol_id FROM ep_log WHERE flow_id IN ({marks})"
             " AND direction = 'in' AND protocol_id IS NOT NULL AND sender IS NOT NULL",
             ids,
         )
-        keys = sorted({(local[f], s, p) for f, s, p in pairs})
+        keys = sorted({(local[p["flow_id"]], p["sender"], p["protocol_id"]) for p in pairs})
         if keys:
             r._add(r.trimmed, "ep_replay", x.many(
                 "UPDATE ep_replay SET digest = ep_digest(content_hash), content_hash = '', outcome = NULL"
@@ -204,7 +204,7 @@ def _flows(store: SqlStore, r: CompactReport, cutoff: datetime, now: datetime, b
         for table in ("ep_log", "ep_flow_msgids", "ep_flow_refs"):
             r._add(r.removed, table, x.exec(f"DELETE FROM {table} WHERE flow_id IN ({marks})", ids))
         last = rows[-1]
-        _set_mark(store, x, "flows", (store.ut(last[1]).isoformat(), last[0]), now)
+        _set_mark(store, x, "flows", (store.ut(last["updated_at"]).isoformat(), last["flow_id"]), now)
     r.flows += len(ids)
     return len(rows) >= batch
 
@@ -238,12 +238,12 @@ def ledger_bytes(store: SqlStore) -> int:
             free = x.one("PRAGMA freelist_count")
             size = x.one("PRAGMA page_size")
         assert pages is not None and free is not None and size is not None
-        return (int(pages[0]) - int(free[0])) * int(size[0])
+        return (int(pages["page_count"]) - int(free["freelist_count"])) * int(size["page_size"])
     with store.read() as x:
         row = x.one(
-            "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c"
+            "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) AS bytes FROM pg_class c"
             " JOIN pg_namespace n ON n.oid = c.relnamespace"
             " WHERE c.relkind = 'r' AND left(c.relname, 3) = 'ep_' AND n.nspname = current_schema()"
         )
     assert row is not None
-    return int(row[0])
+    return int(row["bytes"])

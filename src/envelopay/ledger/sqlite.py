@@ -20,9 +20,9 @@ from typing import Any, Literal
 
 from envelopay.errors import StoreError
 from envelopay.ledger._sql import Executor, Row, SqlStore
-from envelopay.ledger._sql_base import apply_migrations
+from envelopay.ledger._sql_base import apply_migrations, ledger_version
 from envelopay.ledger.compacted import digest, small_json
-from envelopay.ledger.schema import LATEST, MIGRATIONS_TABLE
+from envelopay.ledger.schema import LATEST
 
 __all__ = ["SqliteStore"]
 
@@ -68,6 +68,7 @@ class SqliteStore(SqlStore):
             self._conn.execute("PRAGMA journal_mode = WAL")
             self._conn.execute(f"PRAGMA synchronous = {synchronous}")
             self._conn.execute("PRAGMA foreign_keys = OFF")
+            self._conn.row_factory = sqlite3.Row  # rows by column name (envelopay.persist)
             # A step touches about a dozen B-trees; at a million flows their inner pages
             # no longer fit SQLite's default 2 MiB cache. 64 MiB (a ceiling, filled only as
             # used) and a memory-mapped file keep them resident.
@@ -123,10 +124,8 @@ class SqliteStore(SqlStore):
 
     # -- lifecycle
     def version(self) -> int:
-        with self._lock:
-            self._conn.execute(MIGRATIONS_TABLE)
-            row = self._conn.execute("SELECT MAX(version) FROM ep_migrations").fetchone()
-        return int(row[0] or 0)
+        with self.write() as x:
+            return ledger_version(x, "sqlite")
 
     def migrate(self, target: int = LATEST) -> int:
         with self.write() as x:

@@ -104,10 +104,10 @@ def outbox_state(store: Store, sender: str) -> tuple[int, datetime | None]:
     if not isinstance(store, SqlBase):
         raise TypeError(f"outbox metrics need a SQL ledger, not {type(store).__name__}")
     with store.read() as x:
-        row = x.one("SELECT COUNT(*) FROM ep_outbox WHERE status = 'pending' AND sender = ?", (sender,))
+        row = x.one("SELECT COUNT(*) AS n FROM ep_outbox WHERE status = 'pending' AND sender = ?", (sender,))
         first = x.one("SELECT created_at FROM ep_outbox WHERE status = 'pending' AND sender = ?"
                       " ORDER BY seq LIMIT 1", (sender,))
-    return (int(row[0]) if row else 0), (store.ut(first[0]) if first else None)
+    return (int(row["n"]) if row else 0), (store.ut(first["created_at"]) if first else None)
 
 
 # -- the listener ---------------------------------------------------------------------------

@@ -59,6 +59,7 @@ def migrate_sqlite(
 def migrate_postgres(dsn: str, m: Migrations, applied_at: str, target: int | None = None) -> int:
     """`migrate` in one transaction on a connection of its own (blocking: call it from a
     thread in async code)."""
+    # lazy: an embedded (SQLite-only) install never loads psycopg
     import psycopg
     from psycopg.rows import dict_row
 

@@ -1,15 +1,63 @@
 """A row read by column name. SQLite hands out `sqlite3.Row` (row_factory) and PostgreSQL a
-dict (psycopg's `dict_row`): both answer `row["state"]`, so a store reads its rows with one
-code path on both backends, and a column added or moved in a SELECT cannot shift another."""
+dict (psycopg's `dict_row`) or a `Record` (`named_row`, for code that also reads by
+position): all answer `row["state"]`, so a store reads its rows with one code path on both
+backends, and a column added or moved in a SELECT cannot shift another."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
-__all__ = ["NamedRow"]
+__all__ = ["NamedRow", "Record", "named_row"]
 
 
 class NamedRow(Protocol):
     """A result row indexed by its column's name (or `AS` alias)."""
 
     def __getitem__(self, key: str, /) -> Any: ...
+
+
+class Record:
+    """A PostgreSQL row as `sqlite3.Row` is one: by column name, and (for code not yet
+    reading by name) by position; iterating yields the values. Made by `named_row`."""
+
+    __slots__ = ("_index", "_values")
+
+    def __init__(self, values: Sequence[Any], index: Mapping[str, int]) -> None:
+        self._values = values
+        self._index = index
+
+    def __getitem__(self, key: str | int, /) -> Any:
+        if isinstance(key, str):
+            return self._values[self._index[key]]
+        return self._values[key]
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._values)
+
+    def keys(self) -> list[str]:
+        return list(self._index)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Record):
+            return tuple(self._values) == tuple(other._values)
+        return isinstance(other, tuple) and tuple(self._values) == other
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Record({dict(zip(self._index, self._values, strict=False))!r})"
+
+
+def named_row(cursor: Any) -> Callable[[Sequence[Any]], Record]:
+    """A psycopg row factory: `Record`s, the column index built once per result."""
+    desc = cursor.description
+    index = {} if desc is None else {c.name: i for i, c in enumerate(desc)}
+
+    def make(values: Sequence[Any]) -> Record:
+        return Record(values, index)
+
+    return make
