@@ -41,7 +41,7 @@ from envelopay.mail.garden_auth import (
 
 # The client side lives in mail.lmtp_client; these names stay importable from here.
 from envelopay.mail.lmtp_client import DeliveryResult, Endpoint, LmtpClient, Reply, deliver
-from envelopay.mail.maildir import deliver_file, ensure_maildir, mailbox_path
+from envelopay.mail.maildir import UnsafeMaildir, deliver_file, ensure_maildir, mailbox_path
 from envelopay.protocol.headers import HeaderRefusal, read_headers
 
 LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost")
@@ -518,7 +518,11 @@ class GardenServer:
             _log.warning("garden %s is OPEN (open_garden=True): no sender authenticates, any local "
                          "process may send From any of its addresses", self.hostname)
         for addr in self.addresses:
-            self._maildirs[addr] = ensure_maildir(self.maildir(addr))
+            try:
+                self._maildirs[addr] = ensure_maildir(self.maildir(addr))
+            except UnsafeMaildir as exc:  # one tampered folder must not keep the garden down
+                _log.warning("garden: %s: %s; deliveries to it are refused (451) until it is fixed",
+                             exc.filename, exc.strerror)
         cls = _lmtp_class()
         handler = _GardenHandler(self)
         loop = asyncio.get_running_loop()
@@ -576,11 +580,15 @@ class GardenServer:
         if self.trace_header:
             path = sender.strip("<>")
             data = f"Return-Path: <{path}>\r\nDelivered-To: {rcpt}\r\n".encode("ascii") + content
-        maildir = self._maildirs.get(rcpt) or ensure_maildir(self.maildir(rcpt))
         try:
+            maildir = self._maildirs.get(rcpt) or ensure_maildir(self.maildir(rcpt))
             # File creation and fsync can block for milliseconds on a busy disk; keep the
             # loop serving other connections meanwhile.
             target = await asyncio.to_thread(deliver_file, maildir, data, fsync=self.fsync)
+        except UnsafeMaildir as exc:  # nothing written through the link (maildir.open_maildir)
+            self.stats.failed += 1
+            _log.warning("garden: delivery to %s refused: %s: %s", rcpt, exc.filename, exc.strerror)
+            return False
         except OSError:
             self.stats.failed += 1
             return False

@@ -21,6 +21,13 @@ its tick doubles from `poll_interval` (10 ms) up to `poll_idle_max` (0.5 s), bac
 consumer calls `done()` after it has committed the message, which moves the file to
 cur/ with the Maildir ":2,<flags>" suffix; until then the message stays in new/ and a
 restarted pickup yields it again (nothing received is lost).
+
+An agent may be able to write its own Maildir, so every walk here refuses symlinks below
+the root: the address folder, tmp/ new/ cur/ and each message file are opened with
+O_NOFOLLOW, relative to the descriptor of the folder above (`open_maildir`), never by a
+path the kernel would resolve through a link. A symlinked folder raises `UnsafeMaildir`
+(delivery: the garden answers 451 and writes nothing); the pickup skips and reports it
+(`Pickup.skipped`). The root itself is the operator's and may be a link.
 """
 
 from __future__ import annotations
@@ -29,6 +36,8 @@ import asyncio
 import contextlib
 import ctypes
 import ctypes.util
+import errno
+import logging
 import os
 import socket
 import struct
@@ -42,6 +51,56 @@ from envelopay.mail.addresses import require_address
 from envelopay.mail.dir_stamps import DirStamps
 
 _SUBDIRS = ("tmp", "new", "cur")
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+_log = logging.getLogger("envelopay.garden")
+
+
+class UnsafeMaildir(OSError):
+    """A Maildir folder (the address folder, tmp/, new/ or cur/) is a symlink or not a
+    directory: refused, nothing done through it."""
+
+    def __init__(self, path: Path | str) -> None:
+        super().__init__(errno.ELOOP, "a symlink or not a directory; refused", str(path))
+
+
+def _open_below(name: str, dir_fd: int, shown: Path) -> int:
+    """The directory `name` inside `dir_fd`, never through a symlink."""
+    try:
+        return os.open(name, _DIR | os.O_NOFOLLOW, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise UnsafeMaildir(shown) from exc
+        raise
+
+
+def open_maildir(maildir: Path, *subs: str) -> list[int]:
+    """Descriptors of `maildir`'s `subs` (or of `maildir` itself, given none), each opened
+    relative to the one above without following a symlink: the address folder and its
+    subfolders are the agent's to tamper with; their parent (the root) is not."""
+    maildir = Path(maildir)
+    parent = os.open(maildir.parent, _DIR)
+    try:
+        box = _open_below(maildir.name, parent, maildir)
+    finally:
+        os.close(parent)
+    if not subs:
+        return [box]
+    fds: list[int] = []
+    try:
+        for sub in subs:
+            fds.append(_open_below(sub, box, maildir / sub))
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+    finally:
+        os.close(box)
+    return fds
+
+
+def _close(fds: list[int]) -> None:
+    for fd in fds:
+        os.close(fd)
 
 
 def mailbox_path(root: Path, address: str) -> Path:
@@ -50,9 +109,25 @@ def mailbox_path(root: Path, address: str) -> Path:
 
 
 def ensure_maildir(path: Path) -> Path:
-    """Create `path` and its tmp/new/cur (parents included); return `path`."""
-    for sub in _SUBDIRS:
-        (path / sub).mkdir(parents=True, exist_ok=True, mode=0o700)
+    """Create `path` and its tmp/new/cur (parents included); return `path`. A symlink
+    where the folder or a subfolder should be raises UnsafeMaildir (nothing is created
+    through it)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    parent = os.open(path.parent, _DIR)
+    try:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(path.name, 0o700, dir_fd=parent)
+        box = _open_below(path.name, parent, path)
+    finally:
+        os.close(parent)
+    try:
+        for sub in _SUBDIRS:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(sub, 0o700, dir_fd=box)
+            os.close(_open_below(sub, box, path / sub))
+    finally:
+        os.close(box)
     return path
 
 
@@ -77,43 +152,38 @@ _default_names = _Names()
 
 
 def deliver_file(maildir: Path, data: bytes, *, fsync: bool = True, names: _Names | None = None) -> Path:
-    """Write `data` into maildir/new atomically (tmp → link → new); return the new path."""
+    """Write `data` into maildir/new atomically (tmp → link → new); return the new path.
+    Every step is relative to descriptors opened without following symlinks
+    (`open_maildir`): a tampered Maildir raises UnsafeMaildir and nothing is written."""
     gen = names or _default_names
-    # Plain strings, not Path objects: this runs in a worker thread while the event loop
-    # wants the GIL, so its own Python work is kept small.
-    tmp_dir, new_dir = os.path.join(maildir, "tmp"), os.path.join(maildir, "new")
-    for _ in range(8):
-        name = gen.next()
-        tmp = os.path.join(tmp_dir, name)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            view = memoryview(data)
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
-            if fsync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        target = os.path.join(new_dir, name)
-        try:
-            os.link(tmp, target)
-        except FileExistsError:
-            os.unlink(tmp)
-            continue
-        os.unlink(tmp)
-        if fsync:
-            _fsync_dir(new_dir)
-        return Path(target)
-    raise OSError(f"could not find a unique Maildir name in {maildir}")
-
-
-def _fsync_dir(path: str | Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    fds = open_maildir(maildir, "tmp", "new")
+    tmp_dir, new_dir = fds
     try:
-        os.fsync(fd)
+        for _ in range(8):
+            name = gen.next()
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                         dir_fd=tmp_dir)
+            try:
+                view = memoryview(data)
+                while view:
+                    written = os.write(fd, view)
+                    view = view[written:]
+                if fsync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            try:
+                os.link(name, name, src_dir_fd=tmp_dir, dst_dir_fd=new_dir, follow_symlinks=False)
+            except FileExistsError:
+                os.unlink(name, dir_fd=tmp_dir)
+                continue
+            os.unlink(name, dir_fd=tmp_dir)
+            if fsync:
+                os.fsync(new_dir)
+            return Path(maildir, "new", name)
     finally:
-        os.close(fd)
+        _close(fds)
+    raise OSError(f"could not find a unique Maildir name in {maildir}")
 
 
 # ------------------------------------------------------------------- pickup
@@ -145,6 +215,8 @@ class Delivery:
 _IN_CREATE = 0x00000100
 _IN_MOVED_TO = 0x00000080
 _IN_Q_OVERFLOW = 0x00004000
+_IN_ONLYDIR = 0x01000000
+_IN_DONT_FOLLOW = 0x02000000
 _IN_NONBLOCK = 0o4000
 _IN_CLOEXEC = 0o2000000
 _EVENT = struct.Struct("iIII")
@@ -165,7 +237,8 @@ class _Inotify:
         self.watches: dict[int, Path] = {}
 
     def watch(self, directory: Path) -> None:
-        wd = self._add(self.fd, os.fsencode(directory), _IN_CREATE | _IN_MOVED_TO)
+        mask = _IN_CREATE | _IN_MOVED_TO | _IN_ONLYDIR | _IN_DONT_FOLLOW  # a symlinked new/ is not watched
+        wd = self._add(self.fd, os.fsencode(directory), mask)
         if wd < 0:
             raise OSError(ctypes.get_errno(), f"inotify_add_watch {directory} failed")
         self.watches[wd] = directory
@@ -223,10 +296,26 @@ class Pickup:
         self._poller: asyncio.Task[None] | None = None
         self._listed: dict[Path, int] = {}  # new/ mtime (ns) when the poll last listed it
         self.mode = "inotify"
+        self.skipped: list[str] = []  # symlinks refused (a folder or a message file), once each
+
+    def _skip(self, path: Path | str, why: str) -> None:
+        shown = f"{path}: {why}"
+        if shown not in self.skipped:
+            self.skipped.append(shown)
+            _log.warning("maildir pickup: skipped %s", shown)
 
     async def __aenter__(self) -> Pickup:
+        safe: list[Path] = []
         for d in self._dirs:
-            ensure_maildir(d)
+            try:
+                ensure_maildir(d)
+            except UnsafeMaildir as exc:
+                self._skip(exc.filename, "a symlink or not a directory")
+                continue
+            safe.append(d)
+        if not safe:
+            raise ConfigError(f"pickup: no Maildir it may read ({'; '.join(self.skipped)})")
+        self._dirs = safe
         if self._use_inotify:
             try:
                 self._notify = _Inotify()
@@ -273,14 +362,24 @@ class Pickup:
 
         None when the file is gone already: another process sharing this Maildir
         picked the same file up and moved it first (both handled it; the consumers are
-        idempotent), so there is nothing left to move."""
-        target = delivery.maildir / "cur" / f"{delivery.name}:2,{''.join(sorted(set(flags)))}"
+        idempotent), so there is nothing left to move. None too when new/ or cur/ has
+        become a symlink: the message stays in new/ (skipped, reported)."""
+        target = f"{delivery.name}:2,{''.join(sorted(set(flags)))}"
         self._pending.discard((delivery.maildir, delivery.name))
         try:
-            os.rename(delivery.path, target)
+            fds = open_maildir(delivery.maildir, "new", "cur")
+        except UnsafeMaildir as exc:
+            self._skip(exc.filename, "a symlink or not a directory")
+            return None
         except FileNotFoundError:
             return None
-        return target
+        try:
+            os.rename(delivery.name, target, src_dir_fd=fds[0], dst_dir_fd=fds[1])
+        except FileNotFoundError:
+            return None
+        finally:
+            _close(fds)
+        return delivery.maildir / "cur" / target
 
     def again(self, delivery: Delivery, after: float) -> None:
         """Offer a delivery left in new/ again in `after` seconds (if it is still there):
@@ -288,14 +387,35 @@ class Pickup:
         self._pending.discard((delivery.maildir, delivery.name))
         asyncio.get_running_loop().call_later(after, self._offer, delivery.maildir, delivery.name)
 
-    def _offer(self, maildir: Path, name: str) -> bool:
+    def _new(self, maildir: Path) -> int | None:
+        """A descriptor of maildir/new reached without a symlink, or None (skipped)."""
+        try:
+            return open_maildir(maildir, "new")[0]
+        except UnsafeMaildir as exc:
+            self._skip(exc.filename, "a symlink or not a directory")
+        except FileNotFoundError:
+            pass
+        return None
+
+    def _offer(self, maildir: Path, name: str, new: int | None = None) -> bool:
         key = (maildir, name)
         if key in self._pending or name.startswith("."):
             return False
+        held = new if new is not None else self._new(maildir)
+        if held is None:
+            return False
         try:
-            fd = os.open(os.path.join(maildir, "new", name), os.O_RDONLY)
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=held)
         except FileNotFoundError:  # already taken by another reader
             return False
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:
+                raise
+            self._skip(maildir / "new" / name, "a symlink, not a message")
+            return False
+        finally:
+            if new is None:
+                os.close(held)
         try:
             raw = _read_all(fd)
         finally:
@@ -304,14 +424,24 @@ class Pickup:
         self._queue.put_nowait(Delivery(maildir, name, raw))
         return True
 
+    def _list(self, maildir: Path) -> int:
+        """Offer every file in maildir/new (listed through a descriptor); how many."""
+        new = self._new(maildir)
+        if new is None:
+            return 0
+        try:
+            names = os.listdir(new)
+            if self._pending:
+                present = {(maildir, n) for n in names}
+                # Forget entries that left new/ by other means, so the set stays bounded.
+                self._pending = {k for k in self._pending if k[0] != maildir or k in present}
+            return sum(self._offer(maildir, n, new) for n in sorted(names))
+        finally:
+            os.close(new)
+
     def _scan(self) -> None:
         for d in self._dirs:
-            try:
-                names = sorted(os.listdir(d / "new"))
-            except FileNotFoundError:
-                continue
-            for name in names:
-                self._offer(d, name)
+            self._list(d)
 
     def _on_events(self) -> None:
         assert self._notify is not None
@@ -360,17 +490,8 @@ class Pickup:
             d = self._dirs[i]
             if listed.get(d) == mtime and mtime < racy_before:
                 continue
-            new = stamps.paths[i]
-            try:
-                names = os.listdir(new)
-            except FileNotFoundError:
-                continue
             listed[d] = mtime
-            present = {(d, n) for n in names}
-            # Forget entries that left new/ by other means, so the set stays bounded.
-            self._pending = {k for k in self._pending if k[0] != d or k in present}
-            for n in sorted(names):
-                offered += self._offer(d, n)
+            offered += self._list(d)
         return offered
 
 
