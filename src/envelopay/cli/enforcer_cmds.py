@@ -88,6 +88,9 @@ def register(app: typer.Typer) -> None:
         port: Annotated[int, typer.Option("--port", min=0, max=MAX_PORT, help="Loopback TCP port.")] = 8725,
         host: Annotated[str, typer.Option("--host", help="Loopback address to bind.")] = "127.0.0.1",
         socket: Annotated[Path | None, typer.Option("--socket", help="Listen on this Unix socket.")] = None,
+        console_port: Annotated[int | None, typer.Option(
+            "--console-port", min=1, max=65535,
+            help="With --socket: also serve on loopback at this port, for a browser's /console.")] = None,
         token_file: TokenFileOpt = Path(DEFAULT_TOKEN_FILE),
         smtp_host: Annotated[str | None, typer.Option("--smtp-host")] = None,
         smtp_port: Annotated[int, typer.Option("--smtp-port", min=1, max=MAX_PORT)] = 587,
@@ -135,7 +138,8 @@ def register(app: typer.Typer) -> None:
                 emit(ran("enforcer serve", listening=str(where), operator_token_file=str(token_file)))
 
         try:
-            _run(lambda: serve(launch, host=host, port=port, socket=socket, spend=spend, listening=listening))
+            _run(lambda: serve(launch, host=host, port=port, socket=socket, spend=spend, listening=listening,
+                               console_port=console_port))
         except OSError as exc:  # a port in use, a socket path we cannot bind
             fail(f"cannot listen: {exc.strerror or exc}", ENVIRONMENT)
 

@@ -140,12 +140,13 @@ async def serve(
     listening: Callable[[str], None] = lambda _: None,
     spend: SpendLaunch | None = None,
     finish_every: float = 5.0,
+    console_port: int | None = None,
 ) -> None:
     """Serve the enforcer until SIGINT or SIGTERM, then close the server, the SMTP link
     and the store. With the spend enforcer, in-flight payments are finished every
     `finish_every` seconds meanwhile (payment_finisher)."""
     # lazy: keeps aiohttp, cryptography, prometheus_client off this module's import
-    from envelopay.enforcer.server import start_server
+    from envelopay.enforcer.server import listen_tcp, start_server
 
     store, deliverer = launch.store, launch.deliverer
     await store.open()
@@ -159,6 +160,8 @@ async def serve(
     runner, where = await start_server(
         enforcer, host=host, port=port, path=str(socket) if socket else None, payments=payments
     )
+    if console_port is not None and socket is not None:  # a browser needs TCP: the console too
+        where = f"{where}; console at {await listen_tcp(runner, host, console_port)}/console"
     listening(where)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

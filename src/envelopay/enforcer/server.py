@@ -33,7 +33,7 @@ from envelopay.enforcer.payment_routes import (
 from envelopay.enforcer.requests import decode_send_body
 from envelopay.errors import StoreError, UsageError
 
-__all__ = ["build_app", "start_server"]
+__all__ = ["build_app", "listen_tcp", "start_server"]
 
 ENFORCER: web.AppKey[Enforcer] = web.AppKey("enforcer", Enforcer)
 SESSIONS: web.AppKey[dict[str, str]] = web.AppKey("sessions", dict)
@@ -387,10 +387,18 @@ async def start_server(
     if host not in ("127.0.0.1", "::1", "localhost"):
         await runner.cleanup()
         raise UsageError("the enforcer listens on loopback or a Unix socket only")
+    return runner, await listen_tcp(runner, host, port)
+
+
+async def listen_tcp(runner: web.AppRunner, host: str, port: int) -> str:
+    """Serve `runner`'s app on loopback `host:port` too (`enforcer serve --socket S
+    --console-port P`: agents on the socket, a browser on the console); its URL."""
+    if host not in ("127.0.0.1", "::1", "localhost"):
+        raise UsageError("the enforcer listens on loopback or a Unix socket only")
     tcp = web.TCPSite(runner, host, port)
     await tcp.start()
     server = tcp._server
     assert server is not None
     sockets = getattr(server, "sockets", None) or []
     bound = sockets[0].getsockname()[1] if sockets else port
-    return runner, f"http://{host}:{bound}"
+    return f"http://{host}:{bound}"
