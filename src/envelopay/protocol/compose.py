@@ -2,13 +2,15 @@
 
 Layout: headers (From, To, Subject `TYPE | note`, Date, Message-ID, threading,
 Auto-Submitted when automatic, X-Envelopay-Type), then multipart/mixed holding a
-multipart/alternative (text/plain that is the compact JSON object alone, on one
-line; text/html with the human note
-and the JSON for people's mail clients) and the same JSON as a top-level
-application/json part (base64: 7-bit safe and stable under DKIM). The text part has
-that shape for the simplest receiver: one that runs `json.loads` on the whole text
-body, or on the first line starting with `{` (the spec's own AgentMail example
-sends the JSON as the whole text body; SPEC.md "Composing"). Every header value is
+multipart/alternative (text/plain that is the JSON object alone, indented, `v`,
+`type` and the note first; text/html with the human note and the JSON for people's
+mail clients) and the same JSON, compact,
+as a top-level application/json part (base64: 7-bit safe and stable under DKIM). The
+text part has that shape for the simplest receiver, one that runs `json.loads` on the
+whole text body (the spec's own AgentMail example sends the JSON as the whole text
+body), and for a person in a terminal client, who reads one field a line; no line of
+it is a JSON object on its own, so a receiver that tries the first line starting with
+`{` first falls back to the whole text (SPEC.md "Composing"). Every header value is
 checked for CR/LF before any byte is produced. Output is a pure function of the input
 (the MIME boundary is derived from the content), so a resend of the same outbox row is
 byte-identical.
@@ -192,14 +194,25 @@ def _fold_ids(ids: Sequence[str]) -> str:
     return (_CRLF + " ").join(ids)
 
 
-def _plain_part(json_text: str) -> tuple[str, str]:
-    """(Content-Transfer-Encoding, encoded text) of the text/plain alternative: the
-    compact JSON alone, so a receiver that reads the raw part sees one JSON line too.
-    RFC 5322 section 2.1.1: a line MUST be at most 998 characters; longer (or non-ASCII)
-    JSON goes quoted-printable, whose soft line breaks decode back to the one line."""
-    if json_text.isascii() and len(json_text) <= _MAX_LINE and _BOUNDARY_PREFIX not in json_text:
-        return "7bit", json_text
-    return "quoted-printable", _qp(json_text)
+def _reading_order(wire: dict[str, Any]) -> dict[str, Any]:
+    """The object as a person reads it: `v`, `type`, then the human `note` (the sentence
+    under the subject), then the rest. The same object; only the order of keys differs."""
+    if "note" not in wire:
+        return wire
+    return {"v": wire["v"], "type": wire["type"], "note": wire["note"], **wire}
+
+
+def _plain_part(wire: dict[str, Any]) -> tuple[str, str]:
+    """(Content-Transfer-Encoding, encoded text) of the text/plain alternative: the JSON
+    alone, indented two spaces (issue 30: one long line is unreadable in mutt), so the
+    whole part is still one JSON document. RFC 5322 section 2.1.1: "Each line of
+    characters MUST be no more than 998 characters"; a longer line (a long string) or
+    non-ASCII text goes quoted-printable, whose soft breaks decode back to the same lines."""
+    text = _indented_json(_reading_order(wire))
+    lines = text.split("\n")
+    if text.isascii() and max(map(len, lines)) <= _MAX_LINE and _BOUNDARY_PREFIX not in text:
+        return "7bit", _CRLF.join(lines)
+    return "quoted-printable", _qp(text)
 
 
 def _qp(text: str) -> str:
@@ -244,7 +257,7 @@ def compose(out: Outbound) -> bytes:
     wire = _wire_dict(out.message)
     json_text = _compact_json(wire)
     json_bytes = json_text.encode("utf-8")
-    cte, text = _plain_part(json_text)
+    cte, text = _plain_part(wire)
     html_text = _html_part(out.message, subject, wire)
     b64 = base64.encodebytes(json_bytes).decode("ascii").replace("\n", _CRLF)
     digest = hashlib.sha256(message_id.encode() + json_bytes).hexdigest()[:32]
