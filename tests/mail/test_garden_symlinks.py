@@ -197,3 +197,21 @@ async def test_pickup_skips_a_linked_new_folder_and_reads_the_rest(world: World)
         got = await pickup.next(timeout=10)
         assert got.maildir == world.victim
         assert pickup.skipped == [f"{world.mallory / 'new'}: a symlink or not a directory"]
+
+
+async def test_the_devnet_garden_keeps_registering_agents_past_a_tampered_folder(world: World) -> None:
+    """The devnet's registry sync makes each new agent's Maildir: one planted link must not
+    stop the agents registered after it (nor raise out of the garden's refresh)."""
+    from envelopay.devnet.registry import AgentEntry, register_agent
+    from envelopay.devnet.run import _RegistrySync
+
+    home = world.root.parent / "home"
+    late = "late@garden.local"
+    mailbox_path(world.root, late).symlink_to(world.outside)  # planted before it registers
+    for who in (late, "next@garden.local"):
+        register_agent(home, AgentEntry(who, (who,)))
+    async with GardenServer(world.root, [V], accounts=[]) as garden:
+        _RegistrySync(home, garden, frozenset({V}))()
+        assert {late, "next@garden.local", V} <= garden.addresses
+        assert (mailbox_path(world.root, "next@garden.local") / "new").is_dir()
+    assert sorted(p.name for p in world.outside.iterdir()) == ["cur", "new", "tmp"]

@@ -22,7 +22,7 @@ from envelopay.devnet.state import DevnetState, pid_alive, read_state, state_pat
 from envelopay.errors import ConfigError
 from envelopay.mail.garden import GardenServer
 from envelopay.mail.garden_auth import file_stamp, load_accounts
-from envelopay.mail.maildir import ensure_maildir, mailbox_path
+from envelopay.mail.maildir import UnsafeMaildir, ensure_maildir, mailbox_path
 
 __all__ = ["DevnetOptions", "describe", "probe", "run_devnet", "start_detached", "stop_devnet"]
 
@@ -135,7 +135,10 @@ class _RegistrySync:
         entries = registry.agent_entries(self.home)
         addresses = registry.garden_addresses(entries) | self.always
         for address in addresses - self.garden.addresses:
-            ensure_maildir(mailbox_path(self.garden.root, address))
+            try:
+                ensure_maildir(mailbox_path(self.garden.root, address))
+            except UnsafeMaildir as exc:  # a planted symlink: deliveries to it get 451, others go on
+                _log.warning("devnet garden: %s: %s", exc.filename, exc.strerror)
         accounts = registry.garden_accounts(entries)
         extra = self.home / EXTRA_ACCOUNTS
         if extra.exists():
