@@ -330,12 +330,25 @@ def config_from_dict(data: Mapping[str, Any], *, base_dir: str | Path = ".") -> 
     return cfg
 
 
+_MOVED_HANDLERS = {
+    ("envelopay.agent.operations", "word_count"): "envelopay.worker.operations",
+    ("envelopay.agent.operations", "WordCount"): "envelopay.worker.operations",
+    ("envelopay.agent.operations", "digest"): "envelopay.worker.operations",
+    ("envelopay.agent.operations", "Digest"): "envelopay.worker.operations",
+    ("envelopay.agent.operations", "kv_get"): "envelopay.endpoints.reference",
+    ("envelopay.agent.operations", "KvGet"): "envelopay.endpoints.reference",
+}
+
+
 def resolve_ref(ref: str) -> Any:
     """Import 'module:name' from the LOCAL config. Only the operator's config names code;
     a received message can only pick one of the names resolved here."""
     if not _REF.match(ref):
         raise ConfigError(f"{ref!r} is not 'package.module:name'")
     module_name, attr = ref.split(":")
+    # Configs written by `envelopay init` before the rooms name the reference handlers'
+    # first home; that package is gone, their names are read where they live now.
+    module_name = _MOVED_HANDLERS.get((module_name, attr), module_name)
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
