@@ -64,9 +64,9 @@ class UnsafeMaildir(OSError):
 
 
 def _open_below(name: str, dir_fd: int, shown: Path) -> int:
-    """The directory `name` inside `dir_fd`, never through a symlink."""
+    """The directory `name` inside `dir_fd` (-1: a path), never through a symlink."""
     try:
-        return os.open(name, _DIR | os.O_NOFOLLOW, dir_fd=dir_fd)
+        return os.open(name, _DIR | os.O_NOFOLLOW, dir_fd=None if dir_fd < 0 else dir_fd)
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR):
             raise UnsafeMaildir(shown) from exc
@@ -78,11 +78,9 @@ def open_maildir(maildir: Path, *subs: str) -> list[int]:
     relative to the one above without following a symlink: the address folder and its
     subfolders are the agent's to tamper with; their parent (the root) is not."""
     maildir = Path(maildir)
-    parent = os.open(maildir.parent, _DIR)
-    try:
-        box = _open_below(maildir.name, parent, maildir)
-    finally:
-        os.close(parent)
+    # O_NOFOLLOW refuses a link in the last component only: the address folder. The
+    # path above it (the root) resolves as the operator set it up.
+    box = _open_below(str(maildir), -1, maildir) if maildir.name else os.open(maildir, _DIR)
     if not subs:
         return [box]
     fds: list[int] = []
