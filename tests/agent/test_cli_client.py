@@ -138,8 +138,23 @@ def test_pay_without_funds_fails_before_sending(pair: tuple[Path, Path]) -> None
     assert doc["exit"] == 3 and "nothing was sent" in doc["detail"]
 
 
-def test_conformance_against_our_own_worker(pair: tuple[Path, Path]) -> None:
-    _, ccfg = pair
+@pytest.fixture
+def pair_for_the_corpus(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    """As `pair`, with no limit on the worker's automatic answers to one peer: the live
+    corpus draws some 345 answers from the client, above the default `[answers] per_peer`
+    (300 an hour), past which a worker rightly holds its answers (SPEC.md "Live conformance")."""
+    wdir, cdir = _agents(tmp_path)
+    with (wdir / "envelopay.toml").open("a", encoding="utf-8") as f:
+        f.write("\n[answers]\nper_peer = 0\n")
+    cfg = load_config(wdir / "envelopay.toml")
+    assert cfg.answers.per_peer == 0
+    with served(lambda stop, ready: serve_worker(cfg, embedded_garden=True, echo=lambda _: None, stop=stop,
+                                                 ready=ready)):
+        yield wdir / "envelopay.toml", cdir / "envelopay.toml"
+
+
+def test_conformance_against_our_own_worker(pair_for_the_corpus: tuple[Path, Path]) -> None:
+    _, ccfg = pair_for_the_corpus
     res = runner.invoke(app, ["conformance", "--target", WORKER, "--config", str(ccfg)])
     last = res.output.strip().splitlines()[-1]
     assert re.fullmatch(r"\d+ passed, 0 failed", last), res.output[-3000:]
