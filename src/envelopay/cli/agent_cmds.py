@@ -5,7 +5,10 @@ Bad input → a message naming the field and exit code 2, before anything is sen
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import sys
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -40,6 +43,7 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOpt = False,
     ) -> None:
         """Write a configuration with local defaults and generate DKIM and wallet keys."""
+        # lazy: the command's room loads when it runs, not at CLI start
         from envelopay.node.init import init_agent, init_devnet_agent
 
         funded: list[str] = []
@@ -73,14 +77,11 @@ def _register_demo(app: typer.Typer) -> None:
 
         First contact with USDC on Solana and on Base, one OFFER→ACCEPT, and five attacks
         that must fail (one of them an insider the garden refuses). Exit 0 only if every expectation held."""
-        import asyncio
-        import sys
-        import tempfile
-
+        # lazy: keeps rich off this module's import
         from rich.console import Console
         from rich.table import Table
 
-        from envelopay.client.demo import Row, run_demo
+        from envelopay.client.demo import Row, run_demo  # lazy: keeps cryptography off this module's import
 
         # Wide enough for the table when the output is a file or a pipe; under --json
         # the table goes to stderr and stdout holds the one document.
@@ -136,7 +137,7 @@ _Metrics = Annotated[str | None, typer.Option(
 
 
 def _load(config: Path) -> WorkerConfig:
-    from envelopay.config import load_config
+    from envelopay.config import load_config  # lazy: the command's room loads when it runs, not at CLI start
 
     return load_config(config)
 
@@ -153,8 +154,7 @@ def _register_worker(app: typer.Typer) -> None:
         """Answer WHICH, ORDER, PAY and OFFER at the configured address until interrupted.
         Each message handled is one line on stderr, and a summary at stop.
         With --json: one document on stdout once it serves; the log goes to stderr."""
-        import asyncio
-
+        # lazy: keeps aiohttp, cryptography, prometheus_client off this module's import
         from envelopay.node.metrics import metrics_endpoint
         from envelopay.node.serve import serve_worker
 
@@ -199,7 +199,7 @@ def _register_call(app: typer.Typer) -> None:
              timeout: _Timeout = 60.0, as_json: JsonOpt = False) -> None:
         """Call an email-as-tool endpoint (e.g. kv@garden.local) and print its reply as JSON
         (always; --json is accepted for the uniform contract)."""
-        from envelopay.client import commands as c
+        from envelopay.client import commands as c  # lazy: keeps cryptography off this module's import
 
         with answers(as_json=True):
             to = c.check_address(address)

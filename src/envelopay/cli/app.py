@@ -13,6 +13,7 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
+from envelopay import __version__
 from envelopay.cli import (
     agent_cmds,
     client_cmds,
@@ -103,8 +104,6 @@ def _root() -> None:
 @app.command("version")
 def version(as_json: JsonOpt = False) -> None:
     """Print the envelopay version."""
-    from envelopay import __version__
-
     emit_or_say(as_json, ran("version", version=__version__), __version__)
 
 

@@ -22,6 +22,7 @@ T = TypeVar("T")
 
 def ask(where: OperatorOptions, call: Callable[[SpendOperatorClient], Awaitable[T]]) -> T:
     """One session with the enforcer's operator API (the send and the spend side)."""
+    # lazy: keeps httpx off this module's import
     from envelopay.enforcer.launch import operator_token
     from envelopay.enforcer.payment_client import SpendOperatorClient
 

@@ -163,6 +163,7 @@ def table(
     empty: str | None = None,
 ) -> None:
     """A rich table on stdout; `overflow` folds long cells instead of cutting them."""
+    # lazy: keeps rich off this module's import
     from rich.console import Console
     from rich.table import Table
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -11,6 +12,8 @@ import typer
 
 from envelopay.cli.options import JsonOpt
 from envelopay.cli.output import FAILED, OK, answers, emit, fail, finish, ran
+from envelopay.protocol.compose import compose_message, message_json
+from envelopay.protocol.parse import ParseOptions, parse
 
 
 def register(app: typer.Typer) -> None:
@@ -28,8 +31,6 @@ def register(app: typer.Typer) -> None:
         ] = "strict",
     ) -> None:
         """Parse one message and say what a receiver makes of it (exit 0 for any message)."""
-        from envelopay.protocol.parse import ParseOptions, parse
-
         if profile not in ("strict", "lenient"):
             fail(f"--profile: {profile!r} is not strict or lenient")
 
@@ -67,8 +68,6 @@ def register(app: typer.Typer) -> None:
         for warning in parsed.warnings:
             typer.echo(f"  warning:    {warning}")
         if parsed.message is not None:
-            from envelopay.protocol.compose import message_json
-
             typer.echo(message_json(parsed.message, indent=2))
 
     @app.command("compose")
@@ -112,15 +111,14 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Compose a message from options or a JSON file and write the .eml (--json: one
         document with its Message-ID, and the .eml itself when there is no --out)."""
-        from datetime import UTC, datetime
-
-        from envelopay.protocol.compose import compose_message
+        # lazy: the command's room loads when it runs, not at CLI start
         from envelopay.protocol.fields import message_from_fields, message_type
 
         with answers():
             kind = message_type(type_)
         data: dict[str, Any] = {}
         if json_file is not None:
+            # lazy: the command's room loads when it runs, not at CLI start
             from envelopay.protocol import outside_json
 
             try:
@@ -193,6 +191,7 @@ def register(app: typer.Typer) -> None:
         if profile not in ("strict", "lenient"):
             fail(f"--profile: {profile!r} is not strict or lenient")
         if target is not None:
+            # lazy: the command's room loads when it runs, not at CLI start
             from envelopay.client.live_conformance import run_live
 
             lines: list[str] = []  # under --json the report's lines go to stderr, and into the document
@@ -205,6 +204,7 @@ def register(app: typer.Typer) -> None:
             if as_json:
                 emit(ran("conformance", code, target=target, lines=lines))
             raise typer.Exit(code)
+        # lazy: the command's room loads when it runs, not at CLI start
         from envelopay.testing.conformance import load_manifest, run_manifest
 
         try:

@@ -48,6 +48,7 @@ def policy_from_options(
     require_invoice: bool | None,
 ) -> dict[str, Any]:
     """The spend policy document with the options applied (each given field replaces)."""
+    # lazy: keeps httpx off this module's import
     from envelopay.enforcer.spend import SpendPolicy, parse_spend
 
     try:
@@ -78,6 +79,7 @@ def wallet_specs(specs: Sequence[str]) -> list[tuple[str, str | None]]:
 
 
 def describe_policy(doc: dict[str, Any]) -> list[str]:
+    # lazy: keeps httpx off this module's import
     from envelopay.enforcer.spend import SpendLimit, format_spend
 
     lines = [

@@ -31,12 +31,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from envelopay import dkim
 from envelopay.config import WorkerConfig, config_from_dict
 from envelopay.devnet.plugins import LocalWallet, dev_chain
 from envelopay.engine import BaseApplication, Notice, Outcome
-from envelopay.mail.garden_auth import load_accounts
+from envelopay.mail.garden import GardenServer, deliver
+from envelopay.mail.garden_auth import account_with, load_accounts, put_account, write_secret
 from envelopay.mail.maildir import mailbox_path
 from envelopay.node.wiring import build_node
+from envelopay.protocol.compose import compose_message
 from envelopay.protocol.messages import (
     Fulfill,
     Give,
@@ -50,6 +53,7 @@ from envelopay.protocol.messages import (
     Which,
 )
 from envelopay.rails.interface import Rail
+from envelopay.rails.registry import make
 
 __all__ = ["DemoResult", "DemoWorld", "Row", "run_demo"]
 
@@ -141,10 +145,6 @@ class DemoWorld:
 
     # -- set-up ----------------------------------------------------------------------
     async def setup(self) -> None:
-        from envelopay import dkim
-        from envelopay.mail.garden import GardenServer
-        from envelopay.rails.registry import make
-
         # In-process chains, from the rail distributions' dev chains (entry points).
         self.sol = dev_chain("solana").local()
         self.base = dev_chain("base").local()
@@ -241,8 +241,6 @@ class DemoWorld:
         """Each agent's garden secret (keys/<who>.garden, 0600) and the accounts file the
         garden checks them against (its hashes only); a garden in another process is
         started with this file (`envelopay garden serve --accounts`)."""
-        from envelopay.mail.garden_auth import account_with, put_account, write_secret
-
         path = self.workdir / "garden-accounts.json"
         for who in (BUYER, WORKER, MALLORY):
             secret = write_secret(self.workdir / "keys" / f"{who.split('@')[0]}.garden")
@@ -397,10 +395,6 @@ class DemoWorld:
         from the buyer, signed with the buyer's key (a misbehaving buyer), or, forged, from
         Mallory (the garden lets her send only as herself) signed with her key under the
         buyer's selector, a signature that cannot verify."""
-        from envelopay import dkim
-        from envelopay.mail.garden import deliver
-        from envelopay.protocol.compose import compose_message
-
         sender = MALLORY if forged else BUYER
         raw, mid = compose_message(pay, sender=sender, recipient=WORKER, domain=DOMAIN, now=self.clock())
         key = self.mallory_key if forged else self.buyer_key
@@ -412,10 +406,6 @@ class DemoWorld:
         """Mallory, a garden insider authenticated as herself, sends a PAY "From" the buyer
         (signed by the buyer's key even: DKIM could not tell them apart). The garden must
         refuse it, with its code, and the worker must never see it."""
-        from envelopay import dkim
-        from envelopay.mail.garden import deliver
-        from envelopay.protocol.compose import compose_message
-
         raw, mid = compose_message(pay, sender=BUYER, recipient=WORKER, domain=DOMAIN, now=self.clock())
         signed = dkim.sign(raw, selector="buyer", domain=DOMAIN, key=self.buyer_key)
         creds = (MALLORY, self.secrets[MALLORY])

@@ -32,7 +32,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from envelopay.config import load_config
+from envelopay.errors import ConfigError, TransportError, UsageError
+from envelopay.mail.addresses import Address, parse_address, require_address
+from envelopay.mail.maildir import Pickup, mailbox_path
+from envelopay.protocol.parse import parse
 from envelopay.protocol.parsed import Parsed
+from envelopay.testing.conformance import load_manifest
 
 __all__ = ["Verdict", "judge", "prepare", "run_live", "run_live_async"]
 
@@ -56,8 +62,6 @@ def _split(raw: bytes) -> tuple[list[tuple[bytes, bytes]], bytes, bytes]:
 
 
 def _from_ok(text: bytes) -> bool:
-    from envelopay.mail.addresses import Address, parse_address
-
     value = text.split(b":", 1)[1].strip().decode("ascii", "replace") if b":" in text else ""
     return isinstance(parse_address(value, allow_display_name=True), Address)
 
@@ -159,9 +163,8 @@ async def run_live_async(
     echo: Callable[[str], Any] = print,
 ) -> tuple[list[Verdict], int]:
     """Send every vector, collect replies by In-Reply-To, judge. Returns (verdicts, skipped)."""
+    # lazy: keeps cryptography off this module's import
     from envelopay.engine.transport import DeliveryRefused
-    from envelopay.mail.maildir import Pickup
-    from envelopay.protocol.parse import parse
 
     sent: dict[str, tuple[Any, bool]] = {}
     refused: list[Verdict] = []
@@ -233,13 +236,9 @@ def _expects_reply(expect: Mapping[str, Any], single_from: bool) -> bool:
 
 def run_live(target: str, config: str, *, timeout: float = 120.0, echo: Callable[[str], Any] = print) -> int:
     """`envelopay conformance --target` (exit code: 0 all passed, 1 some failed, 2 bad input)."""
-    from envelopay.config import load_config
+    # lazy: keeps cryptography off this module's import
     from envelopay.engine.outbox import dkim_signer
-    from envelopay.errors import ConfigError, TransportError, UsageError
-    from envelopay.mail.addresses import require_address
-    from envelopay.mail.maildir import mailbox_path
     from envelopay.node.wiring import garden_transport
-    from envelopay.testing.conformance import load_manifest
 
     try:
         to = require_address(target, field="--target").lower()

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from envelopay.config import WorkerConfig
 from envelopay.errors import UsageError
+from envelopay.protocol.codes import OopsCode
 
 if TYPE_CHECKING:
     from envelopay.ledger.store import FlowRecord, Store
@@ -35,7 +36,7 @@ class PayTerms:
 
 
 def _open(cfg: WorkerConfig) -> Store:
-    from envelopay.node.wiring import open_store
+    from envelopay.node.wiring import open_store  # lazy: keeps cryptography off this module's import
 
     return open_store(cfg.agent.ledger, Path(cfg.base_dir))
 
@@ -112,8 +113,6 @@ def fresh_methods(
 
 def oops_code(code: str) -> str:
     """--code: one of the OOPS codes SPEC.md lists (the spec's six and our extensions)."""
-    from envelopay.protocol.codes import OopsCode
-
     known = {c.value for c in OopsCode}
     if code not in known:
         raise UsageError(f"--code: {code!r} is not an OOPS code; one of: {', '.join(sorted(known))}")

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from envelopay.protocol.compose import message_json
 from envelopay.protocol.messages import Accept, Message, Offer, Oops, Pay
 
 if TYPE_CHECKING:
@@ -51,8 +52,6 @@ def paid_of(message: Message, recipient: str | None = None) -> dict[str, Any] | 
 
 
 def _wire(message: Message) -> dict[str, Any]:
-    from envelopay.protocol.compose import message_json
-
     doc: dict[str, Any] = json.loads(message_json(message))
     return doc
 
