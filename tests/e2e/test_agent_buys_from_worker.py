@@ -299,6 +299,22 @@ async def test_pay_contradicting_its_invoice_is_blocked(world: World, buyer: Age
     moved_once(money, before, 0)
 
 
+@pytest.mark.parametrize("chain", [SOL, BASE])
+async def test_empty_wallet_names_envelopay_fund(world: World, chain: str) -> None:
+    """A restarted devnet leaves the agents' wallets empty: the payment fails
+    insufficient_funds, nothing moves, and the reason names the command that funds it."""
+    broke = world.create_agent(f"broke-{chain.split('-')[0]}", *LIMITS, usdc=None)
+    money = Money(world, chain, broke)
+    before = money.read()
+    async with world.mcp(broke) as m:
+        failed = await m.call("pay", {"to": WORKER, "amount": str(PRICE), "token": "USDC", "chain": chain,
+                                      "wallet": world.worker_wallets[chain], "idempotency_key": "broke"})
+        assert (failed["status"], failed["code"]) == ("failed", "insufficient_funds"), failed
+        assert f"envelopay fund {broke.wallets[chain]}" in failed["reason"], failed
+        assert not failed.get("message_id"), failed  # no PAY went out
+    moved_once(money, before, 0)
+
+
 def test_agent_environment_is_copyable(world: World, buyer: Agent) -> None:
     """What `agent create --devnet` printed works as copied: exported, an absolute socket
     path, the agent's garden Maildir (the garden's per-address folder)."""

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from envelopay.errors import UsageError
+from envelopay.errors import RailError, UsageError
 from envelopay.rails.interface import AssetInfo
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "SignedPayment",
     "await_confirmation",
     "check_payment",
+    "short_of_funds",
     "tx_proof",
 ]
 
@@ -134,6 +135,15 @@ async def await_confirmation(
         if loop.time() >= deadline:
             return "sent", "not yet confirmed"
         await asyncio.sleep(poll)
+
+
+def short_of_funds(chain: str, wallet: str, detail: str, *, native: str) -> RailError:
+    """insufficient_funds for `wallet`. On a local chain (the devnet's) it names the command
+    that funds it: a restarted devnet starts every wallet empty, and the agent's operator
+    meets this error first. `native` is `envelopay fund`'s option for the chain's coin."""
+    if chain.endswith("-local"):
+        detail += f"; on the devnet, fund the wallet: envelopay fund {wallet} {native} 1 --usdc 10"
+    return RailError("insufficient_funds", detail)
 
 
 def tx_proof(tx_id: str) -> Mapping[str, Any]:

@@ -25,6 +25,7 @@ from envelopay.rails.custodial import (
     SignedPayment,
     await_confirmation,
     check_payment,
+    short_of_funds,
     tx_proof,
 )
 from envelopay.rails.interface import AssetInfo
@@ -128,17 +129,17 @@ class SolanaPayer:
             if asset.native:
                 sol, exists = local.balance(me), local.account_exists(to)
                 if sol < amount + txb.SIGNATURE_FEE:
-                    raise RailError("insufficient_funds", f"balance {sol} lamports, need {amount} + fee")
+                    raise self._short(me, f"balance {sol} lamports, need {amount} + fee")
                 _check_new_account_rent(amount, exists)
                 return
             sol, have = local.balance(me), local.token_balance(txb.ata(me, asset))
-            self._funds(asset, amount, sol, have, local.account_exists(txb.ata(to, asset)))
+            self._funds(me, asset, amount, sol, have, local.account_exists(txb.ata(to, asset)))
             return
         try:
             if asset.native:
                 sol, exists = await asyncio.gather(self._sol(me), self._exists(to))
                 if sol < amount + txb.SIGNATURE_FEE:
-                    raise RailError("insufficient_funds", f"balance {sol} lamports, need {amount} + fee")
+                    raise self._short(me, f"balance {sol} lamports, need {amount} + fee")
                 _check_new_account_rent(amount, exists)
                 return
             sol, have, exists = await asyncio.gather(
@@ -146,14 +147,18 @@ class SolanaPayer:
             )
         except RpcError as exc:
             raise RailError("rpc_unavailable", exc.message) from exc
-        self._funds(asset, amount, sol, have, exists)
+        self._funds(me, asset, amount, sol, have, exists)
 
-    @staticmethod
-    def _funds(asset: AssetInfo, amount: int, sol: int, have: int | None, exists: bool) -> None:
+    def _short(self, me: Pubkey, detail: str) -> RailError:
+        return short_of_funds(self.chain, str(me), detail, native="--sol")
+
+    def _funds(
+        self, me: Pubkey, asset: AssetInfo, amount: int, sol: int, have: int | None, exists: bool
+    ) -> None:
         if (have or 0) < amount:
-            raise RailError("insufficient_funds", f"{asset.symbol} balance {have or 0}, need {amount}")
+            raise self._short(me, f"{asset.symbol} balance {have or 0}, need {amount}")
         if sol < txb.SIGNATURE_FEE + (0 if exists else TOKEN_ACCOUNT_RENT):
-            raise RailError("insufficient_funds", "not enough SOL for fee and recipient's account")
+            raise self._short(me, "not enough SOL for fee and recipient's account")
 
     # -- broadcast and look up ----------------------------------------------------------
 
