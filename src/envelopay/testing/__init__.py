@@ -1,1 +1,33 @@
-"""envelopay.testing"""
+"""envelopay.testing: public check kits any implementation can run against its own parts.
+
+- `check_rail(factory)`: a payment rail (envelopay.testing.rails);
+- `check_store(factory)`: a ledger Store (envelopay.testing.store);
+- `check_send_store(factory)`: the enforcer's send store (envelopay.testing.send_store);
+- `check_payment_store(factory)`: the enforcer's spend store (envelopay.testing.payment_store);
+- `check_mailbox_store(factory)`: the agent mailbox index (envelopay.testing.mailbox_store).
+
+Each is loaded when first named, so importing one kit (or `testing.conformance`) does not
+load the others' stores.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__all__ = ["check_mailbox_store", "check_payment_store", "check_rail", "check_send_store", "check_store"]
+
+_HOME = {
+    "check_rail": "envelopay.testing.rails",
+    "check_store": "envelopay.testing.store",
+    "check_send_store": "envelopay.testing.send_store",
+    "check_payment_store": "envelopay.testing.payment_store",
+    "check_mailbox_store": "envelopay.testing.mailbox_store",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module 'envelopay.testing' has no attribute {name!r}")
+    return getattr(importlib.import_module(home), name)
