@@ -287,6 +287,9 @@ async def worker_role(setup: dict[str, Any]) -> None:
         "tasks": [{"name": "word_count", "handler": "envelopay.worker.operations:word_count",
                    "schema": "envelopay.worker.operations:WordCount", "price": str(PRICE)}],
         "wallets": {"solana-local": wallet},
+        # The load generator is one peer that draws thousands of answers an hour by design:
+        # RFC 3834's per-peer rate limit (300 an hour by default) would hold them.
+        "answers": {"per_peer": 0, "per_thread": 0},
     }), base_dir=workdir)
     node = build_node(cfg, rails={"solana-local": _rpc_rail(setup["rpc_url"], setup["worker_keypair"])})
     log = None
