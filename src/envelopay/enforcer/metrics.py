@@ -78,14 +78,24 @@ class EnforcerMetrics:
                                  buckets=_BUCKETS, registry=r)
         self.state = StateCollector(store, payments=payments, clock=clock)
         r.register(self.state)
+        # labels() takes the family's lock and builds its key at each call: the route
+        # keeps each child it met (types x dispositions and codes are closed sets).
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+
+    def _child(self, family: Counter, *labels: str) -> Any:
+        key = (id(family), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = family.labels(*labels)
+        return child
 
     def answered(self, body: Mapping[str, Any] | None, disposition: Disposition, seconds: float) -> None:
         """Count one answered send request (the route calls this; `body` None: unreadable)."""
         kind = body.get("type") if body is not None else None
         label = "none" if kind is None else kind if isinstance(kind, str) and kind in _TYPES else "other"
-        self.sends.labels(label, disposition.status).inc()
+        self._child(self.sends, label, disposition.status).inc()
         if disposition.status == "blocked":
-            self.refused.labels(disposition.code or "none").inc()
+            self._child(self.refused, disposition.code or "none").inc()
         self.seconds.observe(seconds)
 
     async def exposition(self) -> bytes:

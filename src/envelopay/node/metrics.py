@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
@@ -56,22 +57,32 @@ class WorkerMetrics:
         self.proof = Histogram("envelopay_worker_proof_verification_seconds", "One payment proof verified"
                                " by its rail, by chain.", ["chain"], buckets=_BUCKETS, registry=r)
         r.register(OutboxCollector(store, address.lower(), clock))
+        # labels() takes the family's lock and builds its key at each call: the hot path
+        # keeps each child it met (the label sets are few: types x outcomes, codes, chains).
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+
+    def _child(self, family: Counter | Histogram, *labels: str) -> Any:
+        key = (id(family), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = family.labels(*labels)
+        return child
 
     def __call__(self, handled: Handled) -> None:
         """Count one handled message (AgentNode.watch)."""
         outcome = handled.outcome
         kind = handled.type if handled.type in _TYPES else "none"
-        self.messages.labels(kind, outcome.status).inc()
+        self._child(self.messages, kind, outcome.status).inc()
         if outcome.oops is not None:
-            self.oops.labels(outcome.oops.value).inc()
+            self._child(self.oops, outcome.oops.value).inc()
         got = handled.received
         if got is not None:
-            self.received.labels(got.chain, got.token).inc(got.amount)
+            self._child(self.received, got.chain, got.token).inc(got.amount)
         self.handling.observe(handled.seconds)
         if handled.dkim_seconds is not None:
             self.dkim.observe(handled.dkim_seconds)
         for chain, seconds in handled.proofs:
-            self.proof.labels(chain).observe(seconds)
+            self._child(self.proof, chain).observe(seconds)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
