@@ -417,7 +417,7 @@ def _register_garden(app: typer.Typer) -> None:
         max_connections: Annotated[int, typer.Option(help="Logged-in connections at once.")] = 64,
         max_unauthenticated: Annotated[
             int, typer.Option(help="Connections not logged in at once; one more closes the oldest.")
-        ] = 16,
+        ] = 64,
         as_json: JsonOpt = False,
     ) -> None:
         """Run the garden's LMTP server until interrupted (SIGINT / SIGTERM). Every sender

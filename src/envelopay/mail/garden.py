@@ -426,7 +426,7 @@ class GardenServer:
         idle_timeout: float = 60.0,
         max_connections: int = 64,
         login_timeout: float = 10.0,
-        max_unauthenticated: int = 16,
+        max_unauthenticated: int = 64,
     ) -> None:
         if unix_path is None and host not in LOOPBACK_HOSTS:
             try:
