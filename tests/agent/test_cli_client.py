@@ -64,6 +64,9 @@ def test_which_order_free_and_priced_then_flows_and_show(pair: tuple[Path, Path]
     res = runner.invoke(app, ["order", WORKER, "--task", task, "-c", str(ccfg), "--wait", "--timeout", "60"])
     assert res.exit_code == 0, res.output
     assert "received INVOICE" in res.output and '"chain": "base-local"' in res.output
+    # The summary reads the amount in the asset's units (issue 30); the JSON keeps the units.
+    assert "the INVOICE asks 0.25 USDC (250000 units) on base-local" in res.output
+    assert '"note": "word_count: 0.25 USDC on base-local"' in res.output
     flow = re.search(r"flow (flow_\w+)", res.output)
     assert flow is not None
 

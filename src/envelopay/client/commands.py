@@ -346,7 +346,8 @@ def execute(
         check_timeout(timeout)
     done = run(cfg, act, wait=wait, timeout=timeout, progress=progress, then=then)
     return client_report(command, done, timeout=timeout, overrides=overrides,
-                         recipient=recipient or done.paid_to, checked=checked or None)
+                         recipient=recipient or done.paid_to, checked=checked or None,
+                         decimals=config_decimals(cfg))
 
 
 def flows(cfg: WorkerConfig, limit: int, after: str | None = None) -> tuple[list[FlowRecord], str | None]:
