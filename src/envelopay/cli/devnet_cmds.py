@@ -48,6 +48,7 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOpt = False,
     ) -> None:
         """Start the devnet (in the foreground: Ctrl-C stops it; `envelopay devnet down` stops either)."""
+        # lazy: the command's room loads when it runs, not at CLI start
         from envelopay.devnet.run import DevnetOptions, describe, run_devnet, start_detached
         from envelopay.devnet.state import devnet_home
         if base_node not in ("auto", "anvil", "eth-tester"):
@@ -74,6 +75,7 @@ def register(app: typer.Typer) -> None:
         def echo(line: str) -> None:
             typer.echo(line, err=as_json)
             if as_json and line.startswith("devnet up"):  # the one document: it is up, and where
+                # lazy: the command's room loads when it runs, not at CLI start
                 from envelopay.devnet.state import read_state
 
                 emit(ran("devnet up", state=read_state(where).to_json(), detached=False))
@@ -87,6 +89,7 @@ def register(app: typer.Typer) -> None:
     @devnet.command("down")
     def down(home: _Home = None, as_json: JsonOpt = False) -> None:
         """Stop the running devnet and wait until it has stopped."""
+        # lazy: the command's room loads when it runs, not at CLI start
         from envelopay.devnet.run import stop_devnet
         from envelopay.devnet.state import devnet_home
 
@@ -97,6 +100,7 @@ def register(app: typer.Typer) -> None:
     @devnet.command("status")
     def status(home: _Home = None, as_json: JsonOpt = False) -> None:
         """Say what runs where and whether each service answers (exit 3 if one does not)."""
+        # lazy: the command's room loads when it runs, not at CLI start
         from envelopay.devnet.run import describe, probe
         from envelopay.devnet.state import devnet_home, read_state
 
@@ -118,6 +122,7 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOpt = False,
     ) -> None:
         """Fund a wallet from the devnet's faucet (the devnet only; never a real chain)."""
+        # lazy: the command's room loads when it runs, not at CLI start
         from envelopay.devnet.fund import fund, plan_funding
         from envelopay.devnet.state import devnet_home, read_state
 

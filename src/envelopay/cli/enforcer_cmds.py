@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shlex
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -65,7 +66,7 @@ def _store(db: str) -> Any:
     """The store --db names, not yet opened. Every command taking --db reads it the same
     way: a URL of no store we know is bad input (2, naming --db); a store that does not
     open or answer is the environment (3, EXIT_CODES)."""
-    from envelopay.enforcer.store import open_store
+    from envelopay.enforcer.store import open_store  # lazy: keeps httpx off this module's import
 
     try:
         return open_store(db)
@@ -114,6 +115,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run the enforcer: the only holder of the SMTP credential, the DKIM key and the
         agents' wallet keys."""
+        # lazy: keeps cryptography, httpx off this module's import
         from envelopay.enforcer.launch import prepare, serve
         from envelopay.enforcer.spend_launch import prepare_spend
         from envelopay.node.wiring import dns_setup
@@ -153,8 +155,7 @@ def register(app: typer.Typer) -> None:
         past cap and spend counters; compact finished payments (kept: what answers a retry
         and refuses a second payment of an INVOICE). Runs beside a serving enforcer (short
         statements on the same store)."""
-        import time
-
+        # lazy: keeps cryptography, httpx off this module's import
         from envelopay.enforcer.retention import compact_enforcer
 
         store = _store(db)
@@ -182,6 +183,7 @@ def register(app: typer.Typer) -> None:
         """MCP server (stdio) for an agent: send protocol messages, check inbox and status.
         Configured by $ENVELOPAY_ENFORCER, $ENVELOPAY_AGENT_TOKEN, $ENVELOPAY_AGENT_ADDRESS and
         optionally $ENVELOPAY_AGENT_MAILDIR."""
+        # lazy: keeps httpx off this module's import
         from envelopay.enforcer.mcp_server import config_from_env, run_stdio
 
         with answers():  # the environment configures it: a ConfigError is exit 3
@@ -217,6 +219,7 @@ def _register_agents(agent_app: typer.Typer) -> None:
         policy = policy_from_options({}, spend or [], payee or [], payee_wallet or [], require_invoice) \
             if spends else None
         if devnet:  # before the agent exists: no devnet, no agent half made
+            # lazy: the command's room loads when it runs, not at CLI start
             from envelopay.devnet.state import read_state
 
             with answers():
@@ -269,6 +272,7 @@ def absolute_enforcer(url: str) -> str:
 def _admit_on_devnet(address: str, made: list[dict[str, Any]], lines: list[str]) -> dict[str, object]:
     """The agent's garden mailbox on the devnet, and the enforcer's garden account let
     send as it (devnet/leash.py); what was done is added to `lines`."""
+    # lazy: the command's room loads when it runs, not at CLI start
     from envelopay.devnet.leash import admit_leashed_agent
 
     user = os.environ.get("ENVELOPAY_GARDEN_USER") or "enforcer"

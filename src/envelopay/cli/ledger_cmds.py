@@ -35,6 +35,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Retention: age out sent outbox rows, settled calls and the log of idle flows;
         keep spent proofs, (sender, id) pairs and Message-ID claims. Online."""
+        # lazy: keeps cryptography off this module's import; the command's room loads when it runs
         from envelopay.config import load_config
         from envelopay.ledger._sql import SqlStore
         from envelopay.ledger.retention import compact_ledger

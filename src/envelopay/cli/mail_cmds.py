@@ -4,8 +4,14 @@ Exit codes by cli/output.EXIT_CODES; `garden serve --json` prints one document o
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
+import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -33,6 +39,7 @@ from envelopay.cli.output import (
     ran,
     table,
 )
+from envelopay.errors import ConfigError
 
 if TYPE_CHECKING:
     from envelopay.mail.contacts import Contact, ContactBook
@@ -60,6 +67,7 @@ def _register_mail(app: typer.Typer) -> None:
 @contextmanager
 def _opened(where: MailboxOptions) -> Iterator[Mailbox]:
     """The chosen mailbox; a refusal answers with its code and field (EXIT_CODES)."""
+    # lazy: the command's room loads when it runs, not at CLI start
     from envelopay.node.agent_mailbox import open_agent_mailbox
 
     with answers(as_json=where.as_json), \
@@ -77,7 +85,7 @@ def _show(records: list[MailRecord], as_json: bool, *, with_body: bool = False, 
 
 
 def _show_bodies(records: list[MailRecord]) -> None:
-    from rich.console import Console
+    from rich.console import Console  # lazy: keeps rich off this module's import
 
     console = Console(soft_wrap=False, width=max(100, Console().width))
 
@@ -99,7 +107,7 @@ def _show_bodies(records: list[MailRecord]) -> None:
 
 
 def _show_table(records: list[MailRecord], title: str) -> None:
-    from rich.console import Console
+    from rich.console import Console  # lazy: keeps rich off this module's import
 
     def row(r: MailRecord) -> tuple[str, ...]:
         mark = "" if r.read or r.folder != "inbox" else "● "
@@ -133,6 +141,7 @@ def check(
     truncate: _Truncate = 500,
 ) -> None:
     """List a folder, newest first, with filters."""
+    # lazy: the command's room loads when it runs, not at CLI start
     from envelopay.mail.selection import check_filter
 
     with _opened(where) as box:
@@ -240,8 +249,7 @@ def reply(
     security: Annotated[str, typer.Option(help="none, starttls or tls.")] = "starttls",
 ) -> None:
     """Reply with threading headers (In-Reply-To, References, `Re:` subject)."""
-    import asyncio
-
+    # lazy: the command's room loads when it runs, not at CLI start
     from envelopay.mail.mailbox import smtp_send_fn
     from envelopay.mail.selection import reply_text, smtp_config
 
@@ -273,6 +281,7 @@ def fetch(
     """Copy unprocessed IMAP mail into the inbox; each message is flagged
     $EnvelopayProcessed on the server only after it is stored. The password comes from
     $ENVELOPAY_IMAP_PASSWORD (never the command line)."""
+    # lazy: the command's room loads when it runs, not at CLI start
     from envelopay.mail.selection import fetch_imap, imap_config
 
     with answers(as_json=where.as_json):
@@ -291,8 +300,6 @@ def fetch(
 @MAILBOX
 def compact(where: MailboxOptions, older_than: OlderThanOpt = 30.0) -> None:
     """Retention: delete send-log rows older than the window (the loop guard's window stays)."""
-    from datetime import timedelta
-
     with _opened(where) as box:
         removed = box.compact_sends(timedelta(days=older_than))
     finish(where.as_json, ran("mail compact", removed=removed), [f"removed {removed} send-log rows"])
@@ -377,8 +384,7 @@ def _register_garden(app: typer.Typer) -> None:
     def compact(keep: Retention, root: _Root) -> None:
         """Retention: delete processed mail (cur/) older than the window; new/ is never touched,
         and a symlink in a Maildir is skipped and named, never followed."""
-        import time
-
+        # lazy: the command's room loads when it runs, not at CLI start
         from envelopay.mail.retention import prune_processed
 
         if not root.is_dir():
@@ -422,10 +428,7 @@ def _register_garden(app: typer.Typer) -> None:
     ) -> None:
         """Run the garden's LMTP server until interrupted (SIGINT / SIGTERM). Every sender
         authenticates (--accounts) unless --open says otherwise."""
-        import asyncio
-        import signal
-
-        from envelopay.errors import ConfigError
+        # lazy: the command's room loads when it runs, not at CLI start
         from envelopay.mail.garden import GardenServer
         from envelopay.mail.garden_auth import AccountsFile
 
@@ -493,6 +496,7 @@ def _register_garden(app: typer.Typer) -> None:
         belongs to one account: one another account holds is refused unless --take names
         it. USER -a ADDR: a new secret, printed once on stdout (only its hash is kept; what
         was granted goes to stderr). -c CONFIG: an agent `init` set up, by its own secret."""
+        # lazy: the command's room loads when it runs, not at CLI start
         from envelopay.mail.garden_auth import grant, new_account
         from envelopay.node.init import admit_agent
 
@@ -503,7 +507,6 @@ def _register_garden(app: typer.Typer) -> None:
                 done = admit_agent(accounts, config, take=take or ())
             finish(as_json, ran("garden account", accounts=str(accounts), **done.to_json()), done.lines())
         assert user is not None
-        from envelopay.errors import ConfigError
 
         with answers(input_kinds=(ConfigError,)):  # USER and -a are its flags: bad input (2)
             account, secret = new_account(user, address or [])
@@ -530,9 +533,7 @@ def _register_garden(app: typer.Typer) -> None:
         as_json: JsonOpt = False,
     ) -> None:
         """Deliver one message into the garden over LMTP; print one line per recipient."""
-        import asyncio
-        import sys
-
+        # lazy: the command's room loads when it runs, not at CLI start
         from envelopay.mail.garden import deliver
         from envelopay.mail.lmtp_client import parse_endpoint
 
@@ -542,7 +543,6 @@ def _register_garden(app: typer.Typer) -> None:
             fail(f"FILE: cannot read {file}: {exc.strerror or exc}")
         with answers():  # a number that is no port: bad input, 2
             target = parse_endpoint(endpoint)
-        import os
 
         secret = os.environ.get("ENVELOPAY_GARDEN_SECRET", "")
         if user is not None and not secret:

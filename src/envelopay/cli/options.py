@@ -24,12 +24,12 @@ from typing import Annotated, Any, Concatenate, Generic, ParamSpec, TypeVar
 
 import typer
 
+from envelopay.cli.output import fail, set_json_mode
+
 B = TypeVar("B")
 P = ParamSpec("P")
 
 def _json_mode(value: bool) -> bool:
-    from envelopay.cli.output import set_json_mode
-
     return set_json_mode(value)
 
 
@@ -88,7 +88,7 @@ def _flag(param: inspect.Parameter) -> str:
 
 
 def _refuse_bad_text(values: dict[str, Any], flags: dict[str, str]) -> None:
-    from envelopay.cli.output import fail
+    # lazy: the command's room loads when it runs, not at CLI start
     from envelopay.protocol.outside_json import text_ok
 
     for name, flag in flags.items():

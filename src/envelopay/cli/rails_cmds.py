@@ -17,7 +17,7 @@ import typer
 
 from envelopay.cli.options import JsonOpt, PaymentOptions, payment_options
 from envelopay.cli.output import FAILED, OK, answers, emit, exit_of, ran
-from envelopay.errors import ConfigError
+from envelopay.errors import ConfigError, RailError, TransportError
 
 _Rpc = Annotated[str | None, typer.Option("--rpc", envvar="ENVELOPAY_RPC_URL", help="JSON-RPC URL.")]
 
@@ -30,6 +30,7 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOpt = False,
     ) -> None:
         """List the installed rails, the chains they serve and their assets."""
+        # lazy: the command's room loads when it runs, not at CLI start
         from envelopay.rails.once import installed_rails
 
         listing = installed_rails()
@@ -69,6 +70,7 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOpt = False,
     ) -> None:
         """Verify one payment proof on chain and print the verdict as JSON (exit 0 ok, 1 not ok)."""
+        # lazy: the command's room loads when it runs, not at CLI start
         from envelopay.rails.once import verify_once
 
         with answers(input_kinds=(ConfigError,)):  # the rail named by --chain is input here
@@ -90,7 +92,7 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOpt = False,
     ) -> None:
         """Make an on-chain payment and print its proof as JSON (for a PAY, OFFER or ACCEPT)."""
-        from envelopay.errors import RailError, TransportError
+        # lazy: the command's room loads when it runs, not at CLI start
         from envelopay.rails.once import chain_name, pay_once, positive_amount
 
         with answers(input_kinds=(ConfigError,)):  # the rail named by --chain is input here

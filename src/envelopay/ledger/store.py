@@ -24,6 +24,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from envelopay.protocol.autosubmit import AUTO_GENERATED, AUTO_REPLIED, AutoSubmitted
+from envelopay.protocol.messages import MessageType, model_for
 from envelopay.protocol.outbound import Outbound
 
 __all__ = [
@@ -331,8 +332,6 @@ def outbound_from_row(
     note: str | None,
     auto_submitted: str | None = None,
 ) -> Outbound:
-    from envelopay.protocol.messages import MessageType, model_for
-
     model = model_for(MessageType(type))
     message = model.model_validate(dict(body), strict=False)
     return Outbound(
