@@ -11,12 +11,16 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from envelopay.cli.app import app
-from envelopay.client.commands import config_decimals
+from envelopay.client.buyer import Answer
+from envelopay.client.commands import ClientRun, config_decimals
+from envelopay.client.report import client_report
 from envelopay.config import load_config
 from envelopay.engine import BaseApplication, Engine
+from envelopay.engine.outcome import Outcome, Sent
 from envelopay.node.init import init_agent
 from envelopay.node.wiring import open_store
-from envelopay.protocol.messages import Pay
+from envelopay.protocol.messages import Invoice, Pay
+from envelopay.rails.amounts import Decimals
 
 CLIENT = "client@garden.local"
 WORKER = "worker@garden.local"
@@ -63,3 +67,33 @@ def test_the_registry_comes_from_the_config_without_a_chain(tmp_path: Path) -> N
     flow = _paid_flow(config, 7, "NOPE", "solana-local")
     res = runner.invoke(app, ["show", flow, "-c", str(config)], env={"COLUMNS": "250"})
     assert res.exit_code == 0 and "7 units" in res.output  # unknown decimals: never read as whole ones
+
+
+def test_a_client_commands_summary_says_what_was_paid_and_asked(tmp_path: Path) -> None:
+    init_agent(tmp_path / "client", address=CLIENT)
+    config = tmp_path / "client" / "envelopay.toml"
+    cfg = load_config(config)
+    store = open_store(cfg.agent.ledger, Path(cfg.base_dir))
+    try:
+        engine = Engine(store, address=CLIENT, domain="garden.local", rails={}, app=BaseApplication())
+        pay = Pay(id="pay_sum", amount=250_000, token="USDC", chain="base-local", proof={"tx": "0xabc"})
+        sent = asyncio.run(engine.send(pay, WORKER))
+    finally:
+        store.close()
+    decimals = config_decimals(cfg)
+    wallet = "0x1a2B3c4D5e6F708192a3B4c5D6e7F8091a2B3c4D"
+    rep = client_report("pay", ClientRun("PAY", sent, queued="connection refused"), timeout=5,
+                        recipient=wallet, decimals=decimals)
+    # Paid first, then queued: the summary still says where the money went.
+    assert f"paid 0.25 USDC (250000 units) on base-local to {wallet}" in rep.lines
+    assert rep.document["paid"]["amount"] == "250000"  # the JSON keeps smallest units
+    invoice = Invoice(id="inv_s", amount=1_500_000_000, token="SOL", chain="solana-local",
+                      wallet="6dL6n77jJFWq4bu3cQp57H8rMUPEXu7uYN1XApPxpUif")
+    asked = "the INVOICE asks 1.5 SOL (1500000000 units) on solana-local"
+    assert asked in _invoice_lines(sent, invoice, decimals)
+
+
+def _invoice_lines(sent: Sent, invoice: Invoice, decimals: Decimals) -> tuple[str, ...]:
+    """The summary of an ORDER answered by `invoice`, as the client follows it."""
+    answer = Answer(message=invoice, outcome=Outcome(status="processed", flow_id="f1", state="invoiced"))
+    return client_report("order", ClientRun("ORDER", sent, answer=answer), timeout=5, decimals=decimals).lines

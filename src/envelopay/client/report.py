@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from envelopay.protocol.compose import message_json
-from envelopay.protocol.messages import Accept, Message, Offer, Oops, Pay
+from envelopay.protocol.messages import Accept, Invoice, Message, Offer, Oops, Pay
+from envelopay.rails.amounts import Decimals, amount_with_units, no_decimals
 
 if TYPE_CHECKING:
     from envelopay.client.commands import ClientRun
@@ -64,8 +65,10 @@ def client_report(
     overrides: Sequence[str] = (),
     recipient: str | None = None,
     checked: dict[str, Any] | None = None,
+    decimals: Decimals = no_decimals,
 ) -> Report:
-    """Classify one client run: its document, exit code and readable lines."""
+    """Classify one client run: its document, exit code and readable lines (amounts in
+    them read in the asset's units by `decimals`; the document keeps smallest units)."""
     sent = run.sent
     msg = sent.outbound.message
     delivery = "sent" if run.queued is None else ("failed" if run.failed else "queued")
@@ -98,13 +101,17 @@ def client_report(
                  f"({run.queued})"]
         code = FAILED
     elif run.answer is not None:
-        code = _answer(doc, lines, run, timeout)
+        code = _answer(doc, lines, run, timeout, decimals)
+    paid = doc["paid"]
+    if paid is not None:  # paid before the mail went, whatever became of the mail
+        money = amount_with_units(int(paid["amount"]), paid["token"], decimals(paid["chain"], paid["token"]))
+        lines.insert(1, f"paid {money} on {paid['chain']}" + (f" to {paid['to']}" if paid["to"] else ""))
     doc["ok"] = code == OK
     doc["exit"] = code
     return Report(doc, code, tuple(lines))
 
 
-def _answer(doc: dict[str, Any], lines: list[str], run: ClientRun, timeout: float) -> int:
+def _answer(doc: dict[str, Any], lines: list[str], run: ClientRun, timeout: float, decimals: Decimals) -> int:
     answer = run.answer
     assert answer is not None
     if answer.timed_out:
@@ -119,6 +126,9 @@ def _answer(doc: dict[str, Any], lines: list[str], run: ClientRun, timeout: floa
     lines.append(f"received {kind} (flow {out.flow_id}, state {out.state})")
     if message is None:
         return FAILED
+    if isinstance(message, Invoice):
+        asked = amount_with_units(message.amount, message.token, decimals(message.chain, message.token))
+        lines.append(f"the INVOICE asks {asked} on {message.chain}")
     doc["answer"] = _wire(message)
     if isinstance(message, Oops):
         doc["oops"] = {"code": message.error.code if message.error else None, "note": message.note,
