@@ -243,3 +243,22 @@ async def test_an_enforcer_without_payments_says_so(enforcer: Enforcer) -> None:
             assert r.status_code in (401, 409)  # never the 404 a client reads as unreachable
     finally:
         await runner.cleanup()
+
+
+async def test_an_offer_asks_for_its_want_leg_on_the_want_chain(enforcer: Enforcer, sink: Sink) -> None:
+    """The OFFER's `wallet` is where the peer pays the want leg: on the want leg's chain. The
+    give leg's wallet (a Solana address) cannot receive on Base: such an OFFER is refused
+    before any money moves, unless the call names a receive_wallet."""
+    kit = await make_kit(enforcer)
+    token, address = await kit.agent()
+    want = {"amount": "5", "token": "USDC", "chain": "base-local"}
+    d = await kit.payments.submit("offer", token, {**pay_req(payee_wallet(), key="x1"), "want": want})
+    assert (d.status, d.code) == ("blocked", "no_wallet") and "base-local" in d.reason
+    assert kit.payment_txs(address) == [] and sink.messages == []
+    base_wallet = "0x" + "ab" * 20
+    d = await kit.payments.submit(
+        "offer", token, {**pay_req(payee_wallet(), key="x2"), "want": want, "receive_wallet": base_wallet}
+    )
+    assert d.status == "paid_and_sent", d
+    offer = parse(sink.messages[-1][2]).body
+    assert offer is not None and offer["wallet"] == base_wallet and offer["want"]["chain"] == "base-local"

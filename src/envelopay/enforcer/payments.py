@@ -177,6 +177,11 @@ class Payments:
             wallet, sealed = await self.store.wallet_for(agent.id, req.chain), None
         if wallet is None:
             return _blocked("no_wallet", f"the agent holds no wallet on {req.chain}")
+        if req.kind == "offer":
+            receive = await self._receive_wallet(agent, req)
+            if isinstance(receive, PaymentDisposition):
+                return receive
+            req = replace(req, receive_wallet=receive)
         # The send checks on the PAY email (with a placeholder proof: the real one exists
         # only after the payment, and the shape is the same).
         msg_id = req.msg_id or f"pay-{self.new_id()[:16]}"
@@ -288,6 +293,23 @@ class Payments:
             invoice=bound.invoice_id,
             reply_to=bound.message_id,
         ), bound.key
+
+    async def _receive_wallet(self, agent: Agent, req: PaymentRequest) -> str | PaymentDisposition:
+        """Where the OFFER asks its want leg to be paid: the call's receive_wallet, else the
+        agent's own wallet on the want leg's chain (not the give leg's: a Solana address
+        cannot receive on Base), checked against that chain's address syntax."""
+        chain = str((req.want or {}).get("chain", ""))
+        address = req.receive_wallet
+        if not address:
+            held = await self.store.wallet_for(agent.id, chain)
+            if held is None:
+                return _blocked("no_wallet", f"the agent holds no wallet on {chain} to receive the want leg "
+                                "(create one, or give receive_wallet)")
+            address = held.address
+        payer = self.payers.get(chain)
+        if payer is not None and not payer.valid_address(address):
+            return _blocked("invalid_request", f"receive_wallet is not a {chain} address")
+        return address
 
     def _mail(
         self, agent: Agent, req: PaymentRequest, wallet: WalletRecord, *, placeholder: bool
