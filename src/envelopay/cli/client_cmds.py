@@ -131,7 +131,7 @@ def register(app: typer.Typer) -> None:
             w = c.billing_wallet(_load(o), chain, token, wallet)
             msg = c.draft("invoice", id=c.new_id("inv", id), amount=amount, token=token, chain=chain,
                           wallet=w, order_ref=order_ref, due=due, note=note)
-            _client("invoice", o, c.send(msg, to, flow))
+            _client("invoice", o, c.invoice(msg, to, flow))
 
     @app.command("offer")
     @CLIENT

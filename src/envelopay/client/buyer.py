@@ -24,11 +24,13 @@ from envelopay.protocol import outside_json
 from envelopay.protocol.fields import wanted
 from envelopay.protocol.messages import Message
 from envelopay.rails.finality import progress_text, wait_final
-from envelopay.rails.interface import Expectation
+from envelopay.rails.interface import Expectation, Rail
+from envelopay.rails.registry import judge_terms
 
 PROGRESS_EVERY = 5  # seconds between two "waiting ... s left" lines
 
-__all__ = ["Answer", "ClientApp", "build", "check_address", "follow", "parse_json_option", "pay_first"]
+__all__ = ["Answer", "ClientApp", "build", "check_address", "follow", "judge", "parse_json_option",
+           "pay_first"]
 
 
 class ClientApp(BaseApplication):
@@ -116,6 +118,20 @@ def _option_of(message: str, prefix: str, wallet: str) -> str:
     return f"--{prefix}chain"
 
 
+def judge(
+    rails: Mapping[str, Rail], *, chain: str, token: str, amount: int | None = None,
+    wallet: str | None = None, prefix: str = "", wallet_option: str = "wallet",
+    done: str = "nothing was sent",
+) -> None:
+    """The asset registry and the rail's address syntax judge (chain, token, amount,
+    wallet) before anything is paid or sent (rails.registry.judge_terms); a problem is a
+    UsageError naming its option (`--give-chain`, `--wallet`, ...)."""
+    problem = judge_terms(rails, chain, token, amount=amount, wallet=wallet)
+    if problem is not None:
+        option = wallet_option if problem.part == "wallet" else f"{prefix}{problem.part}"
+        raise UsageError(f"--{option}: {problem.detail}; {done}")
+
+
 async def pay_first(
     node: AgentNode, *, chain: str, token: str, amount: int, recipient: str, prefix: str = "",
     wallet_option: str = "wallet", final_wait: float = FINAL_WAIT,
@@ -126,10 +142,9 @@ async def pay_first(
     (Solana `confirmed`, EVM 2 confirmations), showing progress, so the proof we send
     is one it can accept at once. `final_wait=0` sends as soon as the chain took it.
     A rail's refusal of the input names the option (`--token`, `--give-amount`, `--wallet`, ...)."""
-    rail = node.rails.get(chain)
-    if rail is None:
-        known = ", ".join(sorted(node.rails)) or "none"
-        raise UsageError(f"--{prefix}chain: no rail configured for {chain!r} (configured: {known})")
+    judge(node.rails, chain=chain, token=token, amount=amount, wallet=recipient, prefix=prefix,
+          wallet_option=wallet_option, done="nothing was paid")
+    rail = node.rails[chain]
     try:
         proof = await rail.pay(chain=chain, token=token, amount=amount, recipient=recipient)
     except UsageError as exc:

@@ -25,6 +25,7 @@ from envelopay.client.buyer import (
     build,
     check_address,
     follow,
+    judge,
     parse_json_option,
     pay_first,
 )
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
     from envelopay.engine.outbox import DrainReport
     from envelopay.ledger.store import FlowRecord, LogEntry, OutboxRow
     from envelopay.node.wiring import AgentNode
-    from envelopay.protocol.messages import Accept, Message, Offer, Pay
+    from envelopay.protocol.messages import Accept, Invoice, Message, Offer, Pay
     from envelopay.rails.amounts import Decimals
     from envelopay.rails.interface import AssetInfo
 
@@ -58,6 +59,8 @@ __all__ = [
     "execute",
     "flow_thread",
     "flows",
+    "invoice",
+    "judge",
     "new_id",
     "offer",
     "oops_code",
@@ -106,6 +109,19 @@ def send(message: Message, to: str, flow: str | None = None) -> Act:
     return lambda node: node.send(message, to, flow_id=flow)
 
 
+def invoice(message: Invoice, to: str, flow: str | None = None) -> Act:
+    """Send an INVOICE whose chain, token, amount and wallet our rails judged first: one
+    they could not verify a PAY for (an EVM wallet on Solana, `0xzz`, an unknown token)
+    never goes out as a valid INVOICE."""
+
+    async def act(node: AgentNode) -> Sent:
+        judge(node.rails, chain=message.chain, token=message.token, amount=message.amount,
+              wallet=message.wallet)
+        return await node.send(message, to, flow_id=flow)
+
+    return act
+
+
 def pay(message: Pay, to: str, *, wallet: str | None, invoice: str | None, flow: str | None) -> Act:
     """Pay the INVOICE's (or the given) wallet on the rail, then send PAY with the proof."""
 
@@ -127,7 +143,12 @@ def offer(
     step (--no-check); `checked` receives what the check found."""
 
     async def act(node: AgentNode) -> Sent:
-        g = message.give
+        g, w = message.give, message.want
+        # Both legs judged before the WHICH of the check: an unknown asset mailed the peer.
+        judge(node.rails, chain=g.chain, token=g.token, amount=g.amount, wallet=g.to, prefix="give-",
+              wallet_option="give-to")
+        judge(node.rails, chain=w.chain, token=w.token, amount=w.amount, wallet=message.wallet,
+              prefix="want-")
         if check:
             found = await _learn_pair(node, to, message, timeout, progress)
             if checked is not None:
@@ -148,7 +169,11 @@ def accept(message: Accept, to: str, *, wallet: str | None, offer_ref: str, flow
         # The OFFER may have arrived since our last command: take in what waits first. Only
         # here: other commands run beside a served worker too (an operator's FULFILL), and
         # this process must not answer that worker's mail in its stead.
+        judge(node.rails, chain=message.chain, token=message.token, amount=message.amount, wallet=wallet)
         await take_in(node)
+        if flow is None and node.store.flow_for_ref(node.address, to, to, offer_ref) is None:
+            # The ACCEPT could join no flow: refused here, not after the money moved.
+            raise UsageError(f"--offer: no OFFER {offer_ref!r} from {to} in this ledger; nothing was paid")
         recipient = wallet or _offer_wallet(node, to, offer_ref)
         proof = await pay_first(node, chain=message.chain, token=message.token, amount=message.amount,
                                 recipient=recipient)

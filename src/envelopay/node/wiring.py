@@ -52,7 +52,7 @@ from envelopay.protocol.messages import Message
 from envelopay.protocol.parse import ParseOptions, parse
 from envelopay.rails.finality import WaitPolicy
 from envelopay.rails.interface import Rail
-from envelopay.rails.registry import load_rails
+from envelopay.rails.registry import judge_terms, load_rails
 from envelopay.worker.app import WorkerApp, WorkerApplication
 from envelopay.worker.counterpay import CounterPayments
 
@@ -293,6 +293,15 @@ def answer_limits(cfg: WorkerConfig) -> AnswerLimits:
     return AnswerLimits(per_peer=a.per_peer, per_thread=a.per_thread, window=timedelta(seconds=a.window))
 
 
+def _judge_accepted(cfg: WorkerConfig, rails: Mapping[str, Rail]) -> None:
+    """Every [[accept]] rail (what METHODS offers, where INVOICEs ask to be paid) is one
+    our rails can verify: a served chain, a known asset, a wallet spelled for its chain."""
+    for i, acc in enumerate(cfg.accept):
+        problem = judge_terms(rails, acc.chain, acc.token, wallet=acc.wallet)
+        if problem is not None:
+            raise ConfigError(f"config field accept.{i}.{problem.part}: {problem.detail}")
+
+
 def build_node(
     cfg: WorkerConfig,
     *,
@@ -312,6 +321,7 @@ def build_node(
         store = open_store(cfg.agent.ledger, base)
     if rails is None:
         rails = load_rails({name: _rail_options(cfg, opts) for name, opts in cfg.rails.items()})
+        _judge_accepted(cfg, rails)
     if app is None:
         kw: dict[str, Any] = {"rails": rails, "clock": clock, "counterpayments": CounterPayments(
             counterpay_path(cfg))}

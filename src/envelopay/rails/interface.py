@@ -186,3 +186,19 @@ class Rail(Protocol):
     ) -> dict[str, Any]:
         """Make a payment from this rail's configured key; return the proof dict."""
         ...
+
+
+@runtime_checkable
+class AddressSyntax(Protocol):
+    """What a rail knows of its chain's spelling, so a wallet, an asset and an amount are
+    judged before anything is sent (issue 29: an EVM address went out in an INVOICE on
+    Solana). Optional: a rail without it is judged by its asset registry alone."""
+
+    def parse_address(self, chain: str, address: str) -> str:
+        """The canonical spelling of a wallet or asset address on `chain`; ValueError
+        (saying what is wrong) when `address` is no address there."""
+        ...
+
+    def max_amount(self, chain: str) -> int:
+        """The largest amount one transfer on `chain` can carry (Solana: u64; EVM: u256)."""
+        ...

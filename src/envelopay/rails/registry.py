@@ -42,10 +42,10 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 from envelopay.errors import ConfigError
-from envelopay.rails.interface import ENTRY_POINT_GROUP, AssetInfo, Rail
+from envelopay.rails.interface import ENTRY_POINT_GROUP, AddressSyntax, AssetInfo, Rail
 
 RailFactory = Callable[[Mapping[str, Any]], Rail]
 
@@ -216,3 +216,44 @@ def to_smallest_unit(amount: str, decimals: int) -> int:
 
 
 _DECIMAL = re.compile(r"([0-9]*)(?:\.([0-9]*))?", re.ASCII)
+
+
+# -- terms judged before anything is sent ------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TermsProblem:
+    """Why (chain, token, amount, wallet) cannot be paid or asked for: which part, and why."""
+
+    part: Literal["chain", "token", "amount", "wallet"]
+    detail: str
+
+
+def judge_terms(
+    rails: Mapping[str, Rail], chain: str, token: str, *, amount: int | None = None, wallet: str | None = None
+) -> TermsProblem | None:
+    """Whether the configured `rails` can pay or verify `amount` of `token` on `chain` into
+    `wallet`: a rail serves the chain, its asset registry knows the token (a symbol or an
+    address in the chain's spelling), the amount fits one transfer, and the wallet is an
+    address of that chain. None when they can; pure (no I/O)."""
+    rail = rails.get(chain)
+    if rail is None:
+        known = ", ".join(sorted(rails)) or "none"
+        return TermsProblem("chain", f"no rail configured for {chain!r} (configured: {known})")
+    syntax = rail if isinstance(rail, AddressSyntax) else None
+
+    def spelling(address: str) -> str:
+        return syntax.parse_address(chain, address) if syntax is not None else address
+
+    if find_asset(rail.assets(), chain, token, normalize=spelling) is None:
+        known = ", ".join(sorted(a.symbol for a in rail.assets() if a.chain == chain)) or "none"
+        return TermsProblem("token", f"unknown token {token!r} on {chain} (known: {known})")
+    if amount is not None and syntax is not None and amount > syntax.max_amount(chain):
+        return TermsProblem("amount", f"{amount} is more than one transfer on {chain} can carry "
+                            f"(at most {syntax.max_amount(chain)})")
+    if wallet is not None and syntax is not None:
+        try:
+            spelling(wallet)
+        except ValueError as exc:
+            return TermsProblem("wallet", f"{wallet[:80]!r} is not an address on {chain}: {exc}")
+    return None

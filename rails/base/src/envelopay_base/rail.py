@@ -107,6 +107,15 @@ class BaseRail:
     def proof_key(self, proof: dict[str, Any]) -> str:
         return canonical_tx_hash(proof)
 
+    # -- address syntax (envelopay.rails.interface.AddressSyntax) ------------------------
+
+    def parse_address(self, chain: str, address: str) -> str:
+        """0x and 40 hex digits (20 bytes), compared in lower case."""
+        return norm_address(address)
+
+    def max_amount(self, chain: str) -> int:
+        return 2**256 - 1  # an ERC-20 amount, and a native value, are uint256
+
     async def aclose(self) -> None:
         await self.backend.aclose()
 

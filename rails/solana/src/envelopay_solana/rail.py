@@ -113,6 +113,20 @@ class SolanaRail:
     def proof_key(self, proof: dict[str, Any]) -> str:
         return canonical_signature(proof)
 
+    # -- address syntax (envelopay.rails.interface.AddressSyntax) ------------------------
+
+    def parse_address(self, chain: str, address: str) -> str:
+        """A base58 public key of 32 bytes, as Solana spells it."""
+        if not (address.isascii() and 32 <= len(address) <= 44):
+            raise ValueError("a Solana address is 32 to 44 base58 characters")
+        try:
+            return str(Pubkey.from_string(address))
+        except ValueError as exc:
+            raise ValueError("not a base58 Solana public key") from exc
+
+    def max_amount(self, chain: str) -> int:
+        return U64_MAX  # SPL Token and the System Program carry amounts as u64
+
     @property
     def payer(self) -> str | None:
         return str(self.keypair.pubkey()) if self.keypair is not None else None
@@ -199,6 +213,8 @@ class SolanaRail:
             raise UsageError(f"recipient {recipient!r} is not a Solana address")
         if amount <= 0:
             raise UsageError("amount must be positive")
+        if amount > U64_MAX:  # was read as "insufficient funds", the environment's fault
+            raise UsageError(f"amount {amount} is more than one transfer carries (u64: at most {U64_MAX})")
         to = Pubkey.from_string(recipient)
         if self.local is not None:
             return self._pay_local(asset, amount, to)
@@ -323,6 +339,9 @@ def _check_new_account_rent(amount: int, exists: bool) -> None:
     if not exists and amount < RENT_EXEMPT_MINIMUM:
         raise UsageError(f"{amount} lamports to an account that does not exist yet is below the "
                          f"rent-exempt minimum of {RENT_EXEMPT_MINIMUM} lamports")
+
+
+U64_MAX = 2**64 - 1
 
 
 def _is_pubkey(value: str) -> bool:
