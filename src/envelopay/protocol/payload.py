@@ -39,12 +39,13 @@ _TAG = re.compile(r"<[^<>]*>")
 # Linear-time patterns only: `[^<>]*` stops at the next `<`, so "<<<<..." costs O(n).
 _HIDDEN_OPEN = re.compile(r"<(script|style|head|blockquote)\b", re.IGNORECASE)
 # Where a browser starts a new line: a break, a rule, and either end of a block element.
-_BREAK_TAG = re.compile(r"<\s*/?\s*(br|hr|p|div|tr|li|h[1-6]|table)\b[^<>]*>", re.IGNORECASE)
+# Possessive `\s*+`: spaces after a `<` are never given back (`<\s*/?\s*` backtracked
+# quadratically over a long run of them).
+_BREAK_TAG = re.compile(r"<\s*+/?(br|hr|p|div|tr|li|h[1-6]|table)\b[^<>]*>", re.IGNORECASE)
 # A line break in HTML source is a space on the page (Word wraps its source lines at a
 # space, inside JSON strings too); other spaces are left as written, so a JSON string
 # keeps its content.
 _SOURCE_BREAK = re.compile(r"\r\n|[\r\n]")
-_LINE_BREAKS = re.compile(r"[ \t]*\n[ \t\n]*")
 _PRE_OPEN = re.compile(r"<pre\b", re.IGNORECASE)
 # H1 (SPEC.md "Payload placement"): Outlook on the web and the new Outlook for Windows
 # write a reply or forward as the new text, an empty `appendonsend` div, an <hr> and the
@@ -132,8 +133,11 @@ def _laid_out(segment: str) -> str:
     """HTML outside <pre> in the lines a browser shows: a source line break is a space,
     each block boundary is one line break, lines start at their first character (so a
     header block stays contiguous and `-- ` stays a signature line)."""
-    segment = _BREAK_TAG.sub("\n", _SOURCE_BREAK.sub(" ", segment))
-    return html.unescape(_LINE_BREAKS.sub("\n", _TAG.sub("", segment)))
+    segment = _TAG.sub("", _BREAK_TAG.sub("\n", _SOURCE_BREAK.sub(" ", segment)))
+    # Line by line, not a regex over spaces and newlines (that backtracks quadratically
+    # over a long run of spaces): blank lines dropped, each line stripped of " " and tab.
+    lines = (line.strip(" \t") for line in segment.split("\n"))
+    return html.unescape("\n".join(line for line in lines if line))
 
 
 def _preformatted(segment: str) -> str:
