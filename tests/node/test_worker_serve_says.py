@@ -17,6 +17,8 @@ import json
 import os
 import re
 import signal
+import socket
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -265,3 +267,33 @@ def _check_metrics(before: dict[Any, float], after: dict[Any, float], oops: str,
     # The rail was asked once, for the one PAY.
     assert moved("envelopay_worker_proof_verification_seconds_count", chain="solana-local") == 1
     assert before[("envelopay_worker_outbox_pending", ())] == 0
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["--metrics", "99999"], "--metrics '99999': PORT or HOST:PORT"),
+    (["--metrics", "host:"], "--metrics 'host:'"),
+    (["--log-format", "xml"], "--log-format 'xml': text or json"),
+])
+def test_bad_options_are_usage_errors_before_anything_starts(
+    tmp_path: Path, argv: list[str], says: str
+) -> None:
+    init_agent(tmp_path, address=WORKER)
+    done = serve_once(tmp_path, argv)
+    assert done.returncode == 2, done
+    assert says in done.stderr and "serving" not in done.stderr
+
+
+def serve_once(wdir: Path, argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """`worker serve --garden ARGV`, expected to end by itself."""
+    return subprocess.run([sys.executable, "-m", "envelopay.cli", "worker", "serve", "-c", "envelopay.toml",
+                           "--garden", *argv], cwd=wdir, capture_output=True, text=True, timeout=120)
+
+
+def test_a_metrics_port_in_use_is_the_environment(tmp_path: Path) -> None:
+    init_agent(tmp_path, address=WORKER)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        done = serve_once(tmp_path, ["--metrics", str(taken.getsockname()[1])])
+    assert done.returncode == 3, done
+    assert "cannot listen for --metrics" in done.stderr
