@@ -130,7 +130,8 @@ _Config = Annotated[Path, typer.Option("--config", "-c", help="Agent configurati
 _Garden = Annotated[bool, typer.Option("--garden", help="Also run the walled garden (LMTP) in this process.")]
 
 
-_LogFormat = Annotated[str, typer.Option("--log-format", help="The per-message log on stderr: text or json.")]
+_LogFormat = Annotated[str, typer.Option("--log-format", metavar="text|json",
+                                          help="The per-message log on stderr: text or json.")]
 _Metrics = Annotated[str | None, typer.Option(
     "--metrics", metavar="[HOST:]PORT", help="Serve Prometheus metrics at http://HOST:PORT/metrics "
     "(HOST defaults to 127.0.0.1; PORT 0: any free port). Off by default.")]
