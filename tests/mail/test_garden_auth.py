@@ -204,7 +204,7 @@ async def test_an_open_garden_says_so_when_it_starts(
     assert any("is OPEN" in r.getMessage() for r in caplog.records)
 
 
-async def test_an_account_added_since_is_found_by_refreshing_on_a_miss(tmp_path: Path) -> None:
+async def test_an_account_added_since_is_found_by_the_refresh_at_login(tmp_path: Path) -> None:
     account, secret = new_account(A, [A])
     refreshes: list[int] = []
 
@@ -214,14 +214,16 @@ async def test_an_account_added_since_is_found_by_refreshing_on_a_miss(tmp_path:
             garden.accounts = {account.user: account}
 
         garden.refresh = refresh
-        # Nobody yet: one refresh on the miss finds the account, and the mail goes in.
+        # Nobody yet: the refresh at AUTH finds the account, and the mail goes in (its MAIL
+        # re-reads too: a take or a removal since the login counts there).
         assert (await deliver(mail(A), A, [A], garden.endpoint, auth=(A, secret))).delivered == (A,)
-        assert len(refreshes) == 1
-        # A known account with the right secret costs no refresh; a wrong secret one, then 535.
+        assert len(refreshes) == 2
+        # Every login and MAIL re-reads who exists (an unchanged accounts file costs one
+        # stat); a wrong secret is then 535, and no MAIL follows it.
         assert (await deliver(mail(A), A, [A], garden.endpoint, auth=(A, secret))).delivered == (A,)
         with pytest.raises(TransportError, match="535"):
             await deliver(mail(A), A, [A], garden.endpoint, auth=(A, secret + "x"))
-        assert len(refreshes) == 2
+        assert len(refreshes) == 5
 
 
 async def test_a_repeated_singleton_goes_in_only_when_every_from_is_the_senders(

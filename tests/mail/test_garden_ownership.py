@@ -172,3 +172,32 @@ def test_the_file_is_replaced_whole(accounts: Path) -> None:
     grant(accounts, new_account("loc", ["loc@garden.local"])[0])
     assert sorted(p.name for p in accounts.parent.iterdir()) == [accounts.name]
     assert accounts.stat().st_mode & 0o777 == 0o600 and accounts.stat().st_ino != inode
+
+
+async def test_a_take_counts_on_a_running_garden_even_on_an_open_connection(tmp_path: Path) -> None:
+    """`garden account --take` while the garden runs: the taker may send as the address from
+    its first login, and the old holder may not — neither on a new login nor on the
+    connection it had open before the take."""
+    from envelopay.mail.garden import LmtpClient
+
+    path = tmp_path / "accounts.json"
+    worker, w_secret = new_account(W, [W, K])
+    save_accounts(path, [worker])
+    known = AccountsFile(path)
+    async with GardenServer(tmp_path / "mail", [W, K], accounts=known.accounts(), refresh=known) as garden:
+        known.garden = garden
+        raw = f"From: {W}\r\nTo: {K}\r\nSubject: x\r\n\r\nhi\r\n".encode()
+        async with LmtpClient(garden.endpoint, auth=(W, w_secret)) as before_take:
+            assert (await before_take.send(raw, W, [K])).delivered == (K,)
+            code, doc, _ = _account(path, "enforcer", "-a", W, "--take", W)
+            assert code == 0 and doc["taken"] == {W: W}
+            with pytest.raises(TransportError, match="553"):  # the open connection: its next MAIL
+                await before_take.send(raw, W, [K])
+            secret = str(doc["secret"])
+            assert (await deliver(raw, W, [K], garden.endpoint, auth=("enforcer", secret))).delivered == (K,)
+        with pytest.raises(TransportError, match="553"):  # a new login: the same
+            await deliver(raw, W, [K], garden.endpoint, auth=(W, w_secret))
+        # What it still holds, it still sends as.
+        still = f"From: {K}\r\nTo: {W}\r\nSubject: y\r\n\r\nhi\r\n".encode()
+        assert (await deliver(still, K, [W], garden.endpoint, auth=(W, w_secret))).delivered == (W,)
+    assert len(list((garden.maildir(K) / "new").iterdir())) == 2

@@ -97,8 +97,13 @@ class _GardenHandler:
         self._server = server
 
     def _account(self, session: Any) -> GardenAccount | None:
+        """The session's account as the garden holds it now: an address taken from it
+        (`garden account --take`) or the account removed since its AUTH counts at once."""
         data = getattr(session, "auth_data", None) if session.authenticated else None
-        return data if isinstance(data, GardenAccount) else None
+        if not isinstance(data, GardenAccount):
+            return None
+        current = self._server.accounts.get(data.user)
+        return current if current is not None and current.secret_sha256 == data.secret_sha256 else None
 
     def authenticate(self, server: Any, session: Any, envelope: Any, mechanism: str, auth_data: Any) -> Any:
         from aiosmtpd.smtp import AuthResult, LoginPassword  # lazy: keeps aiosmtpd off this module's import
@@ -122,6 +127,8 @@ class _GardenHandler:
         if address not in ("", "<>") and _bare(address) is None:
             return "553 5.1.7 sender address refused: not exactly one valid address"
         if self._server.requires_auth:
+            if session.authenticated:
+                self._server.refreshed()  # a take or removal since this login counts now
             account = self._account(session)
             if account is None:
                 return "530 5.7.0 authentication required: this garden knows its senders"
@@ -392,8 +399,10 @@ class GardenServer:
                  (an empty list: nobody may send until `accounts` is filled in) unless
     open_garden -- True: the legacy open garden, no AUTH, any local process may send From
                  any garden address. Explicit, and logged as a warning at start.
-    refresh   -- called before refusing an unknown login, a wrong secret or an unknown
-                 recipient, to re-read who exists (the devnet's registry); then retried
+    refresh   -- called at each AUTH, each MAIL of a logged-in session and before refusing
+                 an unknown recipient, to re-read who exists (an accounts file: one stat
+                 when unchanged; the devnet's registry); the session's account is looked
+                 up again at MAIL and DATA, so a grant, take or removal counts from then on
     idle_timeout -- seconds a logged-in connection may go without progress (AUTH, MAIL,
                  RCPT, DATA) before the garden closes it (421 4.4.2); NOOP, RSET and the
                  like do not count
@@ -497,14 +506,12 @@ class GardenServer:
                 _log.exception("garden: refreshing its accounts failed")
 
     def account(self, user: str, secret: str) -> GardenAccount | None:
-        """The account `user` proves with `secret`, after one refresh on a miss."""
-        for attempt in (1, 2):
-            found = self.accounts.get(user)
-            if found is not None and found.check(secret):
-                return found
-            if attempt == 1:
-                self.refreshed()
-        return None
+        """The account `user` proves with `secret`. Who exists is re-read first (the
+        refresh hook; an accounts file: one stat when unchanged), so a login sees every
+        grant, take and removal made before it."""
+        self.refreshed()
+        found = self.accounts.get(user)
+        return found if found is not None and found.check(secret) else None
 
     @property
     def endpoint(self) -> tuple[str, int] | Path:
