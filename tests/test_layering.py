@@ -1,5 +1,7 @@
 """The layering of docs/DESIGN.md: rooms import only rooms below them, protocol and flows
-are sans-IO, and no module of src/envelopay takes part in an import cycle."""
+are sans-IO, no module of src/envelopay takes part in an import cycle (imports inside
+functions included), a function-level import says why it is there, and no plugin
+distribution is imported by name."""
 
 from __future__ import annotations
 
@@ -84,10 +86,8 @@ def test_checker_sees_a_violation(tmp_path: Path) -> None:
 # The rooms of src/envelopay from the top of docs/DESIGN.md's layer diagram down. A
 # room imports only rooms of a lower rank (lazy imports inside functions included);
 # rooms of the same rank (worker, endpoints; enforcer, devnet; dkim, testing; mail, ledger, config) do
-# not import each other. `agent` holds the deprecated re-export shims: it sits above
-# everything, and nothing else in src/ imports it.
+# not import each other. (`agent`, the deprecated shims, is gone: test_rooms checks it.)
 RANKS = {
-    "agent": 10,
     "cli": 9,
     "client": 8,
     "node": 7,
@@ -159,17 +159,6 @@ def test_rank_checker_sees_an_upward_import(tmp_path: Path) -> None:
     ]
 
 
-def test_nothing_in_src_imports_the_deprecated_agent_shims() -> None:
-    users = [
-        f"{path.relative_to(SRC)} imports {name}"
-        for path in sorted(SRC.rglob("*.py"))
-        if path.relative_to(SRC).parts[0] != "agent"
-        for name in sorted(_imports(path))
-        if name == "envelopay.agent" or name.startswith("envelopay.agent.")
-    ]
-    assert users == []
-
-
 # ---------------------------------------------------------------- import cycles
 
 
@@ -204,14 +193,44 @@ def _import_time_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
     return found
 
 
+def _function_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    """The imports inside function bodies (not under `if TYPE_CHECKING:`): they run when
+    the function is first called, so they close import cycles as surely as the others."""
+    found: list[ast.Import | ast.ImportFrom] = []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _type_checking(child.test):
+                for stmt in child.orelse:
+                    visit_one(stmt, in_function)
+                continue
+            visit_one(child, in_function)
+
+    def visit_one(child: ast.AST, in_function: bool) -> None:
+        if isinstance(child, ast.Import | ast.ImportFrom) and in_function:
+            found.append(child)
+        visit(child, in_function or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda))
+
+    visit(tree, False)
+    return sorted(found, key=lambda n: n.lineno)
+
+
+def _type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
 def import_graph(root: Path) -> dict[str, set[str]]:
-    """module → the modules under `root` that importing it imports (parents' __init__
-    files, which Python runs implicitly, are not edges)."""
+    """module → the modules under `root` that importing it, or calling its functions,
+    imports (parents' __init__ files, which Python runs implicitly, are not edges;
+    `if TYPE_CHECKING:` imports, which never run, are not either)."""
     paths = {_module_name(p, root): p for p in sorted(root.rglob("*.py"))}
     graph: dict[str, set[str]] = {}
     for name, path in paths.items():
         targets: set[str] = set()
-        for node in _import_time_imports(ast.parse(path.read_text())):
+        tree = ast.parse(path.read_text())
+        for node in _import_time_imports(tree) + _function_imports(tree):
             if isinstance(node, ast.Import):
                 wanted = [a.name for a in node.names]
             else:
@@ -284,9 +303,12 @@ def test_cycle_finder_sees_a_cycle(tmp_path: Path) -> None:
     (pkg / "d.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import pkg.a\n")
     (pkg / "e.py").write_text("def f() -> None:\n    from . import a\n")
     (pkg / "f.py").write_text("from . import a\n")
+    # A cycle closed only by an import inside a function is a cycle all the same.
+    (pkg / "g.py").write_text("from pkg import h\n")
+    (pkg / "h.py").write_text("def f() -> None:\n    if True:\n        import pkg.g\n")
     graph = import_graph(tmp_path)
-    assert find_cycles(graph) == [["pkg.a", "pkg.b", "pkg.c"]]
-    assert graph["pkg.d"] == set() and graph["pkg.e"] == set() and graph["pkg.f"] == {"pkg.a"}
+    assert find_cycles(graph) == [["pkg.a", "pkg.b", "pkg.c"], ["pkg.g", "pkg.h"]]
+    assert graph["pkg.d"] == set() and graph["pkg.e"] == {"pkg.a"} and graph["pkg.f"] == {"pkg.a"}
 
 
 def test_design_md_draws_every_room_in_rank_order() -> None:
@@ -297,7 +319,93 @@ def test_design_md_draws_every_room_in_rank_order() -> None:
         for word in line.split():
             if word in RANKS and line.index(word) < 30:  # the left column names the rooms
                 first_row.setdefault(word, i)
-    assert set(first_row) == set(RANKS) - {"agent"}
+    assert set(first_row) == set(RANKS)
     drawn = sorted(first_row, key=first_row.__getitem__)
     for upper, lower in itertools.pairwise(drawn):
         assert RANKS[upper] >= RANKS[lower], f"DESIGN.md draws {upper} above {lower}"
+
+
+# ------------------------------------------------- function-level imports and plugins
+# A function-level import hides an arrow from whoever reads the module's head, so each
+# one says why it is there: `# lazy: <why>` on its line, or on the line above the run of
+# imports it opens (e.g. `# lazy: keeps psycopg off this module's import`). Plugins (the
+# rail distributions envelopay_solana, envelopay_base, ...) are found by entry points
+# (`envelopay.rails`, `envelopay.payers`, `envelopay.devchains`), never imported by name.
+
+LAZY_MARK = "# lazy:"
+PLUGIN_PREFIX = "envelopay_"
+
+
+def _explained(lines: list[str], node: ast.stmt, run_start: int) -> bool:
+    own = lines[node.lineno - 1]
+    above = lines[run_start - 2].strip() if run_start > 1 else ""
+    marked = LAZY_MARK in own or above.startswith(LAZY_MARK)
+    reason = (own.split(LAZY_MARK, 1)[1] if LAZY_MARK in own else above.removeprefix(LAZY_MARK)).strip()
+    return marked and bool(reason)
+
+
+def unexplained_lazy_imports(src: Path) -> list[str]:
+    bad = []
+    for path in sorted(src.rglob("*.py")):
+        text = path.read_text()
+        lines = text.splitlines()
+        run_start, previous_end = 0, -1
+        for node in _function_imports(ast.parse(text)):
+            if node.lineno != previous_end + 1:
+                run_start = node.lineno  # a new run of consecutive imports
+            previous_end = node.end_lineno or node.lineno
+            if not _explained(lines, node, run_start):
+                bad.append(f"{path.relative_to(src)}:{node.lineno}: {lines[node.lineno - 1].strip()}")
+    return bad
+
+
+def plugin_imports(src: Path) -> list[str]:
+    return [
+        f"{path.relative_to(src)} imports {name}"
+        for path in sorted(src.rglob("*.py"))
+        for name in sorted(_imports(path))
+        if name.startswith(PLUGIN_PREFIX)
+    ]
+
+
+# Files other hands are rewriting right now (issue 28: the enforcer as rooms; the client
+# commands); their function-level imports get their reasons there. Remove an entry as it
+# lands.
+PENDING_LAZY = {
+    "enforcer/invoices.py", "enforcer/spend_launch.py",
+    "cli/client_cmds.py", "client/buyer.py", "client/commands.py",
+}
+
+
+def test_every_function_level_import_says_why() -> None:
+    assert [bad for bad in unexplained_lazy_imports(SRC) if bad.split(":")[0] not in PENDING_LAZY] == []
+
+
+def test_no_plugin_is_imported_by_name() -> None:
+    assert plugin_imports(SRC) == []
+
+
+def test_lazy_import_checker_sees_an_unexplained_import(tmp_path: Path) -> None:
+    (tmp_path / "m.py").write_text(
+        "from typing import TYPE_CHECKING\n"
+        "def ok() -> None:\n"
+        "    import json  # lazy: only this path\n"
+        "    # lazy: keeps psycopg off this module's import\n"
+        "    import psycopg\n"
+        "    from psycopg import sql\n"
+        "\n"
+        "    import psycopg_pool\n"
+        "def typed() -> None:\n"
+        "    if TYPE_CHECKING:\n"
+        "        import sqlite3\n"
+        "def bare() -> None:\n"
+        "    # lazy:\n"
+        "    import os\n"
+        "    from envelopay_solana import local\n"
+    )
+    assert unexplained_lazy_imports(tmp_path) == [
+        "m.py:8: import psycopg_pool",
+        "m.py:14: import os",
+        "m.py:15: from envelopay_solana import local",
+    ]
+    assert plugin_imports(tmp_path) == ["m.py imports envelopay_solana"]
