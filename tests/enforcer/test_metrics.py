@@ -164,3 +164,57 @@ async def test_two_enforcers_in_one_process_keep_their_own_registries(enforcer: 
     one.sends.labels("none", "sent").inc()
     assert b'envelopay_enforcer_sends_total{disposition="sent",type="none"} 1.0' in await one.exposition()
     assert b"envelopay_enforcer_sends_total{" not in await two.exposition()
+
+
+def test_enforcer_serve_process_serves_metrics_and_sums_up_at_stop(tmp_path: Path) -> None:
+    """`envelopay enforcer serve` as a real process: /metrics over HTTP counts what it
+    answered, and SIGTERM prints the summary (README promises one at stop)."""
+    import json
+    import signal
+    import socket
+    import subprocess
+    import sys
+
+    from aiosmtpd.controller import Controller
+
+    class Keep:
+        async def handle_DATA(self, server: object, session: object, envelope: object) -> str:
+            return "250 OK"
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        smtp_port = s.getsockname()[1]
+    smtp = Controller(Keep(), hostname="127.0.0.1", port=smtp_port)
+    smtp.start()
+    token_file = tmp_path / "op.token"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "envelopay.cli", "enforcer", "serve", "--db", f"sqlite:///{tmp_path}/e.db",
+         "--port", "0", "--operator-token-file", str(token_file), "--smtp-host", "127.0.0.1",
+         "--smtp-port", str(smtp_port), "--smtp-security", "none", "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        url = json.loads(proc.stdout.readline())["listening"]
+        op = {"Authorization": f"Bearer {token_file.read_text().strip()}"}
+        with httpx.Client(base_url=url) as client:
+            made = client.post("/v1/agents", json={"name": "mailer", "address": "mailer@agents.test",
+                                                    "allow": ["partner.test"]}, headers=op)
+            agent = {"Authorization": f"Bearer {made.json()['token']}"}
+            mail = {"from": "mailer@agents.test", "to": "a@partner.test", "subject": "hi", "text": "one"}
+            assert client.post("/v1/send", json=mail, headers=agent).json()["status"] == "sent"
+            assert client.post("/v1/send", json=mail, headers=agent).json()["code"] == "duplicate"
+            scraped = client.get("/metrics")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+        err = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        smtp.stop()
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for f in text_string_to_metric_families(scraped.text) for s in f.samples}
+    assert samples[("envelopay_enforcer_sends_total", (("disposition", "sent"), ("type", "none")))] == 1
+    assert samples[("envelopay_enforcer_refusals_total", (("code", "duplicate"),))] == 1
+    assert samples[("envelopay_enforcer_mail_cap_remaining", (("agent", "mailer"), ("window", "hour")))] == 19
+    assert "summary: 2 send request(s): 1 blocked, 1 sent; refusals: duplicate 1" in err.splitlines()

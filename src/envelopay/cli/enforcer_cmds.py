@@ -141,7 +141,7 @@ def register(app: typer.Typer) -> None:
 
         try:
             _run(lambda: serve(launch, host=host, port=port, socket=socket, spend=spend, listening=listening,
-                               console_port=console_port))
+                               console_port=console_port, stopped=lambda line: typer.echo(line, err=True)))
         except OSError as exc:  # a port in use, a socket path we cannot bind
             fail(f"cannot listen: {exc.strerror or exc}", ENVIRONMENT)
 

@@ -141,12 +141,14 @@ async def serve(
     spend: SpendLaunch | None = None,
     finish_every: float = 5.0,
     console_port: int | None = None,
+    stopped: Callable[[str], None] = lambda _: None,
 ) -> None:
     """Serve the enforcer until SIGINT or SIGTERM, then close the server, the SMTP link
-    and the store. With the spend enforcer, in-flight payments are finished every
-    `finish_every` seconds meanwhile (payment_finisher)."""
+    and the store, and tell `stopped` the summary of what it answered. With the spend
+    enforcer, in-flight payments are finished every `finish_every` seconds meanwhile
+    (payment_finisher)."""
     # lazy: keeps aiohttp, cryptography, prometheus_client off this module's import
-    from envelopay.enforcer.server import listen_tcp, start_server
+    from envelopay.enforcer.server import METRICS, listen_tcp, start_server
 
     store, deliverer = launch.store, launch.deliverer
     await store.open()
@@ -181,7 +183,9 @@ async def serve(
             # is a crash of that pass: recovery at the next start finishes its intents.
             with contextlib.suppress(asyncio.CancelledError, TimeoutError):
                 await asyncio.wait_for(finishing, 5.0)
+        summary = runner.app[METRICS].summary()
         await runner.cleanup()
         if isinstance(deliverer, SmtpDeliverer):
             await deliverer.aclose()
         await store.close()
+        stopped(summary)

@@ -98,6 +98,28 @@ class EnforcerMetrics:
             self._child(self.refused, disposition.code or "none").inc()
         self.seconds.observe(seconds)
 
+    def summary(self) -> str:
+        """What this process answered since it started (`enforcer serve` prints it at
+        stop): send requests by disposition, refusals by code."""
+        by_disposition = self._totals(self.sends, "disposition")
+        refusals = self._totals(self.refused, "code")
+        total = sum(by_disposition.values())
+        counts = ", ".join(f"{n} {d}" for d, n in sorted(by_disposition.items())) or "none"
+        line = f"summary: {total} send request(s): {counts}"
+        if refusals:
+            line += "; refusals: " + ", ".join(f"{code} {n}" for code, n in sorted(refusals.items()))
+        return line
+
+    @staticmethod
+    def _totals(family: Counter, label: str) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for metric in family.collect():
+            for sample in metric.samples:
+                if sample.name.endswith("_total"):
+                    key = sample.labels[label]
+                    out[key] = out.get(key, 0) + int(sample.value)
+        return out
+
     async def exposition(self) -> bytes:
         """The text format, with the store's state read now (StoreError propagates)."""
         await self.state.refresh()
