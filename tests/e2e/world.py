@@ -150,7 +150,7 @@ class World:
                      "--vault-key-file", str(vault),
                      "--pay-rail", f"solana-local={self.devnet['solana']['rpc_url']}",
                      "--pay-rail", f"base-local={self.devnet['base']['rpc_url']}",
-                     "--inbox-root", str(home / "garden"), ready="listening")
+                     "--inbox-root", str(home / "garden"), "--dkim-dns", "devnet", ready="listening")
         self.env["ENVELOPAY_ENFORCER"] = str(self.socket)
         self.env["ENVELOPAY_OPERATOR_TOKEN_FILE"] = str(self.root / "operator.token")
 
@@ -172,20 +172,24 @@ class World:
         argv = " ".join(["agent", "create", name, "--address", address, "--devnet", "--allow", "garden.local",
                          "--hourly", "500", "--daily", "5000", "--wallet", "solana-local=new",
                          "--wallet", "base-local=new", *options])
-        script = (f'eval "$({" ".join(ENVELOPAY)} {argv} | grep ^export)" && '
-                  "env | grep ^ENVELOPAY_AGENT_; echo ENVELOPAY_ENFORCER=$ENVELOPAY_ENFORCER")
-        # Another folder than the enforcer's: what it printed must work from anywhere.
+        # Run by bash as a user's shell runs it: the operator names the socket relative to
+        # the enforcer's folder (as README does), the agent's shell evals the `export` lines
+        # in another folder: what was printed must work from anywhere.
         elsewhere = self.root / "agent-shell"
         elsewhere.mkdir(exist_ok=True)
-        done = subprocess.run(["bash", "-c", script], cwd=elsewhere, env=self.env, capture_output=True,
+        script = (f'out=$(ENVELOPAY_ENFORCER={self.socket.name} {" ".join(ENVELOPAY)} {argv}) && '
+                  f'cd {elsewhere} && eval "$(echo "$out" | grep ^export)" && echo "$out" | grep ^wallet; '
+                  'env | grep ^ENVELOPAY_AGENT_; echo ENVELOPAY_ENFORCER=$ENVELOPAY_ENFORCER')
+        done = subprocess.run(["bash", "-c", script], cwd=self.root, env=self.env, capture_output=True,
                               text=True, timeout=60)
         assert done.returncode == 0, done.stdout + done.stderr
-        env = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
+        lines = done.stdout.splitlines()
+        env = dict(line.split("=", 1) for line in lines if line.startswith("ENVELOPAY_"))
         wanted = {"ENVELOPAY_AGENT_TOKEN", "ENVELOPAY_AGENT_ADDRESS", "ENVELOPAY_AGENT_MAILDIR"}
         assert wanted <= env.keys(), env
         assert Path(env["ENVELOPAY_ENFORCER"]).is_absolute(), env
-        balances = self.cli_json("agent", "balances", name)
-        wallets = {w["chain"]: w["address"] for w in balances["wallets"]}
+        wallets = dict(line.split()[1:3] for line in lines if line.startswith("wallet "))  # chain address
+        assert wallets.keys() == {"solana-local", "base-local"}, lines
         if usdc is not None:  # None: its wallets stay empty, as after a devnet restart
             self.cli("fund", address, "--sol", "1", "--eth", "1", "--usdc", usdc)
         return Agent(name, address, env, wallets)
@@ -211,12 +215,25 @@ class World:
             return _solana_usdc(self.devnet["solana"]["rpc_url"], wallet)
         return _base_usdc(self.devnet["base"]["rpc_url"], self.devnet["base"]["usdc"], wallet)
 
+    # The worker's ledger, read by the functions `envelopay flows|show --json -c
+    # worker/envelopay.toml` run, in this process: the same documents, without a Python
+    # start per look (seconds each on a loaded CI machine). test_worker_ledger_as_the_cli_reads_it
+    # holds the two equal.
+
     def worker_flows(self) -> dict[str, dict[str, Any]]:
-        doc = self.cli_json("flows", "-c", "worker/envelopay.toml")
-        return {f["id"]: f for f in doc["flows"]}
+        from envelopay.client import commands, views
+        from envelopay.config import load_config
+
+        cfg = load_config(self.root / "worker" / "envelopay.toml")
+        rows, _ = commands.flows(cfg, 10_000)
+        return {f["id"]: f for f in views.flows_doc(cfg.agent.address, rows)["flows"]}
 
     def worker_show(self, flow_id: str) -> dict[str, Any]:
-        return self.cli_json("show", flow_id, "-c", "worker/envelopay.toml")
+        from envelopay.client import commands, views
+        from envelopay.config import load_config
+
+        rec, log = commands.flow_thread(load_config(self.root / "worker" / "envelopay.toml"), flow_id)
+        return views.show_doc(rec, log)
 
     def approve(self, approval_id: str) -> dict[str, Any]:
         return self.cli_json("approvals", "approve", approval_id)
