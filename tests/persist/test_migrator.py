@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from envelopay.ledger.postgres import PostgresStore
 from envelopay.ledger.schema import LATEST, steps
 from envelopay.ledger.sqlite import SqliteStore
 from envelopay.ledger.store import Claim, Commit
-from envelopay.persist import Migrations, Step, Tx, current, migrate
+from envelopay.persist import Migrations, Step, Tx, current, migrate, migrate_in_runs
 from envelopay.persist.adapters import PgTx, SqliteTx, migrate_postgres, migrate_sqlite
 from envelopay.persist.rows import Record, named_row
 
@@ -195,4 +196,55 @@ def test_migrate_in_a_callers_transaction(tmp_path: Path) -> None:
     assert migrate(SqliteTx(conn), "sqlite", DEMO, "at", 1) == 1
     conn.execute("ROLLBACK")  # the caller's rollback takes the step and its record
     assert current(SqliteTx(conn), "sqlite", "demo") == 0
+    conn.close()
+
+
+def _long(x: Tx, dialect: str) -> tuple[int, int]:
+    """A long step over the rows of `todo`: two a run, its place kept in the database."""
+    rows = x.all("SELECT n FROM todo WHERE done = 0 ORDER BY n LIMIT 2")
+    for r in rows:
+        x.exec("UPDATE todo SET done = 1 WHERE n = ?", (r["n"],))
+    (left,) = x.all("SELECT count(*) AS n FROM todo WHERE done = 0")
+    return 5 - int(left["n"]), 5
+
+
+LONG = Migrations(
+    "long",
+    (
+        Step(1, "todo", {"sqlite": ["CREATE TABLE todo (n INT, done INT)",
+                                    "INSERT INTO todo VALUES (1, 0), (2, 0), (3, 0), (4, 0), (5, 0)"]}),
+        Step(2, "walk", chunk=_long),
+    ),
+)
+
+
+def test_a_long_step_runs_in_committed_runs_and_resumes(tmp_path: Path) -> None:
+    conn = sqlite3.connect(tmp_path / "l.db", isolation_level=None)
+
+    @contextmanager
+    def transaction() -> Iterator[Tx]:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield SqliteTx(conn)
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    seen: list[tuple[int, int]] = []
+
+    def stop(done: int, total: int) -> None:
+        seen.append((done, total))
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        migrate_in_runs(transaction, "sqlite", LONG, "at", stop)
+    assert seen == [(2, 5)] and current(SqliteTx(conn), "sqlite", "long") == 1, "step 2 not recorded yet"
+    steps: list[tuple[int, int]] = []
+    assert migrate_in_runs(transaction, "sqlite", LONG, "at", lambda d, t: steps.append((d, t))) == 2
+    assert steps == [(4, 5), (5, 5)], "resumed where the committed run stopped"
+    assert migrate_in_runs(transaction, "sqlite", LONG, "at", lambda d, t: steps.append((d, t))) == 2
+    assert steps == [(4, 5), (5, 5)]
+    with pytest.raises(ValueError, match="long step"):
+        migrate(SqliteTx(conn), "sqlite", Migrations("long2", LONG.steps), "at")
     conn.close()

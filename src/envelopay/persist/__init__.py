@@ -10,6 +10,7 @@ from envelopay.persist.migrator import (
     Tx,
     current,
     migrate,
+    migrate_in_runs,
 )
 from envelopay.persist.rows import NamedRow
 
@@ -23,4 +24,5 @@ __all__ = [
     "Tx",
     "current",
     "migrate",
+    "migrate_in_runs",
 ]

@@ -9,7 +9,7 @@ from typing import Any
 
 from envelopay.persist.migrator import Migrations, migrate
 
-__all__ = ["PgTx", "SqliteTx", "migrate_postgres", "migrate_sqlite"]
+__all__ = ["PgTx", "SqliteTx", "migrate_postgres", "migrate_sqlite", "recorded_sqlite"]
 
 
 class SqliteTx:
@@ -40,6 +40,20 @@ class PgTx:
     def exec(self, sql: str, params: Sequence[Any] = ()) -> int:
         self.cur.execute(sql.replace("?", "%s"), tuple(params))
         return int(self.cur.rowcount)
+
+
+def recorded_sqlite(conn: sqlite3.Connection, component: str) -> int:
+    """The version `component` has recorded in this SQLite file, read without a write or a
+    transaction (0: none), so a store at its latest version opens without taking the lock."""
+    cur = conn.cursor()
+    cur.row_factory = sqlite3.Row
+    table = cur.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'ep_versions'")
+    if not table.fetchone():
+        return 0
+    row = cur.execute(
+        "SELECT max(version) AS version FROM ep_versions WHERE component = ?", (component,)
+    ).fetchone()
+    return int(row["version"] or 0)
 
 
 def migrate_sqlite(

@@ -5,7 +5,11 @@ transaction and records each step in `ep_versions`, the one table of applied ver
 per database (stores sharing a database share it, keyed by component).
 
 A step is statements per dialect, optionally followed by a Python function for what SQL
-cannot say portably (SQLite has no ADD COLUMN IF NOT EXISTS). A database made before a
+cannot say portably (SQLite has no ADD COLUMN IF NOT EXISTS). A long step (the mailbox
+index rewritten, 100,000 messages) is a `chunk` instead: `migrate_in_runs` runs it again,
+one committed transaction each, until it reports its work done, and records its version
+in the transaction of the last run; the step keeps its own place in the database, so an
+interruption loses at most the run under way and the next open goes on. A database made before a
 component recorded its versions here is adopted: the component's `adopt` reads whatever
 that older version kept (the ledger's `ep_migrations`), or, where every early step is
 idempotent (CREATE ... IF NOT EXISTS), the steps simply run again over it.
@@ -16,12 +20,16 @@ Add steps at the end; never edit one a release has applied.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from envelopay.persist.rows import NamedRow
 
-__all__ = ["LOCK_KEY", "VERSIONS_TABLE", "Dialect", "Migrations", "Step", "Tx", "current", "migrate"]
+__all__ = [
+    "LOCK_KEY", "VERSIONS_TABLE", "Dialect", "Migrations", "Step", "Tx",
+    "current", "migrate", "migrate_in_runs",
+]
 
 Dialect = Literal["sqlite", "postgres"]
 
@@ -50,6 +58,9 @@ class Step:
     sql: Mapping[Dialect, Sequence[str]] = field(default_factory=dict)
     # Runs after the step's statements, in the same transaction.
     python: Callable[[Tx, Dialect], None] | None = None
+    # A long step, run by `migrate_in_runs` once per transaction: (done, total) so far;
+    # the step is over when done >= total.
+    chunk: Callable[[Tx, Dialect], tuple[int, int]] | None = None
 
 
 # What a database made before ep_versions already holds: (version, name, applied_at) rows.
@@ -83,24 +94,64 @@ def current(x: Tx, dialect: Dialect, component: str) -> int:
     return int(rows[0]["version"] or 0) if rows else 0
 
 
-def migrate(x: Tx, dialect: Dialect, m: Migrations, applied_at: str, target: int | None = None) -> int:
-    """Bring `m.component` to `target` (default: its latest) in the caller's transaction;
-    the version now. Steps already applied are skipped, so a second call does nothing."""
-    goal = m.latest if target is None else target
+def _applied(x: Tx, dialect: Dialect, m: Migrations) -> int:
     now = current(x, dialect, m.component)
     if now == 0 and m.adopt is not None:
         for version, name, at in m.adopt(x, dialect):
             _record(x, m.component, version, name, at)
             now = max(now, version)
-    for step in m.steps:
-        if now < step.version <= goal:
-            for stmt in step.sql.get(dialect, ()):
-                x.exec(stmt)
-            if step.python is not None:
-                step.python(x, dialect)
-            _record(x, m.component, step.version, step.name, applied_at)
-            now = step.version
     return now
+
+
+def _run(x: Tx, dialect: Dialect, m: Migrations, step: Step, applied_at: str) -> None:
+    for stmt in step.sql.get(dialect, ()):
+        x.exec(stmt)
+    if step.python is not None:
+        step.python(x, dialect)
+    _record(x, m.component, step.version, step.name, applied_at)
+
+
+def migrate(x: Tx, dialect: Dialect, m: Migrations, applied_at: str, target: int | None = None) -> int:
+    """Bring `m.component` to `target` (default: its latest) in the caller's transaction;
+    the version now. Steps already applied are skipped, so a second call does nothing."""
+    goal = m.latest if target is None else target
+    now = _applied(x, dialect, m)
+    pending = [step for step in m.steps if now < step.version <= goal]
+    long = [step.version for step in pending if step.chunk is not None]
+    if long:  # refused before any step runs
+        raise ValueError(f"{m.component} v{long[0]} is a long step: use migrate_in_runs")
+    for step in pending:
+        _run(x, dialect, m, step, applied_at)
+        now = step.version
+    return now
+
+
+def migrate_in_runs(
+    transaction: Callable[[], AbstractContextManager[Tx]],
+    dialect: Dialect,
+    m: Migrations,
+    applied_at: str,
+    progress: Callable[[int, int], None] | None = None,
+) -> int:
+    """Bring `m.component` to its latest version, one committed `transaction()` per plain
+    step and per run of a long one (`progress(done, total)` after each run); the version
+    now. Each transaction reads the versions again, so processes migrating one database
+    at once take turns and never apply a step twice."""
+    while True:
+        report: tuple[int, int] | None = None
+        with transaction() as x:
+            now = _applied(x, dialect, m)
+            step = next((s for s in m.steps if s.version > now), None)
+            if step is None:
+                return now
+            if step.chunk is None:
+                _run(x, dialect, m, step, applied_at)
+            else:
+                report = step.chunk(x, dialect)
+                if report[0] >= report[1]:
+                    _record(x, m.component, step.version, step.name, applied_at)
+        if report is not None and report[1] > 0 and progress is not None:  # (0, 0): no work
+            progress(*report)
 
 
 def _record(x: Tx, component: str, version: int, name: str, at: str) -> None:

@@ -16,20 +16,26 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 
 from envelopay.mail.mailbox.inputs import MailboxError
+from envelopay.persist import Migrations, Step
+from envelopay.persist.adapters import migrate_sqlite, recorded_sqlite
 
-__all__ = ["SendGuard", "body_hash"]
+__all__ = ["SENDS_MIGRATIONS", "SendGuard", "body_hash"]
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS sends (
+_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS sends (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     recipient TEXT NOT NULL,
     body_hash TEXT NOT NULL,
     ts REAL NOT NULL,
     status TEXT NOT NULL,
     message_id TEXT
-);
-CREATE INDEX IF NOT EXISTS sends_guard ON sends(recipient, body_hash, status, ts);
-"""
+)""",
+    "CREATE INDEX IF NOT EXISTS sends_guard ON sends(recipient, body_hash, status, ts)",
+)
+# The send log's schema on the one migrator (envelopay.persist), in the index file's
+# `ep_versions`. Step 1 is what every release before it ran at open (IF NOT EXISTS): a log
+# one of them made is adopted by running it again.
+SENDS_MIGRATIONS = Migrations("mailbox_sends", (Step(1, "the send log", {"sqlite": _SCHEMA}),))
 
 
 def body_hash(body: str) -> str:
@@ -43,7 +49,8 @@ class SendGuard:
         self._db = db
         self.window = window
         self._now = now
-        db.executescript(_SCHEMA)
+        if recorded_sqlite(db, SENDS_MIGRATIONS.component) < SENDS_MIGRATIONS.latest:
+            migrate_sqlite(db, SENDS_MIGRATIONS, now().isoformat())
 
     def refuse_duplicate(self, recipient: str, body: str) -> None:
         """MailboxError `duplicate_send` when this body was sent to `recipient` in the window."""

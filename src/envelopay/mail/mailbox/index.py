@@ -40,7 +40,7 @@ from pathlib import Path
 
 from envelopay.mail.mailbox import index_upgrade
 from envelopay.mail.mailbox.fts import Expand, fold, word_start
-from envelopay.mail.mailbox.index_schema import _VERSION
+from envelopay.mail.mailbox.index_schema import _VERSION  # noqa: F401  (read as index._VERSION)
 from envelopay.mail.mailbox.interpret import Interpretation
 from envelopay.mail.mailbox.queries import COLS, check_query, record
 from envelopay.mail.mailbox.records import Attachment, CheckFilter, MailRecord, Progress
@@ -104,8 +104,8 @@ class MailIndex:
         self.db.create_function("ws", 2, _ws, deterministic=True)
         self.db.create_function("wsz", 3, _wsz, deterministic=True)
         self.db.create_function("fold", 1, fold, deterministic=True)
-        version = self.db.execute("PRAGMA user_version").fetchone()["user_version"]
-        if version != _VERSION:
+        if not index_upgrade.current(self.db):
+            version = self.db.execute("PRAGMA user_version").fetchone()["user_version"]
             try:
                 index_upgrade.run(self, version, body_of, progress)
             except BaseException:

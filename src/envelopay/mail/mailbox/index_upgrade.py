@@ -16,11 +16,14 @@
   table's tokens; `from_lc`/`subject_lc` are folded. No message row changes its `seq`,
   id or read mark.
 
-Every upgrade runs in committed steps of `STEP` messages (`run`), so it streams, reports
-progress, and can be interrupted (Ctrl-C, a kill) at any point: a step is one transaction,
-so an interruption loses at most the step under way, and the next open goes on from the
-last committed step. The version is written only by the last step, so until then every
-open resumes the upgrade before anything else reads the index:
+The upgrade is the mailbox's step on the one migrator (envelopay.persist, component
+"mailbox", recorded in the index file's `ep_versions`; `PRAGMA user_version` is written
+too, for a process of an earlier release opening the file). It is a long step, run in
+committed steps of `STEP` messages (`migrate_in_runs`), so it streams, reports progress,
+and can be interrupted (Ctrl-C, a kill) at any point: a step is one transaction, so an
+interruption loses at most the step under way, and the next open goes on from the last
+committed step. The version is written only by the last step, so until then every open
+resumes the upgrade before anything else reads the index:
 - v1/v2: the set-aside table is the queue. A step indexes its oldest `STEP` rows again and
   deletes them from it in the same transaction;
 - v3/v4: the new full-text table (`messages_fts_next`) is filled newest first, with
@@ -36,16 +39,21 @@ from __future__ import annotations
 import json
 import sqlite3
 import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from envelopay.mail.mailbox.index_schema import _SCHEMA, _VERSION
 from envelopay.mail.mailbox.interpret import Interpretation
 from envelopay.mail.mailbox.records import Attachment, Progress
+from envelopay.persist import Dialect, Migrations, Step, Tx, migrate_in_runs
+from envelopay.persist.adapters import SqliteTx, recorded_sqlite
 
 if TYPE_CHECKING:
     from envelopay.mail.mailbox.index import BodyOf, MailIndex
 
-__all__ = ["STEP", "run"]
+__all__ = ["STEP", "current", "run"]
 
 STEP = 2000  # messages per committed step (about 0.6 s of a v4 upgrade on this machine)
 
@@ -55,40 +63,65 @@ _OLD_INDEXES = ("messages_folder_ts", "messages_msgid", "messages_thread")
 _NEXT = "messages_fts_next"  # the v5 full-text table while a v3/v4 upgrade fills it
 
 
+_NAME = "index v5: full-text rowids -seq, NFC header columns, vocabulary"
+
+
+def current(db: sqlite3.Connection) -> bool:
+    """Whether the index is at the current version and the migrator has recorded it (two
+    reads, no transaction: the open of an up-to-date index writes nothing)."""
+    return _user_version(db) == _VERSION and recorded_sqlite(db, "mailbox") == _VERSION
+
+
 def run(index: MailIndex, version: int, body_of: BodyOf | None, progress: Progress | None) -> None:
-    """Bring the index from `version` (as read on open) to the current one, in steps."""
+    """Bring the index to the current version on the one migrator, in committed steps
+    (`version` as read on open; each step reads it again, another process may be ahead)."""
+
+    def chunk(x: Tx, dialect: Dialect) -> tuple[int, int]:
+        return _chunk(index, body_of)
+
+    def adopt(x: Tx, dialect: Dialect) -> list[tuple[int, str, str]]:
+        # A v5 index an earlier release made or finished: no step left to run.
+        return [(_VERSION, _NAME, "adopted")] if _user_version(index.db) == _VERSION else []
+
+    @contextmanager
+    def transaction() -> Iterator[Tx]:
+        with index.batch():  # BEGIN IMMEDIATE; the full-text rows and terms written at its end
+            yield SqliteTx(index.db)
+
+    steps = Migrations("mailbox", (Step(_VERSION, _NAME, chunk=chunk),), adopt=adopt)
+    migrate_in_runs(transaction, "sqlite", steps, datetime.now(UTC).isoformat(), progress)
+
+
+def _chunk(index: MailIndex, body_of: BodyOf | None) -> tuple[int, int]:
+    """One committed step of the upgrade: (messages done, messages in all); (0, 0) when
+    there was nothing to carry over (a new file) or another process finished it."""
     db = index.db
-    with index.batch():
-        version = _user_version(db)
-        if version == _VERSION:
-            return  # another process finished it meanwhile
-        prior = _set_aside_before(db) or set_aside(db, version)
+    version = _user_version(db)
+    if version == _VERSION:
+        return 0, 0
+    prior = _set_aside_before(db)
+    rewriting = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'upgrade_cursor'").fetchone()
+    if prior is None and not rewriting:
+        # The first step also prepares: the old table set aside, the current schema made.
+        prior = set_aside(db, version)
         for statement in _SCHEMA.split(";"):
             if statement.strip():
                 db.execute(statement)
         if prior is None and version in (3, 4):
             db.execute(_fts_table(_NEXT))
-            db.execute("CREATE TABLE IF NOT EXISTS upgrade_cursor (seq INTEGER, done INTEGER NOT NULL)")
-            if db.execute("SELECT 1 FROM upgrade_cursor").fetchone() is None:
-                db.execute("INSERT INTO upgrade_cursor VALUES (NULL, 0)")
-                db.execute("DELETE FROM terms")  # each step adds its texts' tokens
+            db.execute("CREATE TABLE upgrade_cursor (seq INTEGER, done INTEGER NOT NULL)")
+            db.execute("INSERT INTO upgrade_cursor VALUES (NULL, 0)")
+            db.execute("DELETE FROM terms")  # each step adds its texts' tokens
         elif prior is None:  # a new file (or one with nothing to carry over)
             db.execute(f"PRAGMA user_version = {_VERSION}")
-            return
-    while True:
-        with index.batch():
-            if _user_version(db) == _VERSION:
-                return
-            if prior is not None:
-                done, total = _reindex_step(index, prior, body_of)
-            else:
-                done, total = _rewrite_step(index, body_of)
-            if done >= total:
-                db.execute(f"PRAGMA user_version = {_VERSION}")
-        if progress is not None:
-            progress(done, total)
-        if done >= total:
-            return
+            return 0, 0
+    if prior is not None:
+        done, total = _reindex_step(index, prior, body_of)
+    else:
+        done, total = _rewrite_step(index, body_of)
+    if done >= total:
+        db.execute(f"PRAGMA user_version = {_VERSION}")
+    return done, total
 
 
 def _user_version(db: sqlite3.Connection) -> int:
