@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import mailbox
 import re
+import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -289,5 +290,29 @@ async def test_a_link_planted_in_the_inbox_is_not_read(
     deliver(root, b"From: a@x.test\r\nMessage-ID: <l@x.test>\r\nSubject: x\r\n\r\nx\r\n")  # makes the Maildir
     (root / "buyer@agents.test" / "new" / "1700000000.link.host").symlink_to(elsewhere)
     d = await kit.payments.submit("pay_invoice", token, {"invoice": "inv-l"})
+    assert (d.status, d.code) == ("blocked", "invoice_not_found")
+    assert kit.payment_txs(address) == []
+
+
+@pytest.mark.parametrize("planted", ["new", "folder"])
+async def test_a_folder_linked_to_another_maildir_is_not_read(
+    bound: tuple[Kit, str, str, Path], tmp_path: Path, planted: str
+) -> None:
+    """The agent swaps its new/ (or its whole Maildir) for a link to a folder holding an
+    INVOICE that is not its own: the enforcer does not read through it (issue 29, item 8)."""
+    kit, token, address, root = bound
+    other = tmp_path / "other"
+    for sub in ("new", "cur", "tmp"):
+        (other / sub).mkdir(parents=True)
+    (other / "new" / "1700000000.inv.host").write_bytes(invoice(inv_id="inv-f"))
+    deliver(root, b"From: a@x.test\r\nMessage-ID: <f@x.test>\r\nSubject: x\r\n\r\nx\r\n")  # makes the Maildir
+    box = root / "buyer@agents.test"
+    if planted == "new":
+        shutil.rmtree(box / "new")
+        (box / "new").symlink_to(other / "new")
+    else:
+        shutil.rmtree(box)
+        box.symlink_to(other)
+    d = await kit.payments.submit("pay_invoice", token, {"invoice": "inv-f"})
     assert (d.status, d.code) == ("blocked", "invoice_not_found")
     assert kit.payment_txs(address) == []

@@ -24,7 +24,7 @@ from envelopay import dkim
 from envelopay.enforcer.model import Agent
 from envelopay.enforcer.spend import MAX_AMOUNT, Refusal
 from envelopay.errors import UsageError
-from envelopay.mail.maildir import mailbox_path
+from envelopay.mail.maildir import mailbox_path, open_maildir
 
 __all__ = [
     "BoundInvoice",
@@ -100,9 +100,12 @@ class MaildirInvoices:
         for sub in ("new", "cur"):
             folder = box / sub
             try:
+                # Not through a folder the agent swapped for a link (to another agent's
+                # Maildir): maildir.open_maildir refuses one at the address folder or here.
+                os.close(open_maildir(box, sub)[0])
                 entries = sorted(os.scandir(folder), key=lambda e: e.name)
             except OSError:
-                continue  # no such folder (yet)
+                continue  # no such folder (yet), or a link
             for entry in entries:
                 try:
                     st = entry.stat(follow_symlinks=False)
