@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import uuid
 from collections.abc import Awaitable, Callable
 
 from envelopay.enforcer.model import Agent, Policy, SendRequest
@@ -265,6 +266,10 @@ async def check_batches(factory: Factory) -> None:
         assert refused.refused_at == 1 and not refused.committed
         assert await s.counter(agent.id, "h", "b2") == 0, "a refused batch leaves nothing"
         assert (await s.get_send(f"b-{tag}")) is not None
+        quick = await s.transaction([s.step("take_slot", (agent.id, "h", "b3", 1))], durable=False)
+        assert quick.committed and await s.counter(agent.id, "h", "b3") == 1, "a non-durable commit commits"
+        (named_counter,) = await s.execute("counter", (agent.id, "h", "b3"))
+        assert named_counter["sends"] == 1
         rows = await s.execute_sql("SELECT sends FROM enf_counters WHERE agent_id = ? AND slot = ?",
                                    (agent.id, "b1"))
         assert rows == [(1,)]
@@ -279,6 +284,11 @@ async def check_locks_and_liveness(factory: Factory) -> None:
     s = await factory()
     try:
         assert await s.alive(s.instance)
+        assert not await s.alive(uuid.uuid4().hex), "an instance never opened is not alive"
+        other = await factory()  # another process's store, as far as liveness goes
+        assert await s.alive(other.instance)
+        await other.close()
+        assert not await s.alive(other.instance), "a closed store is not alive"
         order: list[str] = []
 
         async def hold(name: str) -> None:
