@@ -291,32 +291,33 @@ class SqlStore(DeferralsMixin, OutboxCallsMixin, SqlBase):
                 ],
             )
         if c.outbox:
+            # v11's columns are written only when a row needs them (an Auto-Submitted mark,
+            # a held answer): a plain row stays v1's, so code writing one still runs beside
+            # a ledger not yet upgraded (tests/ledger/test_upgrade_v10.py).
+            marked = c.hold is not None or any(ob.auto_submitted for ob, _ in c.outbox)
             rows = []
             for ob, fid in c.outbox:
                 d = outbound_to_row(ob)
-                rows.append(
-                    (
-                        d["message_id"],
-                        fid,
-                        d["sender"],
-                        d["recipient"],
-                        d["type"],
-                        self.j(d["body"]),
-                        self.t(d["date"]),
-                        d["in_reply_to"],
-                        self.j(d["refs"]),
-                        d["note"],
-                        d["auto_submitted"],
-                        "pending" if c.hold is None else "held",
-                        now,
-                        c.hold,
-                    )
-                )
+                row = [
+                    d["message_id"],
+                    fid,
+                    d["sender"],
+                    d["recipient"],
+                    d["type"],
+                    self.j(d["body"]),
+                    self.t(d["date"]),
+                    d["in_reply_to"],
+                    self.j(d["refs"]),
+                    d["note"],
+                    "pending" if c.hold is None else "held",
+                    now,
+                ]
+                rows.append((*row, d["auto_submitted"], c.hold) if marked else tuple(row))
+            extra = (", auto_submitted, last_error", ", ?, ?") if marked else ("", "")
             x.many(
                 "INSERT INTO ep_outbox (message_id, flow_id, sender, recipient, type, body,"
-                " date, in_reply_to,"
-                " refs, note, auto_submitted, status, attempts, created_at, last_error)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)"
+                f" date, in_reply_to, refs, note, status, attempts, created_at{extra[0]})"
+                f" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?{extra[1]})"
                 " ON CONFLICT DO NOTHING",
                 rows,
             )
