@@ -22,6 +22,8 @@ import pytest
 from .world import PRICE, WORKER, Agent, Mcp, NotYet, World, eventually, ref_is, running_world
 
 SOL, BASE = "solana-local", "base-local"
+CHAINS = pytest.mark.parametrize("chain", [SOL, BASE])
+OTHER = {SOL: BASE, BASE: SOL}
 LIMITS = ("--spend", f"{SOL}/USDC=50000000/day,1000000/payment",
           "--spend", f"{BASE}/USDC=50000000/day,1000000/payment", "--payee", "garden.local")
 
@@ -41,6 +43,7 @@ def buyer(world: World) -> Agent:
 def careful(world: World) -> Agent:
     """Its per-payment maximum (0.1 USDC) is below the worker's price: payments wait."""
     return world.create_agent("careful", "--spend", f"{SOL}/USDC=50000000/day,100000/payment",
+                              "--spend", f"{BASE}/USDC=50000000/day,100000/payment",
                               "--payee", "garden.local")
 
 
@@ -91,6 +94,15 @@ def flow_of(world: World, before: set[str], protocol_id: str) -> dict[str, Any]:
     return found[0]
 
 
+def word_count(text: str, chain: str) -> dict[str, Any]:
+    """The ORDER's task, invoiced on `chain`."""
+    return {"name": "word_count", "text": text, "rail": f"{chain}/USDC"}
+
+
+def counted(text: str) -> dict[str, int]:
+    return {"words": len(text.split()), "characters": len(text)}
+
+
 def no_oops(flow: dict[str, Any]) -> None:
     oopses = [m for m in flow["messages"] if m["type"] == "oops" or m["oops"]]
     assert oopses == [], oopses
@@ -118,7 +130,7 @@ async def served(world: World, m: Mcp, before: set[str], order_id: str) -> dict[
 # -- ORDER → INVOICE → pay_invoice → FULFILL, on both chains ----------------------------
 
 
-@pytest.mark.parametrize("chain", [SOL, BASE])
+@CHAINS
 async def test_pay_invoice_then_fulfill(world: World, buyer: Agent, chain: str) -> None:
     money = Money(world, chain, buyer)
     before, flows = money.read(), set(world.worker_flows())
@@ -142,19 +154,19 @@ async def test_pay_invoice_then_fulfill(world: World, buyer: Agent, chain: str) 
 # -- pay, naming the open INVOICE --------------------------------------------------------
 
 
-async def test_pay_settles_an_open_invoice(world: World, buyer: Agent) -> None:
-    money = Money(world, SOL, buyer)
+@CHAINS
+async def test_pay_settles_an_open_invoice(world: World, buyer: Agent, chain: str) -> None:
+    money = Money(world, chain, buyer)
     before, flows = money.read(), set(world.worker_flows())
     async with world.mcp(buyer) as m:
-        inv = (await ordered(m, "pay-open", {"name": "word_count", "text": "settled by pay"}))["body"]
-        paid = await m.settle(await m.call("pay", {
-            "to": WORKER, "amount": inv["amount"], "token": inv["token"], "chain": inv["chain"],
-            "wallet": inv["wallet"], "idempotency_key": "pay-open-1", "invoice_ref": inv["id"]}))
+        inv = (await ordered(m, f"pay-open-{chain}", word_count("settled by pay", chain)))["body"]
+        assert inv["chain"] == chain, inv
+        request = {"to": WORKER, "amount": inv["amount"], "token": inv["token"], "chain": inv["chain"],
+                   "wallet": inv["wallet"], "idempotency_key": f"pay-open-{chain}", "invoice_ref": inv["id"]}
+        paid = await m.settle(await m.call("pay", request))
         assert paid["status"] == "paid_and_sent", paid
-        await served(world, m, before=flows, order_id="pay-open")
-        retried = await m.call("pay", {
-            "to": WORKER, "amount": inv["amount"], "token": inv["token"], "chain": inv["chain"],
-            "wallet": inv["wallet"], "idempotency_key": "pay-open-1", "invoice_ref": inv["id"]})
+        await served(world, m, before=flows, order_id=f"pay-open-{chain}")
+        retried = await m.call("pay", request)
         # The same key: the first outcome, not a second payment.
         assert (retried["status"], retried["id"]) == ("paid_and_sent", paid["id"]), retried
     moved_once(money, before, PRICE)
@@ -163,19 +175,22 @@ async def test_pay_settles_an_open_invoice(world: World, buyer: Agent) -> None:
 # -- a prepaid ORDER (v0.2: amount, token, chain and proof in the ORDER) ----------------
 
 
-async def test_prepaid_order_is_fulfilled_at_once(world: World, buyer: Agent) -> None:
-    money = Money(world, SOL, buyer)
+@CHAINS
+async def test_prepaid_order_is_fulfilled_at_once(world: World, buyer: Agent, chain: str) -> None:
+    money = Money(world, chain, buyer)
+    text = f"paid up front on {chain}"
     before, flows = money.read(), set(world.worker_flows())
     async with world.mcp(buyer) as m:
         # One call pays and sends the ORDER carrying its proof.
         assert "prepaid_order" in await m.tools()
         paid = await m.settle(await m.call("prepaid_order", {
-            "to": WORKER, "amount": str(PRICE), "token": "USDC", "chain": SOL,
-            "wallet": world.worker_wallets[SOL], "idempotency_key": "prepaid-1",
-            "task": {"name": "word_count", "text": "paid up front"}}))
+            "to": WORKER, "amount": str(PRICE), "token": "USDC", "chain": chain,
+            "wallet": world.worker_wallets[chain], "idempotency_key": f"prepaid-{chain}",
+            "task": {"name": "word_count", "text": text}}))
         assert paid["status"] == "paid_and_sent", paid
-        fulfill = await m.wait_mail("the FULFILL of the prepaid ORDER", lambda x: x["type"] == "fulfill"
-                                    and x["body"]["result"] == {"words": 3, "characters": 13})
+        fulfill = await m.wait_mail("the FULFILL of the prepaid ORDER", lambda x: x["type"] == "oops"
+                                    or (x["type"] == "fulfill" and x["body"]["result"] == counted(text)))
+        assert fulfill["type"] == "fulfill", f"an OOPS where the FULFILL was due: {fulfill}"
         flows_now = new_flows(world, flows)
         assert [f["flow"]["state"] for f in flows_now] == ["fulfilled"], flows_now
         no_oops(flows_now[0])
@@ -186,21 +201,23 @@ async def test_prepaid_order_is_fulfilled_at_once(world: World, buyer: Agent) ->
 # -- OFFER → ACCEPT against the worker's [[exchange]] ------------------------------------
 
 
-async def test_offer_accepted_by_the_workers_exchange(world: World, buyer: Agent) -> None:
-    give, want = Money(world, SOL, buyer), Money(world, BASE, buyer)
+@CHAINS
+async def test_offer_accepted_by_the_workers_exchange(world: World, buyer: Agent, chain: str) -> None:
+    """The agent gives 1 USDC on `chain` for 1 USDC on the other, as the worker trades."""
+    give, want = Money(world, chain, buyer), Money(world, OTHER[chain], buyer)
     give_before, want_before, flows = give.read(), want.read(), set(world.worker_flows())
     async with world.mcp(buyer) as m:
         offered = await m.settle(await m.call("make_offer", {
-            "to": WORKER, "amount": "1000000", "token": "USDC", "chain": SOL,
-            "wallet": world.worker_wallets[SOL], "idempotency_key": "offer-1",
-            "want": {"amount": "1000000", "token": "USDC", "chain": BASE}}))
+            "to": WORKER, "amount": "1000000", "token": "USDC", "chain": chain,
+            "wallet": world.worker_wallets[chain], "idempotency_key": f"offer-{chain}",
+            "want": {"amount": "1000000", "token": "USDC", "chain": OTHER[chain]}}))
         assert offered["status"] == "paid_and_sent", offered
         flow = eventually(lambda: _one_new(world, flows), "the worker's exchange flow")
         offer_id = next(x["id"] for x in flow["messages"] if x["type"] == "offer")
         accept = await m.wait_mail("the worker's ACCEPT", lambda x: ref_is("accept", "offer_ref", offer_id)(x)
                                    or x["type"] == "oops")
         assert accept["type"] == "accept", f"an OOPS where the ACCEPT was due: {accept}"
-        assert (accept["body"]["amount"], accept["body"]["chain"]) == ("1000000", BASE), accept
+        assert (accept["body"]["amount"], accept["body"]["chain"]) == ("1000000", OTHER[chain]), accept
         flow = flow_of(world, flows, offer_id)
         assert (flow["flow"]["kind"], flow["flow"]["state"]) == ("exchange", "accepted"), flow
         no_oops(flow)
@@ -219,11 +236,12 @@ def _one_new(world: World, before: set[str]) -> dict[str, Any]:
 # -- held for approval, approved by the operator, then served ---------------------------
 
 
-async def test_held_payment_approved_then_served(world: World, careful: Agent) -> None:
-    money = Money(world, SOL, careful)
+@CHAINS
+async def test_held_payment_approved_then_served(world: World, careful: Agent, chain: str) -> None:
+    money = Money(world, chain, careful)
     before, flows = money.read(), set(world.worker_flows())
     async with world.mcp(careful) as m:
-        inv = (await ordered(m, "held-1", {"name": "word_count", "text": "approve me"}))["body"]
+        inv = (await ordered(m, f"held-{chain}", word_count("approve me", chain)))["body"]
         held = await m.call("pay_invoice", {"invoice": inv["id"]})
         assert held["status"] == "pending_approval" and held["approval_id"], held
         assert money.read() == before  # nothing moves while it waits
@@ -233,7 +251,7 @@ async def test_held_payment_approved_then_served(world: World, careful: Agent) -
         assert decided["exit"] == 0, decided
         paid = await m.settle(await m.call("check_payment_status", {"id": held["id"]}))
         assert paid["status"] == "paid_and_sent", paid
-        await served(world, m, before=flows, order_id="held-1")
+        await served(world, m, before=flows, order_id=f"held-{chain}")
         again = world.cli_json("approvals", "approve", held["approval_id"], expect=1)  # decided already
         assert again["exit"] == 1, again
     moved_once(money, before, PRICE)
@@ -242,17 +260,18 @@ async def test_held_payment_approved_then_served(world: World, careful: Agent) -
 # -- refused by policy: nothing moves ----------------------------------------------------
 
 
-async def test_policy_refusal_moves_nothing(world: World, strict: Agent) -> None:
-    money = Money(world, SOL, strict)
+@CHAINS
+async def test_policy_refusal_moves_nothing(world: World, strict: Agent, chain: str) -> None:
+    money = Money(world, chain, strict)
     before, flows = money.read(), set(world.worker_flows())
     async with world.mcp(strict) as m:
-        inv = (await ordered(m, "strict-1", {"name": "word_count", "text": "not like this"}))["body"]
+        inv = (await ordered(m, f"strict-{chain}", word_count("not like this", chain)))["body"]
         refused = await m.call("pay", {
             "to": WORKER, "amount": inv["amount"], "token": inv["token"], "chain": inv["chain"],
-            "wallet": inv["wallet"], "idempotency_key": "strict-1"})
+            "wallet": inv["wallet"], "idempotency_key": f"strict-{chain}"})
         assert (refused["status"], refused["code"]) == ("blocked", "invoice_required"), refused
         assert not refused.get("tx_id") and not refused.get("message_id"), refused
-        flow = flow_of(world, flows, "strict-1")
+        flow = flow_of(world, flows, f"strict-{chain}")
         assert flow["flow"]["state"] == "invoiced" and flow["payments"] == [], flow  # no PAY reached it
     moved_once(money, before, 0)
 
@@ -260,20 +279,19 @@ async def test_policy_refusal_moves_nothing(world: World, strict: Agent) -> None
 # -- the worker refuses the PAY: the agent is told, never "paid_and_sent" alone ----------
 
 
-async def test_worker_refuses_the_pay_and_the_agent_is_told(world: World, buyer: Agent) -> None:
+@CHAINS
+async def test_worker_refuses_the_pay_and_the_agent_is_told(world: World, buyer: Agent, chain: str) -> None:
     """The agent pays the price into a wallet that is not the worker's (one it was given
     elsewhere; nothing the enforcer could check): the money moves, the worker answers the
     PAY with an OOPS, and check_payment_status says `paid_refused` with the OOPS code —
     never `paid_and_sent` alone."""
-    from solders.keypair import Keypair
-
-    stranger = str(Keypair().pubkey())
-    money, worker = Money(world, SOL, buyer, stranger), Money(world, SOL, buyer)
+    stranger = new_wallet(chain)
+    money, worker = Money(world, chain, buyer, stranger), Money(world, chain, buyer)
     before, worker_before, flows = money.read(), worker.read()[1], set(world.worker_flows())
     async with world.mcp(buyer) as m:
         paid = await m.settle(await m.call("pay", {
-            "to": WORKER, "amount": str(PRICE), "token": "USDC", "chain": SOL, "wallet": stranger,
-            "idempotency_key": "elsewhere-1"}))
+            "to": WORKER, "amount": str(PRICE), "token": "USDC", "chain": chain, "wallet": stranger,
+            "idempotency_key": f"elsewhere-{chain}"}))
         assert paid["status"] in ("paid_and_sent", "paid_refused") and paid["tx_id"], paid
         oops = await m.wait_mail("the worker's OOPS", lambda x: x["type"] == "oops")
         code = (oops["body"].get("error") or {}).get("code")
@@ -283,19 +301,31 @@ async def test_worker_refuses_the_pay_and_the_agent_is_told(world: World, buyer:
         assert status["code"] == code and status["tx_id"] == paid["tx_id"], status
         assert new_flows(world, flows) == []  # refused at the door: no flow took the PAY, nothing served
     moved_once(money, before, PRICE)
-    assert world.usdc(SOL, world.worker_wallets[SOL]) == worker_before  # the worker got nothing
+    assert world.usdc(chain, world.worker_wallets[chain]) == worker_before  # the worker got nothing
 
 
-async def test_pay_contradicting_its_invoice_is_blocked(world: World, buyer: Agent) -> None:
-    """The same short payment naming its INVOICE: the enforcer can see the payee would
-    refuse it, so it is `blocked` and nothing moves (issue 27, Build 1)."""
-    money = Money(world, SOL, buyer)
+def new_wallet(chain: str) -> str:
+    """A wallet nobody here holds."""
+    if chain == SOL:
+        from solders.keypair import Keypair
+
+        return str(Keypair().pubkey())
+    from eth_account import Account
+
+    return str(Account.create().address)
+
+
+@CHAINS
+async def test_pay_contradicting_its_invoice_is_blocked(world: World, buyer: Agent, chain: str) -> None:
+    """A short payment naming its INVOICE: the enforcer can see the payee would refuse
+    it, so it is `blocked` and nothing moves (issue 27, Build 1)."""
+    money = Money(world, chain, buyer)
     before = money.read()
     async with world.mcp(buyer) as m:
-        inv = (await ordered(m, "short-2", {"name": "word_count", "text": "underpaid again"}))["body"]
+        inv = (await ordered(m, f"short-{chain}", word_count("underpaid", chain)))["body"]
         refused = await m.call("pay", {
             "to": WORKER, "amount": str(PRICE - 50_000), "token": inv["token"], "chain": inv["chain"],
-            "wallet": inv["wallet"], "idempotency_key": "short-2", "invoice_ref": inv["id"]})
+            "wallet": inv["wallet"], "idempotency_key": f"short-{chain}", "invoice_ref": inv["id"]})
         assert refused["status"] == "blocked" and not refused.get("tx_id"), refused
     moved_once(money, before, 0)
 
@@ -306,7 +336,7 @@ def broke(world: World) -> Agent:
     return world.create_agent("broke", *LIMITS, usdc=None)
 
 
-@pytest.mark.parametrize("chain", [SOL, BASE])
+@CHAINS
 async def test_empty_wallet_names_envelopay_fund(world: World, broke: Agent, chain: str) -> None:
     """A restarted devnet leaves the agents' wallets empty: the payment fails
     insufficient_funds, nothing moves, and the reason names the command that funds it."""

@@ -128,9 +128,10 @@ class World:
         init = self.cli_json("init", "--devnet", "--address", WORKER, "--dir", "worker")
         self.worker_wallets = dict(init["wallets"])
         with (self.root / "worker" / "envelopay.toml").open("a") as cfg:
-            # The worker trades USDC on Solana for USDC on Base, one for one (make_offer's case).
-            cfg.write('\n[[exchange]]\ngive = "solana-local/USDC"\nwant = "base-local/USDC"\n'
-                      'give_unit = "1"\nwant_per_unit = "1"\nmax_want = "5000000"\n')
+            # The worker trades USDC on one chain for USDC on the other, one for one (make_offer).
+            for give, want in (("solana-local", "base-local"), ("base-local", "solana-local")):
+                cfg.write(f'\n[[exchange]]\ngive = "{give}/USDC"\nwant = "{want}/USDC"\n'
+                          'give_unit = "1"\nwant_per_unit = "1"\nmax_want = "5000000"\n')
         self.service("worker", "worker", "serve", "-c", "worker/envelopay.toml", ready="serving")
         self.start_enforcer()
 
