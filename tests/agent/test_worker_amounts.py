@@ -8,8 +8,20 @@ from __future__ import annotations
 import json
 
 from envelopay.client.demo import PRICE, DemoWorld
+from envelopay.client.preflight import accepts_pair, exchange_query
 from envelopay.protocol.compose import compose, message_json
-from envelopay.protocol.messages import Accept, Fulfill, Give, Invoice, Offer, Order, Pay, Want
+from envelopay.protocol.messages import (
+    Accept,
+    Fulfill,
+    Give,
+    Invoice,
+    Methods,
+    Offer,
+    Order,
+    Pay,
+    Want,
+    Which,
+)
 from envelopay.protocol.parse import parse
 
 
@@ -47,3 +59,13 @@ async def test_accept_note_reads_in_the_assets_units(demo_world: DemoWorld) -> N
     assert isinstance(acc, Accept)
     assert acc.note == "30 USDC sent on base-local"
     assert json.loads(message_json(acc))["amount"] == "30000000"
+
+
+async def test_the_exchange_rate_note_reads_in_the_assets_units(demo_world: DemoWorld) -> None:
+    # The demo worker takes 1 SOL (10**9 lamports) for at most 30 USDC (30,000,000 units).
+    give, want = "solana-local/SOL", "base-local/USDC"
+    _, methods, _ = await demo_world.exchange(Which(id="wx_amt", task=exchange_query(give, want)))
+    assert isinstance(methods, Methods)
+    assert methods.note == f"exchange {give} for {want}: at most 30 USDC per 1 SOL"
+    # The buyer's check (client.preflight) still reads the note as a yes.
+    assert accepts_pair(json.loads(message_json(methods)), give, want) is not None

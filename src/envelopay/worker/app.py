@@ -172,7 +172,11 @@ class WorkerApp:
                 if wallet is None:
                     break
                 rail = RailMethod(chain=chain, token=token, wallet=wallet, price=int(p.give_unit))
-                rate = f"at most {p.want_per_unit} {want} units per {p.give_unit} {give} units"
+                # The rate in the assets' units, spelled as the operator declared them.
+                want_chain, _, want_token = p.want.partition("/")
+                give_chain, _, give_token = p.give.partition("/")
+                most = self.amount(int(p.want_per_unit), want_chain, want_token)
+                rate = f"at most {most} per {self.amount(int(p.give_unit), give_chain, give_token)}"
                 return Methods(id=self.new_id("mth"), which_ref=which.id, rails=[rail],
                                note=f"exchange {give} for {want}: {rate}"[:200])
         plain = self.methods(which.model_copy(update={"task": None}))
