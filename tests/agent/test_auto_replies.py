@@ -390,3 +390,35 @@ def test_a_responder_marks_its_answers_and_never_answers_a_robot(signal: str) ->
     reply = kv.respond(request, now=now, domain="garden.local")
     assert reply is not None and b"\nAuto-Submitted: auto-replied\n" in reply.replace(b"\r\n", b"\n")
     assert kv.respond(f"{signal}\r\n".encode() + request, now=now, domain="garden.local") is None
+
+
+# ------------------------------------------------------------------ AgentMail carries the mark
+
+
+async def test_agentmail_sends_our_auto_submitted_header(store: Store) -> None:
+    """AgentMail composes its own bytes from our fields: the mark must be one of them."""
+    import json
+    from urllib.parse import quote
+
+    import respx
+
+    from envelopay.mail.agentmail import API_BASE, AgentMailClient, AgentMailConfig
+    from envelopay.mail.agentmail_inbox import AgentMailTransport
+
+    inbox = "worker@agentmail.to"
+    eng = Engine(store, address=inbox, domain="agentmail.to", rails={}, app=k.WorkerApp(), clock=k.Clock())
+    out = await eng.handle(k.raw(Which(id="w_am"), to=inbox, message_id="<am1@client.test>"))
+    row = store.outbox_get(out.outbox[0])
+    assert row is not None
+    client = AgentMailClient(AgentMailConfig(inbox, "am_test_key"))
+    sent = {"message_id": "am_1", "thread_id": "th_1"}
+    try:
+        with respx.mock(assert_all_called=True) as router:
+            url = f"{API_BASE}/v0/inboxes/{quote(inbox, safe='')}/messages/send"
+            route = router.post(url).respond(json=sent)
+            await AgentMailTransport(client, store, k.Clock()).send(compose(row.outbound), inbox, k.BUYER)
+    finally:
+        await client.aclose()
+    headers = json.loads(route.calls.last.request.content)["headers"]
+    assert headers == {"In-Reply-To": "<am1@client.test>", "References": "<am1@client.test>",
+                       "Auto-Submitted": "auto-replied"}

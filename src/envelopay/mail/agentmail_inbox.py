@@ -87,6 +87,7 @@ class Outgoing:
     in_reply_to: str | None
     references: str | None
     payload: bytes | None  # the application/json part, decoded
+    auto_submitted: str | None = None  # RFC 3834: our automatic answers say so
 
 
 def outgoing_fields(raw: bytes) -> Outgoing:
@@ -99,7 +100,8 @@ def outgoing_fields(raw: bytes) -> Outgoing:
             data = part.get_payload(decode=True)
             payload = data if isinstance(data, bytes) else None
             break
-    return Outgoing(subject, msg.get("Message-ID"), msg.get("In-Reply-To"), msg.get("References"), payload)
+    return Outgoing(subject, msg.get("Message-ID"), msg.get("In-Reply-To"), msg.get("References"), payload,
+                    msg.get("Auto-Submitted"))
 
 
 @dataclass
@@ -118,7 +120,9 @@ class AgentMailTransport:
                                  status=400)
         line = json.dumps(json.loads(out.payload), ensure_ascii=False, separators=(",", ":"))
         attachment = Attachment("envelopay.json", "application/json", out.payload)
-        headers = {k: v for k, v in (("In-Reply-To", out.in_reply_to), ("References", out.references)) if v}
+        fields = (("In-Reply-To", out.in_reply_to), ("References", out.references),
+                  ("Auto-Submitted", out.auto_submitted))
+        headers = {k: v for k, v in fields if v}
         _, _, ids = _sources(self.client.inbox)
         answered = self.log.event_data(ids, out.in_reply_to) if out.in_reply_to else None
         if self.reply_via == "endpoint" and answered and isinstance(answered.get("message_id"), str):
