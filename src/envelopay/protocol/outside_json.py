@@ -105,6 +105,8 @@ def _too_deep(data: str, max_depth: int) -> bool:
     the decoder's own guard is the recursion limit, and a process that imported py-evm
     (eth-tester) has it at 100,000, where 200,000 levels overflow the C stack (a segfault,
     seen in the tests, instead of a RecursionError)."""
+    if data.count("[") + data.count("{") <= max_depth:
+        return False  # not enough brackets to nest that deep (most texts)
     depth = 0
     for m in _TOKEN.finditer(data):
         ch = m.group()
@@ -137,7 +139,20 @@ def loads(data: str | bytes, max_depth: int = MAX_DEPTH, *, text: bool = True) -
         raise OutsideJsonError("invalid_json", f"not valid JSON ({exc.msg} at column {exc.colno})") from exc
     except ValueError as exc:  # the decoder's other refusals
         raise OutsideJsonError("invalid_json", f"not valid JSON ({exc})") from exc
-    problem = value_problem(value, max_depth, text=text)
-    if problem is not None:
-        raise problem
+    # Brackets outside strings bounded the depth above; the texts are what is left to judge.
+    if text and not _plain(value):
+        problem = value_problem(value, max_depth, text=True)
+        if problem is not None:
+            raise problem
     return value
+
+
+def _plain(value: Any) -> bool:
+    """True when no string in `value` holds a lone surrogate or NUL, in one pass of the C
+    encoder (False: look closer; an escaped backslash before u0000 reads as NUL here)."""
+    dumped = json.dumps(value, ensure_ascii=False)
+    try:
+        dumped.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return "\\u0000" not in dumped
