@@ -11,6 +11,7 @@ import typer
 
 from envelopay.cli.options import CLIENT, LEDGER, AfterOpt, ClientOptions, LimitOpt
 from envelopay.cli.output import answers, emit, next_page, table
+from envelopay.client import views as v
 
 if TYPE_CHECKING:
     from envelopay.client.commands import Act
@@ -28,7 +29,7 @@ _MaybeChain = Annotated[str | None, typer.Option("--chain", help="Chain (default
 
 
 def _load(o: ClientOptions) -> WorkerConfig:
-    from envelopay.config import load_config
+    from envelopay.config import load_config  # lazy: the command's room loads when it runs, not at CLI start
 
     return load_config(o.config)
 
@@ -39,7 +40,7 @@ def _say(line: str) -> None:
 
 def _client(command: str, o: ClientOptions, act: Act, **extra: Any) -> NoReturn:
     """Run one client action, print its report (JSON or lines), exit with its code."""
-    from envelopay.client import commands as c
+    from envelopay.client import commands as c  # lazy: keeps cryptography off this module's import
 
     with answers(as_json=o.as_json, transport_prefix="transport: "):
         rep = c.execute(command, _load(o), act, wait=o.wait, timeout=o.timeout, progress=_say, **extra)
@@ -54,7 +55,7 @@ def _client(command: str, o: ClientOptions, act: Act, **extra: Any) -> NoReturn:
 def _ask_with_task(kind: str, prefix: str, o: ClientOptions, address: str, task: str | None,
                    note: str | None, id: str | None, flow: str | None, then: Any = None) -> None:
     """WHICH or ORDER: a message carrying a task (JSON)."""
-    from envelopay.client import commands as c
+    from envelopay.client import commands as c  # lazy: keeps cryptography off this module's import
 
     with answers(as_json=o.as_json):
         to = c.check_address(address)
@@ -83,7 +84,7 @@ def register(app: typer.Typer) -> None:
               max_amount: Annotated[str | None, typer.Option("--max-amount", help="With --pay: the most "
                                                              "to pay (smallest units).")] = None) -> None:
         """Order work from ADDRESS (ORDER → INVOICE or FULFILL; with --pay → PAY → FULFILL)."""
-        from envelopay.client import commands as c
+        from envelopay.client import commands as c  # lazy: keeps cryptography off this module's import
 
         then = None
         if pay:
@@ -104,7 +105,7 @@ def register(app: typer.Typer) -> None:
                                                    "the INVOICE's terms.")] = False,
             note: _Note = None, id: _Id = None, flow: _Flow = None) -> None:
         """Pay on the rail, then send PAY with the proof (PAY → FULFILL when it settles an INVOICE)."""
-        from envelopay.client import commands as c
+        from envelopay.client import commands as c  # lazy: keeps cryptography off this module's import
 
         with answers(as_json=o.as_json):
             to = c.check_address(address)
@@ -124,7 +125,7 @@ def register(app: typer.Typer) -> None:
                     due: Annotated[str | None, typer.Option("--due")] = None,
                     note: _Note = None, id: _Id = None, flow: _Flow = None) -> None:
         """Bill ADDRESS (INVOICE → PAY)."""
-        from envelopay.client import commands as c
+        from envelopay.client import commands as c  # lazy: keeps cryptography off this module's import
 
         with answers(as_json=o.as_json):
             to = c.check_address(address)
@@ -148,7 +149,7 @@ def register(app: typer.Typer) -> None:
                                                      "ADDRESS takes the pair.")] = False,
               note: _Note = None, id: _Id = None) -> None:
         """Learn that ADDRESS takes the pair, pay the give leg, OFFER it (OFFER → ACCEPT)."""
-        from envelopay.client import commands as c
+        from envelopay.client import commands as c  # lazy: keeps cryptography off this module's import
 
         with answers(as_json=o.as_json):
             to = c.check_address(address)
@@ -170,7 +171,7 @@ def register(app: typer.Typer) -> None:
                to_wallet: Annotated[str | None, typer.Option("--wallet", help="Default: OFFER's.")] = None,
                note: _Note = None, id: _Id = None, flow: _Flow = None) -> None:
         """Pay the counter-asset, then ACCEPT the OFFER with its proof."""
-        from envelopay.client import commands as c
+        from envelopay.client import commands as c  # lazy: keeps cryptography off this module's import
 
         with answers(as_json=o.as_json):
             to = c.check_address(address)
@@ -185,7 +186,7 @@ def register(app: typer.Typer) -> None:
                 result: Annotated[str, typer.Option("--result", help="Work product (JSON).")],
                 note: _Note = None, id: _Id = None, flow: _Flow = None) -> None:
         """Deliver work for an ORDER (FULFILL)."""
-        from envelopay.client import commands as c
+        from envelopay.client import commands as c  # lazy: keeps cryptography off this module's import
 
         with answers(as_json=o.as_json):
             to = c.check_address(address)
@@ -202,7 +203,7 @@ def register(app: typer.Typer) -> None:
                                                      "(joins its flow).")] = None,
              id: _Id = None, flow: _Flow = None) -> None:
         """Tell ADDRESS something went wrong (OOPS), in the flow of --flow or of --ref."""
-        from envelopay.client import commands as c
+        from envelopay.client import commands as c  # lazy: keeps cryptography off this module's import
 
         with answers(as_json=o.as_json):
             to = c.check_address(address)
@@ -214,13 +215,11 @@ def register(app: typer.Typer) -> None:
 
 
 def _register_reading(app: typer.Typer) -> None:
-    from envelopay.client import views as v
-
     @app.command("flows")
     @LEDGER
     def flows_cmd(o: ClientOptions, limit: LimitOpt = 50, after: AfterOpt = None) -> None:
         """This agent's flows (ids first, never cut) and their states, newest first, one page."""
-        from envelopay.client import commands as c
+        from envelopay.client import commands as c  # lazy: keeps cryptography off this module's import
 
         with answers(as_json=o.as_json):
             cfg = _load(o)
@@ -236,7 +235,7 @@ def _register_reading(app: typer.Typer) -> None:
     @LEDGER
     def show(o: ClientOptions, flow: str) -> None:
         """Every message of one flow with each proof's verdict and OOPS, and where the money is."""
-        from envelopay.client import commands as c
+        from envelopay.client import commands as c  # lazy: keeps cryptography off this module's import
 
         with answers(as_json=o.as_json):
             rec, log = c.flow_thread(_load(o), flow)
@@ -254,7 +253,7 @@ def _register_reading(app: typer.Typer) -> None:
     @LEDGER
     def outbox(o: ClientOptions) -> None:
         """The mail waiting in this agent's outbox (`envelopay drain` sends it)."""
-        from envelopay.client import commands as c
+        from envelopay.client import commands as c  # lazy: keeps cryptography off this module's import
 
         with answers(as_json=o.as_json):
             rows = c.outbox(_load(o))
@@ -267,7 +266,7 @@ def _register_reading(app: typer.Typer) -> None:
     @LEDGER
     def drain(o: ClientOptions) -> None:
         """Send the mail the outbox holds now; exit 1 if some was refused for good, 3 if some waits."""
-        from envelopay.client import commands as c
+        from envelopay.client import commands as c  # lazy: keeps cryptography off this module's import
 
         with answers(as_json=o.as_json, transport_prefix="transport: "):
             doc = v.drain_doc(c.drain(_load(o)))

@@ -22,7 +22,7 @@ from envelopay.mail.addresses import require_address
 from envelopay.node.wiring import AgentNode
 from envelopay.protocol import outside_json
 from envelopay.protocol.fields import wanted
-from envelopay.protocol.messages import Message
+from envelopay.protocol.messages import Message, MessageType, model_for
 from envelopay.rails.finality import progress_text, wait_final
 from envelopay.rails.interface import Expectation, Rail
 from envelopay.rails.registry import judge_terms
@@ -210,8 +210,6 @@ def _inbound(node: AgentNode, outcome: Outcome) -> Message | None:
         return None
     for entry in reversed(node.store.flow_log(outcome.flow_id)):
         if entry.direction == "in" and entry.message_id == outcome.message_id and entry.body is not None:
-            from envelopay.protocol.messages import MessageType, model_for
-
             try:
                 model = model_for(MessageType(entry.type))
                 return model.model_validate(dict(entry.body), strict=False)  # type: ignore[return-value]

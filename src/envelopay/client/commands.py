@@ -15,7 +15,7 @@ import logging
 import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,9 +29,25 @@ from envelopay.client.buyer import (
     parse_json_option,
     pay_first,
 )
-from envelopay.client.preflight import PayTerms, check_timeout, oops_code
+from envelopay.client.preflight import (
+    PayTerms,
+    accepts_pair,
+    check_timeout,
+    exchange_query,
+    fresh_methods,
+    invoice_terms,
+    oops_code,
+)
+from envelopay.client.report import client_report
 from envelopay.config import WorkerConfig
-from envelopay.errors import UsageError
+from envelopay.endpoints.calls import CallClient, LedgerCalls
+from envelopay.errors import Refused, UsageError
+from envelopay.mail.maildir import Pickup, mailbox_path
+from envelopay.node.runtime import serve_call_replies
+from envelopay.node.wiring import build_node, garden_transport, open_store
+from envelopay.protocol.messages import Invoice, MessageType, Which, model_for
+from envelopay.rails.amounts import decimals_in
+from envelopay.rails.registry import make
 
 if TYPE_CHECKING:
     from envelopay.client.report import Report
@@ -86,8 +102,6 @@ def new_id(prefix: str, given: str | None) -> str:
 def draft(kind: str, **fields: Any) -> Any:
     """A validated message of type `kind` (its model, e.g. Pay for "pay"); a bad field →
     UsageError naming its option."""
-    from envelopay.protocol.messages import MessageType, model_for
-
     return build(model_for(MessageType(kind)), **fields)  # type: ignore[arg-type]
 
 
@@ -187,10 +201,6 @@ async def _learn_pair(
 ) -> dict[str, Any]:
     """What `to` said about the pair: its METHODS on record, or its answer to a WHICH
     sent now. Not taken (or no answer) → Refused; a different give wallet → UsageError."""
-    from envelopay.client.preflight import accepts_pair, exchange_query, fresh_methods
-    from envelopay.errors import Refused
-    from envelopay.protocol.messages import Which
-
     g, w = message.give, message.want
     give, want = f"{g.chain}/{g.token}", f"{w.chain}/{w.token}"
     rec = fresh_methods(node.store, node.address, to, give, want)
@@ -254,8 +264,6 @@ def pay_the_invoice(to: str, max_amount: int | None) -> Then:
     More than `max_amount` → UsageError, nothing paid. Any other answer: nothing to do."""
 
     async def then(node: AgentNode, answer: Answer) -> Sent | None:
-        from envelopay.protocol.messages import Invoice
-
         invoice = answer.message
         if not isinstance(invoice, Invoice) or answer.outcome is None or answer.outcome.flow_id is None:
             return None
@@ -275,8 +283,6 @@ async def take_in(node: AgentNode) -> int:
     """Handle the mail already waiting in our Maildir (what arrived since the last command,
     e.g. the OFFER to accept), oldest first. Returns how many;
     a message another process holds (busy) or that must wait (deferred) stays in new/."""
-    from envelopay.mail.maildir import Pickup
-
     if node.maildir is None:
         return 0
     handled = 0
@@ -323,8 +329,6 @@ def run(
 ) -> ClientRun:
     """Build the node, act (validate → pay → send), and with `wait` follow the flow;
     `then` may answer the answer (e.g. pay the INVOICE), which is followed in turn."""
-    from envelopay.node.wiring import build_node
-
     wallets = {(a.chain, a.token): a.wallet for a in cfg.accept}
 
     async def main() -> ClientRun:
@@ -364,9 +368,6 @@ def execute(
     recipient: str | None = None, checked: dict[str, Any] | None = None, then: Then | None = None,
 ) -> Report:
     """Run one client command and classify it (client.report): document, exit code, lines."""
-    from envelopay.client.preflight import check_timeout
-    from envelopay.client.report import client_report
-
     if wait:
         check_timeout(timeout)
     done = run(cfg, act, wait=wait, timeout=timeout, progress=progress, then=then)
@@ -378,8 +379,6 @@ def execute(
 def flows(cfg: WorkerConfig, limit: int, after: str | None = None) -> tuple[list[FlowRecord], str | None]:
     """One page of this agent's flows, most recently updated first, and the token of the
     next page (None: the last). A token is `updated_at|flow_id` of a page's last flow."""
-    from envelopay.node.wiring import open_store
-
     before = None
     if after is not None:
         stamp, _, flow_id = after.partition("|")
@@ -404,8 +403,6 @@ def config_decimals(cfg: WorkerConfig) -> Decimals:
     placeholder RPC address it never calls. A rail that cannot be made adds nothing."""
     # lazy: the rail plugins (and their chain libraries) load only when a flow moved money
     from envelopay.errors import EnvelopayError
-    from envelopay.rails.amounts import decimals_in
-    from envelopay.rails.registry import make
 
     assets: list[AssetInfo] = []
     for name, opts in cfg.rails.items():
@@ -424,8 +421,6 @@ def config_decimals(cfg: WorkerConfig) -> Decimals:
 
 def flow_thread(cfg: WorkerConfig, flow_id: str) -> tuple[FlowRecord, list[LogEntry]]:
     """One flow and its log; an unknown flow → UsageError."""
-    from envelopay.node.wiring import open_store
-
     store = open_store(cfg.agent.ledger, Path(cfg.base_dir))
     try:
         rec = store.get_flow(flow_id)
@@ -447,11 +442,6 @@ def call_request(request: str) -> dict[str, Any]:
 
 def call_endpoint(cfg: WorkerConfig, to: str, payload: dict[str, Any], timeout: float) -> CallResult:
     """Send one tool call over the garden and wait for its reply (or `timeout`)."""
-    from envelopay.endpoints.calls import CallClient, LedgerCalls
-    from envelopay.mail.maildir import mailbox_path
-    from envelopay.node.runtime import serve_call_replies
-    from envelopay.node.wiring import garden_transport, open_store
-
     async def main() -> CallResult:
         store = open_store(cfg.agent.ledger, Path(cfg.base_dir))
         transport = garden_transport(cfg)
@@ -473,10 +463,6 @@ def call_endpoint(cfg: WorkerConfig, to: str, payload: dict[str, Any], timeout: 
 
 def outbox(cfg: WorkerConfig) -> list[OutboxRow]:
     """The mail waiting in this agent's outbox (every pending row, due or backing off)."""
-    from datetime import UTC, datetime, timedelta
-
-    from envelopay.node.wiring import open_store
-
     store = open_store(cfg.agent.ledger, Path(cfg.base_dir))
     try:
         return store.outbox_pending(datetime.now(UTC) + timedelta(days=3650), limit=1000)
@@ -486,8 +472,6 @@ def outbox(cfg: WorkerConfig) -> list[OutboxRow]:
 
 def drain(cfg: WorkerConfig) -> DrainReport:
     """Send what the outbox holds now (same bytes as first composed; at-least-once)."""
-    from envelopay.node.wiring import build_node
-
     wallets = {(a.chain, a.token): a.wallet for a in cfg.accept}
 
     async def main() -> DrainReport:
@@ -509,8 +493,6 @@ def pay_terms(
     chain: str | None, wallet: str | None, override: bool,
 ) -> PayTerms:
     """What `pay` pays: the INVOICE's terms (client.preflight), or the flags when no INVOICE."""
-    from envelopay.client.preflight import PayTerms, invoice_terms
-
     if invoice is not None:
         return invoice_terms(cfg, to, invoice, amount=amount, token=token, chain=chain, wallet=wallet,
                              override=override)
@@ -537,8 +519,6 @@ def fulfill_flow(cfg: WorkerConfig, to: str, flow: str | None, order_ref: str) -
 
 def flow_of_ref(cfg: WorkerConfig, to: str, ref: str, option: str) -> str:
     """The flow with `to` holding the message whose protocol id is `ref` (UsageError naming `option`)."""
-    from envelopay.node.wiring import open_store
-
     store = open_store(cfg.agent.ledger, Path(cfg.base_dir))
     try:
         rec = (store.flow_for_ref(cfg.agent.address, to, to, ref)
