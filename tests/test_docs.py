@@ -3,6 +3,8 @@ reason is specified in SPEC.md, every CLI command is shown in README.md."""
 
 from __future__ import annotations
 
+import re
+import subprocess
 from pathlib import Path
 
 import typer.main
@@ -41,3 +43,14 @@ def test_quickstart_commands_exist_in_makefile() -> None:
     assert "\ndemo:" in makefile and "\ntest:" in makefile
     ci = (ROOT / ".ci" / "run").read_text()
     assert "make test" in ci
+
+
+def test_quickstart_puts_the_venv_on_path() -> None:
+    """Usage types bare `envelopay`; Quickstart says once where it lives (issue 30 item 5),
+    and the line it gives really finds the venv's command."""
+    quickstart = README.split("## Quickstart", 1)[1].split("\n## ", 1)[0]
+    line = re.search(r"^\. \.venv/bin/activate\b.*$", quickstart, re.M)
+    assert line is not None, "Quickstart never says `. .venv/bin/activate`"
+    found = subprocess.run(["bash", "-c", ". .venv/bin/activate && command -v envelopay"], cwd=ROOT,
+                           capture_output=True, text=True, check=False)
+    assert found.stdout.strip() == str(ROOT / ".venv" / "bin" / "envelopay")
