@@ -395,9 +395,12 @@ def test_a_responder_marks_its_answers_and_never_answers_a_robot(signal: str) ->
 # ------------------------------------------------------------------ AgentMail carries the mark
 
 
-async def test_agentmail_sends_our_auto_submitted_header(store: Store) -> None:
-    """AgentMail composes its own bytes from our fields: the mark must be one of them."""
+@pytest.mark.parametrize("via", ["send", "endpoint"])
+async def test_agentmail_sends_our_auto_submitted_header(store: Store, via: str) -> None:
+    """AgentMail composes its own bytes from our fields: the mark must be one of them,
+    whether we send a new message or answer through its reply endpoint."""
     import json
+    from typing import Literal
     from urllib.parse import quote
 
     import respx
@@ -410,15 +413,20 @@ async def test_agentmail_sends_our_auto_submitted_header(store: Store) -> None:
     out = await eng.handle(k.raw(Which(id="w_am"), to=inbox, message_id="<am1@client.test>"))
     row = store.outbox_get(out.outbox[0])
     assert row is not None
+    base = f"{API_BASE}/v0/inboxes/{quote(inbox, safe='')}/messages"
+    url = f"{base}/send"
+    if via == "endpoint":  # AgentMail's id of the mail answered is known: its reply endpoint
+        am_id = "<0100019a-inbound@email.agentmail.to>"
+        store.event_done(f"agentmail-id:{inbox}", "<am1@client.test>", k.T0, {"message_id": am_id})
+        url = f"{base}/{quote(am_id, safe='')}/reply"
+    mode: Literal["send", "endpoint"] = "endpoint" if via == "endpoint" else "send"
     client = AgentMailClient(AgentMailConfig(inbox, "am_test_key"))
-    sent = {"message_id": "am_1", "thread_id": "th_1"}
     try:
         with respx.mock(assert_all_called=True) as router:
-            url = f"{API_BASE}/v0/inboxes/{quote(inbox, safe='')}/messages/send"
-            route = router.post(url).respond(json=sent)
-            await AgentMailTransport(client, store, k.Clock()).send(compose(row.outbound), inbox, k.BUYER)
+            route = router.post(url).respond(json={"message_id": "am_1", "thread_id": "th_1"})
+            transport = AgentMailTransport(client, store, k.Clock(), reply_via=mode)
+            await transport.send(compose(row.outbound), inbox, k.BUYER)
     finally:
         await client.aclose()
     headers = json.loads(route.calls.last.request.content)["headers"]
-    assert headers == {"In-Reply-To": "<am1@client.test>", "References": "<am1@client.test>",
-                       "Auto-Submitted": "auto-replied"}
+    assert headers["Auto-Submitted"] == "auto-replied"

@@ -129,6 +129,7 @@ class AgentMailTransport:
             sent = await self.client.reply(
                 answered["message_id"], text=f"{out.subject}\n\n{line}\n", to=[recipient],
                 attachments=[attachment], idempotency_key=out.message_id,
+                headers={"Auto-Submitted": out.auto_submitted} if out.auto_submitted else None,
             )
         else:
             sent = await self.client.send(
