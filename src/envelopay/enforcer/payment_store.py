@@ -23,6 +23,7 @@ from envelopay.enforcer.state_table import sql_list
 from envelopay.enforcer.store import AGENT_COLS, EnforcerStore, PostgresStore, agent_row
 from envelopay.persist import Dialect, Migrations, NamedRow, Tx
 from envelopay.persist import Step as MigrationStep
+from envelopay.rails.amounts import human_amount
 
 __all__ = ["INTENT_STATES", "SPEND_MIGRATIONS", "Context", "Intent", "IntentState", "PaymentStore"]
 
@@ -207,11 +208,7 @@ class Intent:
     deliverer: str | None = None  # the store instance delivering the PAY (liveness.py)
 
     def human_amount(self) -> str:
-        text = str(self.amount).rjust(self.decimals + 1, "0")
-        if not self.decimals:
-            return text
-        whole, frac = text[: -self.decimals], text[-self.decimals :].rstrip("0")
-        return f"{whole}.{frac}" if frac else whole
+        return human_amount(self.amount, self.decimals)
 
     def to_json(self) -> dict[str, Any]:
         """The queue row: no tx bytes, no key material."""

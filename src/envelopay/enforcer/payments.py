@@ -54,6 +54,7 @@ from envelopay.enforcer.spend import (
 )
 from envelopay.errors import StoreError, UsageError
 from envelopay.protocol.compose import message_json
+from envelopay.rails.amounts import human_amount
 from envelopay.rails.custodial import CustodialPayer
 
 __all__ = ["CRASH_ENV", "Payments", "crash_hook_from_env"]
@@ -451,7 +452,7 @@ class Payments:
                     entry["error"] = f"balance lookup failed: {type(exc).__name__}"
                 else:
                     entry["balances"] = {
-                        sym: {"amount": str(v), "human": _human(v, _decimals(payer, sym))}
+                        sym: {"amount": str(v), "human": human_amount(v, _decimals(payer, sym))}
                         for sym, v in raw.items()
                     }
             out.append(entry)
@@ -509,10 +510,3 @@ def _decimals(payer: CustodialPayer, symbol: str) -> int:
     asset = payer.asset(symbol)
     return asset.decimals if asset is not None else 0
 
-
-def _human(amount: int, decimals: int) -> str:
-    text = str(amount).rjust(decimals + 1, "0")
-    if not decimals:
-        return text
-    frac = text[-decimals:].rstrip("0")
-    return f"{text[:-decimals]}.{frac}" if frac else text[:-decimals]
