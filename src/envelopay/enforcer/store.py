@@ -29,6 +29,7 @@ from envelopay.errors import ConfigError, StoreError
 from envelopay.persist import Migrations, NamedRow
 from envelopay.persist import Step as MigrationStep
 from envelopay.persist.adapters import migrate_postgres, migrate_sqlite
+from envelopay.persist.rows import named_row
 
 __all__ = [
     "QUEUE_ORDER",
@@ -615,12 +616,11 @@ class PostgresStore(EnforcerStore):
     async def fetch(self, sql: str, params: Sequence[Any]) -> list[NamedRow]:
         # lazy: keeps psycopg off this module's import
         import psycopg
-        from psycopg.rows import dict_row
 
         if self._pool is None:
             raise StoreError("store is not open")
         try:
-            async with self._pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            async with self._pool.connection() as conn, conn.cursor(row_factory=named_row) as cur:
                 await cur.execute(sql.replace("?", "%s"), tuple(params))
                 if cur.description is None:
                     return []

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from envelopay.persist.migrator import Migrations, migrate
+from envelopay.persist.rows import Record, named_row
 
 __all__ = ["PgTx", "SqliteTx", "migrate_postgres", "migrate_sqlite", "recorded_sqlite"]
 
@@ -28,12 +29,12 @@ class SqliteTx:
 
 
 class PgTx:
-    """Statements on one psycopg cursor made with `row_factory=dict_row`."""
+    """Statements on one psycopg cursor made with `row_factory=named_row` (or dict_row)."""
 
     def __init__(self, cur: Any) -> None:
         self.cur = cur
 
-    def all(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+    def all(self, sql: str, params: Sequence[Any] = ()) -> list[Record | dict[str, Any]]:
         self.cur.execute(sql.replace("?", "%s"), tuple(params))
         return list(self.cur.fetchall()) if self.cur.description is not None else []
 
@@ -75,7 +76,6 @@ def migrate_postgres(dsn: str, m: Migrations, applied_at: str, target: int | Non
     thread in async code)."""
     # lazy: an embedded (SQLite-only) install never loads psycopg
     import psycopg
-    from psycopg.rows import dict_row
 
-    with psycopg.connect(dsn) as conn, conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+    with psycopg.connect(dsn) as conn, conn.transaction(), conn.cursor(row_factory=named_row) as cur:
         return migrate(PgTx(cur), "postgres", m, applied_at, target)
