@@ -55,7 +55,8 @@ def register(app: typer.Typer) -> None:
         if as_json:
             emit({"command": "init", "ok": True, "exit": OK, "config": str(res.config),
                   "wallets": {"solana-local": str(res.solana_wallet), "base-local": str(res.base_wallet)},
-                  "dkim_txt": str(res.dkim_txt), "garden_secret": str(res.garden_secret), "funded": funded})
+                  "dkim_txt": str(res.dkim_txt), "garden_secret": str(res.garden_secret), "funded": funded,
+                  "responders": list(res.responders)})
             return
         typer.echo(f"wrote {res.config}")
         for line in funded:
@@ -64,6 +65,8 @@ def register(app: typer.Typer) -> None:
         typer.echo(f"base-local wallet    {res.base_wallet}")
         typer.echo(f"DKIM DNS record      {res.dkim_txt}")
         typer.echo(f"garden secret        {res.garden_secret}  (mode 0600; not shown)")
+        for responder in res.responders:  # what `envelopay call` is pointed at
+            typer.echo(f"responder            {responder}")
 
 
 
@@ -198,8 +201,8 @@ def _register_call(app: typer.Typer) -> None:
     @app.command("call")
     def call(address: str, request: _Request, config: _Config = Path("envelopay.toml"),
              timeout: _Timeout = 60.0, as_json: JsonOpt = False) -> None:
-        """Call an email-as-tool endpoint (e.g. kv@garden.local) and print its reply as JSON
-        (always; --json is accepted for the uniform contract)."""
+        """Call an email-as-tool endpoint (e.g. kv-worker@garden.local, as `init` prints) and print
+        its reply as JSON (always; --json is accepted for the uniform contract)."""
         from envelopay.client import commands as c  # lazy: keeps cryptography off this module's import
 
         with answers(as_json=True):

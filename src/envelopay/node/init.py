@@ -45,6 +45,7 @@ class InitResult:
     base_wallet: str
     dkim_txt: Path
     garden_secret: Path | None = None  # the file; its content is never printed
+    responders: tuple[str, ...] = ()  # the addresses `call` reaches (kv-<local part>@…)
 
 
 GARDEN_SECRET = "keys/garden.secret"
@@ -229,7 +230,8 @@ def init_agent(
         register_with_devnet(devnet, cfg, generated.dkim_txt.read_text().strip(), secret_hash(secret))
     else:
         put_account(cfg.path(GARDEN_ACCOUNTS), account_with(addr, agent_addresses(cfg), secret))
-    return InitResult(config, generated.solana_wallet, generated.base_wallet, generated.dkim_txt, secret_path)
+    return InitResult(config, generated.solana_wallet, generated.base_wallet, generated.dkim_txt, secret_path,
+                      tuple(r.address for r in cfg.responders))
 
 
 def agent_addresses(cfg: WorkerConfig) -> tuple[str, ...]:

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
+import os
 import signal
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from envelopay.config import WorkerConfig
@@ -18,7 +21,7 @@ from envelopay.mail.maildir import mailbox_path
 from envelopay.node.runtime import serve_responders
 from envelopay.node.serve_log import LogFormat, ServeLog
 from envelopay.node.transports import GardenTransport
-from envelopay.node.wiring import AgentNode, build_node, garden_transport, imap_config
+from envelopay.node.wiring import AgentNode, build_node, garden_endpoint_file, garden_transport, imap_config
 from envelopay.rails.amounts import asset_decimals
 
 __all__ = ["serve_worker"]
@@ -46,6 +49,7 @@ async def serve_worker(
     there; `metrics_ready` is told its URL before `ready` is called."""
     stop = stop or _signal_stop()
     garden = None
+    recorded: Path | None = None
     transport: Transport | None = None
     root = cfg.path(cfg.transport.garden_root)
     responders = [Responder.from_config(r) for r in cfg.responders]
@@ -60,6 +64,7 @@ async def serve_worker(
             known.garden = garden
         await garden.start()
         transport = GardenTransport(garden.endpoint, auth=own)
+        recorded = _record_garden(cfg, garden.endpoint)
         echo(f"garden listening at {garden.endpoint} for {', '.join(sorted(addresses))}")
     node = build_node(cfg, transport=transport)
     serve_log = None
@@ -75,6 +80,7 @@ async def serve_worker(
             node.store.close()
             if garden is not None:
                 await garden.stop()
+            _forget_garden(recorded)
             raise
         echo(f"metrics at {url}")
         if metrics_ready is not None:
@@ -112,12 +118,35 @@ async def serve_worker(
         node.store.close()
         if garden is not None:
             await garden.stop()
+        _forget_garden(recorded)
         if serve_log is not None and log is not None:
             log(serve_log.summary())
     if died:
         # A loop that ends on its own is a bug; never serve on silently without it.
         # The process exits non-zero, so a supervisor restarts it.
         raise RuntimeError(f"{cfg.agent.address}: {len(died)} serving loop(s) died; stopped")
+
+
+def _record_garden(cfg: WorkerConfig, endpoint: tuple[str, int] | Path) -> Path | None:
+    """Write where the in-process garden listens when the config does not say (a plain
+    `init`'s), so `call` and the client commands of a config sharing its root reach it."""
+    if cfg.transport.garden_socket or cfg.transport.lmtp_port is not None or isinstance(endpoint, Path):
+        return None
+    where = garden_endpoint_file(cfg)
+    host, port = endpoint
+    tmp = where.with_name(f".{where.name}.{os.getpid()}")
+    tmp.write_text(json.dumps({"host": host, "port": port, "pid": os.getpid()}) + "\n")
+    os.replace(tmp, where)  # whole or not at all: a reader never sees half an address
+    return where
+
+
+def _forget_garden(where: Path | None) -> None:
+    """A stopped worker leaves no address behind, unless another worker has since written its own."""
+    if where is None:
+        return
+    with contextlib.suppress(OSError, ValueError):
+        if json.loads(where.read_text()).get("pid") == os.getpid():
+            where.unlink()
 
 
 async def _until_stop_or_death(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import heapq
+import json
 import logging
 import os
 import time
@@ -464,12 +465,34 @@ def garden_transport(cfg: WorkerConfig, connections: int = 4) -> GardenPool:
     endpoint: tuple[str, int] | Path
     if t.garden_socket:
         endpoint = cfg.path(t.garden_socket)
-    elif t.lmtp_port is None:
-        raise ConfigError("transport: set garden_socket or lmtp_port to reach the garden")
-    else:
+    elif t.lmtp_port is not None:
         endpoint = (t.lmtp_host, t.lmtp_port)
+    else:
+        endpoint = served_garden(cfg)
     auth = garden_credential(cfg)
     return GardenPool([GardenTransport(endpoint, auth=auth) for _ in range(connections)])
+
+
+def garden_endpoint_file(cfg: WorkerConfig) -> Path:
+    """Where `worker serve --garden` writes the loopback address of the garden it runs when
+    the config names neither garden_socket nor lmtp_port: beside the garden root, so every
+    config sharing that garden (a plain `init`'s included) finds it."""
+    root = cfg.path(cfg.transport.garden_root)
+    return root.parent / f"{root.name}.endpoint"
+
+
+def served_garden(cfg: WorkerConfig) -> tuple[str, int]:
+    """The (host, port) a running `worker serve --garden` recorded; a ConfigError (exit 3)
+    that says how to get one when none is running."""
+    where = garden_endpoint_file(cfg)
+    try:
+        doc = json.loads(where.read_text())
+        return str(doc["host"]), int(doc["port"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(
+            f"transport: no garden to reach — set garden_socket or lmtp_port, or run `envelopay worker "
+            f"serve --garden` with this config (it records where its garden listens in {where})"
+        ) from exc
 
 
 def garden_credential(cfg: WorkerConfig) -> tuple[str, str] | None:

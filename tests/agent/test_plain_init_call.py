@@ -1,0 +1,47 @@
+"""A plain `init` and `worker serve --garden` are enough for `call` (issue 30 item 5): the
+config names no garden socket or port, so the worker records where its in-process garden
+listens beside the garden root, and every command of that config finds it there."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from _served import served
+from typer.testing import CliRunner
+
+from envelopay.cli.app import app
+from envelopay.config import load_config
+from envelopay.node.init import init_agent
+from envelopay.node.serve import serve_worker
+from envelopay.node.wiring import garden_endpoint_file
+
+runner = CliRunner()
+WORKER = "worker@garden.local"
+
+
+def test_init_prints_its_responder_address(tmp_path: Path) -> None:
+    res = runner.invoke(app, ["init", "--address", WORKER, "--dir", str(tmp_path / "w")])
+    assert res.exit_code == 0, res.output
+    assert "responder" in res.output and "kv-worker@garden.local" in res.output
+    res = runner.invoke(app, ["init", "--address", WORKER, "--dir", str(tmp_path / "j"), "--json"])
+    assert json.loads(res.stdout)["responders"] == ["kv-worker@garden.local"]
+
+
+def test_call_finds_the_garden_worker_serve_runs(tmp_path: Path) -> None:
+    init_agent(tmp_path, address=WORKER)
+    cfg_path = tmp_path / "envelopay.toml"
+    cfg = load_config(cfg_path)
+    assert cfg.transport.garden_socket is None and cfg.transport.lmtp_port is None
+    where = garden_endpoint_file(cfg)
+    with served(lambda stop, ready: serve_worker(cfg, embedded_garden=True, echo=lambda _: None, stop=stop,
+                                                 ready=ready)):
+        assert where.is_file()
+        res = runner.invoke(app, ["call", "kv-worker@garden.local", "--request", '{"key": "spec.version"}',
+                                  "-c", str(cfg_path), "--timeout", "60"])
+        assert res.exit_code == 0, res.output
+        assert '"value": "0.1.0"' in res.output
+    assert not where.exists()  # a stopped worker leaves no address behind
+    res = runner.invoke(app, ["call", "kv-worker@garden.local", "--request", '{"key": "spec.version"}',
+                              "-c", str(cfg_path), "--timeout", "5"])
+    assert res.exit_code == 3 and "worker serve --garden" in res.output
