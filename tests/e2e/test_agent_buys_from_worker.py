@@ -352,6 +352,27 @@ async def test_empty_wallet_names_envelopay_fund(world: World, broke: Agent, cha
     moved_once(money, before, 0)
 
 
+@pytest.fixture(scope="module")
+def unfunded_cli_buyer(world: World) -> dict[str, str]:
+    """An agent of its own (`init --devnet --no-fund`): its wallets, as after a restart."""
+    return dict(world.cli_json("init", "--devnet", "--address", "poor@garden.local", "--dir", "poor",
+                               "--no-fund")["wallets"])
+
+
+@CHAINS
+def test_cli_pay_from_an_empty_wallet_names_envelopay_fund(
+    world: World, unfunded_cli_buyer: dict[str, str], chain: str
+) -> None:
+    """`envelopay pay` from an agent's own empty wallet: exit 3, insufficient_funds, and
+    the detail names the command that funds it; nothing paid, nothing sent."""
+    flows = set(world.worker_flows())
+    doc = world.cli_json("pay", WORKER, "--amount", str(PRICE), "--token", "USDC", "--chain", chain,
+                         "--wallet", world.worker_wallets[chain], "-c", "poor/envelopay.toml", expect=3)
+    assert doc["error"] == "insufficient_funds", doc
+    assert f"envelopay fund {unfunded_cli_buyer[chain]}" in doc["detail"], doc
+    assert set(world.worker_flows()) == flows  # no PAY reached the worker
+
+
 def test_worker_ledger_as_the_cli_reads_it(world: World) -> None:
     """The world reads the worker's ledger in-process; `envelopay flows|show` say the same."""
     flows = world.worker_flows()

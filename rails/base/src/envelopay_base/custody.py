@@ -18,7 +18,6 @@ from envelopay.rails.custodial import (
     SignedPayment,
     await_confirmation,
     check_payment,
-    short_of_funds,
     tx_proof,
 )
 from envelopay.rails.interface import AssetInfo
@@ -79,10 +78,6 @@ class BasePayer:
             tx = await self.rail._build(str(account.address), asset, amount, recipient)
         except ChainUnavailable as exc:
             raise RailError("rpc_unavailable", str(exc)) from exc
-        except RailError as exc:
-            if exc.reason != "insufficient_funds":
-                raise
-            raise short_of_funds(self.chain, str(account.address), exc.detail, native="--eth") from exc
         signed = account.sign_transaction(tx)
         return SignedPayment(tx_id="0x" + bytes(signed.hash).hex(), blob=bytes(signed.raw_transaction))
 

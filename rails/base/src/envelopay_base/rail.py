@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from envelopay.errors import ConfigError, RailError, UsageError
+from envelopay.rails.custodial import short_of_funds
 from envelopay.rails.interface import AssetInfo, Expectation, Reason, Verdict
 from envelopay.rails.registry import find_asset, merge_assets
 from envelopay_base.assets import ASSETS, CHAIN_IDS, NETWORK_CHAIN, is_address, norm_address
@@ -241,25 +242,23 @@ class BaseRail:
             tx.update(to=Web3.to_checksum_address(recipient), value=amount, data=b"", gas=ETH_TRANSFER_GAS)
             needed = amount + ETH_TRANSFER_GAS * fees.max_fee_per_gas
             if eth_balance < needed:
-                raise RailError(
-                    Reason.INSUFFICIENT_FUNDS.value, f"{sender} holds {eth_balance} wei, needs {needed}"
-                )
+                raise short_of_funds(asset.chain, sender, f"{sender} holds {eth_balance} wei, needs {needed}",
+                                     native="--eth")
             return tx
         token = Web3.to_checksum_address(asset.address)
         answer = await self.backend.call(token, "0x" + _BALANCE_OF + _word(norm_address(sender)))
         held = int(answer[2:] or "0", 16)
         if held < amount:
-            raise RailError(
-                Reason.INSUFFICIENT_FUNDS.value, f"{sender} holds {held} of {asset.symbol}, needs {amount}"
-            )
+            detail = f"{sender} holds {held} of {asset.symbol}, needs {amount}"
+            raise short_of_funds(asset.chain, sender, detail, native="--eth")
         if eth_balance < ETH_TRANSFER_GAS * fees.max_fee_per_gas:
             # Checked before estimating: nodes refuse to estimate for a sender who cannot pay gas.
-            raise RailError(Reason.INSUFFICIENT_FUNDS.value, f"{sender} has no ETH for gas")
+            raise short_of_funds(asset.chain, sender, f"{sender} has no ETH for gas", native="--eth")
         data = erc20_transfer_data(recipient, amount)
         gas = await self.backend.estimate_gas({"from": sender, "to": token, "data": data})
         gas += gas // 5  # estimation is tight; a revert for out-of-gas would waste the fee
         if eth_balance < gas * fees.max_fee_per_gas:
-            raise RailError(Reason.INSUFFICIENT_FUNDS.value, f"{sender} has too little ETH for gas")
+            raise short_of_funds(asset.chain, sender, f"{sender} has too little ETH for gas", native="--eth")
         tx.update(to=token, value=0, data=data, gas=gas)
         return tx
 

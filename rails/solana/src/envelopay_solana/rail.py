@@ -25,6 +25,7 @@ from solders.pubkey import Pubkey
 from solders.signature import Signature
 
 from envelopay.errors import ConfigError, RailError, TransportError, UsageError
+from envelopay.rails.custodial import short_of_funds
 from envelopay.rails.interface import AssetInfo, Expectation, Reason, Verdict
 from envelopay.rails.registry import find_asset, merge_assets
 from envelopay_solana import tx as txb
@@ -226,15 +227,15 @@ class SolanaRail:
         sol = self.local.balance(me)
         if asset.native:
             if sol < amount + txb.SIGNATURE_FEE:
-                raise RailError("insufficient_funds", f"balance {sol} lamports, need {amount} + fee")
+                raise _short(asset, me, f"balance {sol} lamports, need {amount} + fee")
             _check_new_account_rent(amount, self.local.account_exists(to))
         else:
             have = self.local.token_balance(txb.ata(me, asset)) or 0
             if have < amount:
-                raise RailError("insufficient_funds", f"{asset.symbol} balance {have}, need {amount}")
+                raise _short(asset, me, f"{asset.symbol} balance {have}, need {amount}")
             rent = 0 if self.local.account_exists(txb.ata(to, asset)) else TOKEN_ACCOUNT_RENT
             if sol < txb.SIGNATURE_FEE + rent:
-                raise RailError("insufficient_funds", "not enough SOL for fee and recipient's account")
+                raise _short(asset, me, "not enough SOL for fee and recipient's account")
         ixs = txb.payment_instructions(me, to, asset, amount, create_ata=not asset.native)
         result = self.local.send(txb.sign(ixs, self.keypair, self.local.latest_blockhash()))
         if not result.ok:
@@ -254,7 +255,7 @@ class SolanaRail:
                     self._account_exists_rpc(to) if amount < RENT_EXEMPT_MINIMUM else _true())
                 sol = int(sol_doc["value"])
                 if sol < amount + txb.SIGNATURE_FEE:
-                    raise RailError("insufficient_funds", f"balance {sol} lamports, need {amount} + fee")
+                    raise _short(asset, me, f"balance {sol} lamports, need {amount} + fee")
                 _check_new_account_rent(amount, found)
             else:
                 sol_doc, have, exists = await asyncio.gather(
@@ -263,10 +264,10 @@ class SolanaRail:
                     self._account_exists_rpc(txb.ata(to, asset)))
                 sol = int(sol_doc["value"])
                 if have < amount:
-                    raise RailError("insufficient_funds", f"{asset.symbol} balance {have}, need {amount}")
+                    raise _short(asset, me, f"{asset.symbol} balance {have}, need {amount}")
                 rent = 0 if exists else TOKEN_ACCOUNT_RENT
                 if sol < txb.SIGNATURE_FEE + rent:
-                    raise RailError("insufficient_funds", "not enough SOL for fee and recipient's account")
+                    raise _short(asset, me, "not enough SOL for fee and recipient's account")
             ixs = txb.payment_instructions(me, to, asset, amount, create_ata=not asset.native)
             # One payment at a time from this wallet between "latest blockhash" and "sent":
             # two payments signed against one blockhash can be the same transaction (the
@@ -331,6 +332,10 @@ class SolanaRail:
 
 async def _true() -> bool:
     return True
+
+
+def _short(asset: AssetInfo, me: Pubkey, detail: str) -> RailError:
+    return short_of_funds(asset.chain, str(me), detail, native="--sol")
 
 
 def _check_new_account_rent(amount: int, exists: bool) -> None:
