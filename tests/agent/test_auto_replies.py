@@ -430,3 +430,14 @@ async def test_agentmail_sends_our_auto_submitted_header(store: Store, via: str)
         await client.aclose()
     headers = json.loads(route.calls.last.request.content)["headers"]
     assert headers["Auto-Submitted"] == "auto-replied"
+
+
+async def test_envelopay_show_marks_the_answer_not_sent(store: Store) -> None:
+    from envelopay.client import views
+
+    eng = worker(store, k.DictRail())
+    out = await eng.handle(with_headers(k.raw(k.order("ord_v")), "Precedence: bulk"))
+    assert out.flow_id is not None
+    rows = views.show_rows(store.flow_log(out.flow_id))
+    shown = [(r[1], r[2], r[4]) for r in rows]
+    assert shown == [("in", "ORDER", ""), ("out", "INVOICE", "unanswered (precedence_bulk)")]
