@@ -47,6 +47,7 @@ class _Root(TyperGroup):
     def main(self, args: Sequence[str] | None = None, *rest: Any, **extra: Any) -> Any:
         argv = list(sys.argv[1:] if args is None else args)
         set_json_mode(False)
+        _flags_take_no_metavar(self)
         self._argv = argv
         try:
             return super().main(argv, *rest, **extra)
@@ -74,6 +75,18 @@ class _Root(TyperGroup):
         if json_mode() or "--json" in getattr(self, "_argv", ()):
             field = _field(getattr(exc, "param", None))
             emit(error_document(exc.format_message(), exc.exit_code, field=field))
+
+
+def _flags_take_no_metavar(cmd: Any) -> None:
+    """Typer's help shows a plain flag (`--json`, `--force`, `--help`) as `<bool>`, which
+    reads as if it wanted a value; an empty metavar shows nothing there. Every command's
+    help option is made here (it is cached on the command) so it gets one too."""
+    help_option = cmd.get_help_option(typer.core._click.Context(cmd))  # type: ignore[attr-defined]
+    for param in [*cmd.params, *([help_option] if help_option is not None else [])]:
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+    for sub in getattr(cmd, "commands", {}).values():
+        _flags_take_no_metavar(sub)
 
 
 def _field(param: Any) -> str | None:
