@@ -29,7 +29,7 @@ import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
 from envelopay import dkim
 from envelopay.engine.transport import Transport
@@ -128,7 +128,7 @@ class DkimSigner:
 
     selector: str
     domain: str
-    key: Any  # envelopay.dkim.DkimKey
+    key: dkim.DkimKey
     clock: Callable[[], datetime]
 
     def sign_at(self, raw: bytes, at: datetime) -> bytes:

@@ -79,10 +79,9 @@ class GardenTransport:
 class SmtpTransport:
     """SMTP submission of the exact (signed) bytes, with mail.smtp's retries."""
 
-    config: object  # envelopay.mail.smtp.SmtpConfig (imported lazily)
+    config: SmtpConfig
 
     async def send(self, raw: bytes, sender: str, recipient: str) -> None:
-        assert isinstance(self.config, SmtpConfig)
         result = await send_raw(raw, sender=sender, recipient=recipient, config=self.config)
         if result.status == "permanent_failure":
             raise DeliveryRefused(f"SMTP refused: {result.code} {result.detail}")
