@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import _kit as k
@@ -441,3 +442,19 @@ async def test_envelopay_show_marks_the_answer_not_sent(store: Store) -> None:
     rows = views.show_rows(store.flow_log(out.flow_id))
     shown = [(r[1], r[2], r[4]) for r in rows]
     assert shown == [("in", "ORDER", ""), ("out", "INVOICE", "unanswered (precedence_bulk)")]
+
+
+async def test_envelopay_outbox_lists_the_answers_held(store: Store, tmp_path: Path) -> None:
+    from envelopay.client import commands, views
+    from envelopay.config import config_from_dict
+
+    eng = worker(store, k.DictRail())
+    held = await eng.handle(with_headers(k.raw(k.order("ord_h")), "List-Id: <l.test>"))
+    sent = await eng.handle(k.raw(k.order("ord_g")))
+    ledger = store.path if isinstance(store, SqliteStore) else store.dsn  # type: ignore[attr-defined]
+    cfg = config_from_dict({"agent": {"address": k.WORKER, "domain": "garden.test", "ledger": ledger}},
+                           base_dir=tmp_path)
+    rows = commands.outbox(cfg)
+    assert [(r.status, r.last_error) for r in rows] == [("pending", None), ("held", "list_mail")]
+    assert rows[0].outbound.message_id == sent.outbox[0] and held.flow_id == rows[1].flow_id
+    assert views.outbox_doc(rows)["queued"][1]["status"] == "held"

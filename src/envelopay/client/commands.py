@@ -462,10 +462,12 @@ def call_endpoint(cfg: WorkerConfig, to: str, payload: dict[str, Any], timeout: 
 
 
 def outbox(cfg: WorkerConfig) -> list[OutboxRow]:
-    """The mail waiting in this agent's outbox (every pending row, due or backing off)."""
+    """The mail waiting in this agent's outbox (every pending row, due or backing off),
+    then the answers held, never sent (SPEC "Automatic answers (RFC 3834)")."""
     store = open_store(cfg.agent.ledger, Path(cfg.base_dir))
     try:
-        return store.outbox_pending(datetime.now(UTC) + timedelta(days=3650), limit=1000)
+        pending = store.outbox_pending(datetime.now(UTC) + timedelta(days=3650), limit=1000)
+        return pending + store.outbox_held(cfg.agent.address, limit=1000)
     finally:
         store.close()
 

@@ -73,6 +73,15 @@ class OutboxCallsMixin(SqlBase):
             )
         return [self._outbox(r) for r in rows]
 
+    def outbox_held(self, local: str, limit: int = 100) -> list[OutboxRow]:
+        with self.read() as x:
+            rows = x.all(
+                f"SELECT {_OUTBOX_COLS} FROM ep_outbox WHERE status = 'held' AND sender = ?"
+                " ORDER BY seq DESC LIMIT ?",
+                (local, limit),
+            )
+        return [self._outbox(r) for r in rows]
+
     def outbox_claim(
         self, owner: str, now: datetime, lease_until: datetime, limit: int = 100
     ) -> list[OutboxRow]:

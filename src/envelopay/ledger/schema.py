@@ -142,6 +142,12 @@ CREATE INDEX ep_answers_peer ON ep_answers (local, peer, at);
 CREATE INDEX ep_answers_thread ON ep_answers (local, thread, at)
 """
 
+# v12: the answers held (not sent: RFC 3834, a limit) are listed from their own small
+# partial index, newest first (`envelopay outbox`), whatever the outbox's size.
+_V12 = """
+CREATE INDEX ep_outbox_held ON ep_outbox (seq) WHERE status = 'held'
+"""
+
 MIGRATIONS: tuple[tuple[int, str, str], ...] = (
     (1, "inbound, replay, proofs, flows, log, outbox", _V1),
     (2, "calls; outbox drain index", _V2),
@@ -151,6 +157,7 @@ MIGRATIONS: tuple[tuple[int, str, str], ...] = (
     (9, "deferred proofs", _V9),
     (10, "smallest retained form: digests, summary in the flow row", _V10),
     (11, "automatic answers: outbox auto_submitted and held rows; answer counts", _V11),
+    (12, "held outbox rows index", _V12),
 )
 
 MIGRATIONS_TABLE = (

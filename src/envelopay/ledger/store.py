@@ -51,6 +51,9 @@ class AnswerLimits:
     per_peer: int = 300
     per_thread: int = 10
     window: timedelta = timedelta(hours=1)
+    # Answer mail that is not protocol with one help note per sender per day (off: the
+    # mail is only recorded; SPEC.md "Mail that is not protocol").
+    help: bool = False
 
 
 AnswerVerdict = Literal["ok", "rate_limited", "loop_detected"]
@@ -232,6 +235,11 @@ class Store(Protocol):
 
     # -- the outbox (drained by the agent's sender)
     def outbox_pending(self, now: datetime, limit: int = 100) -> list[OutboxRow]: ...
+
+    def outbox_held(self, local: str, limit: int = 100) -> list[OutboxRow]:
+        """The answers `local` did not send (RFC 3834, a limit: `Commit.hold`), newest
+        first; never drained."""
+        ...
 
     def outbox_claim(
         self, owner: str, now: datetime, lease_until: datetime, limit: int = 100

@@ -320,6 +320,8 @@ def check_held_outbox(factory: Callable[[], Store]) -> None:
     row = s.outbox_get(ob.message_id)
     assert row is not None and (row.status, row.last_error) == ("held", "list_mail"), row
     assert row.outbound == ob
+    assert s.outbox_held(local) == [row]  # listed, by its sender
+    assert s.outbox_held(_ns("held-other")) == []
     assert ob.message_id not in [p.outbound.message_id for p in s.outbox_pending(T0 + timedelta(days=1))]
     sent = replace(_outbound(local, 22), auto_submitted="auto-generated")
     assert s.commit_step(Commit(local, T0, {"status": "sent"}, outbox=((sent, None),))) == "ok"
