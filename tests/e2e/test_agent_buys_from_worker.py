@@ -391,3 +391,17 @@ def test_agent_environment_is_copyable(world: World, buyer: Agent) -> None:
     maildir = Path(buyer.env["ENVELOPAY_AGENT_MAILDIR"])
     assert maildir == world.root / "devnet" / "garden" / buyer.address
     assert all((maildir / sub).is_dir() for sub in ("new", "cur", "tmp"))
+
+
+async def test_no_payment_left_in_flight(world: World) -> None:
+    """After every case: each payment the agents made has an outcome (none `unknown`,
+    in flight), and no approval waits."""
+    if not world.payments:
+        pytest.skip("runs after the cases (selected alone, there is nothing to look at)")
+    for name in sorted({agent for agent, _ in world.payments}):
+        async with world.mcp(world.agents[name]) as m:
+            for pid in sorted({p for a, p in world.payments if a == name}):
+                status = await m.call("check_payment_status", {"id": pid})
+                assert status["status"] not in ("unknown", "pending_approval"), (name, status)
+    waiting = [a for a in world.cli_json("approvals", "list")["approvals"] if a["state"].lower() == "pending"]
+    assert waiting == [], waiting

@@ -34,6 +34,8 @@ WORKER = "worker@garden.local"
 PRICE = 250_000  # word_count's price in init's template, smallest USDC units
 DEADLINE = 60.0  # seconds any one condition may take (a payment is final in a few)
 
+PAYMENT_TOOLS = ("pay_invoice", "pay", "make_offer", "accept_offer", "prepaid_order")
+
 T = TypeVar("T")
 
 
@@ -81,6 +83,8 @@ class World:
     services: list[Service] = field(default_factory=list)
     socket: Path = Path()
     started_devnet: bool = False
+    agents: dict[str, Agent] = field(default_factory=dict)
+    payments: list[tuple[str, str]] = field(default_factory=list)  # (agent, payment id) the cases made
 
     # -- processes -------------------------------------------------------------------
 
@@ -193,7 +197,8 @@ class World:
         assert wallets.keys() == {"solana-local", "base-local"}, lines
         if usdc is not None:  # None: its wallets stay empty, as after a devnet restart
             self.cli("fund", address, "--sol", "1", "--eth", "1", "--usdc", usdc)
-        return Agent(name, address, env, wallets)
+        self.agents[name] = Agent(name, address, env, wallets)
+        return self.agents[name]
 
     @contextlib.asynccontextmanager
     async def mcp(self, agent: Agent) -> AsyncIterator[Mcp]:
@@ -202,7 +207,7 @@ class World:
                                        env={**keep, **agent.env}, cwd=str(self.root / "agent-shell"))
         try:
             async with Client(params, read_timeout_seconds=120) as client:
-                session = Mcp(client)
+                session = Mcp(client, lambda pid: self.payments.append((agent.name, pid)))
                 await session.mark()
                 yield session
         except BaseExceptionGroup as group:  # the client's task groups wrap what the test raised
@@ -243,8 +248,9 @@ class World:
 class Mcp:
     """One agent's MCP session: tools called as an MCP host calls them."""
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: Client, made: Callable[[str], None]) -> None:
         self.client = client
+        self.made = made  # told each payment id a payment tool returns
         self.seen: set[str] = set()  # check_inbox keys there before this case began
 
     async def mark(self) -> None:
@@ -259,6 +265,8 @@ class Mcp:
         assert not result.is_error, f"{tool}: {result.content}"
         data = result.structured_content
         assert isinstance(data, dict), result
+        if tool in PAYMENT_TOOLS and data.get("id"):
+            self.made(str(data["id"]))
         return data
 
     async def tools(self) -> set[str]:
