@@ -179,23 +179,27 @@ async def bench_payments(
 async def _count_store_work(store: EnforcerStore, op: Callable[[], Awaitable[Any]]) -> tuple[int, int]:
     """(statements, store calls: each an autocommit statement or one transaction) of `op`."""
     counts = [0, 0]
-    execute_sql, transaction = store.execute_sql, store.transaction
+    execute_sql, fetch, transaction = store.execute_sql, store.fetch, store.transaction
 
-    async def counting_sql(sql: str, params: Any) -> Any:
-        counts[0] += 1
-        counts[1] += not sql.lstrip().upper().startswith("SELECT")
-        return await execute_sql(sql, params)
+    def counting(run: Any) -> Any:  # raw statements (tuples) and the typed ones (rows by name)
+        async def counted(sql: str, params: Any) -> Any:
+            counts[0] += 1
+            counts[1] += not sql.lstrip().upper().startswith("SELECT")
+            return await run(sql, params)
+
+        return counted
 
     async def counting_tx(steps: Any, **kw: Any) -> Any:
         counts[0] += len(steps)
         counts[1] += 1
         return await transaction(steps, **kw)
 
-    store.execute_sql, store.transaction = counting_sql, counting_tx  # type: ignore[method-assign]
+    store.execute_sql, store.fetch = counting(execute_sql), counting(fetch)  # type: ignore[method-assign]
+    store.transaction = counting_tx  # type: ignore[method-assign]
     try:
         await op()
     finally:
-        del store.execute_sql, store.transaction
+        del store.execute_sql, store.fetch, store.transaction
     return counts[0], counts[1]
 
 
