@@ -20,6 +20,7 @@ Example (what `envelopay init` writes)::
     per_peer = 300                    # at most this many to one peer per window (0: no limit)
     per_thread = 10                   # at most this many in one thread per window (0: no limit)
     window = 3600                     # seconds
+    help = false                      # one help note a day to a sender of non-protocol mail
 
     [transport]
     kind = "garden"                   # garden | smtp | agentmail
@@ -254,6 +255,9 @@ class AnswersConfig(_Section):
     per_peer: int = Field(default=300, ge=0, le=1_000_000)
     per_thread: int = Field(default=10, ge=0, le=1_000_000)
     window: float = Field(default=3600.0, gt=0, le=30 * 86400, allow_inf_nan=False)
+    # Mail that is not protocol gets one help note per sender per day (SPEC.md "Mail that
+    # is not protocol"); off: it is recorded, never answered.
+    help: bool = False
 
 
 class WorkerConfig(_Section):

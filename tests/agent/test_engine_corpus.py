@@ -25,7 +25,8 @@ async def test_every_corpus_vector_is_handled_as_a_value(tmp_path: Path) -> None
     assert len(vectors) > 300
     store = SqliteStore(tmp_path / "ledger.db")
     rail = k.DictRail()
-    engine = worker(store, rail, "c")
+    # One peer sends the whole corpus: RFC 3834's answer limits would hold its answers.
+    engine = worker(store, rail, "c", answer_limits=None)
     answered = silent = 0
     for vec in vectors:
         raw = (CORPUS / vec["file"]).read_bytes()
@@ -41,8 +42,9 @@ async def test_every_corpus_vector_is_handled_as_a_value(tmp_path: Path) -> None
         if vec.get("options"):
             continue  # parsed here with default options; only the no-crash rules apply
         if parse(raw).from_addr is None:
-            # No single sender to answer (e.g. two From addresses): nobody gets a reply.
-            assert (outcome.status, outcome.outbox) == ("ignored", ()), vec["file"]
+            # No single sender to answer (e.g. two From addresses): nobody gets a reply;
+            # protocol mail of that kind is quarantined with its reason.
+            assert outcome.status in ("ignored", "quarantined") and outcome.outbox == (), vec["file"]
             silent += 1
         elif not expect["protocol"]:
             assert (outcome.status, outcome.outbox) == ("ignored", ()), vec["file"]

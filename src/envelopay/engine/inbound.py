@@ -75,7 +75,7 @@ from envelopay.protocol.messages import (
     Which,
     is_proof_carrying,
 )
-from envelopay.protocol.parse import parse
+from envelopay.protocol.parse import ParseOptions, parse
 from envelopay.protocol.parsed import Parsed
 from envelopay.rails.binding import BINDING_SCHEME
 from envelopay.rails.finality import WaitPolicy
@@ -98,6 +98,16 @@ _BEGIN_REFUSALS: dict[str, tuple[tuple[OopsCode, str], bool]] = {
 
 def _default_parser(raw: bytes) -> Parsed:
     return parse(raw)
+
+
+def _reply_parser(parser: Callable[[bytes], Parsed]) -> Callable[[bytes], Parsed]:
+    """`parser` with `in_our_thread` on, when it is `parse` with options (the node wires
+    the profile so); else `parse` with only that option."""
+    options = ParseOptions()
+    if isinstance(parser, partial) and parser.func is parse:
+        given = parser.keywords.get("options")
+        options = given if isinstance(given, ParseOptions) else options
+    return partial(parse, options=replace(options, in_our_thread=True))
 
 
 def _utcnow() -> datetime:
@@ -130,6 +140,7 @@ class Engine(Refusals):
         wait: WaitPolicy | None = None,
         proof_binding: ProofBinding = "solicited",
         answer_limits: AnswerLimits | None = DEFAULT_ANSWER_LIMITS,
+        reply_parser: Callable[[bytes], Parsed] | None = None,
     ) -> None:
         self.store = store
         self.address = address.lower()
@@ -144,6 +155,9 @@ class Engine(Refusals):
         self.worker_id = worker_id or f"w-{secrets.token_hex(6)}"
         self.lease = lease
         self.parser = parser
+        # A person's `Re:` reply in a thread we started, read again (SPEC.md "Replies in
+        # our thread"); by default the mailbox's own parse options with that reading on.
+        self.reply_parser = reply_parser or _reply_parser(parser)
         self.proof_window = proof_window
         self.invoice_skew = invoice_skew
         self.wait = wait  # None: a pending/unavailable proof is refused at once
@@ -190,8 +204,13 @@ class Engine(Refusals):
     ) -> Outcome:
         message_id = parsed.message_id or fallback_message_id
         sender = parsed.from_addr.lower() if parsed.from_addr else None
-        if not parsed.protocol or message_id is None:
-            return Outcome("ignored", message_id, detail="not protocol mail")  # never answered
+        if message_id is None:
+            return Outcome("ignored", message_id, detail="not protocol mail")  # nothing to key a record on
+        if not parsed.protocol:
+            reread = self._our_reply(parsed, sender, raw)
+            if reread is None or not reread.protocol:
+                return self._not_protocol(parsed, message_id, sender, reread is not None)
+            parsed = clean_parsed(reread, fallback_message_id)
         if sender is None:
             # Protocol mail with no one sender (two From fields, several mailboxes, none,
             # unreadable): never answered, but recorded with its reason, as poison is.

@@ -9,7 +9,7 @@ replay/proof fates in the same transaction as the rest of a step
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -17,17 +17,28 @@ from typing import Any, Literal
 from envelopay.engine.alignment import _dkim_label
 from envelopay.engine.outcome import Outcome
 from envelopay.engine.poison import storable
-from envelopay.engine.records import Work, out_entry, proof_of, reply_headers
+from envelopay.engine.records import Work, content_hash, out_entry, proof_of, reply_headers
 from envelopay.engine.send import Sending
 from envelopay.ledger.store import AnswerLimits, Claim, Commit, LogEntry, ProofKey
 from envelopay.protocol.autosubmit import AUTO_REPLIED
 from envelopay.protocol.codes import OopsCode
-from envelopay.protocol.grammar import KEYWORDS
+from envelopay.protocol.grammar import KEYWORDS, classify_subject, is_reply
 from envelopay.protocol.messages import Message, MessageType, Oops, OopsError, is_proof_carrying
 from envelopay.protocol.outbound import Outbound
 from envelopay.protocol.parsed import Parsed
 
-__all__ = ["Refusals"]
+__all__ = ["HELP_NOTE", "HELP_WINDOW", "Refusals"]
+
+# The one help note a person who writes prose gets per day, when the mailbox answers
+# prose at all ([answers] help = true; SPEC.md "Mail that is not protocol").
+HELP_NOTE = (
+    "this address reads Envelopay mail only: a subject `TYPE | note` and a JSON body;"
+    " your mail was not read as a request ({reason}). Send WHICH to ask what it offers,"
+    " or reply to its INVOICE with the PAY JSON at the top. (At most one such note a day.)"
+)
+HELP_WINDOW = timedelta(days=1)
+# How many thread ids (In-Reply-To, then References) are looked up to know a reply.
+_THREAD_LOOKUPS = 20
 
 
 def _withheld(commit: Commit, outcome: Outcome, reason: str) -> tuple[Commit, Outcome]:
@@ -50,6 +61,7 @@ class Refusals(Sending):
     worker_id: str
     lease: timedelta
     answer_limits: AnswerLimits | None
+    reply_parser: Callable[[bytes], Parsed]
 
     def _oops(self, code: OopsCode, note: str, ref: str | None) -> Oops:
         # A received id becomes our `ref` only when it is a valid id (it may be "", huge,
@@ -231,6 +243,77 @@ class Refusals(Sending):
             replay_fate=replay_fate,
         )
         return self._finish(commit, outcome, message_id, parsed)
+
+    # ------------------------------------------------------------ mail that is not protocol
+    def _our_reply(self, parsed: Parsed, sender: str | None, raw: bytes | None) -> Parsed | None:
+        """A `Re:` reply to a message we sent this sender, read again with the body's
+        JSON `type` (SPEC.md "Replies in our thread"); None when it is not one."""
+        if raw is None or sender is None or not is_reply(parsed.subject):
+            return None
+        if not any(self._sent_to(mid, sender) for mid in self._thread(parsed)[:_THREAD_LOOKUPS]):
+            return None
+        return self.reply_parser(raw)
+
+    def _sent_to(self, message_id: str, sender: str) -> bool:
+        row = self.store.outbox_get(message_id)
+        if row is not None:
+            out = row.outbound
+            return out.sender.lower() == self.address and out.recipient.lower() == sender
+        # The outbox row may be compacted: the flow's log says who wrote the message.
+        flow = self.store.flow_for_message(self.address, message_id)
+        if flow is None or flow.peer != sender:
+            return False
+        log = self.store.flow_log(flow.flow_id)
+        return any(e.direction == "out" and e.message_id == message_id for e in log)
+
+    def _not_protocol(
+        self, parsed: Parsed, message_id: str, sender: str | None, in_our_thread: bool
+    ) -> Outcome:
+        """Mail that is not protocol: recorded with its reason (never silence plus no
+        record), answered with one help note per sender per day when [answers] help
+        is on, never when RFC 3834 says not to answer."""
+        if in_our_thread:
+            reason = "a reply in our thread with no JSON object in it"
+        else:
+            reason = classify_subject(parsed.subject).reason or "not protocol mail"
+        now = self.clock()
+        claim = Claim(self.address, message_id, content_hash(parsed), self.worker_id, now, now + self.lease)
+        begin = self.store.begin_step(claim)
+        if begin.status in ("seen", "retransmission") and begin.outcome is not None:
+            return Outcome.from_json(begin.outcome, repeat="message_id")
+        if begin.status == "busy":
+            return Outcome("busy", message_id, detail="claimed by another worker")
+        replies: tuple[Outbound, ...] = ()
+        withheld = self._help_withheld(parsed, message_id, sender, now)
+        if sender is not None and withheld is None:
+            note = HELP_NOTE.format(reason=reason)
+            replies = (self._reply(parsed, sender, self._oops(OopsCode.UNKNOWN_TYPE, note, None), now),)
+        outcome = Outcome(
+            "ignored", message_id, detail=f"not protocol: {reason}",
+            outbox=tuple(r.message_id for r in replies), unanswered=withheld,
+        )
+        commit = self._flowless_commit(parsed, outcome, message_id, None, False, None, now, replies)
+        # Drawn already (help_take): _finish's own draw finds this message and says "ok".
+        result = self._finish(commit, outcome, message_id, parsed)
+        return result if result is not None else outcome
+
+    def _help_withheld(
+        self, parsed: Parsed, message_id: str, sender: str | None, now: datetime
+    ) -> str | None:
+        """Why no help note goes to this mail, or None to send one."""
+        limits = self.answer_limits
+        if limits is None or not limits.help:
+            return "help_off"
+        if sender is None:
+            return "no_sender"
+        if parsed.no_answer is not None:  # list, bulk, auto-submitted mail (RFC 3834)
+            return parsed.no_answer
+        # One note per sender per day, counted in the ledger beside the other automatic
+        # answers, under a peer key of its own: the hourly per-peer draws prune only
+        # their own peer's rows, so a help draw lives its full day.
+        once = AnswerLimits(per_peer=1, per_thread=0, window=HELP_WINDOW)
+        drawn = self.store.answer_take(self.address, f"help:{sender}", "help", message_id, now, once)
+        return None if drawn == "ok" else "help_sent_today"
 
     def _unanswered(self, parsed: Parsed, message_id: str, peer: str) -> str | None:
         """Why the answers to this message must not be sent, or None to send them.

@@ -291,7 +291,8 @@ def wait_policy(cfg: WorkerConfig) -> WaitPolicy:
 def answer_limits(cfg: WorkerConfig) -> AnswerLimits:
     """The `[answers]` section as the ledger counts it."""
     a = cfg.answers
-    return AnswerLimits(per_peer=a.per_peer, per_thread=a.per_thread, window=timedelta(seconds=a.window))
+    return AnswerLimits(per_peer=a.per_peer, per_thread=a.per_thread, window=timedelta(seconds=a.window),
+                        help=a.help)
 
 
 def _judge_accepted(cfg: WorkerConfig, rails: Mapping[str, Rail]) -> None:

@@ -21,7 +21,7 @@ An OOPS that fails any stage is invalid and answers nothing (never OOPS an OOPS)
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Literal
 
@@ -29,7 +29,13 @@ from pydantic import ValidationError
 
 from envelopay.protocol.autosubmit import no_answer_reason
 from envelopay.protocol.codes import OopsCode
-from envelopay.protocol.grammar import SUPPORTED_TYPES_TEXT, classify_subject, decode_subject, is_reply
+from envelopay.protocol.grammar import (
+    SUPPORTED_TYPES_TEXT,
+    SubjectForm,
+    classify_subject,
+    decode_subject,
+    is_reply,
+)
 from envelopay.protocol.headers import SINGLETON_HEADERS, Field, HeaderRefusal, read_headers
 from envelopay.protocol.headers import addresses as _addresses
 from envelopay.protocol.lenient import LENIENT_PREFIX, fill, type_line
@@ -51,7 +57,7 @@ from envelopay.protocol.mime import (
 from envelopay.protocol.parsed import Parsed, Problem
 from envelopay.protocol.payload import PayloadError, TextLeaf, extract, leading_text
 
-__all__ = ["SINGLETON_HEADERS", "ParseOptions", "parse"]
+__all__ = ["REPLY_HINT", "SINGLETON_HEADERS", "ParseOptions", "parse"]
 
 # SINGLETON_HEADERS (protocol.headers) is re-exported: the one list every reader refuses twice.
 # Headers whose decoded value we read; CR/LF in any of them is refused.
@@ -69,6 +75,7 @@ _HEADER_END = re.compile(rb"\r?\n\r?\n")
 _PARAM = re.compile(r';\s*([!#$%&\'*+\-.^_`|~0-9A-Za-z]+)\s*=\s*("(?:[^"\\]|\\.)*"|[^;\s]*)')
 
 _MAX_DEPTH = 8
+_BY_VALUE: dict[str, MessageType] = {t.value: t for t in MessageType}
 _MAX_PARTS = 256
 _MAX_ENCODED_SUBJECT = 4096  # longer subjects with encoded-words are not decoded
 
@@ -81,11 +88,16 @@ class ParseOptions:
                  one or more `Re:` (never `Fwd:`)
     max_bytes -- larger messages are refused (invalid_field) without reading the body
     profile   -- "strict" (default) or "lenient", the interop profile (`protocol.lenient`)
+    in_our_thread -- the receiver knows this mail answers one of its own messages (its
+                 In-Reply-To/References name a Message-ID it sent): a `Re:` subject
+                 is then a person's reply, and the body's JSON `type` names the
+                 message (SPEC.md "Replies in our thread"); set by the engine only
     """
 
     re_prefix: Literal["v0.1", "v0.2"] = "v0.1"
     max_bytes: int = 10 * 1024 * 1024
     profile: Literal["strict", "lenient"] = "strict"
+    in_our_thread: bool = False
 
 
 _DEFAULT_OPTIONS = ParseOptions()
@@ -354,6 +366,43 @@ def _validate(
     return message, []  # type: ignore[return-value]
 
 
+# What a person replying in our thread is told when the body cannot be read (the OOPS
+# note): how to write it, in words a mail client's user can follow.
+REPLY_HINT = (
+    "to answer in this thread, write the JSON object alone at the top of your reply, above"
+    ' the quoted mail, e.g. {"v": "0.1.0", "type": "pay", "id": "...", ...}: straight double'
+    " quotes, no trailing commas, and the type of the message you send"
+)
+
+
+def _reply_form(
+    headers: dict[str, list[str]], body: bytes, form: SubjectForm
+) -> tuple[SubjectForm, Problem | None]:
+    """A `Re:` reply to one of our messages: the body's JSON `type` is the message's
+    type (the subject is ours, quoted back by the person's client). No JSON object in
+    the body: the mail stays prose (`form`). A body we cannot read is answered with
+    the code and `REPLY_HINT`."""
+    try:
+        obj = _extract_body(headers, body)
+    except _Stop as stop:
+        return SubjectForm(True), replace(stop.problem, detail=f"{stop.problem.detail}; {REPLY_HINT}")
+    if obj is None:
+        return form, None
+    btype = obj.get("type")
+    if not isinstance(btype, str) or not btype.strip():
+        return SubjectForm(True), Problem(
+            OopsCode.MISSING_FIELD, f"the JSON body needs `type`; {REPLY_HINT}", "type"
+        )
+    kind = _BY_VALUE.get(btype.strip().lower())
+    if kind is None:
+        return SubjectForm(True, keyword=btype.strip().upper()[:64]), Problem(
+            OopsCode.UNKNOWN_TYPE,
+            f"unknown type {btype[:64]!r}; supported types: {SUPPORTED_TYPES_TEXT}",
+            "type",
+        )
+    return SubjectForm(True, keyword=kind.keyword, type=kind), None
+
+
 def _split_ids(value: str | None) -> tuple[str, ...]:
     if not value:
         return ()
@@ -448,6 +497,12 @@ def _parse(raw: bytes, opts: ParseOptions) -> Parsed:
             form = line
             warnings.append(f"{LENIENT_PREFIX} Re: subject read as {line.keyword} from the body's first line")
     xtype = decoded["x-envelopay-type"]
+    reply_stop: Problem | None = None
+    if opts.in_our_thread and not form.protocol and is_reply(subject) and len(raw) <= opts.max_bytes:
+        form, reply_stop = _reply_form(headers, body, form)
+        if form.protocol:
+            read_as = form.keyword or "a body"
+            warnings.append(f"reply in our thread: Re: subject read as {read_as} from the JSON")
     common: dict[str, Any] = {
         "subject": subject,
         "note": form.note,
@@ -469,6 +524,9 @@ def _parse(raw: bytes, opts: ParseOptions) -> Parsed:
         )
     kind = form.type
     is_oops = kind is MessageType.OOPS
+    if reply_stop is not None:  # a reply in our thread whose body we cannot read
+        return Parsed(protocol=True, type=kind, valid=False, oops=reply_stop.code, problems=(reply_stop,),
+                      warnings=tuple(warnings), **common)
 
     def done(
         problem: Problem | None, body_obj: dict[str, Any] | None = None, extra: list[Problem] | None = None
