@@ -195,13 +195,23 @@ def test_real_subprocess_check_json(agent_dir: Path) -> None:
     assert bad.returncode == 2 and b"query:" in bad.stderr
 
 
+def test_fetch_without_its_secret_is_the_environment(agent_dir: Path) -> None:
+    """README's table: a secret not set is exit 3 (it was 2, bad input), before any connection."""
+    args = ["mail", "fetch", "--imap", f"127.0.0.1:{free_port()}", "--user", "alice", "--dir", str(agent_dir),
+            "--json"]
+    res = runner.invoke(app, args, env={"ENVELOPAY_IMAP_PASSWORD": None})
+    assert res.exit_code == 3, res.output
+    doc = json.loads(res.stdout)
+    assert (doc["error"], doc["field"], doc["exit"]) == ("config", "ENVELOPAY_IMAP_PASSWORD", 3)
+
+
 def test_fetch_once_from_dovecot(tmp_path: Path) -> None:
     d = str(tmp_path / "agent")
     with running_dovecot() as server:
         server.deliver("alice", mail(11, "from imap", "over the wire"))
         args = ("mail", "fetch", "--imap", f"{server.host}:{server.imap_port}", "--user", "alice", "--no-tls")
         code, _, err = run(*args, "--dir", d)
-        assert code == 2 and "password:" in err
+        assert code == 3 and "ENVELOPAY_IMAP_PASSWORD: not set" in err  # a secret not set: the environment
         env = {"ENVELOPAY_IMAP_PASSWORD": "secret"}
         code, out, err = run(*args, "--dir", d, "--json", env=env)
         assert code == 0, err

@@ -168,7 +168,8 @@ def imap_config(
     """The IMAP source of `mail fetch`; the password comes from $ENVELOPAY_IMAP_PASSWORD only."""
     password = env.get("ENVELOPAY_IMAP_PASSWORD")
     if not password:
-        raise refused("password: set ENVELOPAY_IMAP_PASSWORD", "password")
+        # README's exit table: a secret not set is the environment (3), not bad input.
+        raise ConfigError("ENVELOPAY_IMAP_PASSWORD: not set; it holds the IMAP password (never an option)")
     host, port = _host_port(server, "imap")
     try:
         return ImapConfig(host=host, port=port, user=user, password=password, mailbox=mailbox, tls=tls)
