@@ -24,6 +24,8 @@ from typing import Any, Literal
 
 from envelopay.mail.addresses import Address, parse_address
 from envelopay.protocol.autosubmit import AutoSubmitted, no_answer_reason
+from envelopay.protocol.outside_json import too_deep
+from envelopay.protocol.payload import MAX_NESTING
 
 __all__ = [
     "CALL_HEADER",
@@ -104,6 +106,10 @@ def read_tool_mail(raw: bytes) -> ToolMail:
             return replace(base, problem="invalid_json")
         if len(data) > MAX_PAYLOAD:
             return replace(base, problem="payload_too_large")
+        # Depth first: py-evm raises the recursion limit, and the decoder then overflows
+        # the C stack instead of raising RecursionError (protocol.outside_json).
+        if too_deep(data.decode("utf-8", "replace"), MAX_NESTING):
+            return replace(base, problem="invalid_json")
         try:
             obj = json.loads(data)
         except (ValueError, RecursionError):

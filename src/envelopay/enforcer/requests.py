@@ -17,6 +17,7 @@ import json
 from typing import Any
 
 from envelopay.enforcer.model import Disposition
+from envelopay.protocol.outside_json import too_deep
 
 __all__ = ["MAX_DEPTH", "MAX_DIGITS", "decode_send_body", "json_problem"]
 
@@ -97,6 +98,8 @@ def decode_send_body(data: bytes) -> dict[str, Any] | Disposition:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         return _refusal("invalid_json", "the body is not UTF-8")
+    if too_deep(text, MAX_DEPTH):  # before decoding: py-evm raises the recursion limit (outside_json)
+        return _refusal("too_deep", f"JSON nested deeper than {MAX_DEPTH} levels")
     try:
         value = _DECODER.decode(text)
     except _Refused as exc:

@@ -19,7 +19,7 @@ import json
 import re
 from typing import Any, Literal
 
-__all__ = ["MAX_DEPTH", "MAX_DIGITS", "OutsideJsonError", "loads", "text_ok", "value_problem"]
+__all__ = ["MAX_DEPTH", "MAX_DIGITS", "OutsideJsonError", "loads", "text_ok", "too_deep", "value_problem"]
 
 MAX_DEPTH = 32
 MAX_DIGITS = 64  # an amount in the smallest unit of a 256-bit token has at most 78; JSON ints are counts
@@ -100,7 +100,7 @@ def value_problem(value: Any, max_depth: int = MAX_DEPTH, *, text: bool = True) 
 _TOKEN = re.compile(r'"(?:[^"\\]++|\\.)*+"|[\[\]{}]')
 
 
-def _too_deep(data: str, max_depth: int) -> bool:
+def too_deep(data: str, max_depth: int) -> bool:
     """Whether brackets outside strings nest deeper than `max_depth`, found before decoding:
     the decoder's own guard is the recursion limit, and a process that imported py-evm
     (eth-tester) has it at 100,000, where 200,000 levels overflow the C stack (a segfault,
@@ -127,7 +127,7 @@ def loads(data: str | bytes, max_depth: int = MAX_DEPTH, *, text: bool = True) -
             data = data.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise OutsideJsonError("invalid_json", "not UTF-8") from exc
-    if _too_deep(data, max_depth):
+    if too_deep(data, max_depth):
         raise OutsideJsonError("too_deep", f"nested deeper than {max_depth} levels")
     try:
         value = _DECODER.decode(data)

@@ -21,6 +21,7 @@ from typing import Any
 
 from envelopay.protocol.codes import OopsCode
 from envelopay.protocol.flowed import is_flowed, unflow
+from envelopay.protocol.outside_json import too_deep
 from envelopay.protocol.parsed import Problem
 from envelopay.protocol.quoting import own_text
 
@@ -62,6 +63,13 @@ _MAX_JSON_ATTEMPTS = 256
 _SPACE_CHARS = "\u00a0\u1680\u2000-\u200b\u202f\u205f\u3000\ufeff"
 _UNICODE_SPACE = re.compile(f"[{_SPACE_CHARS}]")
 _SPACES = frozenset("\u00a0\u1680\u202f\u205f\u3000\ufeff") | {chr(c) for c in range(0x2000, 0x200C)}
+
+
+# JSON nested deeper than this is refused before decoding. The decoder's guard is the
+# recursion limit, and a process that imported py-evm (the Base rail's eth-tester chain)
+# has it at 100,000: a mail with 200,000 levels then overflowed the C stack (a segfault
+# of the worker), where it used to be a RecursionError.
+MAX_NESTING = 512
 
 
 class PayloadError(Exception):
@@ -213,6 +221,8 @@ def find_object(text: str) -> tuple[dict[str, Any] | None, bool]:
     payload-shaped objects are ambiguous: raises PayloadError."""
     found: dict[str, Any] | None = None
     attempted = False
+    if too_deep(text, MAX_NESTING):
+        raise PayloadError(f"JSON nested deeper than {MAX_NESTING} levels")
     start = text.find("{")
     attempts = 0
     spaced = _UNICODE_SPACE.search(text) is not None
@@ -273,7 +283,10 @@ def extract(
         if len(json_parts) > 1:
             raise PayloadError("more than one application/json part")
         try:
-            obj = DECODER.decode(json_parts[0]().removeprefix("\ufeff"))  # a BOM is not content
+            text = json_parts[0]().removeprefix("\ufeff")  # a BOM is not content
+            if too_deep(text, MAX_NESTING):
+                raise ValueError(f"nested deeper than {MAX_NESTING} levels")
+            obj = DECODER.decode(text)
         except Exception as exc:  # ValueError, RecursionError
             raise PayloadError(f"the application/json part is not JSON: {exc}") from exc
         if not isinstance(obj, dict):
