@@ -327,3 +327,18 @@ async def test_list_bulk_and_automatic_prose_never_gets_help(
     # Nothing was drawn for it: the sender's plain mail later still gets its note.
     later = await g.send(prose(2))
     assert len(later.outbox) == 1
+
+
+@pytest.mark.parametrize("shape", ["gmail", "outlook"])
+async def test_json_typed_with_single_quotes_is_answered_not_taken_for_prose(
+    world: Callable[..., Garden], shape: str
+) -> None:
+    g = world()
+    await g.send(order_mail())
+    invoice_raw, inv = invoice_of(g)
+    typed = "{'v': '0.1.0', 'type': 'pay', 'amount': '100', 'proof': {'tx': 'tx-ann'}}"
+    out = await g.send(client_reply(invoice_raw, inv, typed, shape=shape))
+    assert (out.status, out.oops) == ("refused", "invalid_json")
+    answers = g.inbox()
+    assert len(answers) == 1 and isinstance(answers[0].message, Oops)
+    assert "straight double quotes" in answers[0].message.note

@@ -56,6 +56,7 @@ from envelopay.protocol.mime import (
 )
 from envelopay.protocol.parsed import Parsed, Problem
 from envelopay.protocol.payload import PayloadError, TextLeaf, extract, leading_text
+from envelopay.protocol.quoting import own_text
 
 __all__ = ["REPLY_HINT", "SINGLETON_HEADERS", "ParseOptions", "parse"]
 
@@ -387,6 +388,13 @@ def _reply_form(
     except _Stop as stop:
         return SubjectForm(True), replace(stop.problem, detail=f"{stop.problem.detail}; {REPLY_HINT}")
     if obj is None:
+        _, plain, html_parts = _parts(headers, body, text=True)
+        if "{" in own_text(leading_text(plain, html_parts)):
+            # A brace but no object with "v" or "type": JSON as a person types it
+            # ({'type': 'pay'}, curly quotes), not prose.
+            return SubjectForm(True), Problem(
+                OopsCode.INVALID_JSON, f"no JSON object with \"v\" and \"type\" in your text; {REPLY_HINT}"
+            )
         return form, None
     btype = obj.get("type")
     if not isinstance(btype, str) or not btype.strip():
