@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import typer.main
@@ -54,3 +55,14 @@ def test_quickstart_puts_the_venv_on_path() -> None:
     found = subprocess.run(["bash", "-c", ". .venv/bin/activate && command -v envelopay"], cwd=ROOT,
                            capture_output=True, text=True, check=False)
     assert found.stdout.strip() == str(ROOT / ".venv" / "bin" / "envelopay")
+
+
+def test_no_runnable_readme_line_hard_codes_a_date() -> None:
+    """A date written into an example passes only while the clock agrees with it (issue 30
+    item 5): the README test must pass on any date, so examples compute theirs from now."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    import readme_run as rr  # the README test's reader, beside this file
+
+    dated = [f"README.md:{line.number}: {line.code}" for block in rr.blocks() for line in block.lines
+             if not line.syntax and re.search(r"\b(19|20)\d\d-\d\d-\d\d", line.code)]
+    assert dated == []
