@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -99,3 +100,22 @@ def test_one_bad_value_exits_2_naming_it_and_writes_nothing(
     doc: dict[str, Any] = json.loads(res.stdout)
     assert (res.exit_code, doc["exit"], doc["field"]) == (2, 2, option), (args[:3], doc)
     assert _written(world) == before
+
+
+@pytest.mark.parametrize(("args", "field"), [
+    (["approvals", "approve", f"x{SUR}"], "SEND_ID"),
+    (["agent", "kill", f"x{SUR}"], "NAME"),
+    (["agent", "list", "--after", SUR], "--after"),
+    (["mail", "check", "--from", SUR], "--from"),
+    (["mail", "search", SUR], "QUERY"),
+])
+def test_operator_and_mail_commands_refuse_text_no_mail_can_hold(tmp_path: Path, args: list[str],
+                                                                  field: str) -> None:
+    # Operator commands used to hand it to the HTTP client (a traceback); `mail check
+    # --from` to the index (UnicodeEncodeError).
+    where = ["--operator-token-file", str(tmp_path / "op.token")] if args[0] in ("approvals", "agent") \
+        else ["--dir", str(tmp_path)]
+    res = runner.invoke(app, [*args, *where, "--json"])
+    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
+    doc = json.loads(res.stdout)
+    assert (res.exit_code, doc["field"]) == (2, field), doc

@@ -164,9 +164,9 @@ _DIR, _CONFIG, _JSON = option("directory", DirOpt), option("config", MailConfigO
 )
 
 # --dir --config --address --json
-MAILBOX_AS = OptionSet((_DIR, _CONFIG, option("address", AddressOpt), _JSON), _mailbox)
+MAILBOX_AS = OptionSet((_DIR, _CONFIG, option("address", AddressOpt), _JSON), _mailbox, plain_text=True)
 # --dir --config --json (commands that never send as this agent)
-MAILBOX = OptionSet((_DIR, _CONFIG, _JSON), _mailbox)
+MAILBOX = OptionSet((_DIR, _CONFIG, _JSON), _mailbox, plain_text=True)
 
 
 # -- the send enforcer's operator commands -----------------------------------------------------
@@ -198,6 +198,7 @@ OPERATOR = OptionSet(
     (option("url", EnforcerUrlOpt, DEFAULT_ENFORCER_URL),
      option("token_file", TokenFileOpt, Path(DEFAULT_TOKEN_FILE)), option("as_json", JsonOpt, False)),
     OperatorOptions,
+    plain_text=True,
 )
 
 
