@@ -88,7 +88,7 @@ def test_operator_cli_end_to_end(served: tuple[str, Path], smtp: tuple[_Keep, in
     assert r.exit_code == 0, r.output
     assert "5/hr · 100/day · 1 allowlisted" in r.output
     token = next(line.split("=", 1)[1] for line in r.output.splitlines()
-                 if line.startswith("ENVELOPAY_AGENT_TOKEN="))
+                 if line.startswith("export ENVELOPAY_AGENT_TOKEN="))
 
     async def agent_sends() -> tuple[str, str]:
         async with EnforcerClient(url, token) as client:
