@@ -9,7 +9,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
@@ -75,13 +75,33 @@ def _opened(where: MailboxOptions) -> Iterator[Mailbox]:
         yield box
 
 
-def _show(records: list[MailRecord], as_json: bool, *, with_body: bool = False, title: str = "") -> None:
+def _show(
+    records: list[MailRecord],
+    as_json: bool,
+    *,
+    with_body: bool = False,
+    title: str = "",
+    handled: Mapping[str, Mapping[str, Any]] | None = None,
+) -> None:
+    """`handled`: the worker's outcome per Message-ID (`check` with a worker config)."""
     if as_json:
-        emit([r.as_dict(with_body=with_body) for r in records], ensure_ascii=False)
+        emit([_document(r, with_body, handled) for r in records], ensure_ascii=False)
     elif with_body:
         _show_bodies(records)
     else:
-        _show_table(records, title)
+        _show_table(records, title, handled or {})
+
+
+def _document(
+    r: MailRecord, with_body: bool, handled: Mapping[str, Mapping[str, Any]] | None
+) -> dict[str, Any]:
+    doc = r.as_dict(with_body=with_body)
+    if handled is not None:
+        outcome = handled.get(r.message_id or "")
+        doc["handled"] = None if outcome is None else {
+            k: outcome.get(k) for k in ("status", "detail", "oops", "unanswered")
+        }
+    return doc
 
 
 def _show_bodies(records: list[MailRecord]) -> None:
@@ -106,14 +126,18 @@ def _show_bodies(records: list[MailRecord]) -> None:
         say(r.body)
 
 
-def _show_table(records: list[MailRecord], title: str) -> None:
+def _show_table(records: list[MailRecord], title: str, handled: Mapping[str, Mapping[str, Any]]) -> None:
     from rich.console import Console  # lazy: keeps rich off this module's import
 
     def row(r: MailRecord) -> tuple[str, ...]:
         mark = "" if r.read or r.folder != "inbox" else "● "
         flags = (" 📎" if r.attachments else "") + (" ⚠" if r.status != "ok" else "")
+        outcome = handled.get(r.message_id or "")
+        # The worker ignored it: say why first, so prose is not taken for served mail.
+        ignored = outcome is not None and outcome.get("status") == "ignored"
+        said = f"({outcome.get('detail')}) " if outcome is not None and ignored else ""  # [..] is rich markup
         return (r.id, r.date.strftime("%Y-%m-%d %H:%M"), r.from_addr, f"{mark}{r.subject}{flags}",
-                r.preview.replace("\n", " "))
+                said + r.preview.replace("\n", " "))
 
     table(("id", "date", "from", "subject", "preview"), [row(r) for r in records], title=title or None,
           overflow=True, width=max(100, Console().width), empty="(no messages)")
@@ -143,12 +167,18 @@ def check(
     """List a folder, newest first, with filters."""
     # lazy: the command's room loads when it runs, not at CLI start
     from envelopay.mail.selection import check_filter
+    from envelopay.node.agent_mailbox import worker_outcomes
 
     with _opened(where) as box:
         flt = check_filter(from_=from_, subject=subject, contains=contains, after=after, before=before,
                            unread_only=unread_only, has_attachments=has_attachments, sort=sort, n=n,
                            truncate=truncate)
-        _show(box.check(folder, flt), where.as_json, title=folder)
+        records = box.check(folder, flt)
+    # The worker's outcome beside each mail (issue 30 item 4): not protocol, and why.
+    with answers(as_json=where.as_json):
+        mids = (r.message_id for r in records)
+        handled = worker_outcomes(where.directory, where.config, where.address, mids)
+    _show(records, where.as_json, title=folder, handled=handled)
 
 
 @mail.command("search")
@@ -300,6 +330,15 @@ def fetch(
 @MAILBOX
 def compact(where: MailboxOptions, older_than: OlderThanOpt = 30.0) -> None:
     """Retention: delete send-log rows older than the window (the loop guard's window stays)."""
+    # lazy: the command's room loads when it runs, not at CLI start
+    from envelopay.node.agent_mailbox import agent_mailbox_site
+
+    with answers(as_json=where.as_json):
+        site = agent_mailbox_site(where.directory, where.config, where.address)
+    index = (site.root or Path(".")) / "mailbox" / "index.sqlite3"
+    if not index.is_file():  # never made here: a maintenance command maintains what exists
+        fail(f"--dir: no mailbox at {index.parent}; nothing was created (mail check makes it)",
+             as_json=where.as_json)
     with _opened(where) as box:
         removed = box.compact_sends(timedelta(days=older_than))
     finish(where.as_json, ran("mail compact", removed=removed), [f"removed {removed} send-log rows"])

@@ -4,9 +4,10 @@ the environment, or the worker config (its directory, address and garden inbox).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from envelopay.config import load_config
 from envelopay.errors import ConfigError
@@ -14,7 +15,20 @@ from envelopay.mail.mailbox import Mailbox
 from envelopay.mail.maildir import mailbox_path
 from envelopay.mail.selection import MailboxSite, open_site, refused, site_from_env
 
-__all__ = ["agent_mailbox_site", "open_agent_mailbox"]
+__all__ = ["agent_mailbox_site", "open_agent_mailbox", "site_config", "worker_outcomes"]
+
+
+def site_config(config: Path | None, site: MailboxSite, env: Mapping[str, str] = os.environ) -> Path | None:
+    """The worker config a mailbox command reads, if any."""
+    # An explicit --config always applies; otherwise a config is a default only when
+    # no directory was given at all.
+    if config is None and site.root is None:
+        env_cfg = env.get("ENVELOPAY_CONFIG")
+        if env_cfg:
+            return Path(env_cfg)
+        if Path("envelopay.toml").is_file():
+            return Path("envelopay.toml")
+    return config
 
 
 def agent_mailbox_site(
@@ -25,14 +39,7 @@ def agent_mailbox_site(
 ) -> MailboxSite:
     """Explicit choices win, then the environment, then the worker config."""
     site = site_from_env(directory, address, env)
-    # An explicit --config always applies; otherwise a config is a default only when
-    # no directory was given at all.
-    if config is None and site.root is None:
-        env_cfg = env.get("ENVELOPAY_CONFIG")
-        if env_cfg:
-            config = Path(env_cfg)
-        elif Path("envelopay.toml").is_file():
-            config = Path("envelopay.toml")
+    config = site_config(config, site, env)
     if config is None:
         return site
     try:
@@ -53,3 +60,33 @@ def open_agent_mailbox(
     """The chosen mailbox, refreshed from the garden, closed afterwards."""
     with open_site(agent_mailbox_site(directory, config, address)) as box:
         yield box
+
+
+def worker_outcomes(
+    directory: Path | None,
+    config: Path | None,
+    address: str | None,
+    message_ids: Iterable[str | None],
+    env: Mapping[str, str] = os.environ,
+) -> dict[str, Mapping[str, Any]] | None:
+    """What the worker of the config did with each of these mails (its ledger's outcome:
+    status, detail, why unanswered), so `mail check` shows mail that is not protocol with
+    its reason (SPEC.md "Replies in our thread; mail that is not protocol"). None with
+    no config, or a SQLite ledger not created yet (a listing never creates one)."""
+    path = site_config(config, site_from_env(directory, address, env), env)
+    if path is None:
+        return None
+    cfg = load_config(path)
+    url = cfg.agent.ledger
+    if not url.startswith(("postgresql://", "postgres://")) and not cfg.path(url.removeprefix("sqlite:///")).is_file():
+        return None
+    # lazy: the wiring (rails, engine, transports) loads only when a ledger is read
+    from envelopay.node.wiring import open_store
+
+    store = open_store(url, Path(cfg.base_dir))
+    try:
+        local = cfg.agent.address.lower()
+        found = {mid: store.inbound_outcome(local, mid) for mid in message_ids if mid}
+    finally:
+        store.close()
+    return {mid: outcome for mid, outcome in found.items() if outcome is not None}
