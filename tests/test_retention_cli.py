@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -13,6 +14,7 @@ from typer.testing import CliRunner
 
 from envelopay.cli.app import app
 from envelopay.config import load_config
+from envelopay.enforcer.store import open_store as open_enforcer_store
 from envelopay.mail.maildir import deliver_file, ensure_maildir
 from envelopay.node.init import init_agent
 from envelopay.node.wiring import open_store
@@ -60,8 +62,19 @@ def test_flows_pages_then_ledger_compact(tmp_path: Path) -> None:
     assert runner.invoke(app, ["ledger", "compact", "-c", str(cfg), "--older-than", "-1"]).exit_code == 2
 
 
+def _enforcer_store(db: Path) -> None:
+    """A store as `enforcer serve` makes it (compact never makes one)."""
+    async def make() -> None:
+        store = open_enforcer_store(str(db))
+        await store.open()
+        await store.close()
+
+    asyncio.run(make())
+
+
 def test_enforcer_and_garden_compact(tmp_path: Path) -> None:
     db = tmp_path / "enf.db"
+    _enforcer_store(db)
     res = runner.invoke(app, ["enforcer", "compact", "--db", str(db), "--json"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.output) | {"cutoff": 0} == {"command": "enforcer compact", "ok": True, "exit": 0,
@@ -97,6 +110,8 @@ def test_every_compact_bounds_its_window(tmp_path: Path) -> None:
     from datetime's range nor a cutoff of -Infinity in the JSON; a century itself runs."""
     cfg = _agent(tmp_path, 0)
     (tmp_path / "garden").mkdir()
+    _enforcer_store(tmp_path / "enf.db")
+    assert runner.invoke(app, ["mail", "check", "--dir", str(tmp_path / "agent")]).exit_code == 0
     commands = {
         "ledger compact": ["-c", str(cfg)],
         "enforcer compact": ["--db", str(tmp_path / "enf.db")],

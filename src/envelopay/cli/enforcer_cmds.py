@@ -19,6 +19,8 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
+from envelopay.cli.approval_lines import approval_lines
+from envelopay.cli.maintained import ENFORCER_TABLE, missing_store
 from envelopay.cli.operator import ask, decision_exit
 from envelopay.cli.options import (
     DEFAULT_TOKEN_FILE,
@@ -159,6 +161,10 @@ def register(app: typer.Typer) -> None:
         from envelopay.enforcer.retention import compact_enforcer
 
         store = _store(db)
+        with answers(as_json=keep.as_json):  # a server that does not answer: 3
+            gone = missing_store(db, ENFORCER_TABLE)
+        if gone is not None:  # never made here: `removed 0` from a store just created said nothing true
+            fail(f"--db: {gone}; nothing was created (enforcer serve makes the store)", as_json=keep.as_json)
 
         async def go() -> dict[str, Any]:
             await store.open()

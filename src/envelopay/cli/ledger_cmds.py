@@ -13,8 +13,9 @@ from typing import Annotated
 
 import typer
 
+from envelopay.cli.maintained import LEDGER_TABLE, missing_store
 from envelopay.cli.options import MAX_BATCH, RETENTION, Retention
-from envelopay.cli.output import answers, finish, ran
+from envelopay.cli.output import ENVIRONMENT, answers, fail, finish, ran
 
 _Config = Annotated[Path, typer.Option("--config", "-c", help="Agent configuration (TOML).")]
 
@@ -41,9 +42,13 @@ def register(app: typer.Typer) -> None:
         from envelopay.ledger.retention import compact_ledger
         from envelopay.node.wiring import open_store
 
-        with answers():
+        with answers(as_json=keep.as_json):
             cfg = load_config(config)
-        with answers():
+            gone = missing_store(cfg.agent.ledger, LEDGER_TABLE, Path(cfg.base_dir))
+        if gone is not None:  # the config names it: the environment (3), and never made here
+            fail(f"ledger: {gone}; nothing was created (the worker makes its ledger)", ENVIRONMENT,
+                 as_json=keep.as_json, error="config", field="ledger")
+        with answers(as_json=keep.as_json):
             store = open_store(cfg.agent.ledger, Path(cfg.base_dir))
             try:
                 assert isinstance(store, SqlStore)
