@@ -120,7 +120,7 @@ class TransportConfig(_Section):
     garden_socket: str | None = None  # LMTP over a Unix socket (else lmtp_host:lmtp_port)
     garden_addresses: list[str] = Field(default_factory=list)  # for an embedded garden
     lmtp_host: str = "127.0.0.1"
-    lmtp_port: int | None = None
+    lmtp_port: int | None = Field(default=None, ge=1, le=65535)  # past it: an OverflowError at connect
     # Garden authentication (mail.garden_auth; SPEC.md "Walled garden"): this agent's
     # garden secret, in a 0600 file beside the config (`init` writes keys/garden.secret) or
     # an env var (its user is agent.address; never the secret itself in this file); for an
@@ -132,12 +132,12 @@ class TransportConfig(_Section):
     garden_accounts: str | None = None
     garden_open: bool = False
     smtp_host: str | None = None
-    smtp_port: int = 587
+    smtp_port: int = Field(default=587, ge=1, le=65535)
     smtp_security: Literal["starttls", "tls", "none"] = "starttls"
     smtp_username: str | None = None
     smtp_password_env: str | None = None  # the name of an env var, never the secret itself
     imap_host: str | None = None
-    imap_port: int = 993
+    imap_port: int = Field(default=993, ge=1, le=65535)
     imap_tls: bool = True
     imap_user: str | None = None
     imap_password_env: str | None = None
@@ -153,7 +153,8 @@ class TransportConfig(_Section):
     agentmail_webhook_host: str = "127.0.0.1"  # loopback: the operator's TLS proxy goes in front
     agentmail_webhook_port: int = Field(default=8025, ge=0, le=65535)
     agentmail_webhook_path: str = "/webhooks/agentmail"
-    agentmail_poll_interval: float = Field(default=0.0, ge=0)  # seconds; 0: webhooks only
+    # seconds; 0: webhooks only; at most a day (1e308 overflowed the event loop's timer)
+    agentmail_poll_interval: float = Field(default=0.0, ge=0, le=86_400, allow_inf_nan=False)
     agentmail_reply_via: Literal["send", "endpoint"] = "send"
     # "enforcer": the OFFER counter-legs are paid by the spend enforcer from this agent's
     # wallet it holds (same URL and token as the mail), not by the local rails' keys.
@@ -316,8 +317,12 @@ _WANTED = {
     "bool_type": "must be true or false",
     "bool_parsing": "must be true or false", "list_type": "must be an array", "dict_type": "must be a table",
     "model_type": "must be a table", "extra_forbidden": "is not a setting of this section",
-    "missing": "is required", "literal_error": "",
+    "missing": "is required", "literal_error": "", "finite_number": "must be a finite number",
 }
+
+
+_BOUNDS = {"less_than_equal": "must be at most", "greater_than_equal": "must be at least",
+           "less_than": "must be less than", "greater_than": "must be more than"}
 
 
 def config_from_dict(data: Mapping[str, Any], *, base_dir: str | Path = ".") -> WorkerConfig:
@@ -326,7 +331,9 @@ def config_from_dict(data: Mapping[str, Any], *, base_dir: str | Path = ".") -> 
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(x) for x in first["loc"])
-        said = _WANTED.get(first["type"]) or first["msg"].removeprefix("Value error, ")
+        bound = next(iter((first.get("ctx") or {}).values()), None)
+        said = (_WANTED.get(first["type"]) or (f"{_BOUNDS[first['type']]} {bound}" if first["type"] in _BOUNDS
+                                               else first["msg"].removeprefix("Value error, ")))
         raise ConfigError(f"config field {where}: {said}") from exc
     names = [t.name for t in cfg.tasks]
     if len(names) != len(set(names)):

@@ -32,6 +32,15 @@ def _good(tmp_path: Path) -> str:
      "a number too long"),
     ("an address that is a number", lambda good: good.replace('address = "a@garden.local"', "address = 5")
      .encode(), "agent.address: must be text"),
+    ("a port past 65535", lambda good: good.replace('kind = "garden"', 'kind = "garden"\nlmtp_port = '
+                                                   + str(2**63)).encode(),
+     "transport.lmtp_port: must be at most 65535"),
+    ("a poll interval of 1e308", lambda good: good.replace('kind = "garden"', 'kind = "garden"\n'
+                                                          "agentmail_poll_interval = 1e308").encode(),
+     "agentmail_poll_interval: must be at most 86400"),
+    ("a poll interval of nan", lambda good: good.replace('kind = "garden"', 'kind = "garden"\n'
+                                                        "agentmail_poll_interval = nan").encode(),
+     "agentmail_poll_interval: must be a finite number"),
     ("a ledger of another scheme", lambda good: good.replace('ledger = "var/agent.db"',
                                                              'ledger = "mysql://db/x"').encode(),
      "agent.ledger: mysql:// is not a ledger"),
