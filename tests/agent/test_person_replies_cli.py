@@ -13,8 +13,10 @@ from _engines import worker
 from typer.testing import CliRunner
 
 from envelopay.cli.app import app
+from envelopay.config import load_config
 from envelopay.ledger.sqlite import SqliteStore
 from envelopay.mail.maildir import deliver_file, ensure_maildir, mailbox_path
+from envelopay.node.wiring import answer_limits
 
 runner = CliRunner()
 
@@ -79,3 +81,11 @@ def test_mail_check_without_a_ledger_creates_none(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.stderr
     assert [r.get("handled", "absent") for r in json.loads(result.stdout)] == ["absent"]
     assert not (work / "var" / "worker.db").exists()
+
+
+def test_help_is_off_by_default_and_on_by_the_answers_section(tmp_path: Path) -> None:
+    base = f'[agent]\naddress = "{k.WORKER}"\ndomain = "garden.test"\n'
+    (tmp_path / "off.toml").write_text(base)
+    (tmp_path / "on.toml").write_text(base + "\n[answers]\nhelp = true\n")
+    assert answer_limits(load_config(tmp_path / "off.toml")).help is False
+    assert answer_limits(load_config(tmp_path / "on.toml")).help is True
