@@ -12,6 +12,7 @@ order, each on flows and payments of its own.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -391,6 +392,25 @@ def test_agent_environment_is_copyable(world: World, buyer: Agent) -> None:
     maildir = Path(buyer.env["ENVELOPAY_AGENT_MAILDIR"])
     assert maildir == world.root / "devnet" / "garden" / buyer.address
     assert all((maildir / sub).is_dir() for sub in ("new", "cur", "tmp"))
+
+
+def test_agent_create_devnet_refusals(world: World, tmp_path: Path) -> None:
+    """--devnet with no devnet running: exit 3 before the agent exists (nothing half made).
+    A garden without the enforcer's account: the agent is made, its mailbox too, and the
+    output says the enforcer cannot send as it yet (and how to fix it)."""
+    nowhere = {**world.env, "ENVELOPAY_DEVNET_HOME": str(tmp_path / "no-devnet")}
+    done = world.cli("agent", "create", "lost", "--address", "lost@garden.local", "--devnet", "--json",
+                     env=nowhere, expect=3)
+    assert json.loads(done.stdout)["error"] == "config" and "no devnet is running" in done.stdout, done.stdout
+    names = {a["name"] for a in world.cli_json("agent", "list")["agents"]}
+    assert "lost" not in names, names
+    other = {**world.env, "ENVELOPAY_GARDEN_USER": "relay"}
+    made = world.cli("agent", "create", "mute", "--address", "mute@garden.local", "--devnet", env=other)
+    assert "warning: the garden has no account 'relay'" in made.stdout, made.stdout
+    assert (world.root / "devnet" / "garden" / "mute@garden.local" / "new").is_dir()
+    accounts = json.loads((world.root / "devnet" / "garden-accounts.json").read_text())
+    assert [a["user"] for a in accounts] == ["enforcer"], accounts
+    assert "mute@garden.local" not in accounts[0]["addresses"], accounts
 
 
 async def test_no_payment_left_in_flight(world: World) -> None:
