@@ -4,7 +4,7 @@ end to end, as separate processes (tests/e2e/world.py).
 
 Each case asserts all of: the money moved exactly once (USDC balances on the chain,
 before and after, on both sides); the worker's flow ended where it should (its ledger,
-read with `envelopay flows|show -c worker/envelopay.toml`); the agent saw the answer in
+read as `envelopay flows|show -c worker/envelopay.toml` read it); the agent saw the answer in
 `check_inbox`; no payment is left `unknown` (in flight) by `check_payment_status`; and
 no OOPS where a FULFILL was due. One world serves the whole module; the cases run in
 order, each on flows and payments of its own.
