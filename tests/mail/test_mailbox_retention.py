@@ -94,6 +94,7 @@ def test_prune_walks_in_batches_and_stops_at_the_first_newer_row(tmp_path: Path,
 def test_mail_compact_cli(tmp_path: Path) -> None:
     runner = CliRunner()
     where = ["--dir", str(tmp_path / "agent"), "--json"]
+    assert runner.invoke(app, ["mail", "check", *where]).exit_code == 0  # compact never makes the mailbox
     res = runner.invoke(app, ["mail", "compact", *where, "--older-than", "30"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.output) == {"command": "mail compact", "ok": True, "exit": 0, "removed": 0}
