@@ -158,9 +158,18 @@ class OperatorClient(_Http):
         data = await self._ok("GET", "/v1/approvals?" + _query(limit, after))
         return list(data["approvals"]), data.get("next")
 
-    async def decide(self, send_id: str, action: str) -> tuple[int, dict[str, Any]]:
-        """approve | reject | retry → (HTTP status, decision): 200 taken, 409 conflict, 404 missing."""
-        status, data = await self._call("POST", f"/v1/approvals/{send_id}/{action}")
+    async def approval(self, approval_id: str) -> dict[str, Any] | None:
+        """One approval with what it would let leave (enforcer/approval_view.py); None: no such."""
+        data = await self._ok("GET", f"/v1/approvals/{quote(approval_id, safe='')}", accept=(200, 404))
+        return data if isinstance(data, dict) and "id" in data else None
+
+    async def decide(
+        self, send_id: str, action: str, content_hash: str | None = None
+    ) -> tuple[int, dict[str, Any]]:
+        """approve | reject | retry → (HTTP status, decision): 200 taken, 409 conflict, 404
+        missing. With `content_hash` (from `approval`) the decision binds to that content."""
+        body = None if content_hash is None else {"content_hash": content_hash}
+        status, data = await self._call("POST", f"/v1/approvals/{send_id}/{action}", body)
         if status == 401:
             raise UsageError("the enforcer refused the operator credential")
         if status not in (200, 404, 409) or not isinstance(data, dict):

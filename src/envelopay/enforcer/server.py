@@ -3,22 +3,22 @@
 Agent API (Bearer agent token): POST /v1/send, GET /v1/sends/{id} — answers are always
 dispositions (HTTP 200), never errors, whatever the policy decided.
 Operator API (Bearer operator token; an agent token gets 401): /v1/agents, /v1/approvals.
-Console (/console): operator login with the operator token → session cookie; agents and
-the approval queue with approve / reject / kill buttons.
+Console (/console): the operator's web pages, in enforcer/console.py.
 Metrics (/metrics): Prometheus text format (enforcer/metrics.py).
 """
 
 from __future__ import annotations
 
-import html
-import secrets
+import json
 import time
 from typing import Any
-from urllib.parse import quote
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from envelopay.enforcer.appkeys import ENFORCER
+from envelopay.enforcer.approval_view import approval_view, binding_conflict, mail_view, payment_view
+from envelopay.enforcer.console import add_console_routes
 from envelopay.enforcer.core import Enforcer
 from envelopay.enforcer.http import bearer as _bearer
 from envelopay.enforcer.http import read_object
@@ -35,10 +35,7 @@ from envelopay.errors import StoreError, UsageError
 
 __all__ = ["build_app", "listen_tcp", "start_server"]
 
-ENFORCER: web.AppKey[Enforcer] = web.AppKey("enforcer", Enforcer)
-SESSIONS: web.AppKey[dict[str, str]] = web.AppKey("sessions", dict)
 METRICS: web.AppKey[EnforcerMetrics] = web.AppKey("metrics", EnforcerMetrics)
-_COOKIE = "epa_session"
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
@@ -146,14 +143,44 @@ async def _approvals(request: web.Request) -> web.Response:
     payments = request.app.get(PAYMENTS)
     # Held payments come with the first page of the queue (they are few: each waits on a person).
     first = request.query.get("after") is None
-    held = [i.to_json() for i in await payments.store.queue()] if payments is not None and first else []
-    return _json({"approvals": [r.to_json() for r in rows] + held, "next": nxt})
+    enforcer, now = request.app[ENFORCER], request.app[ENFORCER].clock()
+    held = ([await payment_view(enforcer, payments, i) for i in await payments.store.queue()]
+            if payments is not None and first else [])
+    return _json({"approvals": [mail_view(r, now=now) for r in rows] + held, "next": nxt})
+
+
+async def _approval(request: web.Request) -> web.Response:
+    view = await approval_view(request.app[ENFORCER], request.app.get(PAYMENTS), request.match_info["id"])
+    if view is None:
+        return _json({"error": "no such approval"}, status=404)
+    return _json(view)
+
+
+async def _shown_hash(request: web.Request) -> str | web.Response | None:
+    """The optional `{"content_hash": …}` a decision carries: the content the operator saw."""
+    raw = await request.read()
+    if not raw.strip():
+        return None
+    try:
+        body = json.loads(raw)
+    except (ValueError, RecursionError):
+        body = None
+    shown = body.get("content_hash") if isinstance(body, dict) else None
+    if not isinstance(shown, str) or len(shown) > 100:
+        return _json({"error": "the body is {\"content_hash\": \"sha256:…\"} or empty"}, status=400)
+    return shown
 
 
 async def _decide(request: web.Request) -> web.Response:
     enforcer = request.app[ENFORCER]
     send_id, action = request.match_info["id"], request.match_info["action"]
-
+    shown = await _shown_hash(request)
+    if isinstance(shown, web.Response):
+        return shown
+    if action in ("approve", "reject"):
+        conflict = await binding_conflict(enforcer, request.app.get(PAYMENTS), send_id, shown)
+        if conflict is not None:  # decided on content that is no longer what would leave
+            return _decision(conflict)
     paid = await decide_payment(request.app, send_id, action, "operator-api")
     if paid is not None:  # a held payment: same queue, same answers
         return _decision(paid)  # type: ignore[arg-type]  # same shape: ok, state, disposition
@@ -175,183 +202,9 @@ async def _metrics(request: web.Request) -> web.Response:
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
-# -- console ----------------------------------------------------------------------------
-
-_STYLE = """body{font-family:system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse;
-margin-bottom:2em}td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left}.KILLED{color:#a00}
-.PENDING{font-weight:bold}form{display:inline}#msg{padding:.4em;background:#eef}"""
-
-
-def _page(title: str, body: str) -> web.Response:
-    doc = (
-        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-        f"<style>{_STYLE}</style></head><body>{body}</body></html>"
-    )
-    return web.Response(text=doc, content_type="text/html", headers={
-        "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'",
-        "X-Frame-Options": "DENY",
-    })
-
-
-def _session(request: web.Request) -> str | None:
-    """The session's CSRF token when the request carries a valid operator session."""
-    sid = request.cookies.get(_COOKIE)
-    return request.app[SESSIONS].get(sid) if sid else None
-
-
-def _button(action: str, target: str, csrf: str, label: str) -> str:
-    return (
-        f"<form method='post' action='/console/{action}/{html.escape(target)}'>"
-        f"<input type='hidden' name='csrf' value='{csrf}'>"
-        f"<button id='{action}-{html.escape(target)}' type='submit'>{label}</button></form>"
-    )
-
-
-CONSOLE_PAGE = 50  # rows of each table the console shows at once
-
-
-def _more(param: str, token: str | None, ident: str, label: str) -> str:
-    """A link to the next page of one table (the other table starts over)."""
-    if token is None:
-        return ""
-
-    return f"<p><a id='{ident}' href='/console?{param}={quote(token)}'>{label}</a></p>"
-
-
-async def _console(request: web.Request) -> web.Response:
-    csrf = _session(request)
-    if csrf is None:
-        return _page(
-            "envelopay enforcer — sign in",
-            "<h1>Enforcer console</h1><form method='post' action='/console/login'>"
-            "<label>Operator token <input id='token' type='password' name='token' autocomplete='off'>"
-            "</label> <button id='login' type='submit'>Sign in</button></form>",
-        )
-    enforcer = request.app[ENFORCER]
-    try:
-        agents, agents_next = await enforcer.agents_page(CONSOLE_PAGE, request.query.get("agents_after"))
-        rows, queue_next = await enforcer.approvals_page(CONSOLE_PAGE, request.query.get("queue_after"))
-    except UsageError as exc:
-        return _page(
-            "envelopay enforcer", f"<p id='msg'>{html.escape(str(exc))}</p><a href='/console'>Back</a>"
-        )
-    msg = request.query.get("msg", "")
-    parts = ["<h1>Enforcer console</h1>"]
-    if msg:
-        parts.append(f"<p id='msg'>{html.escape(msg)}</p>")
-    parts.append("<h2>Agents</h2>")
-    if not agents:
-        parts.append("<p id='no-agents'>No agents yet. Agents are created with the CLI: "
-                     "<code>envelopay agent create NAME --address ADDR</code>.</p>")
-    else:
-        parts.append("<table id='agents'><tr><th>Name</th><th>Address</th><th>Status</th><th>Policy</th>"
-                     "<th>Actions</th></tr>")
-        for a in agents:
-            kill = "" if a.killed else _button("kill", a.name, csrf, "Kill")
-            parts.append(
-                f"<tr id='agent-{html.escape(a.name)}'><td>{html.escape(a.name)}</td>"
-                f"<td>{html.escape(a.address)}</td><td class='{a.status}'>{a.status}</td>"
-                f"<td>{html.escape(a.policy.summary())}</td><td>{kill}</td></tr>"
-            )
-        parts.append("</table>")
-        parts.append(_more("agents_after", agents_next, "more-agents", "More agents"))
-    parts.append("<h2>Approval queue</h2><table id='queue'><tr><th>Send</th><th>Reason</th><th>Status</th>"
-                 "<th>Actions</th></tr>")
-    for r in rows:  # pending first: the store sorts by status priority
-        send = f"{r.agent_name} → {r.request.to}: {r.request.subject or (r.request.msg_type or '').upper()}"
-        actions = (
-            _button("approve", r.id, csrf, "Approve") + " " + _button("reject", r.id, csrf, "Reject")
-            if r.state == "PENDING" else ""
-        )
-        parts.append(
-            f"<tr id='row-{r.id}'><td>{html.escape(send)}</td><td>{html.escape(r.reason)}</td>"
-            f"<td class='{r.state}'>{r.state}</td><td>{actions}</td></tr>"
-        )
-    parts.extend(await _payment_rows(request, csrf))
-    parts.append("</table>" + _more("queue_after", queue_next, "more-queue", "More of the queue"))
-    parts.append(
-        "<form method='post' action='/console/logout'>"
-        f"<input type='hidden' name='csrf' value='{csrf}'><button id='logout' type='submit'>Sign out</button>"
-        "</form>"
-    )
-    return _page("envelopay enforcer", "".join(parts))
-
-
-async def _login(request: web.Request) -> web.StreamResponse:
-    form = await request.post()
-    token = form.get("token")
-    if not isinstance(token, str) or not request.app[ENFORCER].is_operator(token):
-        return _page("sign in failed", "<p id='msg'>Wrong operator token.</p><a href='/console'>Back</a>")
-    sid = secrets.token_urlsafe(32)
-    request.app[SESSIONS][sid] = secrets.token_urlsafe(16)
-    redirect = web.HTTPSeeOther("/console")
-    redirect.set_cookie(_COOKIE, sid, httponly=True, samesite="Strict", path="/console")
-    raise redirect
-
-
-async def _csrf_ok(request: web.Request) -> bool:
-    csrf = _session(request)
-    form = await request.post()
-    return csrf is not None and secrets.compare_digest(str(form.get("csrf", "")), csrf)
-
-
-async def _logout(request: web.Request) -> web.StreamResponse:
-    if not await _csrf_ok(request):
-        return web.Response(status=403, text="operator session required")
-    request.app[SESSIONS].pop(request.cookies.get(_COOKIE, ""), None)
-    raise web.HTTPSeeOther("/console")
-
-
-async def _console_action(request: web.Request) -> web.StreamResponse:
-    if not await _csrf_ok(request):
-        return web.Response(status=403, text="operator session required")
-    enforcer = request.app[ENFORCER]
-    action, target = request.match_info["action"], request.match_info["target"]
-    if action == "kill":
-        agent = await enforcer.kill_agent(target)
-        msg = f"killed {target}" if agent else f"no agent {target}"
-    elif action in ("approve", "reject") and (
-        paid := await _decide_payment(request.app, target, action, "console")
-    ) is not None:
-        msg = f"{action} {target}: {paid.state}" + (f" ({paid.detail})" if paid.detail else "")
-    elif action in ("approve", "reject"):
-        decision = await (enforcer.approve(target, "console") if action == "approve"
-                          else enforcer.reject(target, "console"))
-        msg = f"{action} {target}: {decision.state}" + (f" ({decision.detail})" if decision.detail else "")
-    else:
-        return web.Response(status=404, text="unknown action")
-
-    raise web.HTTPSeeOther(f"/console?msg={quote(msg)}")
-
-
-async def _payment_rows(request: web.Request, csrf: str) -> list[str]:
-    """Held payments in the approval queue: amount in human and smallest units, asset,
-    payee address and wallet, the invoice it pays, and why it is held."""
-    payments = request.app.get(PAYMENTS)
-    if payments is None:
-        return []
-    out = []
-    for i in await payments.store.queue():
-        what = (f"{i.agent_name} pays {i.human_amount()} {i.token} ({i.amount} smallest units) on {i.chain}"
-                f" → {i.payee}, wallet {i.wallet}" + (f", invoice {i.invoice_ref}" if i.invoice_ref else ""))
-        actions = (
-            _button("approve", i.id, csrf, "Approve") + " " + _button("reject", i.id, csrf, "Reject")
-            if i.state == "PENDING" else ""
-        )
-        out.append(f"<tr id='row-{i.id}' class='payment'><td>{html.escape(what)}</td>"
-                   f"<td>{html.escape(i.reason)}</td><td class='{i.state}'>{i.state}</td>"
-                   f"<td>{actions}</td></tr>")
-    return out
-
-
-async def _decide_payment(app: web.Application, target: str, action: str, by: str) -> Any:
-    return await decide_payment(app, target, action, by)
-
-
 def build_app(enforcer: Enforcer, payments: Any = None) -> web.Application:
     app = web.Application(middlewares=[_operator_guard], client_max_size=1024 * 1024)
     app[ENFORCER] = enforcer
-    app[SESSIONS] = {}
     app[METRICS] = EnforcerMetrics(enforcer.store, payments=payments is not None, clock=enforcer.clock)
 
     if payments is not None:  # the spend enforcer (payments.Payments)
@@ -364,12 +217,10 @@ def build_app(enforcer: Enforcer, payments: Any = None) -> web.Application:
     app.router.add_post("/v1/agents", _create_agent)
     app.router.add_post("/v1/agents/{name}/kill", _kill)
     app.router.add_get("/v1/approvals", _approvals)
+    app.router.add_get("/v1/approvals/{id}", _approval)
     app.router.add_post("/v1/approvals/{id}/{action}", _decide)
     app.router.add_get("/metrics", _metrics)
-    app.router.add_get("/console", _console)
-    app.router.add_post("/console/login", _login)
-    app.router.add_post("/console/logout", _logout)
-    app.router.add_post("/console/{action}/{target}", _console_action)
+    add_console_routes(app)
     return app
 
 

@@ -1,0 +1,183 @@
+"""The operator's web console (/console), served by `enforcer serve`.
+
+Login with the operator token → a session cookie (HttpOnly, SameSite=Strict) and a CSRF
+token in every form. Pages are Jinja2 templates (templates/, autoescaped): agents with a
+kill button; the approval queue showing what would leave (approval_view.py) with
+approve / reject buttons that carry the content hash the operator saw; a detail page per
+approval; and live.js, which polls /console/live.json every 2 s and swaps the queue rows
+in place when they changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from typing import Any
+from urllib.parse import quote
+
+from aiohttp import web
+from jinja2 import Environment, PackageLoader, select_autoescape
+
+from envelopay.enforcer.appkeys import ENFORCER
+from envelopay.enforcer.approval_view import approval_view, binding_conflict, mail_view, payment_view
+from envelopay.enforcer.payment_routes import PAYMENTS, decide_payment
+from envelopay.errors import UsageError
+
+__all__ = ["CONSOLE_PAGE", "SESSIONS", "add_console_routes"]
+
+SESSIONS: web.AppKey[dict[str, str]] = web.AppKey("sessions", dict)
+CONSOLE_PAGE = 50  # rows of each table the console shows at once
+_COOKIE = "epa_session"
+_CSP = ("default-src 'none'; style-src 'unsafe-inline'; script-src 'self'; connect-src 'self'; "
+        "form-action 'self'")
+_ENV = Environment(
+    loader=PackageLoader("envelopay.enforcer", "templates"),
+    autoescape=select_autoescape(["html"]),
+    trim_blocks=True, lstrip_blocks=True,
+)
+
+
+def _html(template: str, **context: Any) -> web.Response:
+    text = _ENV.get_template(template).render(**context)
+    return web.Response(text=text, content_type="text/html",
+                        headers={"Content-Security-Policy": _CSP, "X-Frame-Options": "DENY"})
+
+
+def _message(msg: str) -> web.Response:
+    return _html("message.html", title="envelopay enforcer", msg=msg)
+
+
+def _session(request: web.Request) -> str | None:
+    """The session's CSRF token when the request carries a valid operator session."""
+    sid = request.cookies.get(_COOKIE)
+    return request.app[SESSIONS].get(sid) if sid else None
+
+
+async def _queue(request: web.Request) -> tuple[list[dict[str, Any]], str | None]:
+    """The page of held mail (pending first), then held payments on the first page."""
+    enforcer = request.app[ENFORCER]
+    rows, nxt = await enforcer.approvals_page(CONSOLE_PAGE, request.query.get("queue_after"))
+    now = enforcer.clock()
+    views = [mail_view(r, now=now) for r in rows]
+    payments = request.app.get(PAYMENTS)
+    if payments is not None and request.query.get("queue_after") is None:
+        views += [await payment_view(enforcer, payments, i) for i in await payments.store.queue()]
+    return views, nxt
+
+
+def _rows(queue: list[dict[str, Any]], csrf: str) -> tuple[str, str]:
+    """(the queue's rows as HTML, their version: changes whenever anything shown does)."""
+    fragment = _ENV.get_template("_queue.html").render(queue=queue, csrf=csrf)
+    return fragment, hashlib.sha256(fragment.encode()).hexdigest()[:16]
+
+
+async def _console(request: web.Request) -> web.Response:
+    csrf = _session(request)
+    if csrf is None:
+        return _html("login.html", title="envelopay enforcer — sign in")
+    try:
+        agents, agents_next = await request.app[ENFORCER].agents_page(
+            CONSOLE_PAGE, request.query.get("agents_after"))
+        queue, queue_next = await _queue(request)
+    except UsageError as exc:
+        return _message(str(exc))
+    _, version = _rows(queue, csrf)
+    return _html(
+        "console.html", title="envelopay enforcer", live=True, csrf=csrf, msg=request.query.get("msg", ""),
+        agents=agents, agents_next=agents_next, queue=queue, queue_next=queue_next, version=version,
+    )
+
+
+async def _live(request: web.Request) -> web.Response:
+    """The queue rows and their version, for live.js (same session as the page)."""
+    csrf = _session(request)
+    if csrf is None:
+        return web.json_response({"error": "operator session required"}, status=403)
+    try:
+        queue, _ = await _queue(request)
+    except UsageError as exc:
+        return web.json_response({"error": str(exc)}, status=400)
+    html, version = _rows(queue, csrf)
+    return web.json_response({"version": version, "html": html,
+                              "pending": sum(1 for v in queue if v["state"] == "PENDING")})
+
+
+async def _live_js(request: web.Request) -> web.Response:
+    source = (_ENV.loader.get_source(_ENV, "live.js")[0] if _ENV.loader else "")  # packaged beside the pages
+    return web.Response(text=source, content_type="text/javascript")
+
+
+async def _detail(request: web.Request) -> web.Response:
+    csrf = _session(request)
+    if csrf is None:
+        return _html("login.html", title="envelopay enforcer — sign in")
+    view = await approval_view(request.app[ENFORCER], request.app.get(PAYMENTS), request.match_info["id"])
+    if view is None:
+        return _message(f"no approval {request.match_info['id']}")
+    return _html("approval.html", title=f"approval {view['id']}", csrf=csrf, v=view)
+
+
+async def _login(request: web.Request) -> web.StreamResponse:
+    form = await request.post()
+    token = form.get("token")
+    if not isinstance(token, str) or not request.app[ENFORCER].is_operator(token):
+        return _html("login.html", title="sign in failed", failed=True)
+    sid = secrets.token_urlsafe(32)
+    request.app[SESSIONS][sid] = secrets.token_urlsafe(16)
+    redirect = web.HTTPSeeOther("/console")
+    redirect.set_cookie(_COOKIE, sid, httponly=True, samesite="Strict", path="/console")
+    raise redirect
+
+
+async def _csrf_ok(request: web.Request) -> bool:
+    csrf = _session(request)
+    form = await request.post()
+    return csrf is not None and secrets.compare_digest(str(form.get("csrf", "")), csrf)
+
+
+async def _logout(request: web.Request) -> web.StreamResponse:
+    if not await _csrf_ok(request):
+        return web.Response(status=403, text="operator session required")
+    request.app[SESSIONS].pop(request.cookies.get(_COOKIE, ""), None)
+    raise web.HTTPSeeOther("/console")
+
+
+async def _decide(request: web.Request, action: str, target: str) -> str:
+    """Approve or reject from a console form: the form's content hash must match the
+    approval's content now (a console click always carries one)."""
+    enforcer, payments = request.app[ENFORCER], request.app.get(PAYMENTS)
+    shown = str((await request.post()).get("content_hash", ""))
+    conflict = await binding_conflict(enforcer, payments, target, shown)
+    if conflict is not None:
+        return f"{action} {target} refused: {conflict.detail}"
+    paid = await decide_payment(request.app, target, action, "console")
+    if paid is not None:
+        return f"{action} {target}: {paid.state}" + (f" ({paid.detail})" if paid.detail else "")
+    decision = await (enforcer.approve(target, "console") if action == "approve"
+                      else enforcer.reject(target, "console"))
+    return f"{action} {target}: {decision.state}" + (f" ({decision.detail})" if decision.detail else "")
+
+
+async def _action(request: web.Request) -> web.StreamResponse:
+    if not await _csrf_ok(request):
+        return web.Response(status=403, text="operator session required")
+    action, target = request.match_info["action"], request.match_info["target"]
+    if action == "kill":
+        agent = await request.app[ENFORCER].kill_agent(target)
+        msg = f"killed {target}" if agent else f"no agent {target}"
+    elif action in ("approve", "reject"):
+        msg = await _decide(request, action, target)
+    else:
+        return web.Response(status=404, text="unknown action")
+    raise web.HTTPSeeOther(f"/console?msg={quote(msg)}")
+
+
+def add_console_routes(app: web.Application) -> None:
+    app[SESSIONS] = {}
+    app.router.add_get("/console", _console)
+    app.router.add_get("/console/live.json", _live)
+    app.router.add_get("/console/live.js", _live_js)
+    app.router.add_get("/console/approvals/{id}", _detail)
+    app.router.add_post("/console/login", _login)
+    app.router.add_post("/console/logout", _logout)
+    app.router.add_post("/console/{action}/{target}", _action)
