@@ -166,6 +166,7 @@ STEPS: list[Step] = [
     ("agent wallet add", lambda w: ["sdr", "--chain", "solana-local", *w.operator], 2, "error"),
     ("agent wallet list", lambda w: ["sdr", *w.operator], 0, "agent_wallet_list"),
     ("approvals list", lambda w: w.operator, 0, "approvals_list"),
+    ("approvals show", lambda w: [w.saved["pending"][1], *w.operator], 0, "approvals_show"),
     ("approvals approve", lambda w: [w.saved["pending"][0], *w.operator], 0, "approvals_decision"),
     ("approvals reject", lambda w: [w.saved["pending"][2], *w.operator], 0, "approvals_decision"),
     ("approvals retry", lambda w: ["no-such-send", *w.operator], 2, "error"),
@@ -198,6 +199,7 @@ NEEDS: dict[str, tuple[str, ...]] = {
                                       "agent wallet list", "agent kill")},
     "agent policy show": ("agent policy set",),
     "approvals list": ("agent list",),
+    "approvals show": ("agent list",),
     "approvals approve": ("agent list",),
     "approvals reject": ("agent list",),
 }

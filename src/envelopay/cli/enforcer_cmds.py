@@ -1,5 +1,5 @@
 """CLI of the send enforcer: `enforcer serve`, `agent create|list|kill`,
-`approvals list|approve|reject|retry`, and `mcp` (the agents' MCP front).
+`approvals list|show|approve|reject|retry`, and `mcp` (the agents' MCP front).
 
 Operator commands talk to the running service with the operator credential (never to
 the database directly). Exit codes by cli/output.EXIT_CODES; `approvals approve|retry`
@@ -320,13 +320,35 @@ def _register_approvals(approvals_app: typer.Typer) -> None:
         rows, nxt = ask(where, lambda op: op.approvals_page(limit, after))
         _listing(where, "approvals list", "approvals", rows, nxt, "approval queue is empty", _approval_line)
 
+    @approvals_app.command("show")
+    @OPERATOR
+    def approvals_show(
+        where: OperatorOptions, approval_id: Annotated[str, typer.Argument(metavar="ID")]
+    ) -> None:
+        """One approval, exactly as it would leave: a mail's from, to, subject, body,
+        attachments and thread; a payment's amount, payee, wallet, invoice, the agent's
+        balance (and shortfall) and spend policy with today's remaining caps; and the
+        content hash that `approvals approve ID --hash` binds the decision to."""
+        view = ask(where, lambda op: op.approval(approval_id))
+        if view is None:
+            fail(f"ID: no approval {approval_id}")
+        finish(where.as_json, ran("approvals show", approval=view), approval_lines(view))
+
     for action, doc in _DECISIONS.items():
         approvals_app.command(action)(OPERATOR(_decision(action, doc)))
 
 
-def _decision(action: str, doc: str) -> Callable[[OperatorOptions, str], None]:
-    def decide(where: OperatorOptions, send_id: Annotated[str, typer.Argument()]) -> None:
-        status, data = ask(where, lambda op: op.decide(send_id, action))
+HashOpt = Annotated[str | None, typer.Option(
+    "--hash", metavar="SHA256",
+    help="The content_hash `approvals show` printed: refused (exit 1, conflict) if the approval "
+    "changed since.",
+)]
+
+
+def _decision(action: str, doc: str) -> Callable[..., None]:
+    def decide(where: OperatorOptions, send_id: Annotated[str, typer.Argument()], content_hash: HashOpt = None
+               ) -> None:
+        status, data = ask(where, lambda op: op.decide(send_id, action, content_hash))
         detail = f" ({data['detail']})" if data.get("detail") else ""
         if status == 404:
             fail(f"SEND_ID: no approval {send_id}")
