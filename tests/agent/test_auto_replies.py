@@ -324,7 +324,7 @@ async def test_non_protocol_mail_with_two_froms_is_still_ignored(store: Store) -
         b"From: buyer@client.test\r\n", b"From: a@client.test\r\nFrom: b@client.test\r\n"
     )
     out = await eng.handle(raw)
-    assert out.status == "ignored" and store.inbound_outcome(k.WORKER, "<np@client.test>") is None
+    assert (out.status, out.outbox) == ("ignored", ())  # not our mail: not quarantined, never answered
 
 
 # ------------------------------------------------------------------ configuration
@@ -458,3 +458,16 @@ async def test_envelopay_outbox_lists_the_answers_held(store: Store, tmp_path: P
     assert [(r.status, r.last_error) for r in rows] == [("pending", None), ("held", "list_mail")]
     assert rows[0].outbound.message_id == sent.outbox[0] and held.flow_id == rows[1].flow_id
     assert views.outbox_doc(rows)["queued"][1]["status"] == "held"
+
+
+async def test_an_oops_still_answers_a_marked_message_but_not_list_mail(store: Store) -> None:
+    """A peer's worker marks all its answers; refusing one must reach it (its flow waits
+    on the OOPS), and an OOPS is never answered, so it cannot loop. List mail gets none."""
+    eng = worker(store, k.DictRail())
+    marked = with_headers(k.raw(k.order("ord_m", op="nope")), "Auto-Submitted: auto-replied")
+    out = await eng.handle(marked)
+    assert (out.oops, out.unanswered, len(out.outbox)) == (OopsCode.UNKNOWN_TASK, None, 1)
+    listed = with_headers(k.raw(k.order("ord_k", op="nope")), "Auto-Submitted: auto-replied", "List-Id: <l>")
+    assert (await eng.handle(listed)).unanswered == "list_mail"  # marked and listed: no OOPS
+    bulk = with_headers(k.raw(k.order("ord_b", op="nope")), "Precedence: bulk")
+    assert (await eng.handle(bulk)).unanswered == "precedence_bulk"

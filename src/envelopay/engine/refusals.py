@@ -174,7 +174,8 @@ class Refusals(Sending):
         self, commit: Commit, outcome: Outcome, message_id: str, parsed: Parsed | None = None
     ) -> Outcome | None:
         if commit.outbox and parsed is not None:
-            reason = self._unanswered(parsed, message_id, commit.outbox[0][0].recipient)
+            only_oops = all(isinstance(ob.message, Oops) for ob, _ in commit.outbox)
+            reason = self._unanswered(parsed, message_id, commit.outbox[0][0].recipient, only_oops)
             if reason is not None:
                 commit, outcome = _withheld(commit, outcome, reason)
         label = _dkim_label.get()
@@ -315,13 +316,19 @@ class Refusals(Sending):
         drawn = self.store.answer_take(self.address, f"help:{sender}", "help", message_id, now, once)
         return None if drawn == "ok" else "help_sent_today"
 
-    def _unanswered(self, parsed: Parsed, message_id: str, peer: str) -> str | None:
+    def _unanswered(self, parsed: Parsed, message_id: str, peer: str, only_oops: bool) -> str | None:
         """Why the answers to this message must not be sent, or None to send them.
 
         RFC 3834 §2: "an automatic responder MUST NOT blindly send a response for every
         message received"; the message's own signals first (protocol.autosubmit), then
-        the per-peer rate limit and the per-thread loop detector, drawn in the ledger."""
-        if parsed.no_answer is not None:
+        the per-peer rate limit and the per-thread loop detector, drawn in the ledger.
+
+        One exception, to Auto-Submitted alone: a peer's worker marks every answer it
+        sends, and refusing one of them (a forged ACCEPT, an INVOICE that does not fit)
+        must reach that worker, whose flow waits on it. An OOPS is never answered by a
+        conforming peer, so it cannot loop; the limits still count it. List and bulk
+        mail, a null return path and a robot's address get no OOPS either."""
+        if parsed.no_answer is not None and not (only_oops and parsed.no_answer == "auto_submitted"):
             return parsed.no_answer
         if self.answer_limits is None:
             return None

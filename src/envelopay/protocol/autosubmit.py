@@ -39,14 +39,10 @@ def no_answer_reason(headers: Mapping[str, Sequence[str]], sender: str | None) -
     """Why this message must get no automatic answer (a stable reason code), or None.
 
     `headers` maps lower-case field names to their values (as `protocol.parse` reads
-    them); `sender` is the From address a reply would go to."""
-    # RFC 3834 §2: "Automatic responses SHOULD NOT be issued in response to any message
-    # which contains an Auto-Submitted header field, where that field has any value other
-    # than 'no'." (Any keyword but "no", parameters and case aside.)
-    for value in headers.get("auto-submitted", ()):
-        keyword = value.split(";", 1)[0].strip().lower()
-        if keyword != "no":
-            return "auto_submitted"
+    them); `sender` is the From address a reply would go to. The signals that say where
+    an answer would go (a list, nowhere, a robot) are read before Auto-Submitted, so
+    `auto_submitted` is the reason only when it is the mail's one signal (the engine
+    still sends an OOPS then: engine/refusals.py)."""
     # RFC 3834 §2: a responder may decline to answer "a subject message which contains a
     # 'Precedence:' header field with a value of 'list', 'junk', or 'bulk'" (sent by a
     # list or other bulk mailer: an answer to it is not useful).
@@ -58,11 +54,6 @@ def no_answer_reason(headers: Mapping[str, Sequence[str]], sender: str | None) -
     for name in _LIST_FIELDS:
         if headers.get(name):
             return "list_mail"
-    # Microsoft's equivalent of Auto-Submitted on out-of-office and other robot mail.
-    if any(v.strip() for v in headers.get("x-autoreply", ())) or any(
-        v.strip() for v in headers.get("x-autorespond", ())
-    ):
-        return "auto_submitted"
     # RFC 3834 §2: "Responders MUST NOT generate any response for which the destination
     # of that response would be a null address (e.g., an address for which SMTP MAIL FROM
     # or Return-Path is <>)".
@@ -76,4 +67,13 @@ def no_answer_reason(headers: Mapping[str, Sequence[str]], sender: str | None) -
         local = sender.rsplit("@", 1)[0].lower()
         if local in _DAEMON_LOCALS or local.startswith("owner-") or local.endswith("-request"):
             return "robot_sender"
+    # RFC 3834 §2: "Automatic responses SHOULD NOT be issued in response to any message
+    # which contains an Auto-Submitted header field, where that field has any value other
+    # than 'no'." (Any keyword but "no", parameters and case aside.)
+    for value in headers.get("auto-submitted", ()):
+        if value.split(";", 1)[0].strip().lower() != "no":
+            return "auto_submitted"
+    # Microsoft's equivalent of Auto-Submitted on out-of-office and other robot mail.
+    if any(v.strip() for v in (*headers.get("x-autoreply", ()), *headers.get("x-autorespond", ()))):
+        return "auto_submitted"
     return None
