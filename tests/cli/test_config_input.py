@@ -69,3 +69,25 @@ def test_init_dir_at_a_file_is_bad_input_and_writes_nothing(tmp_path: Path, unde
     assert (res.exit_code, doc["field"], doc["exit"]) == (2, "--dir", 2), doc
     assert "is a file, not a directory" in doc["detail"]
     assert file.read_text() == "mine\n" and sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+DEEP = b"[" * 200_000 + b"]" * 200_000
+
+
+def test_a_garden_accounts_file_nested_200000_deep_is_a_config_error(tmp_path: Path) -> None:
+    accounts = tmp_path / "accounts.json"
+    accounts.write_bytes(DEEP)  # was a RecursionError traceback
+    res = runner.invoke(app, ["garden", "serve", "--root", str(tmp_path), "-a", "a@garden.local",
+                              "--accounts", str(accounts), "--port", "0", "--json"])
+    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
+    doc = json.loads(res.stdout)
+    assert (res.exit_code, doc["error"]) == (3, "config") and "nested deeper" in doc["detail"], doc
+
+
+def test_a_contact_book_nested_200000_deep_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "mailbox").mkdir()
+    (tmp_path / "mailbox" / "contacts.json").write_bytes(DEEP)
+    res = runner.invoke(app, ["mail", "contacts", "list", "--dir", str(tmp_path), "--json"])
+    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
+    doc = json.loads(res.stdout)
+    assert res.exit_code == 2 and "nested deeper" in doc["detail"], doc

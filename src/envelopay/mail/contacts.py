@@ -8,13 +8,13 @@ temporary file and atomic replacement").
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from envelopay.errors import UsageError
 from envelopay.mail.addresses import require_address
 from envelopay.mail.atomic import atomic_write_json
+from envelopay.protocol import outside_json
 
 __all__ = ["Contact", "ContactBook", "atomic_write_json"]
 
@@ -44,7 +44,7 @@ class ContactBook:
 
     def _load(self) -> dict[str, Contact]:
         try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
+            data = outside_json.loads(self.path.read_bytes())  # deep, huge, not UTF-8: refused
         except FileNotFoundError:
             return {}
         except ValueError as exc:

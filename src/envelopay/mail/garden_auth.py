@@ -38,6 +38,7 @@ from typing import Any
 
 from envelopay.errors import ConfigError, UsageError
 from envelopay.mail.addresses import require_address
+from envelopay.protocol import outside_json
 from envelopay.protocol.headers import Field, HeaderBlock, HeaderRefusal, addresses, read_headers
 
 __all__ = [
@@ -137,7 +138,9 @@ def read_secret(path: Path) -> str:
 def load_accounts(path: Path) -> list[GardenAccount]:
     """Accounts from a JSON file: [{"user", "secret_sha256", "addresses": [...]}, ...]."""
     try:
-        data = json.loads(Path(path).read_text())
+        # outside_json: a file nested 200,000 deep was a RecursionError traceback (a
+        # segfault in a process that imported py-evm); not UTF-8, a lone surrogate: refused.
+        data = outside_json.loads(Path(path).read_bytes())
     except (OSError, ValueError) as exc:
         raise ConfigError(f"garden accounts {path}: {exc}") from exc
     if not isinstance(data, list):
