@@ -18,7 +18,7 @@ Example (what `envelopay init` writes)::
 
     [answers]                         # automatic answers (SPEC.md "Automatic answers (RFC 3834)")
     per_peer = 300                    # at most this many to one peer per window (0: no limit)
-    per_thread = 10                   # at most this many in one thread per window (0: no limit)
+    per_thread = 20                   # at most this many in one thread per window (0: no limit)
     window = 3600                     # seconds
     help = false                      # one help note a day to a sender of non-protocol mail
 
@@ -254,7 +254,7 @@ class AnswersConfig(_Section):
     detector), each counted over `window` seconds in the ledger; 0 turns one off."""
 
     per_peer: int = Field(default=300, ge=0, le=1_000_000)
-    per_thread: int = Field(default=10, ge=0, le=1_000_000)
+    per_thread: int = Field(default=20, ge=0, le=1_000_000)
     window: float = Field(default=3600.0, gt=0, le=30 * 86400, allow_inf_nan=False)
     # Mail that is not protocol gets one help note per sender per day (SPEC.md "Mail that
     # is not protocol"); off: it is recorded, never answered.

@@ -471,3 +471,20 @@ async def test_an_oops_still_answers_a_marked_message_but_not_list_mail(store: S
     assert (await eng.handle(listed)).unanswered == "list_mail"  # marked and listed: no OOPS
     bulk = with_headers(k.raw(k.order("ord_b", op="nope")), "Precedence: bulk")
     assert (await eng.handle(bulk)).unanswered == "precedence_bulk"
+
+
+async def test_the_limits_never_hold_what_a_payment_bought(store: Store) -> None:
+    """Past both limits, a verified PAY still gets its FULFILL (the money moved: the
+    answer is owed); an unpaid message to the same peer is held."""
+    rail = k.DictRail({"tp": k.Tx(k.WORKER_WALLET, k.TOKEN, k.PRICE)})
+    eng = worker(store, rail, answer_limits=AnswerLimits(per_peer=1, per_thread=1))
+    o = await eng.handle(k.raw(k.order("ord_p"), message_id="<op@client.test>"))
+    inv = store.outbox_get(o.outbox[0])
+    assert inv is not None and isinstance(inv.outbound.message, Invoice)
+    pay = k.pay("pay_p", "tp", invoice_ref=inv.outbound.message.id)
+    p = await eng.handle(k.raw(pay, in_reply_to=inv.outbound.message_id, references=("<op@client.test>",)))
+    assert (p.state, p.unanswered, len(p.outbox)) == ("fulfilled", None, 1)
+    fulfil = store.outbox_get(p.outbox[0])
+    assert fulfil is not None and isinstance(fulfil.outbound.message, Fulfill) and fulfil.status == "pending"
+    later = await eng.handle(k.raw(Which(id="w_after")))
+    assert later.unanswered == "rate_limited"

@@ -175,7 +175,8 @@ class Refusals(Sending):
     ) -> Outcome | None:
         if commit.outbox and parsed is not None:
             only_oops = all(isinstance(ob.message, Oops) for ob, _ in commit.outbox)
-            reason = self._unanswered(parsed, message_id, commit.outbox[0][0].recipient, only_oops)
+            paid = outcome.verdict is not None and outcome.verdict.get("status") == "ok"
+            reason = self._unanswered(parsed, message_id, commit.outbox[0][0].recipient, only_oops, paid)
             if reason is not None:
                 commit, outcome = _withheld(commit, outcome, reason)
         label = _dkim_label.get()
@@ -316,7 +317,9 @@ class Refusals(Sending):
         drawn = self.store.answer_take(self.address, f"help:{sender}", "help", message_id, now, once)
         return None if drawn == "ok" else "help_sent_today"
 
-    def _unanswered(self, parsed: Parsed, message_id: str, peer: str, only_oops: bool) -> str | None:
+    def _unanswered(
+        self, parsed: Parsed, message_id: str, peer: str, only_oops: bool, paid: bool
+    ) -> str | None:
         """Why the answers to this message must not be sent, or None to send them.
 
         RFC 3834 §2: "an automatic responder MUST NOT blindly send a response for every
@@ -327,10 +330,14 @@ class Refusals(Sending):
         sends, and refusing one of them (a forged ACCEPT, an INVOICE that does not fit)
         must reach that worker, whose flow waits on it. An OOPS is never answered by a
         conforming peer, so it cannot loop; the limits still count it. List and bulk
-        mail, a null return path and a robot's address get no OOPS either."""
+        mail, a null return path and a robot's address get no OOPS either.
+
+        The limits never hold what a verified payment bought (`paid`: the FULFILL of a
+        PAY, the ACCEPT of an OFFER): the money moved, so the answer is owed, and a loop
+        that pays on-chain each turn is a customer, not a robot. It is not counted."""
         if parsed.no_answer is not None and not (only_oops and parsed.no_answer == "auto_submitted"):
             return parsed.no_answer
-        if self.answer_limits is None:
+        if self.answer_limits is None or paid:
             return None
         thread = parsed.references[0] if parsed.references else parsed.in_reply_to or message_id
         limits = self.answer_limits

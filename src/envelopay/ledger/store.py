@@ -49,7 +49,7 @@ class AnswerLimits:
     (SPEC.md "Automatic answers (RFC 3834)"); 0 turns that limit off."""
 
     per_peer: int = 300
-    per_thread: int = 10
+    per_thread: int = 20
     window: timedelta = timedelta(hours=1)
     # Answer mail that is not protocol with one help note per sender per day (off: the
     # mail is only recorded; SPEC.md "Mail that is not protocol").
