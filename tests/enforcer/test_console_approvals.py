@@ -207,3 +207,25 @@ async def test_new_approvals_appear_without_a_reload(enforcer: Enforcer, service
         # The swapped-in rows keep working buttons.
         await page.click(f"#reject-{second}")
         assert "REJECTED" in await _row_text(page, second)
+
+
+async def test_a_held_protocol_mail_shows_its_note_and_attachment_sizes(
+    enforcer: Enforcer, service: str
+) -> None:
+    _, token = await enforcer.create_agent("sdr", "sdr@agents.test")
+    note = "We would like to buy"
+    d = await enforcer.send(token, {"from": "sdr@agents.test", "to": "ceo@rival.example", "type": "which",
+                                    "subject": "menu", "body": {"v": "0.1.0", "note": note}})
+    assert d.approval_id
+    async with httpx.AsyncClient(base_url=service, headers=AUTH) as http:
+        view = (await http.get(f"/v1/approvals/{d.approval_id}")).json()
+    content = view["content"]
+    assert content["note"] == "We would like to buy" and content["subject"].startswith("WHICH")
+    [json_part] = content["attachments"]
+    assert json_part["name"] == "envelopay.json" and json_part["content_type"] == "application/json"
+    assert json_part["size"] > 0 and '"note": "We would like to buy"' in content["text"]
+    async with httpx.AsyncClient(base_url=service) as web:
+        await web.post("/console/login", data={"token": OPERATOR})
+        page = (await web.get(f"/console/approvals/{d.approval_id}")).text
+    assert f"envelopay.json (application/json, {json_part['size']} bytes)" in page
+    assert "We would like to buy" in page

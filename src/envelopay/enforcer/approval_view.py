@@ -49,24 +49,33 @@ def content_hash(bound: dict[str, Any]) -> str:
 # -- held mail ---------------------------------------------------------------------------
 
 
-def _parts(msg: EmailMessage) -> tuple[str, list[dict[str, Any]]]:
-    """(the text/plain body, [{name, size, content_type}] of every other leaf part)."""
+def _parts(msg: EmailMessage) -> tuple[str, list[dict[str, Any]], list[dict[str, Any]]]:
+    """(the text/plain body, the attachments [{name, size, content_type}], the other inline
+    parts — an HTML rendering of the same text — as [{size, content_type}])."""
     text: str | None = None
     attachments: list[dict[str, Any]] = []
+    inline: list[dict[str, Any]] = []
     for part in msg.walk():
         if part.is_multipart():
             continue
         payload = part.get_payload(decode=True)
         size = len(payload) if isinstance(payload, bytes) else 0
         name = part.get_filename()
-        if text is None and name is None and part.get_content_type() == "text/plain":
+        if name is not None or part.is_attachment():
+            attachments.append({"name": name or "(unnamed)", "size": size,
+                                "content_type": part.get_content_type()})
+        elif text is None and part.get_content_type() == "text/plain":
             text = str(part.get_content())
-            continue
-        attachments.append({"name": name or "(unnamed)", "size": size,
-                            "content_type": part.get_content_type()})
+        else:
+            inline.append({"size": size, "content_type": part.get_content_type()})
     text = (text or "").replace("\r\n", "\n")
     # compose ends the body with one line end of its own; the agent's text is what is shown.
-    return text.removesuffix("\n"), attachments
+    return text.removesuffix("\n"), attachments, inline
+
+
+def _note(body: dict[str, Any] | None) -> str | None:
+    note = body.get("note") if isinstance(body, dict) else None
+    return note if isinstance(note, str) else None
 
 
 def _mail_content(row: QueueRow, agent_name: str, now: float) -> dict[str, Any]:
@@ -74,8 +83,9 @@ def _mail_content(row: QueueRow, agent_name: str, now: float) -> dict[str, Any]:
     base: dict[str, Any] = {
         "from": req.sender, "to": req.to, "in_reply_to": req.in_reply_to,
         "references": list(req.references), "reply_to": req.reply_to, "type": req.msg_type,
-        # For a protocol message the agent's subject is its note; for plain mail, its text.
-        "note": req.subject if req.msg_type else None,
+        # A protocol message's note (its body's `note`: free text to the peer); plain
+        # mail has none beyond its text.
+        "note": _note(req.body) if req.msg_type else None,
     }
     try:
         raw = compose_request(req, message_id=row.message_id or _PREVIEW_ID,
@@ -83,12 +93,13 @@ def _mail_content(row: QueueRow, agent_name: str, now: float) -> dict[str, Any]:
     # The request was validated when queued; if it no longer composes, say so (execute
     # would fail it the same way) rather than show a guess.
     except (ValueError, TypeError, RecursionError, OverflowError) as exc:
-        return {**base, "subject": req.subject, "text": req.text, "attachments": [],
+        return {**base, "subject": req.subject, "text": req.text, "attachments": [], "inline": [],
                 "problem": f"cannot compose: {exc}"[:300]}
     msg = BytesParser(policy=email_policy.default).parsebytes(raw)
     assert isinstance(msg, EmailMessage)
-    text, attachments = _parts(msg)
-    return {**base, "subject": str(msg.get("Subject", "")), "text": text, "attachments": attachments}
+    text, attachments, inline = _parts(msg)
+    return {**base, "subject": str(msg.get("Subject", "")), "text": text, "attachments": attachments,
+            "inline": inline}
 
 
 def mail_view(row: QueueRow, *, now: float) -> dict[str, Any]:
