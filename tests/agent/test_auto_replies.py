@@ -13,6 +13,7 @@ Before: the engine answered all of these, marked none of its answers, and return
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import timedelta
 from pathlib import Path
@@ -488,3 +489,25 @@ async def test_the_limits_never_hold_what_a_payment_bought(store: Store) -> None
     assert fulfil is not None and isinstance(fulfil.outbound.message, Fulfill) and fulfil.status == "pending"
     later = await eng.handle(k.raw(Which(id="w_after")))
     assert later.unanswered == "rate_limited"
+
+
+async def test_the_serve_log_says_what_was_not_answered_and_what_was_quarantined(store: Store) -> None:
+    from datetime import UTC, datetime
+
+    from envelopay.node.observe import Handled
+    from envelopay.node.serve_log import ServeLog
+
+    eng = worker(store, k.DictRail())
+    held = await eng.handle(with_headers(k.raw(k.order("ord_sl")), "Precedence: list"))
+    two = b"From: a@client.test\r\nFrom: b@client.test\r\n" + plain("ORDER", '{"v":"0.1.0"}', "<q@c.test>")
+    quarantined = await eng.handle(two)
+    lines: list[str] = []
+    log = ServeLog(lines.append, "text")
+    at = datetime(2026, 12, 4, 21, 0, tzinfo=UTC)
+    for out in (held, quarantined):
+        log(Handled(at, "order", k.BUYER, out, 0.001, None))
+    assert "outcome=processed" in lines[0] and lines[0].endswith("unanswered=precedence_list ms=1.0")
+    assert 'outcome=quarantined why="ambiguous sender: 3 From fields"' in lines[1]
+    as_json = ServeLog(lines.append, "json")
+    as_json(Handled(at, "order", k.BUYER, held, 0.001, None))
+    assert json.loads(lines[-1])["unanswered"] == "precedence_list"

@@ -75,6 +75,10 @@ class ServeLog:
             parts.append(f"oops={doc['oops']}")
         if doc["repeat"]:
             parts.append(f"repeat={doc['repeat']}")
+        if doc.get("unanswered"):  # RFC 3834 or a limit held the answer (SPEC "Automatic answers")
+            parts.append(f"unanswered={doc['unanswered']}")
+        if doc.get("why"):
+            parts.append(f"why={_value(doc['why'])}")
         if doc["received"]:
             got = doc["received"]
             parts.append(f"received={_value(self._money(got['amount'], got['token'], got['chain']))}")
@@ -96,6 +100,9 @@ class ServeLog:
             "message_id": outcome.message_id,
             "received": self._received_json(got) if got is not None else None,
             "ms": round(handled.seconds * 1000, 1),
+            # Only when there is one: why the answer was held, why the mail was quarantined.
+            **({"unanswered": outcome.unanswered} if outcome.unanswered else {}),
+            **({"why": outcome.detail} if outcome.status == "quarantined" else {}),
         }
 
     # -- at stop --------------------------------------------------------------------------
