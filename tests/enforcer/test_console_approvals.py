@@ -185,6 +185,10 @@ async def test_a_stale_click_is_refused_when_the_policy_changed_after_the_page_w
         await page.click(f"#approve-{held}")
         assert f"approve {held}: SENT" in await page.text() or kit.payment_txs(address)
     assert len(kit.payment_txs(address)) == 1
+    # Decided: no balance, caps or shortfall any more (the wallet has moved on).
+    async with httpx.AsyncClient(base_url=url, headers=AUTH) as http:
+        view = (await http.get(f"/v1/approvals/{held}")).json()
+    assert view["state"] != "PENDING" and view["balance"] is None and view["caps"] == []
 
 
 async def test_new_approvals_appear_without_a_reload(enforcer: Enforcer, service: str) -> None:
@@ -229,3 +233,18 @@ async def test_a_held_protocol_mail_shows_its_note_and_attachment_sizes(
         page = (await web.get(f"/console/approvals/{d.approval_id}")).text
     assert f"envelopay.json (application/json, {json_part['size']} bytes)" in page
     assert "We would like to buy" in page
+
+
+async def test_a_poll_that_finds_nothing_changed_builds_nothing(enforcer: Enforcer, service: str) -> None:
+    _, token = await enforcer.create_agent("sdr", "sdr@agents.test")
+    first = await _held_mail(enforcer, token)
+    async with httpx.AsyncClient(base_url=service) as web:
+        assert (await web.get("/console/live.json")).status_code == 403  # no session
+        await web.post("/console/login", data={"token": OPERATOR})
+        full = (await web.get("/console/live.json")).json()
+        assert f"row-{first}" in full["html"] and SUBJECT in full["html"]
+        same = (await web.get("/console/live.json", params={"version": full["version"]})).json()
+        assert same == {"version": full["version"]}
+        await enforcer.reject(first, "api")
+        changed = (await web.get("/console/live.json", params={"version": full["version"]})).json()
+        assert changed["version"] != full["version"] and "REJECTED" in changed["html"]

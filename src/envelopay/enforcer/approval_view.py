@@ -33,7 +33,8 @@ from envelopay.enforcer.spend import SpendLimit, asset_key
 from envelopay.rails.amounts import amount_with_units, human_amount
 
 __all__ = [
-    "CONTENT_CHANGED", "approval_view", "binding_conflict", "content_hash", "mail_view", "payment_view",
+    "CONTENT_CHANGED", "Balances", "approval_view", "binding_conflict", "content_hash", "mail_view",
+    "payment_view",
 ]
 
 CONTENT_CHANGED = "content_changed"
@@ -147,13 +148,18 @@ async def _caps_left(
     return out
 
 
-async def _balance(payments: Any, i: Intent) -> dict[str, Any]:
+Balances = dict[str, dict[str, Any]]  # agent id → Payments.balances_of: one rail call per agent
+
+
+async def _balance(payments: Any, i: Intent, seen: Balances) -> dict[str, Any]:
     """The paying wallet's balance of the asset, and the shortfall when it is below the
     amount. A rail fault is shown as such (balances are advisory)."""
-    agent = await payments.enforcer.store.agent_by_id(i.agent_id)
-    if agent is None:
-        return {"error": "no such agent"}
-    report = await payments.balances_of(agent)
+    report = seen.get(i.agent_id)
+    if report is None:
+        agent = await payments.enforcer.store.agent_by_id(i.agent_id)
+        if agent is None:
+            return {"error": "no such agent"}
+        report = seen[i.agent_id] = await payments.balances_of(agent)
     wallet = next((w for w in report["wallets"] if w.get("id") == i.wallet_id), None)
     if wallet is None:
         return {"error": "the paying wallet is gone"}
@@ -171,8 +177,14 @@ async def _balance(payments: Any, i: Intent) -> dict[str, Any]:
     return out
 
 
-async def payment_view(enforcer: Enforcer, payments: Any, i: Intent) -> dict[str, Any]:
-    """A held (or decided) payment: the queue row's fields and what the operator judges."""
+async def payment_view(
+    enforcer: Enforcer, payments: Any, i: Intent, seen: Balances | None = None
+) -> dict[str, Any]:
+    """A held (or decided) payment: the queue row's fields and what the operator judges.
+    Balance and caps are looked up for a PENDING payment only: they inform a decision,
+    and a decided payment's wallet has moved on (it would read as short once paid).
+    `seen` shares one balance lookup per agent across a page."""
+    pending = i.state == "PENDING"
     policy = await payments.store.policy(i.agent_id)
     limit = policy.limits.get(asset_key(i.chain, i.token))
     mail = i.request.get("mail") if isinstance(i.request, dict) else None
@@ -198,8 +210,9 @@ async def payment_view(enforcer: Enforcer, payments: Any, i: Intent) -> dict[str
              "invoice": i.invoice_ref, "policy": shown_policy}
     return {
         **i.to_json(), "content": content, "policy": shown_policy,
-        "caps": await _caps_left(enforcer, payments, i, limit),
-        "balance": await _balance(payments, i), "content_hash": content_hash(bound),
+        "caps": await _caps_left(enforcer, payments, i, limit) if pending else [],
+        "balance": await _balance(payments, i, {} if seen is None else seen) if pending else None,
+        "content_hash": content_hash(bound),
     }
 
 

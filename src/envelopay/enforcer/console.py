@@ -19,8 +19,16 @@ from aiohttp import web
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from envelopay.enforcer.appkeys import ENFORCER
-from envelopay.enforcer.approval_view import approval_view, binding_conflict, mail_view, payment_view
+from envelopay.enforcer.approval_view import (
+    Balances,
+    approval_view,
+    binding_conflict,
+    mail_view,
+    payment_view,
+)
+from envelopay.enforcer.model import QueueRow
 from envelopay.enforcer.payment_routes import PAYMENTS, decide_payment
+from envelopay.enforcer.payment_store import Intent
 from envelopay.errors import UsageError
 
 __all__ = ["CONSOLE_PAGE", "SESSIONS", "add_console_routes"]
@@ -53,22 +61,27 @@ def _session(request: web.Request) -> str | None:
     return request.app[SESSIONS].get(sid) if sid else None
 
 
-async def _queue(request: web.Request) -> tuple[list[dict[str, Any]], str | None]:
-    """The page of held mail (pending first), then held payments on the first page."""
-    enforcer = request.app[ENFORCER]
-    rows, nxt = await enforcer.approvals_page(CONSOLE_PAGE, request.query.get("queue_after"))
-    now = enforcer.clock()
-    views = [mail_view(r, now=now) for r in rows]
+async def _page(request: web.Request) -> tuple[list[QueueRow], list[Intent], str | None, str]:
+    """The page of held mail (pending first), the held payments (on the first page), the
+    next page's token, and the page's version: a digest of each row's id and state, so a
+    poll that finds the same version builds nothing (no balance lookups)."""
+    after = request.query.get("queue_after")
+    rows, nxt = await request.app[ENFORCER].approvals_page(CONSOLE_PAGE, after)
     payments = request.app.get(PAYMENTS)
-    if payments is not None and request.query.get("queue_after") is None:
-        views += [await payment_view(enforcer, payments, i) for i in await payments.store.queue()]
-    return views, nxt
+    intents = await payments.store.queue() if payments is not None and after is None else []
+    seen = [(r.id, r.state) for r in rows] + [(i.id, i.state) for i in intents]
+    return rows, intents, nxt, hashlib.sha256(repr(seen).encode()).hexdigest()[:16]
 
 
-def _rows(queue: list[dict[str, Any]], csrf: str) -> tuple[str, str]:
-    """(the queue's rows as HTML, their version: changes whenever anything shown does)."""
-    fragment = _ENV.get_template("_queue.html").render(queue=queue, csrf=csrf)
-    return fragment, hashlib.sha256(fragment.encode()).hexdigest()[:16]
+async def _views(request: web.Request, rows: list[QueueRow], intents: list[Intent]) -> list[dict[str, Any]]:
+    enforcer, payments = request.app[ENFORCER], request.app.get(PAYMENTS)
+    balances: Balances = {}  # one balance lookup per agent for the page
+    views = [mail_view(r, now=enforcer.clock()) for r in rows]
+    return views + [await payment_view(enforcer, payments, i, balances) for i in intents]
+
+
+def _rows(queue: list[dict[str, Any]], csrf: str) -> str:
+    return _ENV.get_template("_queue.html").render(queue=queue, csrf=csrf)
 
 
 async def _console(request: web.Request) -> web.Response:
@@ -78,10 +91,10 @@ async def _console(request: web.Request) -> web.Response:
     try:
         agents, agents_next = await request.app[ENFORCER].agents_page(
             CONSOLE_PAGE, request.query.get("agents_after"))
-        queue, queue_next = await _queue(request)
+        rows, intents, queue_next, version = await _page(request)
     except UsageError as exc:
         return _message(str(exc))
-    _, version = _rows(queue, csrf)
+    queue = await _views(request, rows, intents)
     return _html(
         "console.html", title="envelopay enforcer", live=True, csrf=csrf, msg=request.query.get("msg", ""),
         agents=agents, agents_next=agents_next, queue=queue, queue_next=queue_next, version=version,
@@ -94,12 +107,13 @@ async def _live(request: web.Request) -> web.Response:
     if csrf is None:
         return web.json_response({"error": "operator session required"}, status=403)
     try:
-        queue, _ = await _queue(request)
+        rows, intents, _, version = await _page(request)
     except UsageError as exc:
         return web.json_response({"error": str(exc)}, status=400)
-    html, version = _rows(queue, csrf)
-    return web.json_response({"version": version, "html": html,
-                              "pending": sum(1 for v in queue if v["state"] == "PENDING")})
+    if request.query.get("version") == version:  # nothing changed: nothing built
+        return web.json_response({"version": version})
+    html = _rows(await _views(request, rows, intents), csrf)
+    return web.json_response({"version": version, "html": html})
 
 
 async def _live_js(request: web.Request) -> web.Response:

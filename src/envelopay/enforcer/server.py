@@ -17,7 +17,13 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from envelopay.enforcer.appkeys import ENFORCER
-from envelopay.enforcer.approval_view import approval_view, binding_conflict, mail_view, payment_view
+from envelopay.enforcer.approval_view import (
+    Balances,
+    approval_view,
+    binding_conflict,
+    mail_view,
+    payment_view,
+)
 from envelopay.enforcer.console import add_console_routes
 from envelopay.enforcer.core import Enforcer
 from envelopay.enforcer.http import bearer as _bearer
@@ -144,7 +150,8 @@ async def _approvals(request: web.Request) -> web.Response:
     # Held payments come with the first page of the queue (they are few: each waits on a person).
     first = request.query.get("after") is None
     enforcer, now = request.app[ENFORCER], request.app[ENFORCER].clock()
-    held = ([await payment_view(enforcer, payments, i) for i in await payments.store.queue()]
+    seen: Balances = {}  # one balance lookup per agent for the page
+    held = ([await payment_view(enforcer, payments, i, seen) for i in await payments.store.queue()]
             if payments is not None and first else [])
     return _json({"approvals": [mail_view(r, now=now) for r in rows] + held, "next": nxt})
 

@@ -1,14 +1,16 @@
-// Live queue: every 2 s ask /console/live.json for the queue's version; when it changed,
-// put the new rows in place (no page reload, nothing typed is lost).
+// Live queue: every 2 s ask /console/live.json whether the queue's version changed; when
+// it did, the answer carries the new rows and they are put in place (no page reload).
 (function () {
   const table = document.getElementById("queue");
   if (!table) return;
   async function poll() {
     try {
-      const r = await fetch("/console/live.json" + location.search, {credentials: "same-origin"});
+      const query = new URLSearchParams(location.search);
+      query.set("version", table.dataset.version);
+      const r = await fetch("/console/live.json?" + query, {credentials: "same-origin"});
       if (r.ok) {
         const data = await r.json();
-        if (data.version !== table.dataset.version) {
+        if (data.html !== undefined && data.version !== table.dataset.version) {
           table.innerHTML = data.html;
           table.dataset.version = data.version;
         }
