@@ -248,3 +248,20 @@ async def test_a_poll_that_finds_nothing_changed_builds_nothing(enforcer: Enforc
         await enforcer.reject(first, "api")
         changed = (await web.get("/console/live.json", params={"version": full["version"]})).json()
         assert changed["version"] != full["version"] and "REJECTED" in changed["html"]
+
+
+async def test_what_an_agent_writes_is_shown_as_text_never_as_markup(
+    enforcer: Enforcer, service: str
+) -> None:
+    _, token = await enforcer.create_agent("sdr", "sdr@agents.test")
+    evil = "<img src=x onerror=alert(1)></pre><script>alert(2)</script>"
+    d = await enforcer.send(token, {"from": "sdr@agents.test", "to": "ceo@rival.example",
+                                    "subject": "hi <b>boss</b>", "text": evil})
+    assert d.approval_id
+    async with chromium() as page:
+        await _login(page, service)
+        row = await _row_text(page, d.approval_id)
+        assert evil in row and "hi <b>boss</b>" in row  # the characters, as text
+        row_id = f"#row-{d.approval_id}"
+        found = f"document.querySelectorAll('{row_id} img, {row_id} script, {row_id} b.subject b').length"
+        assert await page.js(found) == 0
