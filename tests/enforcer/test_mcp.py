@@ -8,6 +8,7 @@ import mailbox
 import os
 import sys
 from datetime import UTC, datetime
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +120,8 @@ async def test_mcp_stderr_logs_no_request_per_call(enforcer: Enforcer, service: 
         answers[msg.get("id")] = msg
     proc.stdin.close()
     _, err = await asyncio.wait_for(proc.communicate(), 60)
+    # The server says which envelopay it is (it said "": issue 30 item 5).
+    assert answers[1]["result"]["serverInfo"] == {"name": "envelopay", "version": version("envelopay")}
     assert answers[2]["result"]["structuredContent"]["status"] == "unknown"
     assert "result" in answers[3]  # the call reached the enforcer (a structured answer either way)
     assert b"HTTP Request" not in err and token.encode() not in err, err[-2000:]

@@ -13,9 +13,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from envelopay import __version__
 from envelopay.enforcer.client import EnforcerClient
 from envelopay.enforcer.mcp_payments import register_payment_tools
 from envelopay.enforcer.model import SendRequest
@@ -108,6 +110,14 @@ def _one_recipient(to: str | list[str]) -> str:
     return to
 
 
+def _version() -> str:
+    """The installed envelopay's version for the MCP handshake's serverInfo (it was "")."""
+    try:
+        return version("envelopay")
+    except PackageNotFoundError:  # run from a source tree never installed
+        return __version__
+
+
 def build_server(config: McpConfig) -> Any:
     """The MCP server object (mcp's MCPServer) with the enforcer-backed tools."""
     # lazy: keeps mcp off this module's import
@@ -116,7 +126,7 @@ def build_server(config: McpConfig) -> Any:
 
     if not config.address:
         raise ConfigError("no sender address configured")
-    server = MCPServer(name="envelopay", instructions=(
+    server = MCPServer(name="envelopay", version=_version(), instructions=(
         "Send Envelopay messages through the send enforcer. A send returns a disposition: sent, "
         "pending_approval (a human decides; poll check_send_status), blocked, failed or unknown."
     ))
