@@ -66,14 +66,36 @@ def _run(coro_fn: Callable[[], Awaitable[T]]) -> T:
 
 def _store(db: str) -> Any:
     """The store --db names, not yet opened. Every command taking --db reads it the same
-    way: a URL of no store we know is bad input (2, naming --db); a store that does not
-    open or answer is the environment (3, EXIT_CODES)."""
-    from envelopay.enforcer.store import open_store  # lazy: keeps httpx off this module's import
+    way: a URL of no store we know, or a SQLite path that cannot be one (a directory, a
+    file that is not a SQLite database, under no directory), is bad input (2, naming
+    --db: serve said 3 where compact said 2); a server that does not answer is the
+    environment (3, EXIT_CODES)."""
+    from envelopay.enforcer.store import SqliteStore, open_store  # lazy: keeps httpx off this module's import
 
     try:
-        return open_store(db)
+        store = open_store(db)
     except ConfigError as exc:
         fail(f"--db: {exc}")
+    if isinstance(store, SqliteStore):
+        problem = _sqlite_path_problem(Path(store.path))
+        if problem is not None:
+            fail(f"--db: {problem}")
+    return store
+
+
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def _sqlite_path_problem(path: Path) -> str | None:
+    if path.exists() and not path.is_file():
+        return f"{path} is not a file"
+    if not path.parent.is_dir():
+        return f"no such directory: {path.parent}"
+    if path.is_file() and path.stat().st_size:
+        with path.open("rb") as f:
+            if f.read(len(_SQLITE_HEADER)) != _SQLITE_HEADER:
+                return f"{path} is not a SQLite database"
+    return None
 
 
 def register(app: typer.Typer) -> None:
