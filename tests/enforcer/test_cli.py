@@ -102,6 +102,9 @@ def test_operator_cli_end_to_end(served: tuple[str, Path], smtp: tuple[_Keep, in
     assert r.exit_code == 0 and approval in r.output and "PENDING" in r.output
     r = cli("approvals", "approve", approval, *common)
     assert r.exit_code == 0 and "SENT" in r.output
+    # The outcome, and apart why it had been held: not 'SENT (recipient not on the allowlist)'.
+    assert r.output.splitlines() == [f"{approval}: SENT (approved; it left)",
+                                     "  it had been held: recipient not on the allowlist"]
     r = cli("approvals", "approve", approval, *common)
     assert r.exit_code == 1 and "conflict: the approval is SENT" in r.output
     r = cli("approvals", "reject", "no-such-id", *common)

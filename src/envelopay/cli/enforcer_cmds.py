@@ -367,6 +367,16 @@ HashOpt = Annotated[str | None, typer.Option(
 )]
 
 
+def _decision_lines(send_id: str, data: dict[str, Any]) -> list[str]:
+    """The outcome, then (apart) why it had been held: `SENT (recipient not on the
+    allowlist)` read as if that were why it was sent. A sent approval's detail is the
+    reason it was held; any other state's is its own (why it failed)."""
+    state, detail = data["state"], data.get("detail") or ""
+    if state != "SENT":
+        return [f"{send_id}: {state}" + (f": {detail}" if detail else "")]
+    return [f"{send_id}: SENT (approved; it left)", *([f"  it had been held: {detail}"] if detail else [])]
+
+
 def _decision(action: str, doc: str) -> Callable[..., None]:
     def decide(where: OperatorOptions, send_id: Annotated[str, typer.Argument()], content_hash: HashOpt = None
                ) -> None:
@@ -381,7 +391,7 @@ def _decision(action: str, doc: str) -> Callable[..., None]:
         finish(where.as_json, ran(f"approvals {action}", code, id=send_id, state=data["state"],
                                      detail=data.get("detail", ""), delivered=data["state"] == "SENT",
                                      disposition=disposition or None),
-               [f"{send_id}: {data['state']}{detail}"])
+               _decision_lines(send_id, data))
 
     decide.__doc__ = doc
     decide.__name__ = action
