@@ -209,6 +209,9 @@ class TaskConfig(_Section):
     def _prices(cls, v: Any) -> dict[str, str]:
         if not isinstance(v, Mapping):
             raise ValueError("prices is a table of 'chain/token' = amount")
+        for key in v:  # a key of another shape matched no rail and was ignored, silently
+            if str(key).count("/") != 1 or not all(str(key).split("/")):
+                raise ValueError(f"{str(key)[:60]!r} is not 'chain/token'")
         return {str(k): _amount_str(a) for k, a in v.items()}
 
     def price_for(self, chain: str, token: str) -> int:
@@ -268,6 +271,16 @@ class WorkerConfig(_Section):
     # How long a proof that is not final yet may wait (rails.finality.WaitPolicy.from_options:
     # window, window_<chain>, first, factor, cap; seconds). wait = false in [agent]: refuse at once.
     wait: dict[str, float] = Field(default_factory=dict)
+
+    @field_validator("wait")
+    @classmethod
+    def _wait(cls, v: dict[str, float]) -> dict[str, float]:
+        # Seconds, compared with `<`: NaN compares False (a wait that never ends or never
+        # starts), 1e308 overflowed the event loop's timer. A week at most.
+        for key, seconds in v.items():
+            if not (0 <= seconds <= 604_800):
+                raise ValueError(f"{key}: must be 0 to 604,800 seconds (a week), not {seconds}")
+        return v
     answers: AnswersConfig = AnswersConfig()
     accept: list[AcceptedRail] = Field(default_factory=list)
     tasks: list[TaskConfig] = Field(default_factory=list)

@@ -41,6 +41,11 @@ def _good(tmp_path: Path) -> str:
     ("a poll interval of nan", lambda good: good.replace('kind = "garden"', 'kind = "garden"\n'
                                                         "agentmail_poll_interval = nan").encode(),
      "agentmail_poll_interval: must be a finite number"),
+    ("a wait of nan seconds", lambda good: (good + "\n[wait]\nwindow = nan\n").encode(),
+     "wait: window: must be 0 to 604,800 seconds"),
+    ("a price keyed by no chain/token", lambda good: good.replace(
+        'price = "0"', 'price = "0"\nprices = { "solana-local USDC" = "5" }').encode(),
+     "prices: 'solana-local USDC' is not 'chain/token'"),
     ("a ledger of another scheme", lambda good: good.replace('ledger = "var/agent.db"',
                                                              'ledger = "mysql://db/x"').encode(),
      "agent.ledger: mysql:// is not a ledger"),
