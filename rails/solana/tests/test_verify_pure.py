@@ -76,6 +76,7 @@ def test_token_2022_fee_withheld_caps_the_credit() -> None:
     post["uiTokenAmount"]["amount"] = str(int(post["uiTokenAmount"]["amount"]) - 75_000)  # 1% fee withheld
     v = check(doc, exp, sig)
     assert v.reason == Reason.AMOUNT_MISMATCH and "7425000" in v.detail
+    assert v.observed_amount == 7_425_000 and v.to_json()["observed_amount"] == "7425000"  # not null
 
 
 def test_transfer_checked_with_fee_credits_the_amount_less_the_fee() -> None:

@@ -113,8 +113,10 @@ class Verdict:
         return cls("ok", None, "", observed_amount, payer, tx_time, proof_key)
 
     @classmethod
-    def rejected(cls, reason: Reason, detail: str = "") -> Verdict:
-        return cls("rejected", reason, detail)
+    def rejected(cls, reason: Reason, detail: str = "", *, observed_amount: int | None = None) -> Verdict:
+        """`observed_amount`: what the transaction did pay, when the rail saw it (an
+        AMOUNT_MISMATCH always carries it, so `verify` is not null where its detail has it)."""
+        return cls("rejected", reason, detail, observed_amount)
 
     @classmethod
     def pending(cls, detail: str = "") -> Verdict:

@@ -148,15 +148,18 @@ async def check_amount_policy(h: RailHarness) -> None:
     for token in (h.native, h.tokens[0]):
         to, amount = h.new_wallet(), h.amount(token)
         proof = await _pay(h, token, amount + 1, to)
-        _assert_rejected("amount[exact,over]", await h.rail.verify(proof, _expect(h, token, amount, to)),
-                         Reason.AMOUNT_MISMATCH)
+        over = await h.rail.verify(proof, _expect(h, token, amount, to))
+        _assert_rejected("amount[exact,over]", over, Reason.AMOUNT_MISMATCH)
+        # The verdict carries what was paid, as its detail says (it was null in the JSON).
+        assert over.observed_amount == amount + 1, f"amount[exact,over]: {over.observed_amount}"
+        assert over.to_json()["observed_amount"] == str(amount + 1)
         v = await h.rail.verify(proof, _expect(h, token, amount, to, amount_policy="at_least"))
         _assert_ok("amount[at_least,over]", v, amount + 1)
         under = await _pay(h, token, amount - 1, to)
         for policy in ("exact", "at_least"):
-            _assert_rejected(f"amount[{policy},under]",
-                             await h.rail.verify(under, _expect(h, token, amount, to, amount_policy=policy)),
-                             Reason.AMOUNT_MISMATCH)
+            short = await h.rail.verify(under, _expect(h, token, amount, to, amount_policy=policy))
+            _assert_rejected(f"amount[{policy},under]", short, Reason.AMOUNT_MISMATCH)
+            assert short.observed_amount == amount - 1, f"amount[{policy},under]: {short.observed_amount}"
 
 
 async def check_recipient_mismatch(h: RailHarness) -> None:

@@ -247,7 +247,8 @@ def check_payment(
     if not _amount_ok(observed, expectation):
         word = "at least " if expectation.amount_policy == "at_least" else ""
         return Verdict.rejected(
-            Reason.AMOUNT_MISMATCH, f"paid {observed}, expected {word}{expectation.amount}"
+            Reason.AMOUNT_MISMATCH, f"paid {observed}, expected {word}{expectation.amount}",
+            observed_amount=observed,
         )
 
     block_number = quantity(tx["blockNumber"], "tx.blockNumber")

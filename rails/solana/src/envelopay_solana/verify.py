@@ -230,9 +230,11 @@ def _check(
     observed = _credited(accounts, matching)
     want = expectation.amount
     if expectation.amount_policy == "exact" and observed != want:
-        return Verdict.rejected(Reason.AMOUNT_MISMATCH, f"observed {observed}, expected exactly {want}")
+        return Verdict.rejected(Reason.AMOUNT_MISMATCH, f"observed {observed}, expected exactly {want}",
+                                observed_amount=observed)
     if expectation.amount_policy == "at_least" and observed < want:
-        return Verdict.rejected(Reason.AMOUNT_MISMATCH, f"observed {observed}, expected at least {want}")
+        return Verdict.rejected(Reason.AMOUNT_MISMATCH, f"observed {observed}, expected at least {want}",
+                                observed_amount=observed)
     authorities = {t.authority for t in matching}
     payer = authorities.pop() if len(authorities) == 1 else None
     return Verdict.accepted(observed_amount=observed, payer=payer, tx_time=when, proof_key=signature)
