@@ -25,6 +25,8 @@ from envelopay.enforcer.model import Agent
 from envelopay.enforcer.spend import MAX_AMOUNT, Refusal
 from envelopay.errors import UsageError
 from envelopay.mail.maildir import mailbox_path, open_maildir
+from envelopay.protocol.messages import Invoice, Oops
+from envelopay.protocol.parse import parse
 
 __all__ = [
     "BoundInvoice",
@@ -125,8 +127,6 @@ class MaildirInvoices:
 
     def _read(self, path: str, key: tuple[str, int, int], wanted: Callable[[_Names], bool]) -> bytes | None:
         """The file's bytes if `wanted` takes its names (parsed now, and remembered)."""
-        from envelopay.protocol.parse import parse
-
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)  # not a link swapped in meanwhile
             with os.fdopen(fd, "rb") as f:
@@ -201,9 +201,6 @@ async def _bind_one(
     agent: Agent, ref: str, raw: bytes, *, dns: dkim.DnsLookup, sent_orders: SentOrders,
     bound: Bound | None, payee: str,
 ) -> BoundInvoice | Refusal:
-    from envelopay.protocol.messages import Invoice
-    from envelopay.protocol.parse import parse
-
     parsed = parse(raw)
     if not parsed.valid or not isinstance(parsed.message, Invoice) or not parsed.from_addr:
         return _blocked(NOT_AN_INVOICE, f"{ref} is not a valid INVOICE")
@@ -265,9 +262,6 @@ async def payee_refusal(
     """The first OOPS among `raws` (answers to our PAY `message_id`) that the payee sent:
     from the payee's address, with a DKIM pass aligned with its domain, naming the PAY by
     In-Reply-To (answers() chose those) and, when it names one, by `ref`."""
-    from envelopay.protocol.messages import Oops
-    from envelopay.protocol.parse import parse
-
     for raw in raws:
         parsed = parse(raw)
         oops = parsed.message

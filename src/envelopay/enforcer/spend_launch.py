@@ -13,16 +13,17 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from envelopay.dkim import DnsLookup, resolver_dns
+from envelopay.enforcer.core import Enforcer
+from envelopay.enforcer.custody import Vault, load_vault
+from envelopay.enforcer.invoices import MaildirInvoices
+from envelopay.enforcer.payers import make_payers
+from envelopay.enforcer.payment_store import PaymentStore
+from envelopay.enforcer.payments import Payments
+from envelopay.enforcer.payments_exec import recover
 from envelopay.errors import ConfigError
-
-if TYPE_CHECKING:
-    from envelopay.dkim import DnsLookup
-    from envelopay.enforcer.core import Enforcer
-    from envelopay.enforcer.custody import Vault
-    from envelopay.enforcer.payments import Payments
-    from envelopay.rails.custodial import CustodialPayer
+from envelopay.rails.custodial import CustodialPayer
 
 __all__ = ["VAULT_ENV", "SpendLaunch", "prepare_spend", "start_payments"]
 
@@ -47,9 +48,6 @@ def prepare_spend(
 ) -> SpendLaunch | None:
     """`dns` is the DKIM key lookup for INVOICEs (the node's set-up: node.wiring.dns_setup);
     DNS when not given."""
-    from envelopay.enforcer.custody import load_vault
-    from envelopay.enforcer.payers import make_payers
-
     secret = env.get(VAULT_ENV) or None
     if vault_key_file is None and secret is None and not pay_rails and inbox_root is None:
         return None
@@ -64,8 +62,6 @@ def prepare_spend(
         if not inbox_root.is_dir():
             raise ConfigError(f"--inbox-root {inbox_root} is not a directory")
         if dns is None:
-            from envelopay.dkim import resolver_dns
-
             dns = resolver_dns()
     else:
         dns = None
@@ -73,11 +69,6 @@ def prepare_spend(
 
 
 async def start_payments(spend: SpendLaunch, enforcer: Enforcer) -> Payments:
-    from envelopay.enforcer.invoices import MaildirInvoices
-    from envelopay.enforcer.payment_store import PaymentStore
-    from envelopay.enforcer.payments import Payments
-    from envelopay.enforcer.payments_exec import recover
-
     store = PaymentStore(enforcer.store)
     await store.open()
     invoices = MaildirInvoices(spend.inbox_root) if spend.inbox_root is not None else None
