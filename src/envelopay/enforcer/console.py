@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import time
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from aiohttp import web
 from jinja2 import Environment, PackageLoader, select_autoescape
@@ -43,6 +44,13 @@ _ENV = Environment(
     autoescape=select_autoescape(["html"]),
     trim_blocks=True, lstrip_blocks=True,
 )
+
+
+def _utc(stamp: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(stamp))
+
+
+_ENV.filters["utc"] = _utc
 
 
 def _html(template: str, **context: Any) -> web.Response:
@@ -131,6 +139,57 @@ async def _detail(request: web.Request) -> web.Response:
     return _html("approval.html", title=f"approval {view['id']}", csrf=csrf, v=view)
 
 
+ACTIVITY_PAGE = 25  # rows of each activity table at once
+
+
+def _before(raw: str | None) -> tuple[float, str] | None:
+    """A page token (`created_at:id` of the previous page's last row); UsageError if bad."""
+    if raw is None:
+        return None
+    stamp, sep, ident = raw.partition(":")
+    try:
+        at = float(stamp)
+    except ValueError:
+        at = float("nan")
+    if not sep or not ident or at != at:  # NaN: not a number we wrote
+        raise UsageError(f"not an activity page token: {raw!r}")
+    return at, ident
+
+
+def _next(query: dict[str, str], key: str, rows: list[Any]) -> str | None:
+    """The query string of the next page of one table (the other table starts over)."""
+    if len(rows) <= ACTIVITY_PAGE:
+        return None
+    last = rows[ACTIVITY_PAGE - 1]
+    keep = {k: v for k, v in query.items() if k == "agent"}
+    return urlencode({**keep, key: f"{last.created_at!r}:{last.id}"})
+
+
+async def _activity(request: web.Request) -> web.Response:
+    """Sends and payments in every state, newest first, filterable by agent, paged."""
+    if _session(request) is None:
+        return _html("login.html", title="envelopay enforcer — sign in")
+    enforcer, payments = request.app[ENFORCER], request.app.get(PAYMENTS)
+    name = request.query.get("agent", "").strip() or None
+    context: dict[str, Any] = {"agent": name, "sends": [], "payments": [], "problem": ""}
+    try:
+        agent = await enforcer.store.agent_by_name(name) if name else None
+        if name and agent is None:
+            raise UsageError(f"no agent {name!r}")
+        agent_id = agent.id if agent is not None else None
+        want, query = ACTIVITY_PAGE + 1, request.query
+        sends = await enforcer.store.activity(agent_id, want, _before(query.get("sends_before")))
+        paid = ([] if payments is None else
+                await payments.store.activity(agent_id, want, _before(query.get("payments_before"))))
+    except UsageError as exc:
+        context["problem"] = str(exc)
+    else:
+        context.update(sends=sends[:ACTIVITY_PAGE], payments=paid[:ACTIVITY_PAGE],
+                       sends_next=_next(dict(query), "sends_before", sends),
+                       payments_next=_next(dict(query), "payments_before", paid))
+    return _html("activity.html", title="envelopay enforcer — activity", **context)
+
+
 async def _login(request: web.Request) -> web.StreamResponse:
     form = await request.post()
     token = form.get("token")
@@ -192,6 +251,7 @@ def add_console_routes(app: web.Application) -> None:
     app.router.add_get("/console/live.json", _live)
     app.router.add_get("/console/live.js", _live_js)
     app.router.add_get("/console/approvals/{id}", _detail)
+    app.router.add_get("/console/activity", _activity)
     app.router.add_post("/console/login", _login)
     app.router.add_post("/console/logout", _logout)
     app.router.add_post("/console/{action}/{target}", _action)

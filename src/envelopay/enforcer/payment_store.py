@@ -337,6 +337,11 @@ _SQL = {
     # One state of the approval queue, newest first (PaymentStore.queue orders the states).
     "queue_state": f"SELECT {_COLS}{_FROM} WHERE {_DECIDED} AND state = ?"
     " ORDER BY p.created_at DESC LIMIT ?",
+    # The console's activity: every intent, newest first, before a (time, id).
+    "activity": f"SELECT {_COLS}{_FROM} WHERE (p.created_at, p.id) < (?, ?)"
+    " ORDER BY p.created_at DESC, p.id DESC LIMIT ?",
+    "activity_of": f"SELECT {_COLS}{_FROM} WHERE (p.created_at, p.id) < (?, ?) AND p.agent_id = ?"
+    " ORDER BY p.created_at DESC, p.id DESC LIMIT ?",
     "approve": "UPDATE enf_payments SET state = 'APPROVED', decided_by = ?, decided_at = ?, updated_at = ?"
     f" WHERE id = ? AND state = 'PENDING'{_ACTIVE} RETURNING id",
     "reject": "UPDATE enf_payments SET state = 'REJECTED', decided_by = ?, decided_at = ?, updated_at = ?,"
@@ -534,6 +539,18 @@ class PaymentStore:
     async def by_invoice(self, agent_id: str, invoice_key: str) -> Intent | None:
         rows = await self._x("by_invoice", (agent_id, invoice_key))
         return _intent(rows[0]) if rows else None
+
+    async def activity(
+        self, agent_id: str | None, limit: int, before: tuple[float, str] | None = None
+    ) -> list[Intent]:
+        """Payment intents in every state, newest first, optionally one agent's; `before`
+        is the (created_at, id) of the previous page's last row."""
+        at, ident = before if before is not None else (float("inf"), "")
+        if agent_id is None:
+            rows = await self._x("activity", (at, ident, limit))
+        else:
+            rows = await self._x("activity_of", (at, ident, agent_id, limit))
+        return [_intent(r) for r in rows]
 
     async def in_flight(self) -> list[Intent]:
         return [_intent(r) for r in await self._x("in_flight", ())]

@@ -228,6 +228,11 @@ _SQL = {
     "queue_state": f"SELECT {_SEND_COLS} FROM enf_sends s LEFT JOIN enf_agents a ON a.id = s.agent_id"
     " WHERE (s.decided_at IS NOT NULL OR s.state = 'PENDING') AND s.state = ?"
     " ORDER BY s.created_at DESC, s.id DESC LIMIT ?",
+    # The console's activity: every recorded send, newest first, before a (time, id).
+    "activity": f"SELECT {_SEND_COLS} FROM enf_sends s LEFT JOIN enf_agents a ON a.id = s.agent_id"
+    " WHERE (s.created_at, s.id) < (?, ?) ORDER BY s.created_at DESC, s.id DESC LIMIT ?",
+    "activity_of": f"SELECT {_SEND_COLS} FROM enf_sends s LEFT JOIN enf_agents a ON a.id = s.agent_id"
+    " WHERE (s.created_at, s.id) < (?, ?) AND s.agent_id = ? ORDER BY s.created_at DESC, s.id DESC LIMIT ?",
     "queue_state_before": f"SELECT {_SEND_COLS} FROM enf_sends s LEFT JOIN enf_agents a ON a.id = s.agent_id"
     " WHERE (s.decided_at IS NOT NULL OR s.state = 'PENDING') AND s.state = ?"
     " AND (s.created_at, s.id) < (?, ?) ORDER BY s.created_at DESC, s.id DESC LIMIT ?",
@@ -427,6 +432,18 @@ class EnforcerStore(ABC):
                 rows = await self.execute("queue_state", (state, want))
             out += [_row(r) for r in rows]
         return out
+
+    async def activity(
+        self, agent_id: str | None, limit: int, before: tuple[float, str] | None = None
+    ) -> list[QueueRow]:
+        """Recorded sends (queued, sent, failed, rejected), newest first, optionally one
+        agent's; `before` is the (created_at, id) of the previous page's last row."""
+        at, ident = before if before is not None else (float("inf"), "")
+        if agent_id is None:
+            rows = await self.execute("activity", (at, ident, limit))
+        else:
+            rows = await self.execute("activity_of", (at, ident, agent_id, limit))
+        return [_row(r) for r in rows]
 
     async def approve(self, send_id: str, by: str, now: float) -> bool:
         return bool(await self.execute("approve", (by, now, now, send_id)))
