@@ -58,7 +58,7 @@ async def test_mail_check_shows_prose_with_the_workers_reason(tmp_path: Path) ->
         "status": "ignored",
         "detail": "not protocol: subject is not `TYPE` or `TYPE | note`",
         "oops": None,
-        "unanswered": "help_off",
+        "unanswered": None,
     }
     assert rows["ORDER"]["handled"]["status"] == "processed"
 

@@ -286,8 +286,9 @@ class Refusals(Sending):
         if begin.status == "busy":
             return Outcome("busy", message_id, detail="claimed by another worker")
         replies: tuple[Outbound, ...] = ()
-        withheld = self._help_withheld(parsed, message_id, sender, now)
-        if sender is not None and withheld is None:
+        helping = self.answer_limits is not None and self.answer_limits.help
+        withheld = self._help_withheld(parsed, message_id, sender, now) if helping else None
+        if helping and sender is not None and withheld is None:
             note = HELP_NOTE.format(reason=reason)
             replies = (self._reply(parsed, sender, self._oops(OopsCode.UNKNOWN_TYPE, note, None), now),)
         outcome = Outcome(
@@ -302,10 +303,7 @@ class Refusals(Sending):
     def _help_withheld(
         self, parsed: Parsed, message_id: str, sender: str | None, now: datetime
     ) -> str | None:
-        """Why no help note goes to this mail, or None to send one."""
-        limits = self.answer_limits
-        if limits is None or not limits.help:
-            return "help_off"
+        """Why no help note goes to this mail (help on), or None to send one."""
         if sender is None:
             return "no_sender"
         if parsed.no_answer is not None:  # list, bulk, auto-submitted mail (RFC 3834)
