@@ -13,6 +13,7 @@ from datetime import datetime
 
 from envelopay import flows
 from envelopay.engine.outcome import Sent
+from envelopay.engine.poison import unstorable_body
 from envelopay.engine.records import MAX_CONFLICT_RETRIES, REF_FIELDS, out_entry, stamp_invoice, typed_refs
 from envelopay.errors import UsageError
 from envelopay.flows import Direction, FlowKind, FlowState, Side
@@ -58,6 +59,12 @@ class Sending:
         refuses raises UsageError (nothing is written). Threading headers default to a
         reply to the flow's latest inbound message."""
         to = to.lower()
+        # What no mail or ledger row can hold (a lone surrogate, NUL, too deep to serialize)
+        # is refused before the first write: it used to be committed with its flow and
+        # outbox row, then fail at compose in the drainer (issue 29, item 12).
+        problem = unstorable_body(message, getattr(message, "id", None))
+        if problem is not None:
+            raise UsageError(f"{message.type.upper()}: {problem}; nothing was written")
         message = self.bind_proof(message, to)
         for _ in range(MAX_CONFLICT_RETRIES):
             now = self.clock()
