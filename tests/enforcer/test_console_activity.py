@@ -3,8 +3,14 @@ filtered by agent and paged (headless Chromium, real clicks; SQLite and PostgreS
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
 from envelopay.enforcer.console import ACTIVITY_PAGE
 from envelopay.enforcer.spend import SpendLimit
+from envelopay.enforcer.store import SqliteStore
 
 from .cdp import chromium
 from .conftest import Clock
@@ -61,3 +67,29 @@ async def test_activity_filters_by_agent_and_pages(
         assert "no agent 'ghost'" in await page.text()
         await page.goto(f"{url}/console/activity?sends_before=garbage")
         assert "not an activity page token" in await page.text()
+
+
+async def test_activity_pages_walk_an_index_not_a_sort(paid_service: tuple[str, Kit]) -> None:  # noqa: F811
+    """SQLite's plan for each activity statement (all agents, one agent; sends and payment
+    intents) reads an activity index in order: no temporary B-tree for ORDER BY."""
+    _, kit = paid_service
+    store = kit.enforcer.store
+    if not isinstance(store, SqliteStore):
+        pytest.skip("the plan is SQLite's; PostgreSQL plans small tables as scans whatever the indexes")
+    sent: list[tuple[str, Sequence[Any]]] = []
+    fetch = store.fetch
+
+    async def recording(sql: str, params: Sequence[Any]) -> Any:
+        sent.append((sql, params))
+        return await fetch(sql, params)
+
+    store.fetch = recording  # type: ignore[method-assign]
+    for agent_id in (None, "a1"):
+        await store.activity(agent_id, 5, (1e9, "x"))
+        await kit.payments.store.activity(agent_id, 5, (1e9, "x"))
+    store.fetch = fetch  # type: ignore[method-assign]
+    activity = [(sql, p) for sql, p in sent if "(created_at, " in sql.replace("s.", "").replace("p.", "")]
+    assert len(activity) == 4
+    for sql, params in activity:
+        plan = " | ".join(str(r["detail"]) for r in await store.fetch("EXPLAIN QUERY PLAN " + sql, params))
+        assert "_activity" in plan and "TEMP B-TREE" not in plan, (sql, plan)

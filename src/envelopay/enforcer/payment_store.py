@@ -147,6 +147,13 @@ def _after_added(x: Tx, dialect: Dialect) -> None:
         x.exec(stmt)
 
 
+# The console's activity pages (PaymentStore.activity) walk these, newest first: all
+# intents, or one agent's, without sorting the table.
+_ACTIVITY = (
+    "CREATE INDEX IF NOT EXISTS enf_payments_activity ON enf_payments (created_at, id)",
+    "CREATE INDEX IF NOT EXISTS enf_payments_agent_activity ON enf_payments (agent_id, created_at, id)",
+)
+
 # The spend side's schema on the one migrator (envelopay.persist). Step 1 is what every
 # release before it ran at open (all IF NOT EXISTS), step 2 the columns it added where
 # missing and the indexes on them: a database one of them made is adopted by running both.
@@ -157,6 +164,7 @@ SPEND_MIGRATIONS = Migrations(
                       {"sqlite": _SCHEMA, "postgres": _SCHEMA}),
         MigrationStep(2, "deliverer, compacted_at; retention indexes",
                       {"sqlite": (), "postgres": ()}, python=_after_added),
+        MigrationStep(3, "activity indexes", {"sqlite": _ACTIVITY, "postgres": _ACTIVITY}),
     ),
 )
 
