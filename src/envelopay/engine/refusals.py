@@ -22,7 +22,7 @@ from envelopay.engine.send import Sending
 from envelopay.ledger.store import AnswerLimits, Claim, Commit, LogEntry, ProofKey
 from envelopay.protocol.autosubmit import AUTO_REPLIED
 from envelopay.protocol.codes import OopsCode
-from envelopay.protocol.grammar import KEYWORDS, classify_subject, is_reply
+from envelopay.protocol.grammar import KEYWORDS, classify_subject, is_plain_reply
 from envelopay.protocol.messages import Message, MessageType, Oops, OopsError, is_proof_carrying
 from envelopay.protocol.outbound import Outbound
 from envelopay.protocol.parsed import Parsed
@@ -250,7 +250,7 @@ class Refusals(Sending):
     def _our_reply(self, parsed: Parsed, sender: str | None, raw: bytes | None) -> Parsed | None:
         """A `Re:` reply to a message we sent this sender, read again with the body's
         JSON `type` (SPEC.md "Replies in our thread"); None when it is not one."""
-        if raw is None or sender is None or not is_reply(parsed.subject):
+        if raw is None or sender is None or not is_plain_reply(parsed.subject):
             return None
         if not any(self._sent_to(mid, sender) for mid in self._thread(parsed)[:_THREAD_LOOKUPS]):
             return None

@@ -20,6 +20,7 @@ __all__ = [
     "classify_subject",
     "decode_subject",
     "format_subject",
+    "is_plain_reply",
     "is_reply",
 ]
 
@@ -86,6 +87,18 @@ def is_reply(subject: str | None) -> bool:
         return False
     text = _strip_tag(subject.strip())
     return _RE_ONLY.match(text) is not None and _FORWARD_MARK.fullmatch(text) is None
+
+
+def is_plain_reply(subject: str | None) -> bool:
+    """A `Re:` subject with no forward anywhere under its `Re:` chain (`Re: Fwd: x` is a
+    reply to a forward): the cue for reading a reply in our thread by its JSON."""
+    if not is_reply(subject):
+        return False
+    assert subject is not None
+    text = _strip_tag(subject.strip())
+    while (m := _RE_ONLY.match(text)) is not None:
+        text = _strip_tag(text[m.end() :].strip())
+    return _REPLY_OR_FORWARD.match(text) is None and _FORWARD_MARK.fullmatch(text) is None
 
 
 def classify_subject(subject: str | None, *, re_prefix: Literal["v0.1", "v0.2"] = "v0.1") -> SubjectForm:

@@ -34,6 +34,7 @@ from envelopay.protocol.grammar import (
     SubjectForm,
     classify_subject,
     decode_subject,
+    is_plain_reply,
     is_reply,
 )
 from envelopay.protocol.headers import SINGLETON_HEADERS, Field, HeaderRefusal, read_headers
@@ -77,6 +78,7 @@ _PARAM = re.compile(r';\s*([!#$%&\'*+\-.^_`|~0-9A-Za-z]+)\s*=\s*("(?:[^"\\]|\\.)
 
 _MAX_DEPTH = 8
 _BY_VALUE: dict[str, MessageType] = {t.value: t for t in MessageType}
+_JSON_TYPES = ", ".join(t.value for t in MessageType)
 _MAX_PARTS = 256
 _MAX_ENCODED_SUBJECT = 4096  # longer subjects with encoded-words are not decoded
 
@@ -405,7 +407,7 @@ def _reply_form(
     if kind is None:
         return SubjectForm(True, keyword=btype.strip().upper()[:64]), Problem(
             OopsCode.UNKNOWN_TYPE,
-            f"unknown type {btype[:64]!r}; supported types: {SUPPORTED_TYPES_TEXT}",
+            f"unknown type {btype[:64]!r}: the JSON `type` is one of {_JSON_TYPES}; {REPLY_HINT}",
             "type",
         )
     return SubjectForm(True, keyword=kind.keyword, type=kind), None
@@ -506,7 +508,7 @@ def _parse(raw: bytes, opts: ParseOptions) -> Parsed:
             warnings.append(f"{LENIENT_PREFIX} Re: subject read as {line.keyword} from the body's first line")
     xtype = decoded["x-envelopay-type"]
     reply_stop: Problem | None = None
-    if opts.in_our_thread and not form.protocol and is_reply(subject) and len(raw) <= opts.max_bytes:
+    if opts.in_our_thread and not form.protocol and is_plain_reply(subject) and len(raw) <= opts.max_bytes:
         form, reply_stop = _reply_form(headers, body, form)
         if form.protocol:
             read_as = form.keyword or "a body"
