@@ -9,7 +9,9 @@ No write transaction is open while a rail verifies or the application decides. A
 crash between the two transactions leaves the claim and the reservations owned by the
 message, so the same message redoes the step when it comes back. Remote mistakes
 become OOPS codes here and only here; an OOPS is never answered with an OOPS, and
-mail that does not speak the protocol is never answered at all.
+mail that does not speak the protocol is recorded with its reason, answered only by the
+help note a mailbox may ask for ([answers] help); a person's `Re:` reply in a thread we
+started is read by its JSON (refusals.py, SPEC.md "Replies in our thread").
 
 The client role uses `send()` (envelopay.engine.send): the outgoing message is
 stepped through the same tables (direction "out"), so the buyer's flow state is
