@@ -351,3 +351,19 @@ async def test_json_typed_with_single_quotes_is_answered_not_taken_for_prose(
     answers = g.inbox()
     assert len(answers) == 1 and isinstance(answers[0].message, Oops)
     assert "straight double quotes" in answers[0].message.note
+
+
+async def test_a_reply_in_one_thread_paying_another_invoice_is_a_thread_conflict(
+    world: Callable[..., Garden], store: Store
+) -> None:
+    g = world()
+    await g.send(order_mail("ord_a"))
+    raw_a, inv_a = invoice_of(g)
+    await g.send(order_mail("ord_b"))
+    _, inv_b = invoice_of(g)
+    assert isinstance(inv_b.message, Invoice)
+    g.rail.txs["tx-ann"] = k.Tx(k.WORKER_WALLET, k.TOKEN, k.PRICE)
+    out = await g.send(client_reply(raw_a, inv_a, pay_json(inv_b.message, "tx-ann"), shape="thunderbird"))
+    assert (out.status, out.oops) == ("refused", "thread_conflict")
+    assert [type(a.message) for a in g.inbox()] == [Oops]
+    assert store.proof_status(ProofKey(k.CHAIN, "tx-ann")) is None and g.rail.verify_calls == 0
