@@ -29,7 +29,7 @@ from envelopay.errors import ConfigError, StoreError
 from envelopay.persist import Migrations, NamedRow
 from envelopay.persist import Step as MigrationStep
 from envelopay.persist.adapters import migrate_postgres, migrate_sqlite
-from envelopay.persist.rows import named_row
+from envelopay.persist.rows import Record, columns, named_row
 
 __all__ = [
     "QUEUE_ORDER",
@@ -103,13 +103,6 @@ _SCHEMA = [
         at DOUBLE PRECISION NOT NULL)""",
 ]
 
-# The console's activity pages (store.activity) walk these, newest first: all sends, or one
-# agent's, without sorting the table.
-_ACTIVITY = (
-    "CREATE INDEX IF NOT EXISTS enf_sends_activity ON enf_sends (created_at, id)",
-    "CREATE INDEX IF NOT EXISTS enf_sends_agent_activity ON enf_sends (agent_id, created_at, id)",
-)
-
 # The send side's schema, one migrator step per change (envelopay.persist). Step 1 is the
 # schema as every release before the migrator made it, all IF NOT EXISTS: a database one of
 # them created is adopted by running it again.
@@ -119,7 +112,6 @@ SEND_MIGRATIONS = Migrations(
         MigrationStep(
             1, "agents, counters, sends, claims, outcomes", {"sqlite": _SCHEMA, "postgres": _SCHEMA}
         ),
-        MigrationStep(2, "activity indexes", {"sqlite": _ACTIVITY, "postgres": _ACTIVITY}),
     ),
 )
 
@@ -502,6 +494,7 @@ class SqliteStore(EnforcerStore):
         self._conn: sqlite3.Connection | None = None
         self._checkpointer: Checkpointer | None = None
         self._liveness = FileLiveness(self.path + "-wallet-locks", self.instance)
+        self._columns: dict[str, dict[str, int]] = {}  # statement -> column index (fetch)
 
     async def open(self) -> None:
         try:
@@ -541,12 +534,21 @@ class SqliteStore(EnforcerStore):
         if self._conn is None:
             raise StoreError("store is not open")
         try:
-            cur = self._conn.cursor()
-            cur.row_factory = sqlite3.Row
-            rows: list[NamedRow] = cur.execute(sql, tuple(params)).fetchall()
-            return rows
+            cur = self._conn.execute(sql, tuple(params))
+            rows = cur.fetchall()
         except sqlite3.Error as exc:
             raise StoreError(f"sqlite: {exc}") from exc
+        if not rows:
+            return []
+        # Records over an index of the statement's columns, made once per statement text:
+        # sqlite3.Row finds a name by a case-insensitive scan of every column (a 26-column
+        # intent read whole: 10.0 us against 8.0 us, and 5.3 us as bare tuples).
+        index = self._columns.get(sql)
+        if index is None or len(index) != len(cur.description):
+            index = columns(cur.description)
+            if len(self._columns) < 1024:  # the store's statements, and a few raw ones
+                self._columns[sql] = index
+        return [Record(r, index) for r in rows]
 
     async def migrate(self, migrations: Migrations) -> int:
         if self._conn is None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
-__all__ = ["NamedRow", "Record", "named_row"]
+__all__ = ["NamedRow", "Record", "columns", "named_row"]
 
 
 class NamedRow(Protocol):
@@ -54,10 +54,14 @@ class Record:
         return f"Record({dict(zip(self._index, self._values, strict=False))!r})"
 
 
+def columns(description: Sequence[Sequence[Any]] | None) -> dict[str, int]:
+    """name -> position of a DB-API cursor's `description` (sqlite3 and psycopg alike)."""
+    return {} if description is None else {d[0]: i for i, d in enumerate(description)}
+
+
 def named_row(cursor: Any) -> Callable[[Sequence[Any]], Record]:
     """A psycopg row factory: `Record`s, the column index built once per result."""
-    desc = cursor.description
-    index = {} if desc is None else {c.name: i for i, c in enumerate(desc)}
+    index = columns(cursor.description)
 
     def make(values: Sequence[Any]) -> Record:
         return Record(values, index)
