@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -19,6 +20,7 @@ from envelopay.engine import BaseApplication, Engine
 from envelopay.engine.outcome import Outcome, Sent
 from envelopay.node.init import init_agent
 from envelopay.node.wiring import open_store
+from envelopay.protocol import compose_message
 from envelopay.protocol.messages import Invoice, Pay
 from envelopay.rails.amounts import Decimals
 
@@ -97,3 +99,31 @@ def _invoice_lines(sent: Sent, invoice: Invoice, decimals: Decimals) -> tuple[st
     """The summary of an ORDER answered by `invoice`, as the client follows it."""
     answer = Answer(message=invoice, outcome=Outcome(status="processed", flow_id="f1", state="invoiced"))
     return client_report("order", ClientRun("ORDER", sent, answer=answer), timeout=5, decimals=decimals).lines
+
+
+def test_show_names_the_wallet_the_buyers_pay_paid(tmp_path: Path) -> None:
+    """The buyer's outgoing PAY settles an INVOICE: `show`'s `to` is the INVOICE's wallet
+    (issue 30 item 5: the column was empty, as a PAY carries no wallet)."""
+    init_agent(tmp_path / "client", address=CLIENT)
+    config = tmp_path / "client" / "envelopay.toml"
+    cfg = load_config(config)
+    wallet = "9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin"
+    store = open_store(cfg.agent.ledger, Path(cfg.base_dir))
+    try:
+        engine = Engine(store, address=CLIENT, domain="garden.local", rails={}, app=BaseApplication())
+        bill = Invoice(id="inv_to", amount=250_000, token="USDC", chain="solana-local", wallet=wallet)
+        raw, _ = compose_message(bill, sender=WORKER, recipient=CLIENT, domain="garden.local",
+                                 now=datetime.now(UTC))
+        got = asyncio.run(engine.handle(raw))
+        pay = Pay(id="pay_to", amount=250_000, token="USDC", chain="solana-local", proof={"tx": "5xToTx"},
+                  invoice_ref="inv_to")
+        asyncio.run(engine.send(pay, WORKER, flow_id=got.flow_id))
+    finally:
+        store.close()
+    assert got.flow_id is not None
+    res = runner.invoke(app, ["show", got.flow_id, "-c", str(config), "--json"])
+    assert res.exit_code == 0, res.output
+    [paid] = json.loads(res.stdout)["payments"]
+    assert (paid["message"], paid["to"]) == ("pay", wallet)
+    res = runner.invoke(app, ["show", got.flow_id, "-c", str(config)], env={"COLUMNS": "250"})
+    assert wallet in res.output

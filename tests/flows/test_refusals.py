@@ -47,7 +47,8 @@ def test_refused_pay_returns_to_invoiced_and_an_honest_retry_fits(kind: FlowKind
     assert fs.state == "invoiced"
     assert "payment" not in fs.data
     assert fs.data["refused"] == [{"message": "pay", "id": "pay_1", "chain": "c", "token": "T",
-                                   "amount": "100", "proof": {"tx": "wrong"}, "oops": "recipient_mismatch",
+                                   "amount": "100", "to": "W",  # the INVOICE's wallet: where it went
+                                   "proof": {"tx": "wrong"}, "oops": "recipient_mismatch",
                                    "note": "paid the wrong wallet"}]
     fs = _walk(fs, [(GOOD, OUT)])
     assert fs.state == "paid" and len(fs.data["refused"]) == 1
@@ -80,7 +81,8 @@ def test_an_oops_after_our_accept_returns_the_accepter_to_offered() -> None:
     fs = _walk(fs, [(OOPS, IN)])
     assert fs.state == "offered" and "payment" not in fs.data and fs.data["offer"]["id"] == "ofr_1"
     assert fs.data["refused"] == [{"message": "accept", "id": "acc_1", "chain": "b", "token": "USDC",
-                                   "amount": "5", "proof": {"tx": "a"}, "oops": "recipient_mismatch",
+                                   "amount": "5", "to": "Wo",  # the OFFER's wallet
+                                   "proof": {"tx": "a"}, "oops": "recipient_mismatch",
                                    "note": "paid the wrong wallet"}]
     again = acc.model_copy(update={"id": "acc_2", "proof": {"tx": "b"}})
     fs = _walk(fs, [(again, OUT)])

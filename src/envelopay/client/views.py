@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from envelopay.flows.core import payee_wallet
 from envelopay.rails.amounts import Decimals, human_amount, no_decimals
 
 if TYPE_CHECKING:
@@ -56,6 +57,9 @@ def _payments(rec: FlowRecord) -> list[dict[str, Any]]:
     for p in rec.data.get("refused", ()):
         out.append({**p, "status": f"refused ({p.get('oops')})"})
     current = rec.data.get("payment")
+    if isinstance(current, Mapping) and not current.get("to"):
+        # A payment recorded before the flow kept its payee: the INVOICE's (OFFER's) wallet.
+        current = {**current, "to": payee_wallet(str(current.get("message")), rec.data)}
     if isinstance(current, Mapping):
         # A lone PAY or an INVOICE's PAY has no answer when it settles (only an OOPS if not);
         # an ORDER's PAY waits for its FULFILL, an OFFER for its ACCEPT.

@@ -269,7 +269,7 @@ def _record(action: Action, message: Message, data: dict[str, Any]) -> None:
     elif action is Action.RECORD_OFFER:
         data["offer"] = body
     elif action is Action.RECORD_PAYMENT:
-        data["payment"] = _payment(message)
+        data["payment"] = _payment(message, data)
     elif action is Action.RECORD_REFUSAL:
         assert isinstance(message, Oops)
         payment = data.pop("payment", None)
@@ -278,15 +278,25 @@ def _record(action: Action, message: Message, data: dict[str, Any]) -> None:
             data["refused"] = [*data.get("refused", ()), {**payment, "oops": code, "note": message.note}]
 
 
-def _payment(message: Message) -> dict[str, Any]:
-    """What one of our paying messages moved on chain, as the flow remembers it."""
+def _payment(message: Message, data: Mapping[str, Any]) -> dict[str, Any]:
+    """What one of our paying messages moved on chain, and to whom, as the flow remembers it."""
     if isinstance(message, Offer):
         g = message.give
         return {"message": message.type, "id": message.id, "chain": g.chain, "token": g.token,
                 "amount": str(g.amount), "to": g.to, "proof": dict(g.proof)}
     assert isinstance(message, (Pay, Accept, Order)) and message.proof is not None
+    to = payee_wallet(message.type, data)
     return {"message": message.type, "id": message.id, "chain": message.chain, "token": message.token,
-            "amount": str(message.amount), "proof": dict(message.proof)}
+            "amount": str(message.amount), **({"to": to} if to else {}), "proof": dict(message.proof)}
+
+
+def payee_wallet(kind: str, data: Mapping[str, Any]) -> str | None:
+    """The wallet a paying message paid, from what the flow holds (a PAY carries none):
+    a PAY's is its INVOICE's wallet, an ACCEPT's the OFFER's wallet; None when unknown
+    (a PAY with no INVOICE, a prepaid ORDER)."""
+    source = {"pay": data.get("invoice"), "accept": data.get("offer")}.get(kind)
+    wallet = source.get("wallet") if isinstance(source, Mapping) else None
+    return str(wallet) if wallet else None
 
 
 def _proof_check(message: Message, data: Mapping[str, Any], direction: Direction) -> ProofCheck | None:
