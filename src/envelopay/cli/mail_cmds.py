@@ -281,14 +281,17 @@ def reply(
     """Reply with threading headers (In-Reply-To, References, `Re:` subject)."""
     # lazy: the command's room loads when it runs, not at CLI start
     from envelopay.mail.mailbox import smtp_send_fn
+    from envelopay.mail.mailbox.outgoing import signed_send_fn
     from envelopay.mail.selection import reply_text, smtp_config
+    from envelopay.node.agent_mailbox import mailbox_signer
 
     with answers(as_json=where.as_json):
         body = reply_text(text, text_file)
         cfg = smtp_config(smtp, security)
+        sign = mailbox_signer(where.directory, where.config, where.address)
+    send = smtp_send_fn(cfg) if sign is None else signed_send_fn(smtp_send_fn(cfg), sign)
     with _opened(where) as box:
-        result = asyncio.run(box.reply(smtp_send_fn(cfg), message, body, reply_all=reply_all,
-                                       attachments=attach or ()))
+        result = asyncio.run(box.reply(send, message, body, reply_all=reply_all, attachments=attach or ()))
     payload = {"status": result.status, "id": result.id, "message_id": result.message_id,
                "detail": result.detail}
     line = f"{result.status}: {result.id or '-'} {result.message_id or ''} {result.detail}".rstrip()

@@ -44,7 +44,7 @@ from envelopay.endpoints.calls import CallClient, LedgerCalls
 from envelopay.errors import Refused, UsageError
 from envelopay.mail.maildir import Pickup, mailbox_path
 from envelopay.node.runtime import serve_call_replies
-from envelopay.node.wiring import build_node, garden_transport, open_store
+from envelopay.node.wiring import build_node, config_signer, garden_transport, open_store
 from envelopay.protocol.messages import Invoice, MessageType, Which, model_for
 from envelopay.rails.amounts import decimals_in
 from envelopay.rails.registry import make
@@ -445,8 +445,13 @@ def call_endpoint(cfg: WorkerConfig, to: str, payload: dict[str, Any], timeout: 
     async def main() -> CallResult:
         store = open_store(cfg.agent.ledger, Path(cfg.base_dir))
         transport = garden_transport(cfg)
+        sign = config_signer(cfg)
+
+        async def send(raw: bytes, sender: str, recipient: str) -> None:
+            await transport.send(sign(raw) if sign is not None else raw, sender, recipient)
+
         client = CallClient(LedgerCalls(store, local=cfg.agent.address), address=cfg.agent.address,
-                            domain=cfg.agent.domain, send=transport.send)
+                            domain=cfg.agent.domain, send=send)
         stop = asyncio.Event()
         inbox = mailbox_path(cfg.path(cfg.transport.garden_root), cfg.agent.address)
         replies = asyncio.create_task(serve_call_replies(client, inbox, stop=stop))

@@ -4,7 +4,7 @@ the environment, or the worker config (its directory, address and garden inbox).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -51,6 +51,24 @@ def agent_mailbox_site(
         # The worker's garden Maildir is this agent's inbox.
         inbox = mailbox_path(cfg.path(cfg.transport.garden_root), cfg.agent.address)
     return MailboxSite(site.root or Path(cfg.base_dir), site.address or cfg.agent.address, inbox)
+
+
+def mailbox_signer(
+    directory: Path | None, config: Path | None, address: str | None, env: Mapping[str, str] = os.environ
+) -> Callable[[bytes], bytes] | None:
+    """The DKIM signer of the worker config a mailbox command reads (`mail reply` signs
+    with it, as the worker's own mail is signed); None without a config or a dkim_key."""
+    path = site_config(config, site_from_env(directory, address, env), env)
+    if path is None:
+        return None
+    try:
+        cfg = load_config(path)
+    except ConfigError as exc:
+        raise refused(f"config: {exc}", "config") from exc
+    # lazy: the wiring (rails, engine, transports) loads only when mail is signed
+    from envelopay.node.wiring import config_signer
+
+    return config_signer(cfg)
 
 
 @contextmanager

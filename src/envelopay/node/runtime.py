@@ -71,8 +71,10 @@ async def serve_responders(
     domain: str,
     stop: asyncio.Event,
     clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    sign: Callable[[bytes], bytes] | None = None,
 ) -> None:
-    """Answer every request arriving in each responder's Maildir."""
+    """Answer every request arriving in each responder's Maildir; `sign` (the agent's DKIM
+    signer) signs each reply, as every path that sends the agent's mail does."""
 
     async def consume(maildir: Path, raw: bytes) -> None:
         responder = responders[maildir]
@@ -84,7 +86,7 @@ async def serve_responders(
             return
         # A reply that cannot be delivered is dropped: the caller's deadline covers it.
         with contextlib.suppress(TransportError):
-            await transport.send(reply, responder.address, rcpt)
+            await transport.send(sign(reply) if sign is not None else reply, responder.address, rcpt)
 
     await pump(responders.keys(), consume, stop=stop)
 

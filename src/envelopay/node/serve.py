@@ -21,7 +21,14 @@ from envelopay.mail.maildir import mailbox_path
 from envelopay.node.runtime import serve_responders
 from envelopay.node.serve_log import LogFormat, ServeLog
 from envelopay.node.transports import GardenTransport
-from envelopay.node.wiring import AgentNode, build_node, garden_endpoint_file, garden_transport, imap_config
+from envelopay.node.wiring import (
+    AgentNode,
+    build_node,
+    config_signer,
+    garden_endpoint_file,
+    garden_transport,
+    imap_config,
+)
 from envelopay.rails.amounts import asset_decimals
 
 __all__ = ["serve_worker"]
@@ -98,7 +105,8 @@ async def serve_worker(
         mapping = {mailbox_path(root, r.address): r for r in responders}
         # Responders answer inside the garden, even when the worker sends through the enforcer.
         rt = node.transport or transport or garden_transport(cfg)
-        tasks.append(asyncio.create_task(serve_responders(mapping, rt, domain=cfg.agent.domain, stop=stop)))
+        tasks.append(asyncio.create_task(serve_responders(mapping, rt, domain=cfg.agent.domain, stop=stop,
+                                                          sign=config_signer(cfg))))
     tasks.append(asyncio.create_task(_retry_loop(node.drain, stop, retry_interval)))
     echo(
         f"{cfg.agent.address} serving {len(cfg.tasks)} task(s), {len(responders)} responder(s); "

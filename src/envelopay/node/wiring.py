@@ -31,6 +31,7 @@ from envelopay.dkim import DkimResult, DnsLookup
 from envelopay.engine import Application, Engine, Outcome, Sent
 from envelopay.engine.outbox import (
     DirectHook,
+    DkimSigner,
     DrainReport,
     EnforcerHook,
     OutboxDrainer,
@@ -344,13 +345,7 @@ def build_node(
             transport = smtp_transport(cfg) if cfg.transport.kind == "smtp" else garden_transport(cfg)
     if hook is None:
         assert transport is not None
-        signer = None
-        # AgentMail composes and signs what it sends: a signature of ours would not be sent.
-        if cfg.agent.dkim_key and cfg.transport.kind != "agentmail":
-            key_pem = cfg.path(cfg.agent.dkim_key).read_bytes()
-            signer = dkim_signer(selector=cfg.agent.dkim_selector, domain=cfg.agent.domain,
-                                 key_pem=key_pem, clock=clock)
-        hook = DirectHook(transport, signer)
+        hook = DirectHook(transport, config_signer(cfg, clock))
     engine_kw: dict[str, Any] = {}
     if id_factory is not None:
         engine_kw["id_factory"] = id_factory
@@ -472,6 +467,19 @@ def garden_transport(cfg: WorkerConfig, connections: int = 4) -> GardenPool:
         endpoint = served_garden(cfg)
     auth = garden_credential(cfg)
     return GardenPool([GardenTransport(endpoint, auth=auth) for _ in range(connections)])
+
+
+def config_signer(
+    cfg: WorkerConfig, clock: Clock = lambda: datetime.now(UTC)
+) -> DkimSigner | None:
+    """The DKIM signer every path that sends this agent's mail uses (the engine's outbox,
+    `call`, the responders, `mail reply`) when the config names a `dkim_key`; None without
+    one. AgentMail composes and signs what it sends: a signature of ours would not be sent."""
+    if not cfg.agent.dkim_key or cfg.transport.kind == "agentmail":
+        return None
+    key_pem = cfg.path(cfg.agent.dkim_key).read_bytes()
+    return dkim_signer(selector=cfg.agent.dkim_selector, domain=cfg.agent.domain, key_pem=key_pem,
+                       clock=clock)
 
 
 def garden_endpoint_file(cfg: WorkerConfig) -> Path:

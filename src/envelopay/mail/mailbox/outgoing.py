@@ -8,7 +8,8 @@ is the usual send function; the mailbox never signs or talks to a server itself.
 from __future__ import annotations
 
 import mimetypes
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from datetime import datetime
 from email import policy
 from email.message import EmailMessage
@@ -92,3 +93,12 @@ def smtp_send_fn(config: Any) -> SendFn:
         return SendResult("sent")
 
     return send
+
+
+def signed_send_fn(send: SendFn, sign: Callable[[bytes], bytes]) -> SendFn:
+    """`send`, each message DKIM-signed first (the agent's key: every path that sends its
+    mail signs when the config names one)."""
+    async def signed(out: OutgoingMail) -> SendResult:
+        return await send(replace(out, raw=sign(out.raw)))
+
+    return signed
