@@ -248,3 +248,15 @@ def test_a_long_step_runs_in_committed_runs_and_resumes(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="long step"):
         migrate(SqliteTx(conn), "sqlite", Migrations("long2", LONG.steps), "at")
     conn.close()
+
+
+def test_processes_opening_one_database_at_once_apply_each_step_once(pg_dsn: str) -> None:
+    # Each call is its own connection and transaction, as separate processes' opens are.
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(6) as pool:
+        got = list(pool.map(lambda _: migrate_postgres(pg_dsn, DEMO, "at"), range(6)))
+    assert got == [3] * 6
+    backend = ("postgres", pg_dsn)
+    assert _rows(backend, "SELECT count(*) FROM ep_versions WHERE component = 'demo'") == [(3,)]
+    assert _rows(backend, "SELECT count(*) FROM kv") == [(1,)], "the python step ran once"
