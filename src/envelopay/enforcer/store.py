@@ -103,6 +103,13 @@ _SCHEMA = [
         at DOUBLE PRECISION NOT NULL)""",
 ]
 
+# The console's activity pages (store.activity) walk these, newest first: all sends, or one
+# agent's, without sorting the table.
+_ACTIVITY = (
+    "CREATE INDEX IF NOT EXISTS enf_sends_activity ON enf_sends (created_at, id)",
+    "CREATE INDEX IF NOT EXISTS enf_sends_agent_activity ON enf_sends (agent_id, created_at, id)",
+)
+
 # The send side's schema, one migrator step per change (envelopay.persist). Step 1 is the
 # schema as every release before the migrator made it, all IF NOT EXISTS: a database one of
 # them created is adopted by running it again.
@@ -112,6 +119,7 @@ SEND_MIGRATIONS = Migrations(
         MigrationStep(
             1, "agents, counters, sends, claims, outcomes", {"sqlite": _SCHEMA, "postgres": _SCHEMA}
         ),
+        MigrationStep(2, "activity indexes", {"sqlite": _ACTIVITY, "postgres": _ACTIVITY}),
     ),
 )
 
