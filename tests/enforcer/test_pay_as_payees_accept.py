@@ -262,3 +262,18 @@ async def test_an_offer_asks_for_its_want_leg_on_the_want_chain(enforcer: Enforc
     assert d.status == "paid_and_sent", d
     offer = parse(sink.messages[-1][2]).body
     assert offer is not None and offer["wallet"] == base_wallet and offer["want"]["chain"] == "base-local"
+
+
+async def test_a_cap_near_two_to_the_63_refuses_alike_on_both_stores(enforcer: Enforcer) -> None:
+    """A spend counter whose next increment would pass 2^63 refuses the take (held, as any
+    cap reached) on SQLite and on PostgreSQL alike: never a store error."""
+    kit = await make_kit(enforcer)
+    await kit.agent()
+    agent = await enforcer.store.agent_by_name("buyer")
+    assert agent is not None
+    top = 2**63 - 1
+    store = kit.payments.store
+    assert await store.take_spend(agent.id, "solana-local/USDC", "d", "2026-12-04", top - 3, top)
+    assert not await store.take_spend(agent.id, "solana-local/USDC", "d", "2026-12-04", 10, top)
+    assert await store.spent(agent.id, "solana-local/USDC", "d", "2026-12-04") == top - 3
+    assert await store.take_spend(agent.id, "solana-local/USDC", "d", "2026-12-04", 3, top)

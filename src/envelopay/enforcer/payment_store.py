@@ -329,7 +329,10 @@ _SQL = {
     " SELECT ?, ?, ?, ?, CAST(? AS BIGINT) WHERE CAST(? AS BIGINT) <= CAST(? AS BIGINT)"
     " ON CONFLICT (agent_id, asset, win, slot)"
     " DO UPDATE SET spent = enf_spend_counters.spent + excluded.spent"
-    " WHERE enf_spend_counters.spent + excluded.spent <= CAST(? AS BIGINT) RETURNING spent",
+    # spent <= cap - amount, not spent + amount <= cap: the sum of two in-range amounts can
+    # pass 2^63 and PostgreSQL raises there (bigint out of range) where SQLite refuses; the
+    # difference of two amounts in range never leaves it. Both stores refuse alike.
+    " WHERE enf_spend_counters.spent <= CAST(? AS BIGINT) - excluded.spent RETURNING spent",
     "give_spend": "UPDATE enf_spend_counters SET spent = spent - CAST(? AS BIGINT)"
     " WHERE agent_id = ? AND asset = ? AND win = ? AND slot = ? AND spent >= CAST(? AS BIGINT)",
     "spent": "SELECT spent FROM enf_spend_counters WHERE agent_id = ? AND asset = ? AND win = ? AND slot = ?",
