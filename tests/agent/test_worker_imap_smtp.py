@@ -18,6 +18,8 @@ from envelopay.protocol.messages import Order, Which
 from envelopay.protocol.parse import parse
 from envelopay.testing.dovecot import running_dovecot
 
+WALLET = "4vJ9JU1bJJE96FWSJKvHsmmFADCg4gpZQff4P3bkLKi"  # [[accept]] is judged by the rail: a Solana key
+
 
 class Sink:
     def __init__(self) -> None:
@@ -46,7 +48,7 @@ async def test_worker_answers_over_imap_and_smtp(tmp_path: Path, monkeypatch: py
                           "smtp_security": "none", "imap_host": "127.0.0.1", "imap_port": dove.imap_port,
                           "imap_tls": False, "imap_user": "alice", "imap_password_env": "EP_IMAP_PASSWORD"},
             "rails": {"solana": {"backend": "local"}},
-            "accept": [{"chain": "solana-local", "token": "USDC", "wallet": "W1"}],
+            "accept": [{"chain": "solana-local", "token": "USDC", "wallet": WALLET}],
             "tasks": [{"name": "digest", "handler": "envelopay.worker.operations:digest",
                        "schema": "envelopay.worker.operations:Digest", "price": "0"}],
             "dkim_records": {"b._domainkey.buyers.test": buyer_key.dns_txt_record()},

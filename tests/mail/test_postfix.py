@@ -48,6 +48,7 @@ from envelopay.testing.postfix import (
 
 NOW = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
 README = Path(__file__).resolve().parents[2] / "README.md"
+WALLET = "4vJ9JU1bJJE96FWSJKvHsmmFADCg4gpZQff4P3bkLKi"  # [[accept]] is judged by the rail: a Solana key
 
 
 def readme_block(name: str) -> str:
@@ -135,7 +136,7 @@ async def test_worker_round_trip_through_postfix(
                   "dkim_selector": "w", "dkim_key": "worker.pem", "dkim_policy": "required"},
         "transport": transport,
         "rails": {"solana": {"backend": "local"}},
-        "accept": [{"chain": "solana-local", "token": "USDC", "wallet": "W1"}],
+        "accept": [{"chain": "solana-local", "token": "USDC", "wallet": WALLET}],
         "tasks": [{"name": "digest", "handler": "envelopay.worker.operations:digest",
                    "schema": "envelopay.worker.operations:Digest", "price": "0"}],
         "dkim_records": {"b._domainkey.buyer.test": world.buyer_key.dns_txt_record()},
@@ -306,7 +307,7 @@ async def test_worker_records_the_bounce_of_its_reply(
                   "dkim_policy": "prefer"},
         "transport": transport,
         "rails": {"solana": {"backend": "local"}},
-        "accept": [{"chain": "solana-local", "token": "USDC", "wallet": "W1"}],
+        "accept": [{"chain": "solana-local", "token": "USDC", "wallet": WALLET}],
         "tasks": [{"name": "digest", "handler": "envelopay.worker.operations:digest",
                    "schema": "envelopay.worker.operations:Digest", "price": "0"}],
     }, base_dir=tmp_path)

@@ -45,6 +45,7 @@ BUYER = "buyer@garden.local"
 BASE = f"{API_BASE}/v0/inboxes/{quote(INBOX, safe='')}"
 CDN = "https://d1raw.cloudfront.net/raw/"
 SECRET = "whsec_" + base64.b64encode(b"envelopay-bridge-webhook-key-32b").decode()
+WALLET = "4vJ9JU1bJJE96FWSJKvHsmmFADCg4gpZQff4P3bkLKi"  # [[accept]] is judged by the rail: a Solana key
 
 
 def readme_block(name: str) -> str:
@@ -167,7 +168,7 @@ async def test_worker_on_agentmail_plays_first_contact_with_a_garden_buyer(
     conf["agent"] |= {"dkim_dns": "table", "dkim_policy": "required"}
     conf |= {
         "rails": {"solana": {"backend": "local"}},
-        "accept": [{"chain": "solana-local", "token": "USDC", "wallet": "W1"}],
+        "accept": [{"chain": "solana-local", "token": "USDC", "wallet": WALLET}],
         "tasks": [{"name": "digest", "handler": "envelopay.worker.operations:digest",
                    "schema": "envelopay.worker.operations:Digest", "price": "0"}],
         "dkim_records": {"b._domainkey.garden.local": buyer_key.dns_txt_record()},

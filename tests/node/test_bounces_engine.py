@@ -18,6 +18,7 @@ from envelopay.protocol.messages import Fulfill
 from envelopay.protocol.outbound import Outbound
 
 DSN = (Path(__file__).resolve().parents[2] / "fixtures" / "dsn" / "postfix-550-5.1.1.eml").read_bytes()
+WALLET = "4vJ9JU1bJJE96FWSJKvHsmmFADCg4gpZQff4P3bkLKi"  # [[accept]] is judged by the rail: a Solana key
 T0 = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
 
 
@@ -26,7 +27,7 @@ async def test_a_dsn_marks_its_row_and_is_never_answered(tmp_path: Path) -> None
         "agent": {"address": "worker@worker.test", "domain": "worker.test", "ledger": "w.db",
                   "dkim_policy": "off"},
         "rails": {"solana": {"backend": "local"}},
-        "accept": [{"chain": "solana-local", "token": "USDC", "wallet": "W1"}],
+        "accept": [{"chain": "solana-local", "token": "USDC", "wallet": WALLET}],
         "transport": {"kind": "garden", "lmtp_port": 9},  # never used: nothing is answered
     }, base_dir=tmp_path)
     node = build_node(cfg)
