@@ -64,7 +64,7 @@ async def _queue(store: Store, n: int, clock: Clock) -> list[str]:
 def _delivered_ids(garden: GardenServer) -> list[str]:
     out = []
     for f in (garden.maildir(B) / "new").iterdir():
-        for line in f.read_bytes().split(b"\r\n"):
+        for line in f.read_bytes().splitlines():  # CRLF or LF, however the Maildir stores it
             if line.lower().startswith(b"message-id:"):
                 out.append(line.split(b":", 1)[1].strip().decode())
     return out
