@@ -4,6 +4,7 @@ profile, and each leniency applied is listed in the Outcome (and its recorded JS
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -34,7 +35,7 @@ def node(tmp_path: Path, profile: str | None) -> AgentNode:
     return build_node(cfg, app=k.WorkerApp(rail), rails={k.CHAIN: rail}, clock=k.Clock())
 
 
-async def _order_then_their_pay(n: AgentNode) -> tuple[Outcome, Outcome]:
+async def _order_then_their_pay(n: AgentNode, *, in_our_thread: bool = True) -> tuple[Outcome, Outcome]:
     body = {"v": "0.1.0", "type": "order", "id": "ord_l1", "task": {"op": "echo"}}
     first = await n.engine.handle(them.request(k.WORKER, "ORDER | echo", body))
     row = n.store.outbox_get(first.outbox[0]) if first.outbox else None
@@ -42,7 +43,10 @@ async def _order_then_their_pay(n: AgentNode) -> tuple[Outcome, Outcome]:
     invoice = compose(row.outbound)
     pay = {"v": "0.1.0", "type": "pay", "id": "pay_l1", "amount": str(k.PRICE), "token": k.TOKEN,
            "chain": k.CHAIN, "proof": {"tx": "tx_l1"}, "invoice_ref": row.outbound.message.id}  # fmt: skip
-    their_pay = them.reply(them.receive(invoice), "axiomatic@agentmail.test", "PAY | paid", pay)
+    parent = them.receive(invoice)
+    if not in_our_thread:  # the same reply, threaded under a message we never sent
+        parent = replace(parent, message_id="<elsewhere@agentmail.test>", references=())
+    their_pay = them.reply(parent, "axiomatic@agentmail.test", "PAY | paid", pay)
     return first, await n.engine.handle(their_pay)
 
 
@@ -59,10 +63,22 @@ async def test_a_lenient_mailbox_reads_the_reply_and_lists_the_leniency(tmp_path
         n.store.close()
 
 
-async def test_a_strict_mailbox_leaves_the_reply_alone(tmp_path: Path) -> None:
+async def test_a_strict_mailbox_reads_a_reply_in_its_thread_with_no_leniency(tmp_path: Path) -> None:
+    # SPEC "Replies in our thread": a Re: naming our INVOICE is read by its JSON under
+    # strict too, so nothing lenient was applied.
     n = node(tmp_path, None)
     try:
         _, second = await _order_then_their_pay(n)
+        assert (second.status, second.state, second.lenient) == ("processed", "fulfilled", ())
+    finally:
+        await n.close()
+        n.store.close()
+
+
+async def test_a_strict_mailbox_leaves_a_reply_outside_its_threads_alone(tmp_path: Path) -> None:
+    n = node(tmp_path, None)
+    try:
+        _, second = await _order_then_their_pay(n, in_our_thread=False)
         assert (second.status, second.lenient) == ("ignored", ())
     finally:
         await n.close()
