@@ -45,3 +45,45 @@ def test_call_finds_the_garden_worker_serve_runs(tmp_path: Path) -> None:
     res = runner.invoke(app, ["call", "kv-worker@garden.local", "--request", '{"key": "spec.version"}',
                               "-c", str(cfg_path), "--timeout", "5"])
     assert res.exit_code == 3 and "worker serve --garden" in res.output
+
+
+async def test_the_served_node_settles_its_own_calls_reply(tmp_path: Path) -> None:
+    """`call` from the served config waits on the worker's own Maildir, where `worker serve`
+    may take the reply first: the node settles it in the ledger (where the caller's wait
+    reads it) instead of handing it to the engine as a Re: that is not protocol. Before,
+    a call lost that race timed out."""
+    from datetime import UTC, datetime, timedelta
+
+    from envelopay.endpoints.calls import LedgerCalls
+    from envelopay.node.wiring import build_node
+
+    class Nowhere:  # nothing is sent here: the node only reads
+        async def send(self, raw: bytes, sender: str, recipient: str) -> None:
+            raise AssertionError("nothing is sent")
+
+        async def close(self) -> None:
+            return None
+
+    init_agent(tmp_path, address=WORKER)
+    cfg = load_config(tmp_path / "envelopay.toml")
+    node = build_node(cfg, transport=Nowhere())
+    try:
+        calls = LedgerCalls(node.store, local=WORKER)
+        now = datetime.now(UTC)
+        calls.add("call-1", "<q1@garden.local>", "kv-worker@garden.local", now + timedelta(seconds=60), now)
+        reply = (
+            "From: kv-worker@garden.local\r\nTo: worker@garden.local\r\nSubject: Re: kv\r\n"
+            "Message-ID: <r1@garden.local>\r\nIn-Reply-To: <q1@garden.local>\r\n"
+            "Content-Type: application/json\r\n\r\n"
+            '{"status": "ok", "result": {"value": "0.1.0"}}\r\n'
+        ).encode()
+        outcome = await node.receive(reply)
+        assert (outcome.status, outcome.detail) == ("ignored", "the reply to a call of ours: settled")
+        settled = calls.get("call-1")
+        assert settled is not None and settled.status == "ok"
+        assert settled.result() is not None
+        # Mail that answers no call of ours still goes to the engine.
+        other = reply.replace(b"<q1@garden.local>", b"<nobody@garden.local>").replace(b"<r1@", b"<r2@")
+        assert (await node.receive(other)).detail != "the reply to a call of ours: settled"
+    finally:
+        node.store.close()

@@ -31,7 +31,16 @@ from envelopay.endpoints.toolmail import build_tool_mail, read_tool_mail
 from envelopay.errors import TransportError, UsageError
 from envelopay.ledger.store import CallRecord as LedgerRecord
 
-__all__ = ["CallBook", "CallClient", "CallRecord", "CallResult", "CallStore", "LedgerCalls", "Sender"]
+__all__ = [
+    "CallBook",
+    "CallClient",
+    "CallRecord",
+    "CallResult",
+    "CallStore",
+    "LedgerCalls",
+    "Sender",
+    "settle_reply",
+]
 
 CallStatus = Literal["pending", "ok", "error", "timeout", "failed"]
 Sender = Callable[[bytes, str, str], Awaitable[None]]  # (raw, from, to)
@@ -288,32 +297,43 @@ class CallClient:
             self._waiters.pop(call_id, None)
 
     def on_reply(self, raw: bytes) -> CallResult | None:
-        """Feed one inbound mail; if it answers an outstanding call, settle that call.
-
-        Matching is by In-Reply-To only, and the reply must come from the endpoint the
-        call was sent to. The payload is kept as data."""
-        mail = read_tool_mail(raw)
-        if mail.in_reply_to is None:
+        """Feed one inbound mail; if it answers an outstanding call, settle that call
+        (settle_reply) and wake its waiter in this process."""
+        settled = settle_reply(self.store, raw)
+        if settled is None:
             return None
-        rec = self.store.by_message_id(mail.in_reply_to)
-        if rec is None or mail.sender != rec.endpoint:
-            return None
-        payload = mail.payload
-        if payload is None:
-            reply: dict[str, Any] = {"error": {"code": "bad_reply", "detail": mail.problem}}
-            status: CallStatus = "error"
-        elif payload.get("status") == "ok":
-            reply, status = {"result": payload.get("result")}, "ok"
-        else:
-            err = payload.get("error")
-            reply = {"error": err if isinstance(err, dict) else {"code": "bad_reply"}}
-            status = "error"
-        if not self.store.finish(rec.call_id, status, reply):
-            return None  # already settled (late or duplicate reply)
-        result = self.store.get(rec.call_id)
-        assert result is not None
-        out = result.result()
-        fut = self._waiters.get(rec.call_id)
+        call_id, out = settled
+        fut = self._waiters.get(call_id)
         if fut is not None and not fut.done():
             fut.set_result(out)
         return out
+
+
+def settle_reply(store: CallBook, raw: bytes) -> tuple[str, CallResult] | None:
+    """If `raw` answers an outstanding call in `store`, settle it: (call id, result).
+
+    Matching is by In-Reply-To only, and the reply must come from the endpoint the call was
+    sent to. The payload is kept as data. Any process reading the caller's mail may settle
+    it — `worker serve` too, when the caller is the served address — and a waiter elsewhere
+    reads the settled call from the store."""
+    mail = read_tool_mail(raw)
+    if mail.in_reply_to is None:
+        return None
+    rec = store.by_message_id(mail.in_reply_to)
+    if rec is None or mail.sender != rec.endpoint:
+        return None
+    payload = mail.payload
+    if payload is None:
+        reply: dict[str, Any] = {"error": {"code": "bad_reply", "detail": mail.problem}}
+        status: CallStatus = "error"
+    elif payload.get("status") == "ok":
+        reply, status = {"result": payload.get("result")}, "ok"
+    else:
+        err = payload.get("error")
+        reply = {"error": err if isinstance(err, dict) else {"code": "bad_reply"}}
+        status = "error"
+    if not store.finish(rec.call_id, status, reply):
+        return None  # already settled (late or duplicate reply)
+    result = store.get(rec.call_id)
+    assert result is not None
+    return rec.call_id, result.result()

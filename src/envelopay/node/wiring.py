@@ -28,6 +28,7 @@ from envelopay.config import WorkerConfig
 from envelopay.devnet.registry import devnet_dns
 from envelopay.devnet.state import devnet_home as home_of
 from envelopay.dkim import DkimResult, DnsLookup
+from envelopay.endpoints.calls import LedgerCalls, settle_reply
 from envelopay.engine import Application, Engine, Outcome, Sent
 from envelopay.engine.outbox import (
     DirectHook,
@@ -63,6 +64,12 @@ __all__ = ["AgentNode", "build_node", "open_store"]
 Clock = Callable[[], datetime]
 RECENT = 10_000
 _log = logging.getLogger(__name__)
+
+
+def _may_answer_a_call(raw: bytes) -> bool:
+    """A cheap look before the ledger is asked: a call's answer names it in In-Reply-To."""
+    head = raw[: raw.find(b"\r\n\r\n") if b"\r\n\r\n" in raw else 65536].lower()
+    return b"in-reply-to:" in head
 
 
 @dataclass
@@ -108,7 +115,12 @@ class AgentNode:
         SMTP/LMTP round trip, the receiving MTA's fsync) then no longer holds up the
         handling of the next message. Either way a reply not yet sent is a pending
         outbox row, sent by the next drain, after a restart too."""
-        if self.observers:
+        if _may_answer_a_call(raw) and settle_reply(LedgerCalls(self.store, local=self.address), raw):
+            # The answer to a call this address made (`envelopay call` from the served
+            # config): settled in the ledger, where the caller's wait reads it; it is not
+            # mail for the engine (which would record it as a Re: that is not protocol).
+            outcome = Outcome("ignored", detail="the reply to a call of ours: settled")
+        elif self.observers:
             outcome = await self._observed(raw)
         else:
             outcome = await self.engine.handle(raw, dkim=await self.verify_dkim(raw))
