@@ -72,11 +72,11 @@ async def test_the_served_node_settles_its_own_calls_reply(tmp_path: Path) -> No
         now = datetime.now(UTC)
         calls.add("call-1", "<q1@garden.local>", "kv-worker@garden.local", now + timedelta(seconds=60), now)
         reply = (
-            "From: kv-worker@garden.local\r\nTo: worker@garden.local\r\nSubject: Re: kv\r\n"
-            "Message-ID: <r1@garden.local>\r\nIn-Reply-To: <q1@garden.local>\r\n"
-            "Content-Type: application/json\r\n\r\n"
-            '{"status": "ok", "result": {"value": "0.1.0"}}\r\n'
-        ).encode()
+            b"From: kv-worker@garden.local\r\nTo: worker@garden.local\r\nSubject: Re: kv\r\n"
+            b"Message-ID: <r1@garden.local>\r\nIn-Reply-To: <q1@garden.local>\r\n"
+            b"Content-Type: application/json\r\n\r\n"
+            b'{"status": "ok", "result": {"value": "0.1.0"}}\r\n'
+        )
         outcome = await node.receive(reply)
         assert (outcome.status, outcome.detail) == ("ignored", "the reply to a call of ours: settled")
         settled = calls.get("call-1")
