@@ -17,6 +17,7 @@ import typer
 from envelopay.cli.options import JsonOpt
 from envelopay.cli.output import ENVIRONMENT, FAILED, OK, answers, emit, fail, ran
 from envelopay.errors import UsageError
+from envelopay.rails.amounts import amount_with_units
 
 if TYPE_CHECKING:
     from envelopay.config import WorkerConfig
@@ -114,8 +115,8 @@ def _register_demo(app: typer.Typer) -> None:
         facts = result.facts
         console.print(
             f"[bold]{passed}/{len(result.rows)} expectations held[/bold] in {result.seconds:.1f} s; "
-            f"the worker's wallets hold {facts.get('worker_usdc_solana')} USDC units on solana-local "
-            f"(attack payments that reached it included) and {facts.get('worker_usdc_base')} on base-local."
+            f"the worker's wallets hold {_usdc(facts, 'solana')} on solana-local "
+            f"(attack payments that reached it included) and {_usdc(facts, 'base')} on base-local."
         )
         for r in result.failures:
             console.print(f"[red]deviation:[/red] {r.step}: {r.message}: got {r.got}; expected {r.expected}")
@@ -218,3 +219,10 @@ def _register_call(app: typer.Typer) -> None:
         out.update({"result": result.result} if result.ok else {"error": result.error})
         emit(out, indent=2)
         raise typer.Exit(code)
+
+
+def _usdc(facts: dict[str, Any], chain: str) -> str:
+    """The worker's USDC on `chain` as a person reads it, in the registry's decimals."""
+    units = facts.get(f"worker_usdc_{chain}")
+    decimals = (facts.get("usdc_decimals") or {}).get(f"{chain}-local")
+    return amount_with_units(units, "USDC", decimals) if isinstance(units, int) else str(units)

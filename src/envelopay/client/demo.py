@@ -52,6 +52,7 @@ from envelopay.protocol.messages import (
     Want,
     Which,
 )
+from envelopay.rails.amounts import Decimals, amount_text, asset_decimals, no_decimals
 from envelopay.rails.interface import Rail
 from envelopay.rails.registry import make
 
@@ -105,20 +106,28 @@ class BuyerApp(BaseApplication):
         self.notices.append(notice)
 
 
-def _describe(msg: Message | None) -> str:
+def _describe(msg: Message | None, decimals: Decimals = no_decimals) -> str:
+    """A message as the demo's table shows it: amounts in the asset's units (0.25 USDC)."""
     if msg is None:
         return "—"
     kind = msg.type.upper()
+
+    def money(units: int, token: str, chain: str) -> str:
+        return amount_text(units, token, decimals(chain, token))
+
     if isinstance(msg, Methods):
-        return f"{kind} " + " ".join(f"{r.chain}/{r.token}={r.price}" for r in msg.rails)
-    if isinstance(msg, Invoice):
-        return f"{kind} {msg.amount} {msg.token} on {msg.chain}"
+        return f"{kind} " + " ".join(
+            f"{r.chain}/{r.token}={money(r.price, r.token, r.chain) if r.price is not None else '?'}"
+            for r in msg.rails
+        )
+    if isinstance(msg, Invoice | Pay):
+        return f"{kind} {money(msg.amount, msg.token, msg.chain)} on {msg.chain}"
     if isinstance(msg, Fulfill):
         return f"{kind} {json.dumps(msg.result, separators=(',', ':'))}"
-    if isinstance(msg, Pay):
-        return f"{kind} {msg.amount} {msg.token} on {msg.chain}"
     if isinstance(msg, Offer):
-        return f"{kind} give {msg.give.amount} {msg.give.token} for {msg.want.amount} {msg.want.token}"
+        give, want = msg.give, msg.want
+        gives, wants = money(give.amount, give.token, give.chain), money(want.amount, want.token, want.chain)
+        return f"{kind} give {gives} for {wants}"
     code = getattr(getattr(msg, "error", None), "code", None)
     return f"{kind} {code}" if code else kind
 
@@ -233,6 +242,7 @@ class DemoWorld:
         })
         self.worker = build_node(worker_cfg, rails=worker_rails, clock=self.clock)
         self.buyer = build_node(buyer_cfg, app=self.buyer_app, rails=self.buyer_rails, clock=self.clock)
+        self.decimals = asset_decimals(self.buyer_rails)
         self.stop = asyncio.Event()
         self.loops = [asyncio.create_task(n.serve(self.stop)) for n in (self.worker, self.buyer)]
         self.result.facts["wallets"] = self.wallets
@@ -297,13 +307,15 @@ class DemoWorld:
         task = {"name": "word_count", "text": f"pay me on {chain} please", "rail": f"{chain}/USDC"}
         out, reply, bflow = await self.exchange(Which(id=f"wch_{n}", task=task, note="What do you accept?"))
         ok = isinstance(reply, Methods) and any(r.chain == chain and r.price == PRICE for r in reply.rails)
-        self.check(step, "B→W", "WHICH", _describe(reply), f"METHODS with {chain} price {PRICE}", ok)
+        price = amount_text(PRICE, "USDC", self.decimals(chain, "USDC"))
+        got = _describe(reply, self.decimals)
+        self.check(step, "B→W", "WHICH", got, f"METHODS with {chain} price {price}", ok)
 
         order = Order(id=f"ord_{n}", task=task, note="Count my words")
         out, reply, _ = await self.exchange(order, flow_id=bflow)
         inv = reply if isinstance(reply, Invoice) else None
         ok = inv is not None and inv.amount == PRICE and inv.chain == chain and inv.order_ref == f"ord_{n}"
-        self.check(step, "B→W", "ORDER", _describe(reply), f"INVOICE {PRICE} USDC on {chain}", ok)
+        self.check(step, "B→W", "ORDER", _describe(reply, self.decimals), f"INVOICE {price} on {chain}", ok)
         flow = out.flow_id or ""
         if inv is None:
             return flow, None, {}
@@ -312,7 +324,7 @@ class DemoWorld:
                   invoice_ref=inv.id)
         out, reply, _ = await self.exchange(pay, flow_id=bflow)
         ok = isinstance(reply, Fulfill) and reply.result == {"words": 5, "characters": len(task["text"])}
-        self.check(step, "B→W", "PAY (paid on-chain first)", _describe(reply),
+        self.check(step, "B→W", "PAY (paid on-chain first)", _describe(reply, self.decimals),
                    "FULFILL with the result", ok)
         state = self.flow_state(out.flow_id)
         self.check(step, "W", "flow state", str(state), "fulfilled", state == "fulfilled")
@@ -334,11 +346,13 @@ class DemoWorld:
             note="1 SOL for 30 USDC",
         )
         out, reply, _ = await self.exchange(offer)
-        got = _describe(reply)
+        got = _describe(reply, self.decimals)
         ok = reply is not None and reply.type == "accept" and getattr(reply, "amount", None) == want_amount
         self.check(step, "B→W", "OFFER (1 SOL paid first)", got, "ACCEPT with the USDC proof", ok)
         gained = (self.base.usdc_balance(self.wallets["buyer_base"]) or 0) - (before or 0)
-        self.check(step, "chain", "buyer's USDC on base-local", f"+{gained}", f"+{want_amount}",
+        usdc = self.decimals("base-local", "USDC")
+        self.check(step, "chain", "buyer's USDC on base-local", f"+{amount_text(gained, 'USDC', usdc)}",
+                   f"+{amount_text(want_amount, 'USDC', usdc)}",
                    gained == want_amount)
         bstate = None
         if out.outbox:
@@ -353,7 +367,7 @@ class DemoWorld:
         task = {"name": "word_count", "text": "attack surface", "rail": f"{chain}/USDC"}
         out, reply, bflow = await self.exchange(Order(id="ord_9", task=task))
         inv = reply if isinstance(reply, Invoice) else None
-        self.check(step, "B→W", "ORDER", _describe(reply), "INVOICE", inv is not None)
+        self.check(step, "B→W", "ORDER", _describe(reply, self.decimals), "INVOICE", inv is not None)
         if inv is None:
             return
         flow = out.flow_id
@@ -384,7 +398,7 @@ class DemoWorld:
 
         honest = await self.pay(self.buyer_rails, chain, "USDC", inv.amount, inv.wallet)
         out, reply, _ = await self.exchange(pay_msg("pay_95", honest), flow_id=bflow)
-        self.check(step, "B→W", "honest PAY after the attacks", _describe(reply), "FULFILL",
+        self.check(step, "B→W", "honest PAY after the attacks", _describe(reply, self.decimals), "FULFILL",
                    isinstance(reply, Fulfill))
 
     def _endpoint(self) -> tuple[str, int] | Path:
@@ -436,6 +450,9 @@ class DemoWorld:
             w = self.wallets
             self.result.facts["worker_usdc_solana"] = self.sol.usdc_balance(w["worker_sol"])
             self.result.facts["worker_usdc_base"] = self.base.usdc_balance(w["worker_base"])
+            self.result.facts["usdc_decimals"] = {
+                chain: self.decimals(chain, "USDC") for chain in ("solana-local", "base-local")
+            }
         except Exception as exc:  # a crash is a deviation too: report it, exit non-zero
             self.check("demo", "—", "run", f"{type(exc).__name__}: {exc}"[:300], "no error", False)
         finally:
