@@ -13,50 +13,14 @@ Refused (issue 11, item 6: each of these once gave HTTP 500):
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from envelopay.enforcer.model import Disposition
-from envelopay.protocol.outside_json import too_deep
+from envelopay.protocol.outside_json import MAX_DIGITS, OutsideJsonError, loads
 
 __all__ = ["MAX_DEPTH", "MAX_DIGITS", "decode_send_body", "json_problem"]
 
 MAX_DEPTH = 32
-MAX_DIGITS = 64
-
-
-class _Refused(ValueError):
-    def __init__(self, code: str, detail: str) -> None:
-        super().__init__(detail)
-        self.code = code
-
-
-def _int(text: str) -> int:
-    if len(text.lstrip("-")) > MAX_DIGITS:
-        raise _Refused("number_too_long", f"an integer longer than {MAX_DIGITS} digits")
-    return int(text)
-
-
-def _float(text: str) -> float:
-    if len(text) > MAX_DIGITS:
-        raise _Refused("number_too_long", f"a number longer than {MAX_DIGITS} characters")
-    return float(text)
-
-
-def _constant(name: str) -> Any:
-    raise _Refused("invalid_json", f"{name} is not JSON")
-
-
-def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    obj = dict(pairs)
-    if len(obj) != len(pairs):
-        raise _Refused("invalid_json", "a key occurs twice in one object")
-    return obj
-
-
-_DECODER = json.JSONDecoder(
-    object_pairs_hook=_pairs, parse_int=_int, parse_float=_float, parse_constant=_constant
-)
 
 
 def _text_ok(value: str) -> bool:
@@ -98,16 +62,17 @@ def decode_send_body(data: bytes) -> dict[str, Any] | Disposition:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         return _refusal("invalid_json", "the body is not UTF-8")
-    if too_deep(text, MAX_DEPTH):  # before decoding: py-evm raises the recursion limit (outside_json)
-        return _refusal("too_deep", f"JSON nested deeper than {MAX_DEPTH} levels")
     try:
-        value = _DECODER.decode(text)
-    except _Refused as exc:
-        return _refusal(exc.code, str(exc))
-    except RecursionError:
-        return _refusal("too_deep", f"JSON nested deeper than {MAX_DEPTH} levels")
-    except ValueError:  # JSONDecodeError and the like
-        return _refusal("invalid_json", "a JSON object is required")
+        # The one reader of outside JSON (depth before decoding, long numbers, NaN, a key
+        # twice); the texts are judged below, as the send path has always judged them.
+        value = loads(text, MAX_DEPTH, text=False)
+    except OutsideJsonError as exc:
+        if exc.code == "too_deep":
+            return _refusal("too_deep", f"JSON nested deeper than {MAX_DEPTH} levels")
+        if exc.code == "number_too_long":
+            return _refusal(exc.code, str(exc))
+        detail = str(exc) if "twice" in str(exc) or "is not JSON" in str(exc) else "a JSON object is required"
+        return _refusal("invalid_json", detail)
     if not isinstance(value, dict):
         return _refusal("invalid_json", "a JSON object is required")
     problem = json_problem(value)
