@@ -15,12 +15,12 @@ from typer.core import TyperGroup
 
 from envelopay import __version__
 from envelopay.cli import (
-    agent_cmds,
     client_cmds,
     devnet_cmds,
     enforcer_cmds,
     ledger_cmds,
     mail_cmds,
+    node_cmds,
     protocol_cmds,
     rails_cmds,
 )
@@ -120,7 +120,7 @@ def version(as_json: JsonOpt = False) -> None:
     emit_or_say(as_json, ran("version", version=__version__), __version__)
 
 
-for _module in (protocol_cmds, rails_cmds, mail_cmds, agent_cmds, client_cmds, enforcer_cmds, ledger_cmds,
+for _module in (protocol_cmds, rails_cmds, mail_cmds, node_cmds, client_cmds, enforcer_cmds, ledger_cmds,
                 devnet_cmds):
     _module.register(app)
 
