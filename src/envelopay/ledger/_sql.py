@@ -30,6 +30,7 @@ from envelopay.ledger.store import (
     ProofKey,
     outbound_to_row,
 )
+from envelopay.ledger.summaries import SummariesMixin
 
 __all__ = ["Abort", "Executor", "Row", "SqlStore", "dumps", "iter_chunks"]
 
@@ -47,7 +48,7 @@ _FLOW_COLS = (
 )
 
 
-class SqlStore(DeferralsMixin, OutboxCallsMixin, SqlBase):
+class SqlStore(DeferralsMixin, OutboxCallsMixin, SummariesMixin, SqlBase):
     lock_clause = ""  # " FOR UPDATE" where the backend has row locks
     skip_locked = ""  # " FOR UPDATE SKIP LOCKED" where it has them (claims)
 

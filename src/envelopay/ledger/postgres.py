@@ -62,6 +62,7 @@ class _Cursor(Executor):
 
 
 class PostgresStore(SqlStore):
+    dialect = "postgres"
     lock_clause = " FOR UPDATE"
     skip_locked = " FOR UPDATE SKIP LOCKED"
 

@@ -48,6 +48,8 @@ class _Cursor(Executor):
 
 
 class SqliteStore(SqlStore):
+    dialect = "sqlite"
+
     def __init__(
         self,
         path: str | Path,

@@ -1,0 +1,225 @@
+"""Read-only summaries of one agent's ledger, for the worker's console (node/console.py):
+flows counted by kind and state, flows found by peer / kind / state a page at a time, the
+inbound entries that carried a payment verdict, and the OOPS the agent sent. Shared by
+the SQLite and PostgreSQL backends, like the rest of `SqlStore`; nothing here writes.
+
+Each statement starts from an index: the flows from `ep_flows_local_recent` (local,
+updated_at, flow_id), their log entries from `ep_log_flow`, the outbox from its primary
+key. A payment's log entry belongs to a flow updated no earlier than the entry, so the
+flows updated since `since` hold every entry since then.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+
+from envelopay.ledger._sql_base import Row, SqlBase
+from envelopay.ledger.store import FlowRecord, LogEntry
+
+__all__ = ["FlowCount", "FlowFilter", "JobLine", "OopsSent", "Summaries", "SummariesMixin"]
+
+_FLOW_COLS = (
+    "f.flow_id, f.local, f.peer, f.kind, f.side, f.state, f.version, f.data, f.created_at, f.updated_at"
+)
+# The OOPS code inside an outbox row's JSON body, per dialect (SQLite keeps JSON as text).
+_OOPS_CODE = {"sqlite": "json_extract(body, '$.error.code')", "postgres": "body->'error'->>'code'"}
+# Whether the jobs component (ledger/jobs.py) has made its table in this database yet.
+_HAS_JOBS = {
+    "sqlite": "SELECT 1 AS found FROM sqlite_master WHERE type = 'table' AND name = 'ep_jobs'",
+    "postgres": "SELECT 1 AS found WHERE to_regclass('ep_jobs') IS NOT NULL",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class FlowCount:
+    kind: str
+    state: str
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class FlowFilter:
+    """Which flows a listing keeps; None keeps every value."""
+
+    peer: str | None = None
+    kind: str | None = None
+    state: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OopsSent:
+    """One OOPS this agent wrote to its outbox (answered in a flow, or before any flow)."""
+
+    at: datetime
+    message_id: str
+    recipient: str
+    code: str | None
+    note: str
+    flow_id: str | None
+    status: str  # the outbox row's: pending, sent, failed, bounced, held
+
+
+@dataclass(frozen=True, slots=True)
+class JobLine:
+    """What the console shows of one job (ledger/jobs.py's row, in part)."""
+
+    job_id: str
+    flow_id: str
+    peer: str
+    task: str
+    state: str
+    chain: str | None
+    token: str | None
+    amount: int
+    error: str | None
+    refund: Mapping[str, Any] | None
+    updated_at: datetime
+
+
+@runtime_checkable
+class Summaries(Protocol):
+    """What the worker's console reads from a ledger (both backends: `SummariesMixin`)."""
+
+    def flow_counts(self, local: str) -> list[FlowCount]: ...
+
+    def find_flows(
+        self, local: str, where: FlowFilter, limit: int = 50, before: tuple[datetime, str] | None = None
+    ) -> list[FlowRecord]: ...
+
+    def flow_log(self, flow_id: str) -> list[LogEntry]: ...
+
+    def get_flow(self, flow_id: str) -> FlowRecord | None: ...
+
+    def paid_entries(self, local: str, since: datetime) -> list[LogEntry]: ...
+
+    def oops_counts(self, local: str, since: datetime) -> dict[str, int]: ...
+
+    def oops_recent(self, local: str, limit: int = 20) -> list[OopsSent]: ...
+
+    def job_counts(self, local: str) -> dict[str, int] | None: ...
+
+    def recent_jobs(self, local: str, limit: int = 20, states: tuple[str, ...] = ()) -> list[JobLine]: ...
+
+
+class SummariesMixin(SqlBase):
+    """The summaries over a SqlStore's executor and codecs."""
+
+    dialect: Literal["sqlite", "postgres"]  # set by the backend
+
+    if TYPE_CHECKING:
+
+        def _flow(self, row: Row) -> FlowRecord: ...  # SqlStore's
+
+    def flow_counts(self, local: str) -> list[FlowCount]:
+        """How many of `local`'s flows are in each (kind, state), most first."""
+        with self.read() as x:
+            rows = x.all(
+                "SELECT kind, state, COUNT(*) AS n FROM ep_flows WHERE local = ? GROUP BY kind, state",
+                (local.lower(),),
+            )
+        counts = [FlowCount(r["kind"], r["state"], int(r["n"])) for r in rows]
+        return sorted(counts, key=lambda c: (-c.count, c.kind, c.state))
+
+    def find_flows(
+        self, local: str, where: FlowFilter, limit: int = 50, before: tuple[datetime, str] | None = None
+    ) -> list[FlowRecord]:
+        """`local`'s flows that match `where`, newest first (updated_at, then flow_id,
+        descending); `before` = (updated_at, flow_id) of the previous page's last flow."""
+        sql, args = [f"SELECT {_FLOW_COLS} FROM ep_flows f WHERE f.local = ?"], [local.lower()]
+        for column, value in (("peer", where.peer), ("kind", where.kind), ("state", where.state)):
+            if value is not None:
+                sql.append(f"AND f.{column} = ?")
+                args.append(value.lower() if column == "peer" else value)
+        if before is not None:
+            sql.append("AND (f.updated_at, f.flow_id) < (?, ?)")
+            args += [self.t(before[0]), before[1]]
+        sql.append("ORDER BY f.updated_at DESC, f.flow_id DESC LIMIT ?")
+        with self.read() as x:
+            rows = x.all(" ".join(sql), (*args, limit))
+        return [self._flow(r) for r in rows]
+
+    def paid_entries(self, local: str, since: datetime) -> list[LogEntry]:
+        """The inbound log entries of `local`'s flows since `since` that carry a rail's
+        verdict (a PAY, an OFFER's give leg), oldest first. Whether the money counts (the
+        verdict ok, no OOPS) is the reader's to judge."""
+        with self.read() as x:
+            rows = x.all(
+                "SELECT l.seq, l.flow_id, l.at, l.direction, l.type, l.message_id, l.protocol_id, l.sender,"
+                " l.recipient, l.body, l.verdict, l.oops"
+                " FROM ep_flows f JOIN ep_log l ON l.flow_id = f.flow_id"
+                " WHERE f.local = ? AND f.updated_at >= ? AND l.at >= ? AND l.direction = 'in'"
+                " AND l.verdict IS NOT NULL ORDER BY l.at, l.seq",
+                (local.lower(), self.t(since), self.t(since)),
+            )
+        return [
+            LogEntry(
+                flow_id=r["flow_id"], at=self.ut(r["at"]), direction=r["direction"], type=r["type"],
+                message_id=r["message_id"], protocol_id=r["protocol_id"], sender=r["sender"],
+                recipient=r["recipient"], body=self.uj_opt(r["body"]), verdict=self.uj_opt(r["verdict"]),
+                oops=r["oops"], seq=int(r["seq"]),
+            )
+            for r in rows
+        ]
+
+    def oops_counts(self, local: str, since: datetime) -> dict[str, int]:
+        """The OOPS `local` wrote since `since`, counted by code (most first)."""
+        code = _OOPS_CODE[self.dialect]
+        with self.read() as x:
+            rows = x.all(
+                f"SELECT {code} AS code, COUNT(*) AS n FROM ep_outbox WHERE sender = ? AND type = 'oops'"
+                f" AND created_at >= ? GROUP BY {code}",
+                (local.lower(), self.t(since)),
+            )
+        counted = sorted(((str(r["code"] or "-"), int(r["n"])) for r in rows), key=lambda c: (-c[1], c[0]))
+        return dict(counted)
+
+    def oops_recent(self, local: str, limit: int = 20) -> list[OopsSent]:
+        """The last `limit` OOPS `local` wrote, newest first."""
+        with self.read() as x:
+            rows = x.all(
+                "SELECT message_id, recipient, body, flow_id, status, created_at FROM ep_outbox"
+                " WHERE sender = ? AND type = 'oops' ORDER BY seq DESC LIMIT ?",
+                (local.lower(), limit),
+            )
+        out = []
+        for r in rows:
+            body = self.uj(r["body"])
+            error = body.get("error") if isinstance(body, dict) else None
+            code = error.get("code") if isinstance(error, dict) else None
+            note = body.get("note") if isinstance(body, dict) else None
+            out.append(OopsSent(self.ut(r["created_at"]), r["message_id"], r["recipient"],
+                                code if isinstance(code, str) else None,
+                                note if isinstance(note, str) else "", r["flow_id"], r["status"]))
+        return out
+
+    # -- jobs (the table of ledger/jobs.py, made by its own migration component)
+    def job_counts(self, local: str) -> dict[str, int] | None:
+        """`local`'s jobs counted by state; None while the ledger has no jobs table."""
+        with self.read() as x:
+            if not x.all(_HAS_JOBS[self.dialect]):
+                return None
+            rows = x.all("SELECT state, COUNT(*) AS n FROM ep_jobs WHERE local = ? GROUP BY state",
+                         (local.lower(),))
+        return {str(r["state"]): int(r["n"]) for r in sorted(rows, key=lambda r: str(r["state"]))}
+
+    def recent_jobs(self, local: str, limit: int = 20, states: tuple[str, ...] = ()) -> list[JobLine]:
+        """`local`'s jobs last changed, newest first (only `states` when given); [] while
+        the ledger has no jobs table."""
+        sql = ("SELECT job_id, flow_id, peer, task, state, chain, token, amount, error, refund, updated_at"
+               " FROM ep_jobs WHERE local = ?")
+        args: list[Any] = [local.lower()]
+        if states:
+            sql += " AND state IN (" + ", ".join("?" * len(states)) + ")"
+            args += states
+        with self.read() as x:
+            if not x.all(_HAS_JOBS[self.dialect]):
+                return []
+            rows = x.all(sql + " ORDER BY updated_at DESC, job_id DESC LIMIT ?", (*args, limit))
+        return [
+            JobLine(r["job_id"], r["flow_id"], r["peer"], r["task"], r["state"], r["chain"], r["token"],
+                    int(r["amount"]), r["error"], self.uj_opt(r["refund"]), self.ut(r["updated_at"]))
+            for r in rows
+        ]
