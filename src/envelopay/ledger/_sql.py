@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from envelopay.ledger._sql_base import Executor, Row, SqlBase
+from envelopay.ledger._sql_jobs import JobsMixin
 from envelopay.ledger._sql_outbox import OutboxCallsMixin
 from envelopay.ledger.compacted import same_content, small
 from envelopay.ledger.deferrals import DeferralsMixin
@@ -48,7 +49,7 @@ _FLOW_COLS = (
 )
 
 
-class SqlStore(DeferralsMixin, OutboxCallsMixin, SummariesMixin, SqlBase):
+class SqlStore(DeferralsMixin, OutboxCallsMixin, SummariesMixin, JobsMixin, SqlBase):
     lock_clause = ""  # " FOR UPDATE" where the backend has row locks
     skip_locked = ""  # " FOR UPDATE SKIP LOCKED" where it has them (claims)
 
@@ -228,6 +229,8 @@ class SqlStore(DeferralsMixin, OutboxCallsMixin, SummariesMixin, SqlBase):
 
     def _commit(self, x: Executor, c: Commit) -> None:
         now = self.t(c.now)
+        if c.job_move is not None and not self._job_move(x, c.job_move):
+            raise Abort("lost")  # the job moved on (another worker answered it): write nothing
         flow_id = c.flow.record.flow_id if c.flow is not None else c.outcome.get("flow_id")
         if c.message_id is not None:
             n = x.exec(
@@ -322,6 +325,8 @@ class SqlStore(DeferralsMixin, OutboxCallsMixin, SummariesMixin, SqlBase):
                 " ON CONFLICT DO NOTHING",
                 rows,
             )
+        if c.job_new is not None:
+            self._job_insert(x, c.job_new)  # a redone step finds its job written: kept
         if c.proof is not None and c.proof_fate is not None:
             owner = (c.proof.chain, c.proof.key, c.local, c.message_id or "")
             if c.proof_fate == "spend":

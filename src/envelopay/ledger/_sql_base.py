@@ -11,6 +11,7 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
+from envelopay.ledger.jobs import JOBS_MIGRATIONS
 from envelopay.ledger.schema import Dialect, steps
 from envelopay.persist import Migrations, NamedRow, Step, Tx, current, migrate
 
@@ -102,5 +103,8 @@ def ledger_version(x: Executor, dialect: Dialect) -> int:
 
 
 def apply_migrations(x: Executor, dialect: Dialect, target: int, applied_at: str) -> int:
-    """Bring the schema to `target` inside the caller's transaction; the version now."""
-    return migrate(x, dialect, LEDGER_MIGRATIONS, applied_at, target)
+    """Bring the schema to `target` inside the caller's transaction; the version now
+    (the ledger's; its jobs table, a component of its own, goes to its latest)."""
+    now = migrate(x, dialect, LEDGER_MIGRATIONS, applied_at, target)
+    migrate(x, dialect, JOBS_MIGRATIONS, applied_at)
+    return now

@@ -159,7 +159,9 @@ class PostgresStore(SqlStore):
         )
 
     def commit_step(self, commit: Commit) -> CommitResult:
-        if not self._server_side():
+        if not self._server_side() or commit.job_new is not None or commit.job_move is not None:
+            # A step that writes a job: the portable path, one transaction (the server-side
+            # function predates jobs).
             return super().commit_step(commit)
         c = commit
         flow = None

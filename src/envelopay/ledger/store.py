@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from envelopay.ledger.jobs import Job, JobMove
 from envelopay.protocol.autosubmit import AUTO_GENERATED, AUTO_REPLIED, AutoSubmitted
 from envelopay.protocol.messages import MessageType, model_for
 from envelopay.protocol.outbound import Outbound
@@ -153,6 +154,11 @@ class Commit:
     # Not answered (an RFC 3834 signal, a rate or loop limit): the outbox rows are written
     # `held` with this reason as their last error, and never drained.
     hold: str | None = None
+    # A job taken on by this step (envelopay.ledger.jobs), or a job's move written with
+    # its answer: in the same transaction, so the work is never forgotten and its answer
+    # goes out once (a move whose job is not in its from_states: "lost", nothing written).
+    job_new: Job | None = None
+    job_move: JobMove | None = None
 
 
 CommitResult = Literal["ok", "conflict", "lost"]
@@ -306,6 +312,35 @@ class Store(Protocol):
     def calls_expire(self, now: datetime) -> list[CallRecord]:
         """Mark every pending call past its deadline `timeout` and return them."""
         ...
+
+    # -- jobs (envelopay.ledger.jobs; the states are envelopay.worker.job_states)
+    def job_add(self, job: Job) -> bool:
+        """Write a job outside a step; False when its flow already has one."""
+        ...
+
+    def job_move(self, move: JobMove) -> bool:
+        """Apply `move` when the job is in one of its from_states; False otherwise."""
+        ...
+
+    def job_get(self, job_id: str) -> Job | None: ...
+
+    def job_for_flow(self, flow_id: str) -> Job | None: ...
+
+    def job_list(
+        self, local: str | None = None, states: Sequence[str] | None = None, limit: int = 100,
+        *, unanswered: bool = False,
+    ) -> list[Job]:
+        """Newest first; `unanswered`: only jobs whose answer has not been written."""
+        ...
+
+    def job_claim(
+        self, owner: str, local: str, task: str, now: datetime, lease_until: datetime, limit: int
+    ) -> list[tuple[Job, bool]]:
+        """Up to `limit` due jobs of `task` (queued, or running under a lease that ran
+        out), now running under `owner`'s lease; each with whether it was taken over."""
+        ...
+
+    def job_renew(self, job_id: str, owner: str, lease_until: datetime) -> bool: ...
 
 
 def outbound_to_row(ob: Outbound) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from envelopay.ledger.store import (
 )
 from envelopay.protocol.messages import Invoice, Oops, OopsError
 from envelopay.protocol.outbound import Outbound
+from envelopay.testing.store_jobs import JOB_CHECKS
 
 __all__ = ["CHECKS", "check_store"]
 
@@ -453,6 +454,7 @@ CHECKS: tuple[Callable[[Callable[[], Store]], None], ...] = (
     check_calls,
     check_events,
     check_migrate_idempotent,
+    *JOB_CHECKS,
 )
 
 

@@ -1,0 +1,130 @@
+"""Jobs: the paid (or free) work a worker took on, one row per flow, in the ledger.
+
+A job row is written in the same transaction as the step that accepted the work (a
+verified PAY, a free or a prepaid ORDER), so a paid job cannot be forgotten; its answer
+(FULFILL, or OOPS task_failed) is written in the same transaction as the job's move to
+`done` or its settled state, so it goes out at most once. The states and which moves
+are legal live in `envelopay.worker.job_states` (pure); the store only applies a move
+when the row is in one of the states the caller names (a conditional update), so two
+workers racing for one move see one winner.
+
+The table is its own component on the one migrator ("jobs"), so its versions never
+collide with the ledger's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from envelopay.persist import Migrations, Step
+
+__all__ = ["JOBS_MIGRATIONS", "JOB_COLUMNS", "JOB_STATES", "MOVABLE", "Job", "JobMove", "job_id_for"]
+
+JOB_STATES = ("queued", "running", "done", "failed", "held", "refunding", "refunded")
+
+# The columns a move may set besides the state and its timestamp.
+MOVABLE = frozenset({"error", "result_hash", "answer_id", "refund", "lease_owner", "lease_until", "attempts"})
+
+_TIMES = ", ".join(f"{s}_at {{T}}" for s in JOB_STATES)
+
+_V1 = f"""
+CREATE TABLE IF NOT EXISTS ep_jobs (
+    job_id TEXT PRIMARY KEY, local TEXT NOT NULL, peer TEXT NOT NULL, flow_id TEXT NOT NULL UNIQUE,
+    task TEXT NOT NULL, params {{J}} NOT NULL, order_id TEXT, ref TEXT, message_id TEXT,
+    chain TEXT, token TEXT, amount TEXT NOT NULL, payer TEXT, proof {{J}}, proof_key TEXT,
+    policy TEXT NOT NULL, idempotent INTEGER NOT NULL,
+    state TEXT NOT NULL, attempts INTEGER NOT NULL, lease_owner TEXT, lease_until {{T}},
+    error TEXT, result_hash TEXT, answer_id TEXT, refund {{J}},
+    created_at {{T}} NOT NULL, updated_at {{T}} NOT NULL, {_TIMES});
+CREATE INDEX IF NOT EXISTS ep_jobs_due ON ep_jobs (local, task, state, created_at);
+CREATE INDEX IF NOT EXISTS ep_jobs_state ON ep_jobs (state, updated_at)
+"""
+
+
+def _sql(dialect: str) -> list[str]:
+    t = "TEXT" if dialect == "sqlite" else "TIMESTAMPTZ"
+    j = "TEXT" if dialect == "sqlite" else "JSONB"
+    text = _V1.replace("{T}", t).replace("{J}", j)
+    return [s.strip() for s in text.split(";") if s.strip()]
+
+
+JOBS_MIGRATIONS = Migrations(
+    "jobs",
+    (Step(1, "jobs: one row per accepted order", {"sqlite": _sql("sqlite"), "postgres": _sql("postgres")}),),
+)
+
+JOB_COLUMNS = (
+    "job_id, local, peer, flow_id, task, params, order_id, ref, message_id, chain, token, amount, payer,"
+    " proof, proof_key, policy, idempotent, state, attempts, lease_owner, lease_until, error, result_hash,"
+    " answer_id, refund, created_at, updated_at, " + ", ".join(f"{s}_at" for s in JOB_STATES)
+)
+
+
+def job_id_for(flow_id: str) -> str:
+    """One job per flow: its id follows from the flow's, so a redone step writes the same row."""
+    return "job_" + flow_id.removeprefix("flow_")
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One accepted order's work. `amount` is in the asset's smallest units (0: free);
+    `payer` is the wallet the verified proof paid from (all three from the verdict)."""
+
+    job_id: str
+    local: str
+    peer: str
+    flow_id: str
+    task: str
+    params: Mapping[str, Any]
+    order_id: str | None
+    ref: str | None  # the protocol id of the message that took the work on (PAY or ORDER)
+    message_id: str | None  # that message's Message-ID
+    chain: str | None
+    token: str | None
+    amount: int
+    payer: str | None
+    proof: Mapping[str, Any] | None  # the proof object as the payer presented it
+    proof_key: str | None  # its canonical key on the rail (the verdict's)
+    policy: str  # "refund" | "hold"
+    idempotent: bool
+    state: str
+    attempts: int
+    created_at: datetime
+    updated_at: datetime
+    lease_owner: str | None = None
+    lease_until: datetime | None = None
+    error: str | None = None
+    result_hash: str | None = None
+    answer_id: str | None = None
+    refund: Mapping[str, Any] | None = None
+    at: Mapping[str, datetime] = field(default_factory=dict)  # state -> when it was entered
+
+    @property
+    def paid(self) -> bool:
+        return self.amount > 0
+
+    def times(self) -> dict[str, datetime]:
+        return dict(self.at)
+
+
+@dataclass(frozen=True, slots=True)
+class JobMove:
+    """Move `job_id` to `to` when its state is one of `from_states` (and, with `owner`,
+    when that worker holds its lease); `fields` sets columns of MOVABLE."""
+
+    job_id: str
+    from_states: tuple[str, ...]
+    to: str
+    now: datetime
+    fields: Mapping[str, Any] = field(default_factory=dict)
+    owner: str | None = None
+
+    def __post_init__(self) -> None:
+        unknown = set(self.fields) - MOVABLE
+        if unknown:
+            raise ValueError(f"a job move cannot set {sorted(unknown)}")
+        if self.to not in JOB_STATES or not set(self.from_states) <= set(JOB_STATES):
+            raise ValueError(f"unknown job state in {self.from_states} -> {self.to}")
