@@ -44,6 +44,44 @@ def _parse_tags(value: bytes) -> dict[str, str] | None:
     return tags
 
 
+# index of the signature -> (domain, selector, algorithm, the key's DNS name)
+_Pending = dict[int, tuple[str, str, str, str]]
+
+
+def _first_pass(
+    sig_values: list[bytes], from_domain: str | None
+) -> tuple[_Pending, dict[int, SignatureVerdict]]:
+    """Tags and refusals of each signature: a verdict for those refused before any
+    lookup, and the key names to fetch for the others."""
+    pending: _Pending = {}
+    verdicts: dict[int, SignatureVerdict] = {}
+    for i, value in enumerate(sig_values):
+        tags = _parse_tags(value)
+        if tags is None or not {"v", "a", "b", "bh", "d", "h", "s"} <= tags.keys():
+            verdicts[i] = SignatureVerdict(i, "fail", detail="malformed signature tags")
+            continue
+        d, s, a = tags["d"].lower(), tags["s"], tags["a"].lower()
+        al = aligned(d, from_domain)
+        if "l" in tags:
+            verdicts[i] = SignatureVerdict(i, "fail", d, s, a, al, "l= body length refused")
+        elif a not in ("rsa-sha256", "ed25519-sha256"):
+            verdicts[i] = SignatureVerdict(i, "fail", d, s, a, al, f"algorithm {a} refused")
+        else:
+            pending[i] = (d, s, a, f"{s}._domainkey.{d}".lower())
+    return pending, verdicts
+
+
+async def _fetch_keys(names: list[str], dns: DnsLookup) -> dict[str, str | BaseException | None]:
+    """Each key record by name: the record, None (no key), or the lookup's exception."""
+    if len(names) == 1:  # the usual case: no gather (a task per lookup) for one name
+        try:
+            return {names[0]: await dns(names[0])}
+        except Exception as exc:
+            return {names[0]: exc}
+    fetched = await asyncio.gather(*(dns(n) for n in names), return_exceptions=True)
+    return dict(zip(names, fetched, strict=True))
+
+
 async def verify(raw: bytes, *, dns: DnsLookup) -> DkimResult:
     """Verify every DKIM-Signature on `raw`; never raises for anything in the message."""
     # lazy: keeps dkim off this module's import
@@ -62,38 +100,13 @@ async def verify(raw: bytes, *, dns: DnsLookup) -> DkimResult:
     if not sig_values:
         return DkimResult("none", from_domain=from_domain, from_address=from_address)
 
-    # First pass: tags, refusals, and the key names to fetch.
-    pending: dict[int, tuple[str, str, str, str]] = {}  # index -> (domain, selector, alg, name)
-    verdicts: dict[int, SignatureVerdict] = {}
-    for i, value in enumerate(sig_values):
-        tags = _parse_tags(value)
-        if tags is None or not {"v", "a", "b", "bh", "d", "h", "s"} <= tags.keys():
-            verdicts[i] = SignatureVerdict(i, "fail", detail="malformed signature tags")
-            continue
-        d, s, a = tags["d"].lower(), tags["s"], tags["a"].lower()
-        al = aligned(d, from_domain)
-        if "l" in tags:
-            verdicts[i] = SignatureVerdict(i, "fail", d, s, a, al, "l= body length refused")
-        elif a not in ("rsa-sha256", "ed25519-sha256"):
-            verdicts[i] = SignatureVerdict(i, "fail", d, s, a, al, f"algorithm {a} refused")
-        else:
-            pending[i] = (d, s, a, f"{s}._domainkey.{d}".lower())
-
+    pending, verdicts = _first_pass(sig_values, from_domain)
     sig_headers = [(n, v) for n, v in headers if n.lower() == b"dkim-signature"]
     # The fast path needs our split to be exactly dkimpy's: a blank line after some
     # headers (the shared reader already refused white space before a colon, mbox
     # lines and bare CRs, which dkimpy reads its own way).
     fast = b"\r\n\r\n" in msg and not msg.startswith(b"\r\n")
-    names = sorted({p[3] for p in pending.values()})
-    keys: dict[str, str | BaseException | None] = {}
-    if len(names) == 1:  # the usual case: no gather (a task per lookup) for one name
-        try:
-            keys[names[0]] = await dns(names[0])
-        except Exception as exc:
-            keys[names[0]] = exc
-    else:
-        fetched = await asyncio.gather(*(dns(n) for n in names), return_exceptions=True)
-        keys.update(zip(names, fetched, strict=True))
+    keys = await _fetch_keys(sorted({p[3] for p in pending.values()}), dns)
 
     checker = None
     for i, (d, s, a, name) in pending.items():
