@@ -3,8 +3,8 @@
 A command builds its message here (validated before any I/O), picks the action that
 sends it (paying first where the protocol says so), and `run` does the rest: build the
 node from the config, act, note whether the mail left or waits in the outbox, and follow
-the flow for the answer. `flows`, `flow_thread` and `call_endpoint` read the ledger or
-call a tool endpoint. Every refusal is a UsageError or ConfigError naming the option,
+the flow for the answer. `call_endpoint` calls a tool endpoint; what the reading commands
+read from the ledger is in client/ledger_reads.py (re-exported here, the CLI's one door). Every refusal is a UsageError or ConfigError naming the option,
 raised before anything is paid or sent.
 """
 
@@ -15,7 +15,6 @@ import logging
 import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +27,15 @@ from envelopay.client.buyer import (
     judge,
     parse_json_option,
     pay_first,
+)
+from envelopay.client.ledger_reads import (
+    config_decimals,
+    flow_of_ref,
+    flow_thread,
+    flows,
+    fulfill_flow,
+    oops_flow,
+    outbox,
 )
 from envelopay.client.preflight import (
     PayTerms,
@@ -46,19 +54,14 @@ from envelopay.mail.maildir import Pickup, mailbox_path
 from envelopay.node.runtime import serve_call_replies
 from envelopay.node.wiring import build_node, config_signer, garden_transport, open_store
 from envelopay.protocol.messages import Invoice, MessageType, Which, model_for
-from envelopay.rails.amounts import decimals_in
-from envelopay.rails.registry import make
 
 if TYPE_CHECKING:
     from envelopay.client.report import Report
     from envelopay.endpoints.calls import CallResult
     from envelopay.engine import Sent
     from envelopay.engine.outbox import DrainReport
-    from envelopay.ledger.store import FlowRecord, LogEntry, OutboxRow
     from envelopay.node.wiring import AgentNode
     from envelopay.protocol.messages import Accept, Invoice, Message, Offer, Pay
-    from envelopay.rails.amounts import Decimals
-    from envelopay.rails.interface import AssetInfo
 
 __all__ = [
     "Act",
@@ -70,13 +73,17 @@ __all__ = [
     "call_request",
     "check_address",
     "check_timeout",
+    "config_decimals",
     "draft",
     "drain",
     "execute",
+    "flow_of_ref",
     "flow_thread",
     "flows",
+    "fulfill_flow",
     "invoice",
     "judge",
+    "max_amount_option",
     "new_id",
     "offer",
     "oops_code",
@@ -85,6 +92,7 @@ __all__ = [
     "parse_json_option",
     "pay",
     "pay_terms",
+    "pay_the_invoice",
     "return_wallet",
     "run",
     "send",
@@ -376,62 +384,6 @@ def execute(
                          decimals=config_decimals(cfg))
 
 
-def flows(cfg: WorkerConfig, limit: int, after: str | None = None) -> tuple[list[FlowRecord], str | None]:
-    """One page of this agent's flows, most recently updated first, and the token of the
-    next page (None: the last). A token is `updated_at|flow_id` of a page's last flow."""
-    before = None
-    if after is not None:
-        stamp, _, flow_id = after.partition("|")
-        try:
-            before = (datetime.fromisoformat(stamp), flow_id)
-        except ValueError as exc:
-            raise UsageError(f"not a flows page token: {after!r}") from exc
-        if not flow_id or before[0].tzinfo is None:
-            raise UsageError(f"not a flows page token: {after!r}")
-    store = open_store(cfg.agent.ledger, Path(cfg.base_dir))
-    try:
-        rows = store.list_flows(cfg.agent.address, limit + 1, before=before)
-    finally:
-        store.close()
-    last = rows[limit - 1] if len(rows) > limit else None
-    return rows[:limit], (f"{last.updated_at.isoformat()}|{last.flow_id}" if last else None)
-
-
-def config_decimals(cfg: WorkerConfig) -> Decimals:
-    """The decimals of the assets this agent's rails know (the plugins' registries with the
-    config's `assets` overrides), read without reaching a chain: each rail is made on a
-    placeholder RPC address it never calls. A rail that cannot be made adds nothing."""
-    # lazy: the rail plugins (and their chain libraries) load only when a flow moved money
-    from envelopay.errors import EnvelopayError
-
-    assets: list[AssetInfo] = []
-    for name, opts in cfg.rails.items():
-        options = {"backend": "rpc", "rpc_url": "http://127.0.0.1:9/", "network": opts.get("network"),
-                   "assets": opts.get("assets")}
-        try:
-            rail = make(name, {k: v for k, v in options.items() if v is not None})
-        except (EnvelopayError, ImportError, TypeError, ValueError):
-            continue
-        assets += rail.assets()
-        closer = getattr(rail, "aclose", None)
-        if closer is not None:
-            asyncio.run(closer())
-    return decimals_in(assets)
-
-
-def flow_thread(cfg: WorkerConfig, flow_id: str) -> tuple[FlowRecord, list[LogEntry]]:
-    """One flow and its log; an unknown flow → UsageError."""
-    store = open_store(cfg.agent.ledger, Path(cfg.base_dir))
-    try:
-        rec = store.get_flow(flow_id)
-        log = store.flow_log(flow_id) if rec is not None else []
-    finally:
-        store.close()
-    if rec is None:
-        raise UsageError(f"FLOW: no flow {flow_id!r} in {cfg.agent.ledger}")
-    return rec, log
-
-
 def call_request(request: str) -> dict[str, Any]:
     """--request: one JSON object."""
     payload = parse_json_option(request, "--request")
@@ -466,17 +418,6 @@ def call_endpoint(cfg: WorkerConfig, to: str, payload: dict[str, Any], timeout: 
     return asyncio.run(main())
 
 
-def outbox(cfg: WorkerConfig) -> list[OutboxRow]:
-    """The mail waiting in this agent's outbox (every pending row, due or backing off),
-    then the answers held, never sent (SPEC "Automatic answers (RFC 3834)")."""
-    store = open_store(cfg.agent.ledger, Path(cfg.base_dir))
-    try:
-        pending = store.outbox_pending(datetime.now(UTC) + timedelta(days=3650), limit=1000)
-        return pending + store.outbox_held(cfg.agent.address, limit=1000)
-    finally:
-        store.close()
-
-
 def drain(cfg: WorkerConfig) -> DrainReport:
     """Send what the outbox holds now (same bytes as first composed; at-least-once)."""
     wallets = {(a.chain, a.token): a.wallet for a in cfg.accept}
@@ -508,30 +449,3 @@ def pay_terms(
             raise UsageError(f"--{name}: required unless --invoice names the INVOICE to pay")
     assert amount is not None and token is not None and chain is not None
     return PayTerms(amount, token, chain, wallet)
-
-
-def oops_flow(cfg: WorkerConfig, to: str, flow: str | None, ref: str | None) -> str:
-    """The flow an OOPS joins: --flow, else the flow of the message --ref names."""
-    if flow is not None:
-        return flow
-    if ref is None:
-        raise UsageError("--flow: an OOPS joins a flow; give --flow FLOW or --ref ID (see `envelopay flows`)")
-    return flow_of_ref(cfg, to, ref, "--ref")
-
-
-def fulfill_flow(cfg: WorkerConfig, to: str, flow: str | None, order_ref: str) -> str:
-    """The flow a FULFILL joins: --flow, else the flow of the ORDER --order names."""
-    return flow if flow is not None else flow_of_ref(cfg, to, order_ref, "--order")
-
-
-def flow_of_ref(cfg: WorkerConfig, to: str, ref: str, option: str) -> str:
-    """The flow with `to` holding the message whose protocol id is `ref` (UsageError naming `option`)."""
-    store = open_store(cfg.agent.ledger, Path(cfg.base_dir))
-    try:
-        rec = (store.flow_for_ref(cfg.agent.address, to, to, ref)
-               or store.flow_for_ref(cfg.agent.address, to, cfg.agent.address, ref))
-    finally:
-        store.close()
-    if rec is None:
-        raise UsageError(f"{option}: no message {ref!r} in a flow with {to}; give --flow")
-    return rec.flow_id

@@ -154,7 +154,26 @@ class DemoWorld:
 
     # -- set-up ----------------------------------------------------------------------
     async def setup(self) -> None:
-        # In-process chains, from the rail distributions' dev chains (entry points).
+        worker_rails = self._chains()
+        records = self._dkim_records()
+        port = await self._start_garden()
+        worker_cfg, buyer_cfg = self._configs(records, port)
+        self.buyer_app = BuyerApp({
+            ("solana-local", "USDC"): self.wallets["buyer_sol"],
+            ("solana-local", "SOL"): self.wallets["buyer_sol"],
+            ("base-local", "USDC"): self.wallets["buyer_base"],
+        })
+        self.worker = build_node(worker_cfg, rails=worker_rails, clock=self.clock)
+        self.buyer = build_node(buyer_cfg, app=self.buyer_app, rails=self.buyer_rails, clock=self.clock)
+        self.decimals = asset_decimals(self.buyer_rails)
+        self.stop = asyncio.Event()
+        self.loops = [asyncio.create_task(n.serve(self.stop)) for n in (self.worker, self.buyer)]
+        self.result.facts["wallets"] = self.wallets
+
+    def _chains(self) -> dict[str, Rail]:
+        """In-process chains, from the rail distributions' dev chains (entry points), with
+        the parties' funded wallets; the buyer's and Mallory's rails are kept, the
+        worker's returned."""
         self.sol = dev_chain("solana").local()
         self.base = dev_chain("base").local()
         buyer_sol = self.sol.new_wallet(native=20 * 10**9, usdc=self.buyer_usdc)
@@ -176,7 +195,10 @@ class DemoWorld:
             "buyer_sol": buyer_sol.address, "worker_sol": worker_sol.address,
             "buyer_base": buyer_base.address, "worker_base": worker_base.address,
         }
+        return worker_rails
 
+    def _dkim_records(self) -> dict[str, str]:
+        """The buyer's and the worker's DKIM keys under keys/, and their DNS records."""
         keys = self.workdir / "keys"
         keys.mkdir(parents=True, exist_ok=True)
         records: dict[str, str] = {}
@@ -187,7 +209,10 @@ class DemoWorld:
             if who == "buyer":
                 self.buyer_key = key
         self.mallory_key = dkim.DkimKey.generate_ed25519()
+        return records
 
+    async def _start_garden(self) -> int | None:
+        """The garden's LMTP port: one already running elsewhere, else one started here."""
         # The demo skips fsync (throwaway files); the benchmark keeps it on.
         accounts = self.garden_accounts()
         port = self.garden_port
@@ -199,6 +224,10 @@ class DemoWorld:
             await self.garden.start()
             endpoint = self.garden.endpoint
             port = endpoint[1] if isinstance(endpoint, tuple) else None
+        return port
+
+    def _configs(self, records: dict[str, str], port: int | None) -> tuple[WorkerConfig, WorkerConfig]:
+        """The worker's config (its tasks, rails and exchange) and the buyer's."""
 
         def cfg(who: str, extra: dict[str, Any]) -> WorkerConfig:
             return config_from_dict(
@@ -220,7 +249,7 @@ class DemoWorld:
         worker_cfg = cfg("worker", {
             "accept": [
                 {"chain": "solana-local", "token": "USDC", "wallet": self.wallets["worker_sol"]},
-                {"chain": "base-local", "token": "USDC", "wallet": worker_base.address},
+                {"chain": "base-local", "token": "USDC", "wallet": self.wallets["worker_base"]},
             ],
             "tasks": [
                 {"name": "word_count", "handler": "envelopay.worker.operations:word_count",
@@ -234,18 +263,7 @@ class DemoWorld:
             }],
             "wallets": {"solana-local": self.wallets["worker_sol"]},
         })
-        buyer_cfg = cfg("buyer", {})
-        self.buyer_app = BuyerApp({
-            ("solana-local", "USDC"): self.wallets["buyer_sol"],
-            ("solana-local", "SOL"): self.wallets["buyer_sol"],
-            ("base-local", "USDC"): buyer_base.address,
-        })
-        self.worker = build_node(worker_cfg, rails=worker_rails, clock=self.clock)
-        self.buyer = build_node(buyer_cfg, app=self.buyer_app, rails=self.buyer_rails, clock=self.clock)
-        self.decimals = asset_decimals(self.buyer_rails)
-        self.stop = asyncio.Event()
-        self.loops = [asyncio.create_task(n.serve(self.stop)) for n in (self.worker, self.buyer)]
-        self.result.facts["wallets"] = self.wallets
+        return worker_cfg, cfg("buyer", {})
 
     def garden_accounts(self) -> Path:
         """Each agent's garden secret (keys/<who>.garden, 0600) and the accounts file the
