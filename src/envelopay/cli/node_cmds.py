@@ -138,6 +138,10 @@ _LogFormat = Annotated[str, typer.Option("--log-format", metavar="text|json",
 _Metrics = Annotated[str | None, typer.Option(
     "--metrics", metavar="[HOST:]PORT", help="Serve Prometheus metrics at http://HOST:PORT/metrics "
     "(HOST defaults to 127.0.0.1; PORT 0: any free port). Off by default.")]
+_Console = Annotated[str | None, typer.Option(
+    "--console", metavar="[HOST:]PORT", help="Serve the worker's console (flows, revenue, jobs, refunds, "
+    "OOPS; read only) at http://HOST:PORT/console, said on stderr at start (HOST defaults to 127.0.0.1; "
+    "PORT 0: any free port). Off by default.")]
 
 
 def _load(config: Path) -> WorkerConfig:
@@ -152,16 +156,22 @@ worker_app = typer.Typer(help="Run a paid worker mailbox.", no_args_is_help=True
 @worker_app.command("serve")
 def worker_serve(
     config: _Config = Path("envelopay.toml"), garden: _Garden = False, log_format: _LogFormat = "text",
-    metrics: _Metrics = None, as_json: JsonOpt = False,
+    metrics: _Metrics = None, console: _Console = None, as_json: JsonOpt = False,
 ) -> None:
     """Answer WHICH, ORDER, PAY and OFFER at the configured address until interrupted.
     Each message handled is one line on stderr, and a summary at stop.
     With --json: one document on stdout once it serves; the log goes to stderr."""
     # lazy: keeps aiohttp, cryptography, prometheus_client off this module's import
+    from envelopay.node.console import console_endpoint
     from envelopay.node.metrics import metrics_endpoint
     from envelopay.node.serve import serve_worker
 
     scraped: list[str] = []
+    pages: list[str] = []
+
+    def console_ready(url: str) -> None:
+        pages.append(url)
+        typer.echo(f"console at {url}", err=True)
 
     def ready(garden_server: Any) -> None:
         if as_json:
@@ -169,12 +179,13 @@ def worker_serve(
             emit(ran("worker serve", address=cfg.agent.address, tasks=[t.name for t in cfg.tasks],
                         ledger=str(cfg.agent.ledger), transport=cfg.transport.kind,
                         garden=None if endpoint is None else str(endpoint),
-                        metrics=scraped[0] if scraped else None))
+                        metrics=scraped[0] if scraped else None, console=pages[0] if pages else None))
 
     with answers():
         if log_format not in ("text", "json"):
             raise UsageError(f"--log-format {log_format!r}: text or json")
         where = metrics_endpoint(metrics) if metrics is not None else None
+        pages_at = console_endpoint(console) if console is not None else None
         cfg = _load(config)
         # SIGINT/SIGTERM end the serve loop gracefully (node.serve); a second Ctrl-C
         # during shutdown is the KeyboardInterrupt. Either way the terminal hears it.
@@ -184,9 +195,11 @@ def worker_serve(
                                          echo=lambda line: typer.echo(line, err=as_json),
                                          log=lambda line: typer.echo(line, err=True),
                                          log_format="json" if log_format == "json" else "text",
-                                         metrics_at=where, metrics_ready=scraped.append))
-        except OSError as exc:  # the metrics port in use, an address we cannot bind
-            fail(f"cannot listen for --metrics: {exc.strerror or exc}", ENVIRONMENT)
+                                         metrics_at=where, metrics_ready=scraped.append,
+                                         console_at=pages_at, console_ready=console_ready))
+        except OSError as exc:  # the metrics or console port in use, an address we cannot bind
+            option = "--console" if scraped or where is None else "--metrics"  # metrics start first
+            fail(f"cannot listen for {option}: {exc.strerror or exc}", ENVIRONMENT)
         typer.echo(f"{cfg.agent.address} stopped", err=True)
 
 

@@ -19,17 +19,18 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 from envelopay.ledger._sql_base import Row, SqlBase
 from envelopay.ledger.store import FlowRecord, LogEntry
 
-__all__ = ["FlowCount", "FlowFilter", "JobLine", "OopsSent", "Summaries", "SummariesMixin"]
+__all__ = ["FlowCount", "FlowFilter", "JobLine", "OopsSent", "RefundLine", "Summaries", "SummariesMixin"]
 
 _FLOW_COLS = (
     "f.flow_id, f.local, f.peer, f.kind, f.side, f.state, f.version, f.data, f.created_at, f.updated_at"
 )
 # The OOPS code inside an outbox row's JSON body, per dialect (SQLite keeps JSON as text).
 _OOPS_CODE = {"sqlite": "json_extract(body, '$.error.code')", "postgres": "body->'error'->>'code'"}
-# Whether the jobs component (ledger/jobs.py) has made its table in this database yet.
-_HAS_JOBS = {
-    "sqlite": "SELECT 1 AS found FROM sqlite_master WHERE type = 'table' AND name = 'ep_jobs'",
-    "postgres": "SELECT 1 AS found WHERE to_regclass('ep_jobs') IS NOT NULL",
+# Whether a component (jobs: ledger/jobs.py, refunds: ledger/refunds.py) has made its
+# table in this database yet.
+_HAS_TABLE = {
+    "sqlite": "SELECT 1 AS found FROM sqlite_master WHERE type = 'table' AND name = ?",
+    "postgres": "SELECT 1 AS found WHERE to_regclass(?) IS NOT NULL",
 }
 
 
@@ -79,6 +80,22 @@ class JobLine:
     updated_at: datetime
 
 
+@dataclass(frozen=True, slots=True)
+class RefundLine:
+    """What the console shows of one refund (ledger/refunds.py's row, in part)."""
+
+    key: str
+    flow_id: str | None
+    peer: str
+    chain: str
+    token: str
+    amount: int
+    reason: str
+    status: str
+    tx_id: str | None
+    updated_at: datetime
+
+
 @runtime_checkable
 class Summaries(Protocol):
     """What the worker's console reads from a ledger (both backends: `SummariesMixin`)."""
@@ -102,6 +119,10 @@ class Summaries(Protocol):
     def job_counts(self, local: str) -> dict[str, int] | None: ...
 
     def recent_jobs(self, local: str, limit: int = 20, states: tuple[str, ...] = ()) -> list[JobLine]: ...
+
+    def refund_counts(self, local: str) -> dict[str, int] | None: ...
+
+    def recent_refunds(self, local: str, limit: int = 20) -> list[RefundLine]: ...
 
 
 class SummariesMixin(SqlBase):
@@ -199,7 +220,7 @@ class SummariesMixin(SqlBase):
     def job_counts(self, local: str) -> dict[str, int] | None:
         """`local`'s jobs counted by state; None while the ledger has no jobs table."""
         with self.read() as x:
-            if not x.all(_HAS_JOBS[self.dialect]):
+            if not x.all(_HAS_TABLE[self.dialect], ("ep_jobs",)):
                 return None
             rows = x.all("SELECT state, COUNT(*) AS n FROM ep_jobs WHERE local = ? GROUP BY state",
                          (local.lower(),))
@@ -215,11 +236,37 @@ class SummariesMixin(SqlBase):
             sql += " AND state IN (" + ", ".join("?" * len(states)) + ")"
             args += states
         with self.read() as x:
-            if not x.all(_HAS_JOBS[self.dialect]):
+            if not x.all(_HAS_TABLE[self.dialect], ("ep_jobs",)):
                 return []
             rows = x.all(sql + " ORDER BY updated_at DESC, job_id DESC LIMIT ?", (*args, limit))
         return [
             JobLine(r["job_id"], r["flow_id"], r["peer"], r["task"], r["state"], r["chain"], r["token"],
                     int(r["amount"]), r["error"], self.uj_opt(r["refund"]), self.ut(r["updated_at"]))
+            for r in rows
+        ]
+
+    # -- refunds (the table of ledger/refunds.py, its own migration component)
+    def refund_counts(self, local: str) -> dict[str, int] | None:
+        """`local`'s refunds counted by status; None while the ledger has no refunds table."""
+        with self.read() as x:
+            if not x.all(_HAS_TABLE[self.dialect], ("ep_refunds",)):
+                return None
+            rows = x.all("SELECT status, COUNT(*) AS n FROM ep_refunds WHERE local = ? GROUP BY status",
+                         (local.lower(),))
+        return {str(r["status"]): int(r["n"]) for r in sorted(rows, key=lambda r: str(r["status"]))}
+
+    def recent_refunds(self, local: str, limit: int = 20) -> list[RefundLine]:
+        """`local`'s refunds last changed, newest first; [] while there is no refunds table."""
+        with self.read() as x:
+            if not x.all(_HAS_TABLE[self.dialect], ("ep_refunds",)):
+                return []
+            rows = x.all(
+                "SELECT refund_key, flow_id, peer, chain, token, amount, reason, status, tx_id, updated_at"
+                " FROM ep_refunds WHERE local = ? ORDER BY updated_at DESC, refund_key DESC LIMIT ?",
+                (local.lower(), limit),
+            )
+        return [
+            RefundLine(r["refund_key"], r["flow_id"], r["peer"], r["chain"], r["token"], int(r["amount"]),
+                       r["reason"], r["status"], r["tx_id"], self.ut(r["updated_at"]))
             for r in rows
         ]

@@ -48,12 +48,16 @@ async def serve_worker(
     log_format: LogFormat = "text",
     metrics_at: tuple[str, int] | None = None,
     metrics_ready: Callable[[str], None] | None = None,
+    console_at: tuple[str, int] | None = None,
+    console_ready: Callable[[str], None] | None = None,
 ) -> None:
     """Serve until `stop` is set (or SIGINT/SIGTERM when no event is given).
 
     With `log`, one line per message handled goes there, and the summary at stop (also
     when a serving loop died). With `metrics_at` (host, port), GET /metrics answers
-    there; `metrics_ready` is told its URL before `ready` is called."""
+    there; `metrics_ready` is told its URL before `ready` is called. With `console_at`,
+    the worker's console (node/console.py) answers there; `console_ready` is told its URL
+    (else `echo` says it)."""
     stop = stop or _signal_stop()
     garden = None
     recorded: Path | None = None
@@ -83,15 +87,21 @@ async def serve_worker(
         try:
             metrics_runner, url = await _start_metrics(node, metrics_at)
         except BaseException:
-            await node.close()
-            node.store.close()
-            if garden is not None:
-                await garden.stop()
-            _forget_garden(recorded)
+            await _abandon(node, garden, recorded)
             raise
         echo(f"metrics at {url}")
         if metrics_ready is not None:
             metrics_ready(url)
+    console_runner = None
+    if console_at is not None:
+        try:
+            console_runner, url = await _start_console(node, console_at)
+        except BaseException:
+            if metrics_runner is not None:
+                await metrics_runner.cleanup()
+            await _abandon(node, garden, recorded)
+            raise
+        (console_ready or (lambda where: echo(f"console at {where}")))(url)
     if cfg.transport.kind == "smtp":
         tasks = [asyncio.create_task(node.serve_imap(imap_config(cfg), stop))]
     elif cfg.transport.kind == "agentmail":
@@ -120,8 +130,9 @@ async def serve_worker(
     finally:
         stop.set()
         await asyncio.gather(*tasks, return_exceptions=True)
-        if metrics_runner is not None:
-            await metrics_runner.cleanup()
+        for runner in (metrics_runner, console_runner):
+            if runner is not None:
+                await runner.cleanup()
         await node.close()
         node.store.close()
         if garden is not None:
@@ -133,6 +144,26 @@ async def serve_worker(
         # A loop that ends on its own is a bug; never serve on silently without it.
         # The process exits non-zero, so a supervisor restarts it.
         raise RuntimeError(f"{cfg.agent.address}: {len(died)} serving loop(s) died; stopped")
+
+
+async def _abandon(node: AgentNode, garden: GardenServer | None, recorded: Path | None) -> None:
+    """Close what a start that failed had opened."""
+    await node.close()
+    node.store.close()
+    if garden is not None:
+        await garden.stop()
+    _forget_garden(recorded)
+
+
+async def _start_console(node: AgentNode, where: tuple[str, int]) -> tuple[Any, str]:
+    # lazy: keeps aiohttp, jinja2 off this module's import
+    from envelopay.ledger.summaries import Summaries
+    from envelopay.node.console import Console, start_console
+
+    if not isinstance(node.store, Summaries):
+        raise TypeError(f"the console reads a SQL ledger, not {type(node.store).__name__}")
+    console = Console(node.store, node.address, asset_decimals(node.rails))
+    return await start_console(console, *where)
 
 
 def _record_garden(cfg: WorkerConfig, endpoint: tuple[str, int] | Path) -> Path | None:

@@ -117,18 +117,20 @@ def check_oops_sent(factory: Callable[[], Store]) -> None:
     assert r.oops_counts(_ns("quiet"), T0) == {} and r.oops_recent(_ns("quiet")) == []
 
 
-def check_jobs_read(factory: Callable[[], Store]) -> None:
-    """An agent with no jobs: no counts (or none yet, before the jobs table exists)."""
+def check_jobs_and_refunds_read(factory: Callable[[], Store]) -> None:
+    """An agent with no jobs and no refunds: no counts (or none yet, before the tables exist)."""
     r = _summaries(factory())
     assert r.job_counts(_ns("jobs")) in (None, {})
     assert r.recent_jobs(_ns("jobs")) == []
+    assert r.refund_counts(_ns("refunds")) in (None, {})
+    assert r.recent_refunds(_ns("refunds")) == []
 
 
 SUMMARY_CHECKS: tuple[Callable[[Callable[[], Store]], None], ...] = (
     check_flow_counts_and_filters,
     check_paid_entries,
     check_oops_sent,
-    check_jobs_read,
+    check_jobs_and_refunds_read,
 )
 
 
