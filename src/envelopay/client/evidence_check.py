@@ -1,0 +1,294 @@
+"""`envelopay evidence verify`: what an evidence folder proves, checked offline, pure over
+the folder's bytes (`check_evidence(files)`; the CLI reads the folder).
+
+In order, the first failure ends the check with its reason:
+1. tampered   — the manifest against its seal; every file against its SHA-256; no file
+                missing, none unlisted;
+2. unreadable — the manifest's shape (evidence_manifest.read_manifest);
+3. signature  — each mail's DKIM signature, verified by dkimpy against the key records the
+                folder holds (a dnsfunc that answers from them), aligned with its From;
+4. thread     — the mails are one flow between the flow's two parties: each mail after the
+                first names an earlier one in In-Reply-To or References;
+5. proof      — each proof's recorded verification agrees with the signed PAY (amount,
+                token, chain, transaction, payer) and the signed INVOICE (payee);
+6. result     — the FULFILL's result hashes to the recorded SHA-256.
+What is proven is then said from the signed mails: who asked, who paid how much and
+when, what was delivered down to the result's hash.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+from envelopay.client.evidence_manifest import (
+    MANIFEST,
+    SEAL,
+    MailEntry,
+    Manifest,
+    ManifestError,
+    canonical_json,
+    read_manifest,
+    sha256_hex,
+)
+from envelopay.dkim.canon import to_crlf
+from envelopay.dkim.results import aligned
+from envelopay.protocol.headers import HeaderBlock, read_headers
+from envelopay.protocol.outside_json import OutsideJsonError, loads
+from envelopay.protocol.parse import parse
+from envelopay.protocol.parsed import Parsed
+
+__all__ = ["EvidenceReport", "Mail", "check_evidence", "dkim_passes"]
+
+
+@dataclass(frozen=True, slots=True)
+class Mail:
+    entry: MailEntry
+    raw: bytes
+    parsed: Parsed
+    date: str | None
+
+
+@dataclass
+class EvidenceReport:
+    ok: bool = False
+    reason: str | None = None  # tampered | unreadable | signature | thread | proof | result
+    detail: str = ""
+    checked: list[str] = field(default_factory=list)
+    proven: dict[str, Any] = field(default_factory=dict)
+    missing: tuple[str, ...] = ()
+
+
+class _Fail(Exception):
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+
+
+def _integrity(files: Mapping[str, bytes]) -> Manifest:
+    got = read_manifest(files.get(MANIFEST, b""), files.get(SEAL)) if MANIFEST in files else ManifestError(
+        "unreadable", f"no {MANIFEST}")
+    if isinstance(got, ManifestError):
+        raise _Fail(got.code, got.detail)
+    for path, digest in got.files.items():
+        if path not in files:
+            raise _Fail("tampered", f"{path} is listed but missing")
+        if sha256_hex(files[path]) != digest:
+            raise _Fail("tampered", f"{path} does not match its SHA-256 in the manifest")
+    extra = sorted(set(files) - set(got.files) - {MANIFEST, SEAL})
+    if extra:
+        raise _Fail("tampered", f"{extra[0]} is not listed in the manifest")
+    return got
+
+
+def dkim_passes(raw: bytes, records: Mapping[str, str]) -> tuple[bool, str]:
+    """(at least one signature verifies against `records` with d= aligned to the From, what
+    was found); dkimpy asks the records, never DNS."""
+    # lazy: keeps dkimpy off the import of the manifest reader's users
+    import dkim as dkimpy
+
+    table = {k.lower().rstrip("."): v for k, v in records.items()}
+
+    def dnsfunc(name: bytes, timeout: int = 5) -> bytes:
+        found = table.get(name.decode("ascii", "replace").lower().rstrip("."))
+        return found.encode("ascii", "replace") if found is not None else b""
+
+    block = read_headers(raw)
+    if not isinstance(block, HeaderBlock):
+        return False, "the header block is refused"
+    sigs = block.get_all("dkim-signature")
+    if not sigs:
+        return False, "not signed"
+    parsed = parse(raw)
+    from_domain = (parsed.from_addr or "").rpartition("@")[2]
+    for i, sig in enumerate(sigs):
+        tags = dict(t.strip().partition("=")[::2] for t in sig.value.split(";") if "=" in t)
+        domain = tags.get("d", "").strip().lower()
+        try:
+            ok = bool(dkimpy.DKIM(to_crlf(raw)).verify(idx=i, dnsfunc=dnsfunc))
+        except Exception as exc:  # hostile bytes: dkimpy raises assorted errors, each a fail
+            return False, f"{type(exc).__name__}: {exc}"
+        if ok and aligned(domain, from_domain):
+            return True, f"d={domain} s={tags.get('s', '').strip()}"
+    return False, "no signature verifies against the recorded keys with the From's domain"
+
+
+def _key_records(files: Mapping[str, bytes], paths: tuple[str, ...]) -> dict[str, str]:
+    records: dict[str, str] = {}
+    for path in paths:
+        doc = _json_file(files, path)
+        name, record = doc.get("name"), doc.get("record")
+        if not isinstance(name, str) or not isinstance(record, str):
+            raise _Fail("unreadable", f"{path}: wants a name and a record")
+        records[name] = record
+    return records
+
+
+def _json_file(files: Mapping[str, bytes], path: str) -> dict[str, Any]:
+    try:
+        doc = loads(files[path])
+    except OutsideJsonError as exc:
+        raise _Fail("unreadable", f"{path}: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise _Fail("unreadable", f"{path}: wants an object")
+    return doc
+
+
+def _mails(files: Mapping[str, bytes], manifest: Manifest) -> list[Mail]:
+    mails: list[Mail] = []
+    for entry in manifest.mails:
+        raw = files[entry.file]
+        ok, found = dkim_passes(raw, _key_records(files, entry.keys))
+        if not ok:
+            raise _Fail("signature", f"{entry.file}: {found}")
+        parsed = parse(raw)
+        if parsed.message_id != entry.message_id or (parsed.type or "") != entry.type:
+            raise _Fail("thread", f"{entry.file}: not the {entry.type} {entry.message_id} the manifest names")
+        block = read_headers(raw)
+        date = date_of(block.one("date")) if isinstance(block, HeaderBlock) else None
+        mails.append(Mail(entry, raw, parsed, date))
+    if not mails:
+        raise _Fail("thread", "the folder holds no mail")
+    return mails
+
+
+def _thread(mails: list[Mail], manifest: Manifest) -> None:
+    parties = {manifest.flow["local"].lower(), manifest.flow["peer"].lower()}
+    seen: set[str] = set()
+    for i, mail in enumerate(mails):
+        sender = (mail.parsed.from_addr or "").lower()
+        to = {a.lower() for a in mail.parsed.to_addrs}
+        if sender not in parties or not (parties - {sender}) & to:
+            raise _Fail("thread", f"{mail.entry.file}: not between {' and '.join(sorted(parties))}")
+        mine = sender == manifest.produced_by.lower()
+        if mine != (mail.entry.direction == "out"):
+            raise _Fail("thread", f"{mail.entry.file}: its From disagrees with its direction")
+        ids = {x for x in (mail.parsed.in_reply_to, *mail.parsed.references) if x}
+        if i and not ids & seen:
+            raise _Fail("thread", f"{mail.entry.file}: does not reply to an earlier mail of the folder")
+        seen.add(mail.entry.message_id)
+
+
+def _body(mail: Mail) -> dict[str, Any]:
+    return dict(mail.parsed.body or {})
+
+
+def _first(mails: list[Mail], kind: str, **match: str) -> Mail | None:
+    for m in mails:
+        body = _body(m)
+        if m.entry.type == kind and all(body.get(k) == v for k, v in match.items()):
+            return m
+    return None
+
+
+def _named(mails: list[Mail], kind: str, message_id: Any) -> Mail | None:
+    return next((m for m in mails if m.entry.message_id == message_id and m.entry.type == kind), None)
+
+
+def _same(recorded: Any, told: Any) -> bool:
+    """One transaction or wallet, spelled alike (EVM hex in either case)."""
+    if not isinstance(recorded, str) or not isinstance(told, str):
+        return False
+    return recorded.lower() == told.lower() if told.startswith("0x") else recorded == told
+
+
+def _proof(files: Mapping[str, bytes], path: str, mails: list[Mail]) -> dict[str, Any]:
+    rec = _json_file(files, path)
+    pay = _named(mails, "pay", rec.get("message_id"))
+    if pay is None:
+        raise _Fail("proof", f"{path}: names no PAY of the folder")
+    body = _body(pay)
+    told = body.get("proof")
+    proof: dict[str, Any] = told if isinstance(told, dict) else {}
+    for key in ("amount", "token", "chain"):
+        if str(rec.get(key)) != str(body.get(key)):
+            raise _Fail("proof", f"{path}: {key} {rec.get(key)!r} is not the PAY's {body.get(key)!r}")
+    if rec.get("status") != "ok":
+        raise _Fail("proof", f"{path}: the verification was not ok ({rec.get('status')!r})")
+    if not _same(rec.get("tx"), proof.get("tx", proof.get("signature"))):
+        raise _Fail("proof", f"{path}: the transaction is not the one the PAY names")
+    observed = str(rec.get("observed_amount", ""))
+    if not observed.isdigit() or int(observed) < int(str(body.get("amount"))):
+        raise _Fail("proof", f"{path}: observed {observed or 'nothing'}, the PAY says {body.get('amount')}")
+    if isinstance(proof.get("payer"), str) and not _same(rec.get("payer"), proof["payer"]):
+        raise _Fail("proof", f"{path}: payer {rec.get('payer')!r} is not the PAY's {proof['payer']!r}")
+    invoice = _first(mails, "invoice", id=str(body.get("invoice_ref"))) if body.get("invoice_ref") else None
+    if invoice is not None and not _same(rec.get("payee"), _body(invoice).get("wallet")):
+        raise _Fail("proof", f"{path}: payee {rec.get('payee')!r} is not the INVOICE's wallet")
+    return {
+        "by": pay.parsed.from_addr, "pay": body.get("id"), "amount": str(body.get("amount")),
+        "token": body.get("token"), "chain": body.get("chain"), "tx": rec.get("tx"),
+        "payer": rec.get("payer"), "payee": rec.get("payee"), "tx_time": rec.get("tx_time"),
+        "mail_date": pay.date, "verified_by": rec.get("verified_by"), "verified_at": rec.get("verified_at"),
+        "payee_from_invoice": invoice is not None,
+    }
+
+
+def _result(files: Mapping[str, bytes], path: str, mails: list[Mail]) -> dict[str, Any]:
+    rec = _json_file(files, path)
+    ful = _named(mails, "fulfill", rec.get("fulfill"))
+    if ful is None:
+        raise _Fail("result", f"{path}: names no FULFILL of the folder")
+    body = _body(ful)
+    digest = sha256_hex(canonical_json(body.get("result")))
+    if rec.get("sha256") != digest:
+        raise _Fail("result", f"{path}: the FULFILL's result hashes to {digest}, not {rec.get('sha256')}")
+    job = rec.get("job")
+    if isinstance(job, dict) and job.get("result_hash") not in (None, digest):
+        raise _Fail("result", f"{path}: the job's result hash is not the FULFILL's")
+    order = _first(mails, "order", id=str(body.get("order_ref")))
+    return {"by": ful.parsed.from_addr, "date": ful.date, "order_ref": body.get("order_ref"),
+            "result_sha256": digest, "order_in_folder": order is not None}
+
+
+def _asked(mails: list[Mail]) -> dict[str, Any] | None:
+    order = _first(mails, "order")
+    if order is None:
+        return None
+    body = _body(order)
+    task = body.get("task")
+    name = task.get("name") if isinstance(task, dict) else None
+    return {"by": order.parsed.from_addr, "date": order.date, "order": body.get("id"), "task": name,
+            "task_sha256": sha256_hex(canonical_json(task))}
+
+
+def check_evidence(files: Mapping[str, bytes]) -> EvidenceReport:
+    """What the folder whose files are `files` (path relative to it → bytes) proves."""
+    report = EvidenceReport()
+    try:
+        manifest = _integrity(files)
+        report.missing = manifest.missing
+        report.checked.append(f"{len(manifest.files) + 2} files match the manifest and its seal")
+        mails = _mails(files, manifest)
+        report.checked.append(f"{len(mails)} mails carry DKIM signatures verified against the recorded keys")
+        _thread(mails, manifest)
+        report.checked.append(f"the mails are one thread between {manifest.flow['local']} and "
+                              f"{manifest.flow['peer']}")
+        paid = [_proof(files, p, mails) for p in manifest.proofs]
+        if paid:
+            report.checked.append(f"{len(paid)} proof(s) agree with the signed PAY and INVOICE")
+        delivered = _result(files, manifest.result, mails) if manifest.result else None
+        if delivered is not None:
+            report.checked.append("the FULFILL's result matches its recorded hash")
+    except _Fail as fail:
+        report.reason, report.detail = fail.reason, fail.detail
+        return report
+    oops = [{"by": m.parsed.from_addr, "date": m.date, "code": (_body(m).get("error") or {}).get("code")}
+            for m in mails if m.entry.type == "oops"]
+    report.proven = {"flow": dict(manifest.flow), "asked": _asked(mails), "paid": paid,
+                     "delivered": delivered, "oops": oops}
+    report.ok = True
+    return report
+
+
+def date_of(text: str | None) -> str | None:
+    """A mail's Date as ISO 8601 (the header as written when it does not read)."""
+    if text is None:
+        return None
+    try:
+        return parsedate_to_datetime(text).isoformat()
+    except (TypeError, ValueError):
+        return text

@@ -1,0 +1,22 @@
+"""Fixtures of the evidence tests: a ledger over SQLite and over PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from envelopay.ledger.postgres import PostgresStore
+from envelopay.ledger.sqlite import SqliteStore
+from envelopay.ledger.store import Store
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    if request.param == "sqlite":
+        s: Store = SqliteStore(tmp_path / "ledger.db")
+    else:
+        s = PostgresStore(request.getfixturevalue("pg_dsn"), max_size=2)
+    yield s
+    s.close()
