@@ -15,6 +15,7 @@ Example (what `envelopay init` writes)::
     dkim_policy = "prefer"            # required | prefer | off
     proof_binding = "solicited"       # required | solicited (SPEC.md "Proof binding")
     profile = "strict"                # strict | lenient (interop profile, SPEC.md)
+    extensions = ["status"]           # WAIT/WHATSUP (SPEC.md "Status while working"); [] for none
 
     [answers]                         # automatic answers (SPEC.md "Automatic answers (RFC 3834)")
     per_peer = 300                    # at most this many to one peer per window (0: no limit)
@@ -78,6 +79,10 @@ class _Section(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+def _speaks_status() -> list[Literal["status"]]:
+    return ["status"]
+
+
 class AgentSection(_Section):
     address: str
     domain: str
@@ -96,6 +101,9 @@ class AgentSection(_Section):
     # The parse profile of this mailbox: "lenient" reads peers that bend the spec (SPEC.md
     # "Interop profile `lenient`"); each reading applied is listed in the Outcome.
     profile: Literal["strict", "lenient"] = "strict"
+    # Extensions this mailbox speaks and advertises (SPEC.md "Status while working"):
+    # "status" reads WAIT/WHATSUP and names itself in METHODS; [] speaks the nine only.
+    extensions: list[Literal["status"]] = Field(default_factory=_speaks_status)
 
     @field_validator("ledger")
     @classmethod

@@ -49,7 +49,7 @@ from envelopay.engine.records import (
     stamp_invoice,
     typed_refs,
 )
-from envelopay.engine.refusals import Refusals
+from envelopay.engine.status import JobSource, StatusDesk, store_jobs
 from envelopay.engine.verify import ProofBinding, verify_proof
 from envelopay.engine.waiting import park
 from envelopay.flows import Action, Direction, FlowKind, FlowState, Side, Step
@@ -74,6 +74,8 @@ from envelopay.protocol.messages import (
     Oops,
     Order,
     Pay,
+    Wait,
+    Whatsup,
     Which,
     is_proof_carrying,
 )
@@ -120,7 +122,7 @@ def _random_id() -> str:
     return secrets.token_hex(10)
 
 
-class Engine(Refusals):
+class Engine(StatusDesk):
     """One mailbox's engine. `rails` maps a chain name to the rail that serves it."""
 
     def __init__(
@@ -143,6 +145,7 @@ class Engine(Refusals):
         proof_binding: ProofBinding = "solicited",
         answer_limits: AnswerLimits | None = DEFAULT_ANSWER_LIMITS,
         reply_parser: Callable[[bytes], Parsed] | None = None,
+        job_source: JobSource | None = None,
     ) -> None:
         self.store = store
         self.address = address.lower()
@@ -166,6 +169,8 @@ class Engine(Refusals):
         self.proof_binding: ProofBinding = proof_binding
         # Automatic answers per peer and per thread (None: no limit; RFC 3834 still holds).
         self.answer_limits = answer_limits
+        # What a WAIT says about a flow's job (the status extension, engine/status.py).
+        self.job_source = job_source or store_jobs(store)
 
     # ------------------------------------------------------------------ inbound
     async def handle(self, raw: bytes, *, dkim: DkimResult | None = None) -> Outcome:
@@ -219,6 +224,8 @@ class Engine(Refusals):
             why = parsed.from_problem or "From is no address a reply could be composed to"
             return self._quarantine(parsed, message_id, None, f"ambiguous sender: {why}", None)
         message = parsed.message if parsed.valid else None
+        if isinstance(message, Wait | Whatsup):  # only when the parser speaks `status`
+            return await self._status(parsed, message_id, sender)
 
         early: tuple[OopsCode, str] | None = None
         poison = unstorable_body(message, parsed.id) if message is not None else None

@@ -65,7 +65,7 @@ class Sending:
         problem = unstorable_body(message, getattr(message, "id", None))
         if problem is not None:
             raise UsageError(f"{message.type.upper()}: {problem}; nothing was written")
-        message = self.bind_proof(message, to)
+        message = self.advertise(self.bind_proof(message, to))
         for _ in range(MAX_CONFLICT_RETRIES):
             now = self.clock()
             record = self._outbound_flow(message, to, flow_id, in_reply_to)
@@ -140,6 +140,10 @@ class Sending:
             if self.store.commit_step(commit) == "ok":
                 return Sent(fid, step.state, ob.message_id, ob)
         raise RuntimeError("flow kept changing while sending; gave up after retries")
+
+    def advertise(self, message: Message) -> Message:
+        """The extensions we speak, named in an ORDER we send (engine/status.py)."""
+        return message
 
     def bind_proof(self, message: Message, to: str) -> Message:
         """Add the payer's binding (envelopay.rails.binding) to a proof we present, when

@@ -361,8 +361,9 @@ def build_node(
     engine_kw: dict[str, Any] = {}
     if id_factory is not None:
         engine_kw["id_factory"] = id_factory
-    if cfg.agent.profile != "strict":
-        engine_kw["parser"] = partial(parse, options=ParseOptions(profile=cfg.agent.profile))
+    if cfg.agent.profile != "strict" or cfg.agent.extensions:
+        options = ParseOptions(profile=cfg.agent.profile, extensions=frozenset(cfg.agent.extensions))
+        engine_kw["parser"] = partial(parse, options=options)
     engine = Engine(
         store,
         address=cfg.agent.address,

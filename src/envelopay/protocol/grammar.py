@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from email.header import decode_header, make_header
 from typing import Literal
 
-from envelopay.protocol.messages import MessageType
+from envelopay.protocol.messages import EXTENSION_OF, SPEC_TYPES, MessageType
 
 __all__ = [
     "KEYWORDS",
@@ -25,9 +25,12 @@ __all__ = [
 ]
 
 # The nine all-caps keywords, in the spec's order.
-KEYWORDS: tuple[str, ...] = tuple(t.keyword for t in MessageType)
+KEYWORDS: tuple[str, ...] = tuple(t.keyword for t in SPEC_TYPES)
 SUPPORTED_TYPES_TEXT = ", ".join(KEYWORDS)
-_BY_KEYWORD: dict[str, MessageType] = {t.keyword: t for t in MessageType}
+_BY_KEYWORD: dict[str, MessageType] = {t.keyword: t for t in SPEC_TYPES}
+# "subject keywords beyond the nine are extensions": known only to a receiver that
+# speaks the extension (SPEC.md "Status while working"); to everyone else unknown_type.
+_EXTENSION_KEYWORDS: dict[str, MessageType] = {t.keyword: t for t in EXTENSION_OF}
 
 # Spec: "If the subject matches ^[A-Z]+(\s*\|.*)?$ but the keyword isn't one of the nine
 # types, reply OOPS with unknown_type". The same shape, split into keyword and note.
@@ -101,8 +104,14 @@ def is_plain_reply(subject: str | None) -> bool:
     return _REPLY_OR_FORWARD.match(text) is None and _FORWARD_MARK.fullmatch(text) is None
 
 
-def classify_subject(subject: str | None, *, re_prefix: Literal["v0.1", "v0.2"] = "v0.1") -> SubjectForm:
-    """Apply the subject grammar to a decoded subject."""
+def classify_subject(
+    subject: str | None,
+    *,
+    re_prefix: Literal["v0.1", "v0.2"] = "v0.1",
+    extensions: frozenset[str] = frozenset(),
+) -> SubjectForm:
+    """Apply the subject grammar to a decoded subject. An extension's keyword (WAIT,
+    WHATSUP) is a type only when `extensions` names its extension."""
     if subject is None:
         return SubjectForm(False, reason="no Subject header")
     text = _strip_tag(subject.strip())
@@ -125,7 +134,11 @@ def classify_subject(subject: str | None, *, re_prefix: Literal["v0.1", "v0.2"] 
     keyword = m.group(1)
     raw_note = m.group(2)
     note = raw_note.strip() if raw_note is not None else None
-    return SubjectForm(True, keyword=keyword, type=_BY_KEYWORD.get(keyword), note=note)
+    kind = _BY_KEYWORD.get(keyword)
+    extra = _EXTENSION_KEYWORDS.get(keyword)
+    if kind is None and extra is not None and EXTENSION_OF[extra] in extensions:
+        kind = extra
+    return SubjectForm(True, keyword=keyword, type=kind, note=note)
 
 
 def format_subject(kind: MessageType, note: str | None) -> str:

@@ -23,6 +23,8 @@ from pydantic import (
 )
 
 __all__ = [
+    "EXTENSION_OF",
+    "SPEC_TYPES",
     "SUPPORTED_VERSIONS",
     "Accept",
     "Amount",
@@ -38,14 +40,19 @@ __all__ = [
     "Order",
     "Pay",
     "RailMethod",
+    "Wait",
     "Want",
+    "Whatsup",
     "Which",
     "model_for",
 ]
 
 
 class MessageType(StrEnum):
-    """The nine subject keywords, as the lowercase names used in JSON `type`."""
+    """The nine subject keywords, as the lowercase names used in JSON `type`, and the
+    types of this implementation's extensions (`EXTENSION_OF`), which a parser reads only
+    when told to (`ParseOptions.extensions`) and nobody sends to a peer that did not
+    advertise them (SPEC.md "Status while working")."""
 
     WHICH = "which"
     METHODS = "methods"
@@ -56,11 +63,19 @@ class MessageType(StrEnum):
     OFFER = "offer"
     ACCEPT = "accept"
     OOPS = "oops"
+    # -- the `status` extension (protocol.status): never one of the nine
+    WAIT = "wait"
+    WHATSUP = "whatsup"
 
     @property
     def keyword(self) -> str:
         return self.value.upper()
 
+
+# The spec's nine, in its order: what `unknown_type` lists and a strict parser knows.
+SPEC_TYPES: tuple[MessageType, ...] = tuple(t for t in MessageType if t not in ("wait", "whatsup"))
+# An extension type -> the extension that names it (advertised in `extensions`).
+EXTENSION_OF: dict[MessageType, str] = {MessageType.WAIT: "status", MessageType.WHATSUP: "status"}
 
 # (major, minor) pairs this implementation speaks. 0.1 is the default; 0.2 adds the
 # prepaid ORDER fields.
@@ -101,6 +116,10 @@ Token = Annotated[str, StringConstraints(min_length=1, max_length=128)]
 Chain = Annotated[str, StringConstraints(min_length=1, max_length=64)]
 Wallet = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 JsonObject = dict[str, Any]
+# An extension's name, as advertised in WHICH, METHODS or ORDER `extensions` (SPEC.md "Status
+# while working"): lowercase letters, digits, `_`, `-`; at most 16 of them.
+ExtensionName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9_-]{1,32}$")]
+Extensions = Annotated[list[ExtensionName], Field(max_length=16)]
 
 
 class _Wire(BaseModel):
@@ -125,6 +144,8 @@ class Which(_Body):
     id: Ident | None = None
     note: Text | None = None
     task: JsonObject | Text | None = None
+    # Additive (SPEC.md "Status while working"): the extensions the asker speaks.
+    extensions: Extensions | None = None
 
 
 # The lenient interop profile (SPEC.md "Interop profile `lenient`") accepts a METHODS
@@ -165,6 +186,9 @@ class Methods(_Body):
     fallback: Text | None = None
     # Additive (SPEC.md "Proof binding"): the binding the payer's proof must carry.
     binding: Token | None = None
+    # Additive (SPEC.md "Status while working"): the extensions this worker speaks, named
+    # only to an asker whose WHICH named them.
+    extensions: Extensions | None = None
 
 
 class Pay(_Body):
@@ -183,6 +207,8 @@ class Order(_Body):
     id: Ident
     task: JsonObject | Text
     note: Text | None = None
+    # Additive (SPEC.md "Status while working"): the extensions the buyer reads.
+    extensions: Extensions | None = None
     # v0.2.0 prepaid ORDER: once `amount` is present, token, chain and proof are required.
     amount: Amount | None = None
     token: Token | None = None
@@ -274,7 +300,36 @@ class Oops(_Body):
     ref: Ident | None = None
 
 
-Message = Which | Methods | Pay | Order | Fulfill | Invoice | Offer | Accept | Oops
+# The `status` extension (SPEC.md "Status while working"). A job state is a short
+# lowercase word; the seven this worker writes are protocol.status.JOB_STATES, and a
+# reader shows one it does not know rather than refuse it (a later worker may add one).
+JobStateName = Annotated[str, StringConstraints(pattern=r"^[a-z_]{1,32}$")]
+# ISO 8601 UTC, e.g. "2026-12-04T23:01:02Z": kept as written, a signal for people.
+Stamp = Annotated[str, StringConstraints(min_length=1, max_length=64)]
+
+
+class Wait(_Body):
+    """Worker -> buyer: the job of `order_ref` is in `state` (since `at[state]`)."""
+
+    type: Literal["wait"] = "wait"
+    id: Ident
+    order_ref: Ident
+    state: JobStateName
+    at: Annotated[dict[JobStateName, Stamp], Field(max_length=16)] = Field(default_factory=dict)
+    ref: Ident | None = None  # the WHATSUP this answers; absent when the worker tells unasked
+    note: Text | None = None
+
+
+class Whatsup(_Body):
+    """Buyer -> worker: how is the job of `order_ref` going?"""
+
+    type: Literal["whatsup"] = "whatsup"
+    id: Ident
+    order_ref: Ident
+    note: Text | None = None
+
+
+Message = Which | Methods | Pay | Order | Fulfill | Invoice | Offer | Accept | Oops | Wait | Whatsup
 
 _MODELS: dict[MessageType, type[_Body]] = {
     MessageType.WHICH: Which,
@@ -286,6 +341,8 @@ _MODELS: dict[MessageType, type[_Body]] = {
     MessageType.OFFER: Offer,
     MessageType.ACCEPT: Accept,
     MessageType.OOPS: Oops,
+    MessageType.WAIT: Wait,
+    MessageType.WHATSUP: Whatsup,
 }
 
 

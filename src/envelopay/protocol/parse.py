@@ -41,6 +41,7 @@ from envelopay.protocol.headers import SINGLETON_HEADERS, Field, HeaderRefusal, 
 from envelopay.protocol.headers import addresses as _addresses
 from envelopay.protocol.lenient import LENIENT_PREFIX, fill, type_line
 from envelopay.protocol.messages import (
+    SPEC_TYPES,
     SUPPORTED_VERSIONS,
     Message,
     MessageType,
@@ -59,7 +60,7 @@ from envelopay.protocol.parsed import Parsed, Problem
 from envelopay.protocol.payload import PayloadError, TextLeaf, extract, leading_text
 from envelopay.protocol.quoting import own_text
 
-__all__ = ["REPLY_HINT", "SINGLETON_HEADERS", "ParseOptions", "parse"]
+__all__ = ["REPLY_HINT", "SINGLETON_HEADERS", "ParseOptions", "parse", "parser_options"]
 
 # SINGLETON_HEADERS (protocol.headers) is re-exported: the one list every reader refuses twice.
 # Headers whose decoded value we read; CR/LF in any of them is refused.
@@ -77,8 +78,8 @@ _HEADER_END = re.compile(rb"\r?\n\r?\n")
 _PARAM = re.compile(r';\s*([!#$%&\'*+\-.^_`|~0-9A-Za-z]+)\s*=\s*("(?:[^"\\]|\\.)*"|[^;\s]*)')
 
 _MAX_DEPTH = 8
-_BY_VALUE: dict[str, MessageType] = {t.value: t for t in MessageType}
-_JSON_TYPES = ", ".join(t.value for t in MessageType)
+_BY_VALUE: dict[str, MessageType] = {t.value: t for t in SPEC_TYPES}
+_JSON_TYPES = ", ".join(t.value for t in SPEC_TYPES)
 _MAX_PARTS = 256
 _MAX_ENCODED_SUBJECT = 4096  # longer subjects with encoded-words are not decoded
 
@@ -95,15 +96,26 @@ class ParseOptions:
                  In-Reply-To/References name a Message-ID it sent): a `Re:` subject
                  is then a person's reply, and the body's JSON `type` names the
                  message (SPEC.md "Replies in our thread"); set by the engine only
+    extensions -- the extensions this receiver speaks (`"status"`: WAIT and WHATSUP are
+                 types, SPEC.md "Status while working"); none by default, so their
+                 keywords are unknown_type as the spec says
     """
 
     re_prefix: Literal["v0.1", "v0.2"] = "v0.1"
     max_bytes: int = 10 * 1024 * 1024
     profile: Literal["strict", "lenient"] = "strict"
     in_our_thread: bool = False
+    extensions: frozenset[str] = frozenset()
 
 
 _DEFAULT_OPTIONS = ParseOptions()
+
+
+def parser_options(parser: object) -> ParseOptions:
+    """The options a receiver's parser runs with: those of `partial(parse, options=...)`,
+    the defaults for plain `parse` or any other function."""
+    given = getattr(parser, "keywords", {}).get("options") if getattr(parser, "func", None) is parse else None
+    return given if isinstance(given, ParseOptions) else _DEFAULT_OPTIONS
 
 
 @dataclass(slots=True)
@@ -498,7 +510,7 @@ def _parse(raw: bytes, opts: ParseOptions) -> Parsed:
     if decoded["from"] is not None and len(from_list) != 1:
         problems.append(Problem(OopsCode.INVALID_FIELD, "From must name exactly one address", "from"))
     subject = decoded["subject"]
-    form = classify_subject(subject, re_prefix=opts.re_prefix)
+    form = classify_subject(subject, re_prefix=opts.re_prefix, extensions=opts.extensions)
     lenient = opts.profile == "lenient"
     if lenient and is_reply(subject) and len(raw) <= opts.max_bytes:
         _, plain, html_parts = _parts(headers, body, text=True)

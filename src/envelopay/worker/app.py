@@ -159,6 +159,8 @@ class WorkerApp:
             which_ref=which.id,
             rails=rails,
             note=f"{note}; tasks: {tasks}" if tasks else note,
+            # Only to an asker that named them: a strict peer gets no field it did not ask for.
+            extensions=[e for e in self.config.agent.extensions if e in (which.extensions or ())] or None,
         )
 
     def _exchange_methods(self, which: Which, give: str, want: str) -> Methods | Refusal:

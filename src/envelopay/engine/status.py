@@ -1,0 +1,212 @@
+"""The `status` extension in the inbound path (SPEC.md "Status while working").
+
+A WHATSUP is answered with a WAIT naming the job's state and times; a WAIT is recorded
+in its flow's log for the buyer's `order --wait` and `status` to read. Neither moves
+the flow: its state and version stay, the messages are log lines beside it. Both are
+claimed by Message-ID like every inbound message, so a redelivered WHATSUP gets the
+recorded outcome back and no second WAIT. `accepted_wait` is the WAIT a worker writes
+in the same commit as the job it accepts, when the ORDER advertised the extension.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from envelopay.engine.outcome import Outcome, Repeat, Sent
+from envelopay.engine.records import content_hash, out_entry
+from envelopay.engine.refusals import Refusals
+from envelopay.errors import UsageError
+from envelopay.ledger.store import Claim, Commit, FlowRecord, LogEntry
+from envelopay.protocol.autosubmit import AUTO_GENERATED
+from envelopay.protocol.codes import OopsCode
+from envelopay.protocol.messages import Message, Order, Wait, Whatsup, Which
+from envelopay.protocol.outbound import Outbound
+from envelopay.protocol.parse import parser_options
+from envelopay.protocol.parsed import Parsed
+from envelopay.protocol.status import STATUS, body_advertises, wait_message
+
+__all__ = ["JobReport", "JobSource", "StatusDesk", "accepted_wait", "flow_report", "store_jobs"]
+
+
+@dataclass(frozen=True, slots=True)
+class JobReport:
+    """What a WAIT says about one job: its state and when it entered each state."""
+
+    state: str
+    times: Mapping[str, datetime]
+
+
+class JobSource(Protocol):
+    def __call__(self, flow: FlowRecord) -> JobReport | None: ...
+
+
+class _Job(Protocol):
+    """The two things read from a ledger job row (ledger/jobs.py `Job`)."""
+
+    state: str
+
+    def times(self) -> Mapping[str, datetime]: ...
+
+
+# Without a job row (a ledger before jobs, or a flow that never became one), the flow's
+# own state says as much: a paid flow's work is queued, a fulfilled one is done.
+_FLOW_STATES: dict[str, str] = {
+    "ordered": "unpaid",
+    "invoiced": "unpaid",
+    "quoted": "unpaid",
+    "paid": "queued",
+    "prepaid": "queued",
+    "fulfilled": "done",
+}
+
+
+def flow_report(flow: FlowRecord) -> JobReport | None:
+    state = _FLOW_STATES.get(flow.state)
+    return None if state is None else JobReport(state, {state: flow.updated_at})
+
+
+def store_jobs(store: Any) -> JobSource:
+    """The ledger's job for a flow when the store keeps jobs, else the flow's state."""
+
+    def report(flow: FlowRecord) -> JobReport | None:
+        lookup: Callable[[str], _Job | None] | None = getattr(store, "job_for_flow", None)
+        job = lookup(flow.flow_id) if lookup is not None else None
+        if job is None:
+            return flow_report(flow)
+        return JobReport(job.state, dict(job.times()))
+
+    return report
+
+
+def accepted_wait(
+    *,
+    order_body: Mapping[str, Any] | None,
+    local: str,
+    peer: str,
+    message_id: str,
+    new_id: Callable[[str], str],
+    now: datetime,
+    in_reply_to: str | None = None,
+    references: tuple[str, ...] = (),
+) -> Outbound | None:
+    """The WAIT (`queued`) told unasked when a job is accepted; None when the ORDER did
+    not advertise `status` (a strict peer gets nothing it cannot read)."""
+    if order_body is None or not body_advertises(order_body):
+        return None
+    order_ref = order_body.get("id")
+    if not isinstance(order_ref, str):
+        return None
+    wait = wait_message(id=new_id("wait"), order_ref=order_ref, state="queued", times={"queued": now},
+                        note="received, working on it")
+    return Outbound(local, peer, wait, message_id, now, in_reply_to, references,
+                    auto_submitted=AUTO_GENERATED)
+
+
+class StatusDesk(Refusals):
+    """The extension half of an Engine; `Engine.__init__` sets `job_source`."""
+
+    job_source: JobSource
+    parser: Callable[[bytes], Parsed]
+
+    @property
+    def speaks_status(self) -> bool:
+        """The mailbox's parser reads WAIT and WHATSUP (node wiring: `[agent] extensions`)."""
+        return STATUS in parser_options(self.parser).extensions
+
+    def advertise(self, message: Message) -> Message:
+        """A WHICH or ORDER we send names `status` when we speak it: the worker may then
+        say it speaks it too (METHODS) and tell us how the job goes (WAIT); a strict
+        worker ignores the field (spec: "Unknown fields must be ignored")."""
+        if isinstance(message, Order | Which) and message.extensions is None and self.speaks_status:
+            return message.model_copy(update={"extensions": [STATUS]})
+        return message
+
+    async def _status(self, parsed: Parsed, message_id: str, sender: str) -> Outcome:
+        now = self.clock()
+        message = parsed.message
+        assert isinstance(message, Wait | Whatsup)
+        claim = Claim(local=self.address, message_id=message_id, content_hash=content_hash(parsed),
+                      worker=self.worker_id, now=now, lease_until=now + self.lease,
+                      sender=sender, protocol_id=parsed.id)
+        begin = self.store.begin_step(claim)
+        if begin.status in ("seen", "retransmission"):
+            assert begin.outcome is not None
+            repeat: Repeat = "message_id" if begin.status == "seen" else "retransmission"
+            return Outcome.from_json(begin.outcome, repeat=repeat)
+        if begin.status == "busy":
+            return Outcome("busy", message_id, detail="claimed by another worker")
+        if begin.status == "duplicate_id":
+            reused = (OopsCode.DUPLICATE_ID, "id reused with other content")
+            refused = await self._refuse_early(parsed, message_id, sender, reused, False, now)
+            return refused or Outcome("busy", message_id, detail="claim lost")
+        # The buyer wrote the ORDER: its id is the buyer's (author = the buyer).
+        author = sender if isinstance(message, Whatsup) else self.address
+        flow = self.store.flow_for_ref(self.address, sender, author, message.order_ref)
+        if flow is None or flow.peer != sender:
+            return await self._status_unknown(parsed, message, message_id, sender, now)
+        if isinstance(message, Wait):
+            return self._status_record(parsed, message, message_id, sender, flow, now, ())
+        report = self.job_source(flow) or flow_report(flow) or JobReport("unknown", {})
+        wait = wait_message(id=self.new_id("wait"), order_ref=message.order_ref, state=report.state,
+                            times=report.times, ref=message.id)
+        return self._status_record(parsed, message, message_id, sender, flow, now, (wait,))
+
+    async def _status_unknown(
+        self, parsed: Parsed, message: Wait | Whatsup, message_id: str, sender: str, now: datetime
+    ) -> Outcome:
+        """A WHATSUP about no ORDER of this peer: OOPS unknown_ref (the asker reads OOPS,
+        one of the nine). A WAIT about none: recorded, never answered (it answers nothing)."""
+        detail = f"no ORDER {message.order_ref[:80]!r} from {sender}"
+        if isinstance(message, Wait):
+            outcome = Outcome("ignored", message_id, detail=f"WAIT: {detail}")
+            commit = self._flowless_commit(parsed, outcome, message_id, sender, True, None, now)
+            return self._finish(commit, outcome, message_id) or outcome
+        unknown = (OopsCode.UNKNOWN_REF, detail)
+        refused = await self._refuse_early(parsed, message_id, sender, unknown, True, now)
+        return refused or Outcome("busy", message_id, detail="claim lost")
+
+    def _status_record(
+        self, parsed: Parsed, message: Wait | Whatsup, message_id: str, sender: str,
+        flow: FlowRecord, now: datetime, answers: tuple[Wait, ...],
+    ) -> Outcome:
+        """Log the message (and its answer) in the flow, leaving the flow as it is."""
+        replies = tuple(self._reply(parsed, sender, w, now) for w in answers)
+        in_entry = LogEntry(flow.flow_id, now, "in", message.type, message_id, message.id, sender,
+                            self.address, message.model_dump(mode="json"))
+        outcome = Outcome("processed", message_id, flow_id=flow.flow_id, state=flow.state,
+                          detail=f"{message.type.upper()} {getattr(message, 'state', '')}".strip(),
+                          outbox=tuple(r.message_id for r in replies))
+        commit = Commit(
+            local=self.address, now=now, outcome=outcome.to_json(), message_id=message_id,
+            worker=self.worker_id,
+            log=(in_entry, *(out_entry(flow.flow_id, r, now) for r in replies)),
+            message_ids=((message_id, flow.flow_id), *((r.message_id, flow.flow_id) for r in replies)),
+            outbox=tuple((r, flow.flow_id) for r in replies),
+            sender=sender, protocol_id=parsed.id, replay_fate="done",
+        )
+        return self._finish(commit, outcome, message_id, parsed) or outcome
+
+    def send_whatsup(self, flow_id: str, note: str | None = None) -> Sent:
+        """Ask the worker of our order flow `flow_id` how its job goes: a WHATSUP logged
+        in the flow (its state unchanged) and written to the outbox in one commit."""
+        flow = self.store.get_flow(flow_id)
+        order = flow.data.get("order") if flow is not None else None
+        if flow is None or flow.side != "payer" or not isinstance(order, Mapping):
+            raise UsageError(f"no order flow {flow_id!r} of ours to ask about")
+        now = self.clock()
+        last = flow.data.get("last_in")
+        irt, refs = (None, ())
+        if isinstance(last, Mapping) and isinstance(last.get("message_id"), str):
+            irt, refs = last["message_id"], tuple(last.get("references", ()))
+        ask = Whatsup(id=self.new_id("wsup"), order_ref=str(order.get("id")), note=note)
+        ob = Outbound(self.address, flow.peer, ask, self.new_message_id(), now, irt, refs)
+        outcome = {"status": "sent", "flow_id": flow_id, "message_id": ob.message_id}
+        commit = Commit(local=self.address, now=now, outcome=outcome, log=(out_entry(flow_id, ob, now),),
+                        refs=((flow.peer, self.address, ask.id, flow_id),),
+                        message_ids=((ob.message_id, flow_id),), outbox=((ob, flow_id),))
+        if self.store.commit_step(commit) != "ok":
+            raise RuntimeError("the WHATSUP could not be recorded")
+        return Sent(flow_id, flow.state, ob.message_id, ob)
