@@ -53,7 +53,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from envelopay.errors import ConfigError
 
@@ -185,13 +193,39 @@ def _amount_str(v: Any) -> str:
 
 class TaskConfig(_Section):
     name: str
-    handler: str
+    # Exactly one of: a Python callable ("module:function", async, or sync run in a
+    # thread), or a command (an argv list, never a shell string: fields as JSON on stdin,
+    # the result as JSON on stdout; envelopay.worker.command).
+    handler: str = ""
+    command: tuple[str, ...] = ()
     schema_ref: str = Field(alias="schema")
     price: str = "0"
     prices: dict[str, str] = Field(default_factory=dict)
     description: str = ""
+    # The job runner (envelopay.worker.runner): how many run at once, the wall-clock
+    # limit of one attempt, how many attempts, whether a run cut short (a crash) may run
+    # again, and what a paid job that fails for good gets: its payment back, or an operator.
+    concurrency: int = Field(default=4, ge=1, le=1024)
+    time_limit: float = Field(default=600.0, gt=0, le=7 * 86400)
+    attempts: int = Field(default=1, ge=1, le=100)
+    idempotent: bool = False
+    on_failure: Literal["refund", "hold"] = "refund"
+    # A command's limits: its address space in MiB, its environment (nothing else is
+    # passed), and the folder its per-job working folders are made in (default: the
+    # system's temporary folder).
+    memory_mb: int = Field(default=2048, ge=16)
+    env: dict[str, str] = Field(default_factory=dict)
+    workdir: str = ""
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _one_handler(self) -> TaskConfig:
+        if bool(self.handler) == bool(self.command):
+            raise ValueError(f"task {self.name}: give either handler = 'module:function' or command = [argv]")
+        if self.command and not all(isinstance(a, str) and a for a in self.command):
+            raise ValueError(f"task {self.name}: command is a list of non-empty strings")
+        return self
 
     @field_validator("name")
     @classmethod
@@ -202,8 +236,8 @@ class TaskConfig(_Section):
 
     @field_validator("handler", "schema_ref")
     @classmethod
-    def _ref(cls, v: str) -> str:
-        if not _REF.match(v):
+    def _ref(cls, v: str, info: ValidationInfo) -> str:
+        if (v or info.field_name != "handler") and not _REF.match(v):
             raise ValueError("must be 'package.module:name'")
         return v
 

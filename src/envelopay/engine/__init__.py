@@ -4,7 +4,9 @@
     refusals.py     every way that path says no (OOPS or silence), in one commit
     verify.py       the VerifyProof action (rail.verify, the earliest transfer allowed)
     send.py         Engine.send: record a message we compose in its flow and outbox
-    application.py  what the engine asks the application (Application, Context, Refuse, Notice)
+    application.py  what the engine asks the application (Application, Context, Refuse, Notice,
+                    Enqueue: work taken on as a job)
+    jobs.py         the job row a step writes when the application answers Enqueue
     outcome.py      what a step did (Outcome) and what a send recorded (Sent)
     records.py      the working state of a step, its log lines and flow facts
     outbox.py       the drainer: outbox row → send hook → DKIM signature → transport
@@ -16,7 +18,7 @@ rooms sit above it and hand it an Application, a Store, rails and a Transport.
 
 from __future__ import annotations
 
-from envelopay.engine.application import Application, BaseApplication, Context, Notice, Refuse
+from envelopay.engine.application import Application, BaseApplication, Context, Enqueue, Notice, Refuse
 from envelopay.engine.inbound import Engine
 from envelopay.engine.outcome import Outcome, Sent
 
@@ -25,6 +27,7 @@ __all__ = [
     "BaseApplication",
     "Context",
     "Engine",
+    "Enqueue",
     "Notice",
     "Outcome",
     "Refuse",

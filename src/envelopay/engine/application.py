@@ -28,7 +28,7 @@ from envelopay.protocol.messages import (
 )
 from envelopay.rails.interface import Verdict
 
-__all__ = ["Application", "BaseApplication", "Context", "Decision", "Notice", "Refuse"]
+__all__ = ["Application", "BaseApplication", "Context", "Decision", "Enqueue", "Notice", "Refuse"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +39,19 @@ class Refuse:
     note: str = ""
 
 
-Decision: TypeAlias = "Message | Refuse | OopsCode | None"
+@dataclass(frozen=True, slots=True)
+class Enqueue:
+    """Take the work on as a job (envelopay.ledger.jobs) instead of answering now: the
+    engine writes the job row in the step's own commit, so paid work is never forgotten,
+    and the job runner answers FULFILL (or OOPS) later through the outbox."""
+
+    task: str  # the declared task's name
+    params: Mapping[str, Any]  # the ORDER's task as received
+    policy: str = "refund"  # what a paid job that fails for good gets: "refund" | "hold"
+    idempotent: bool = False
+
+
+Decision: TypeAlias = "Message | Refuse | Enqueue | OopsCode | None"
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +82,7 @@ class Notice:
     message: Message
     message_id: str | None
     verdict: Verdict | None = None
+    job_id: str | None = None  # the job this step took on (Enqueue), told once it is committed
 
 
 class Application(Protocol):
@@ -84,12 +97,14 @@ class Application(Protocol):
 
     async def order(
         self, order: Order, ctx: Context, *, paid: int | None
-    ) -> Invoice | Fulfill | Refuse | OopsCode | None:
+    ) -> Invoice | Fulfill | Enqueue | Refuse | OopsCode | None:
         """An ORDER arrived: quote it (INVOICE), do it now (FULFILL, free or prepaid with
-        `paid` verified units), or refuse it."""
+        `paid` verified units), take it on as a job (Enqueue), or refuse it."""
         ...
 
-    async def fulfill(self, order: Order, pay: Pay, ctx: Context) -> Fulfill | Refuse | OopsCode: ...
+    async def fulfill(
+        self, order: Order, pay: Pay, ctx: Context
+    ) -> Fulfill | Enqueue | Refuse | OopsCode: ...
 
     async def offer(self, offer: Offer, ctx: Context) -> Accept | Refuse | OopsCode | None:
         """An OFFER whose give leg verified: counter-pay (rail.pay) and ACCEPT, or refuse."""

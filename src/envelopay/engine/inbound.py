@@ -34,8 +34,9 @@ from typing import Any, Literal
 from envelopay import flows
 from envelopay.dkim import DkimResult, apply_policy
 from envelopay.engine.alignment import _dkim_label, acted_on, dkim_label
-from envelopay.engine.application import Application, Context, Notice, Refuse
+from envelopay.engine.application import Application, Context, Enqueue, Notice, Refuse
 from envelopay.engine.bounces import bounce_of, bounce_outcome
+from envelopay.engine.jobs import job_of
 from envelopay.engine.outcome import Outcome
 from envelopay.engine.poison import clean_parsed, unstorable_body
 from envelopay.engine.records import (
@@ -485,6 +486,11 @@ class Engine(StatusDesk):
             elif action is Action.DECIDE_OFFER:
                 assert isinstance(message, Offer)
                 decision = await self._ask(partial(self.app.offer, message, ctx))
+            if isinstance(decision, Enqueue):  # no answer now: the job runner's, later
+                work.job = job_of(decision, message, work, parsed.message_id, self.address, now)
+                work.notices.append(Notice(work.flow_id, work.fs.kind, work.fs.side, work.fs.state, work.peer,
+                                           message, parsed.message_id, work.verdict, work.job.job_id))
+                continue
             self._apply_decision(parsed, decision, work, now)
 
     def _apply_decision(self, parsed: Parsed, decision: Any, work: Work, now: datetime) -> None:
@@ -592,6 +598,7 @@ class Engine(StatusDesk):
             sender=sender,
             protocol_id=parsed.id,
             replay_fate="done",
+            job_new=work.job,
         )
         result = self._finish(commit, outcome, message_id, parsed)
         if result is not None and result.repeat is None:

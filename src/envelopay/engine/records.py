@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from envelopay.engine.application import Notice
 from envelopay.flows import FlowState
+from envelopay.ledger.jobs import Job
 from envelopay.ledger.store import LogEntry
 from envelopay.protocol.codes import OopsCode
 from envelopay.protocol.compose import reply_headers as compose_reply_headers
@@ -64,6 +65,7 @@ class Work:
     detail: str = ""
     persist: bool = True
     start: FlowState | None = None  # the flow as read, to skip a write that changes nothing
+    job: Job | None = None  # work taken on as a job: written with this step's commit
 
 
 def content_hash(parsed: Parsed) -> str:

@@ -9,6 +9,7 @@ The client role steps its own messages through the same tables as the inbound pa
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from datetime import datetime
 
 from envelopay import flows
@@ -17,6 +18,7 @@ from envelopay.engine.poison import unstorable_body
 from envelopay.engine.records import MAX_CONFLICT_RETRIES, REF_FIELDS, out_entry, stamp_invoice, typed_refs
 from envelopay.errors import UsageError
 from envelopay.flows import Direction, FlowKind, FlowState, Side
+from envelopay.ledger.jobs import JobMove
 from envelopay.ledger.store import Commit, FlowRecord, FlowWrite, Store
 from envelopay.protocol.messages import Message, Offer
 from envelopay.protocol.outbound import Outbound
@@ -51,13 +53,16 @@ class Sending:
         in_reply_to: str | None = None,
         references: tuple[str, ...] = (),
         note: str | None = None,
+        job: JobMove | None = None,
     ) -> Sent:
         """Record an outgoing message in its flow and write its outbox row.
 
         The flow is `flow_id`, else the one the message's typed refs name, else the one
         `in_reply_to` names, else the flow the message opens. A message the flow's table
         refuses raises UsageError (nothing is written). Threading headers default to a
-        reply to the flow's latest inbound message."""
+        reply to the flow's latest inbound message. `job`: a job's move written in the same
+        commit (its answer goes out once); a job no longer in its from_states raises
+        UsageError, nothing written."""
         to = to.lower()
         # What no mail or ledger row can hold (a lone surrogate, NUL, too deep to serialize)
         # is refused before the first write: it used to be committed with its flow and
@@ -136,9 +141,14 @@ class Sending:
                 refs=tuple(refs_rows),
                 message_ids=((ob.message_id, fid),),
                 outbox=((ob, fid),),
+                # The job's answer is this message: recorded with it.
+                job_move=replace(job, fields={**job.fields, "answer_id": ob.message_id}) if job else None,
             )
-            if self.store.commit_step(commit) == "ok":
+            result = self.store.commit_step(commit)
+            if result == "ok":
                 return Sent(fid, step.state, ob.message_id, ob)
+            if result == "lost" and job is not None:
+                raise UsageError(f"job {job.job_id} moved on: nothing sent")
         raise RuntimeError("flow kept changing while sending; gave up after retries")
 
     def advertise(self, message: Message) -> Message:

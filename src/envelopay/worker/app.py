@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from envelopay.config import AcceptedRail, WorkerConfig
-from envelopay.engine import Context, Notice, Refuse
+from envelopay.engine import Context, Enqueue, Notice, Refuse
 from envelopay.errors import RailError, TransportError
 from envelopay.protocol.codes import OopsCode
 from envelopay.protocol.messages import (
@@ -47,6 +47,7 @@ from envelopay.protocol.messages import (
 from envelopay.rails.amounts import amount_text, asset_decimals
 from envelopay.rails.interface import Rail
 from envelopay.worker.counterpay import CounterPayer, CounterPayments
+from envelopay.worker.execute import execute
 from envelopay.worker.tasks import TaskBook, TaskError, TaskRequest
 
 __all__ = ["FreeResult", "Refusal", "WorkerApp", "WorkerApplication"]
@@ -223,7 +224,8 @@ class WorkerApp:
         resolved, _ = self._resolve(task)
         if isinstance(resolved, Refusal):
             return resolved
-        out = await self.tasks.run(resolved)
+        # A command always runs as its own process (envelopay.worker.execute).
+        out = await (execute(resolved) if resolved.task.config.command else self.tasks.run(resolved))
         if isinstance(out, TaskError):
             return Refusal(out.code, out.detail, out.field)
         return out
@@ -331,10 +333,21 @@ def _refuse(r: Refusal) -> Refuse:
 
 
 class WorkerApplication:
-    """The paid worker as the engine's `Application`."""
+    """The paid worker as the engine's `Application`.
 
-    def __init__(self, app: WorkerApp) -> None:
+    With `jobs` on (what `worker serve` runs), a paid, free or prepaid ORDER's work is
+    taken on as a job (`Enqueue`: the row commits with the step, the job runner answers
+    later, envelopay.worker.runner); `on_job` hears each committed job (the runner's
+    wake-up). Off, the handler runs inside the step, as a library embedding the engine
+    without a runner needs."""
+
+    def __init__(
+        self, app: WorkerApp, *, jobs: bool = False, on_job: Callable[[str], None] | None = None
+    ) -> None:
         self.app = app
+        self.jobs = jobs
+        self.on_job = on_job
+
 
     def wallet(self, chain: str, token: str) -> str | None:
         return self.app.wallet_for(chain, token)
@@ -343,15 +356,27 @@ class WorkerApplication:
         out = self.app.methods(which)
         return None if isinstance(out, Refusal) else out  # no rail: silence is valid
 
-    async def _fulfil(self, order: Order, note: str) -> Fulfill | Refuse:
+    async def _fulfil(self, order: Order, note: str) -> Fulfill | Enqueue | Refuse:
+        if self.jobs:
+            return self._enqueue(order)
         result = await self.app.run_task(order.task)
         if isinstance(result, Refusal):
             return _refuse(result)
         return Fulfill(id=self.app.new_id("ful"), order_ref=order.id, result=result, note=note[:200])
 
+    def _enqueue(self, order: Order) -> Enqueue | Refuse:
+        resolved, _ = self.app._resolve(order.task)
+        if isinstance(resolved, Refusal):
+            return _refuse(resolved)
+        data, _ = _split_rail(order.task)
+        params = dict(data) if isinstance(data, dict) else {"name": resolved.task.name}
+        cfg = resolved.task.config
+        return Enqueue(cfg.name, params, policy=cfg.on_failure, idempotent=cfg.idempotent)
+
     async def order(
         self, order: Order, ctx: Context, *, paid: int | None
-    ) -> Invoice | Fulfill | Refuse | None:
+    ) -> Invoice | Fulfill | Enqueue | Refuse | None:
+
         if order.prepaid:
             # v0.2 prepaid: the engine verified the proof for order.amount to our wallet.
             terms = self.app.prepaid_terms(order)
@@ -370,7 +395,7 @@ class WorkerApplication:
             return await self._fulfil(order, decision.note)
         return decision
 
-    async def fulfill(self, order: Order, pay: Pay, ctx: Context) -> Fulfill | Refuse:
+    async def fulfill(self, order: Order, pay: Pay, ctx: Context) -> Fulfill | Enqueue | Refuse:
         paid = self.app.amount(pay.amount, pay.chain, pay.token)
         return await self._fulfil(order, f"Paid {paid}; here is the result")
 
@@ -379,7 +404,8 @@ class WorkerApplication:
         return _refuse(out) if isinstance(out, Refusal) else out
 
     async def notify(self, notice: Notice) -> None:
-        return None
+        if notice.job_id is not None and self.on_job is not None:
+            self.on_job(notice.job_id)
 
 
 def _exchange_pair(task: Any) -> tuple[str, str] | None:

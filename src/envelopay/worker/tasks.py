@@ -21,7 +21,7 @@ from envelopay.config import TaskConfig, WorkerConfig, resolve_ref
 from envelopay.errors import ConfigError
 from envelopay.protocol.codes import OopsCode
 
-__all__ = ["DeclaredTask", "TaskBook", "TaskError", "TaskRequest"]
+__all__ = ["MAX_RESULT_BYTES", "DeclaredTask", "TaskBook", "TaskError", "TaskRequest", "check_result"]
 
 MAX_RESULT_BYTES = 256 * 1024
 
@@ -45,7 +45,7 @@ class TaskError:
 class DeclaredTask:
     config: TaskConfig
     schema: type[BaseModel]
-    handler: Callable[[Any], Any]
+    handler: Callable[[Any], Any] | None  # None: a command task (config.command)
 
     @property
     def name(self) -> str:
@@ -77,6 +77,9 @@ class TaskBook:
         tasks: dict[str, DeclaredTask] = {}
         for t in cfg.tasks:
             schema = _check_schema(t.schema_ref, resolve_ref(t.schema_ref))
+            if t.command:
+                tasks[t.name] = DeclaredTask(t, schema, None)
+                continue
             handler = resolve_ref(t.handler)
             if not callable(handler):
                 raise ConfigError(f"task {t.name}: handler {t.handler!r} is not callable")
@@ -117,22 +120,33 @@ class TaskBook:
         return TaskRequest(declared, params)
 
     async def run(self, request: TaskRequest) -> Any | TaskError:
-        """Run the declared handler; its result must be JSON data."""
+        """Run a Python handler inline (a command task is run by envelopay.worker.execute);
+        its result must be JSON data."""
+        handler = request.task.handler
+        if handler is None:
+            return TaskError(OopsCode.TASK_FAILED, f"task {request.task.name} is a command: run it as a job")
         try:
-            result = request.task.handler(request.params)
+            result = handler(request.params)
             if inspect.isawaitable(result):
                 result = await _await(result)
         except Exception as exc:  # the handler is operator code; its failure is a value to the buyer
             return TaskError(OopsCode.TASK_FAILED, f"task {request.task.name} failed: {type(exc).__name__}")
-        if isinstance(result, BaseModel):
-            result = result.model_dump(mode="json")
-        try:
-            encoded = json.dumps(result, allow_nan=False)
-        except (TypeError, ValueError):
-            return TaskError(OopsCode.TASK_FAILED, f"task {request.task.name} returned non-JSON data")
-        if len(encoded) > MAX_RESULT_BYTES:
-            return TaskError(OopsCode.TASK_FAILED, f"task {request.task.name} result is too large")
+        return check_result(request.task.name, result)
+
+
+def check_result(name: str, result: Any) -> Any | TaskError:
+    """A handler's result as JSON data, or task_failed: not JSON, or too large."""
+    if isinstance(result, TaskError):
         return result
+    if isinstance(result, BaseModel):
+        result = result.model_dump(mode="json")
+    try:
+        encoded = json.dumps(result, allow_nan=False)
+    except (TypeError, ValueError):
+        return TaskError(OopsCode.TASK_FAILED, f"task {name} returned non-JSON data")
+    if len(encoded) > MAX_RESULT_BYTES:
+        return TaskError(OopsCode.TASK_FAILED, f"task {name} result is too large")
+    return result
 
 
 async def _await(x: Awaitable[Any]) -> Any:

@@ -1,0 +1,53 @@
+"""Run one declared task once, off the event loop, within its time limit.
+
+A Python handler that is a coroutine function runs on the loop and is cancelled at the
+limit; a plain function runs in a thread (a thread cannot be killed: at the limit the
+attempt is failed and its thread left to finish on its own, its result ignored). A
+command (envelopay.worker.command) runs as its own process group and is killed at the
+limit. Whatever comes back is checked as data (JSON, bounded) before it is a result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from typing import Any
+
+from envelopay.protocol.codes import OopsCode
+from envelopay.worker.command import CommandSpec, run_command
+from envelopay.worker.tasks import TaskError, TaskRequest, check_result
+
+__all__ = ["command_spec", "execute"]
+
+
+def command_spec(request: TaskRequest) -> CommandSpec:
+    cfg = request.task.config
+    return CommandSpec(argv=tuple(cfg.command), time_limit=cfg.time_limit, memory_mb=cfg.memory_mb,
+                       env=dict(cfg.env), workdir=cfg.workdir)
+
+
+async def _python(request: TaskRequest) -> Any:
+    handler = request.task.handler
+    assert handler is not None
+    if inspect.iscoroutinefunction(handler):
+        return await handler(request.params)
+    result = await asyncio.to_thread(handler, request.params)
+    if inspect.isawaitable(result):  # a plain function that hands back an awaitable
+        result = await result
+    return result
+
+
+async def execute(request: TaskRequest) -> Any | TaskError:
+    """The task's result as JSON data, or task_failed with a short reason."""
+    name = request.task.name
+    if request.task.config.command:
+        fields = request.params.model_dump(mode="json")
+        return check_result(name, await run_command(command_spec(request), fields, name))
+    limit = request.task.config.time_limit
+    try:
+        result = await asyncio.wait_for(_python(request), limit)
+    except TimeoutError:
+        return TaskError(OopsCode.TASK_FAILED, f"task {name} passed its time limit ({limit:g} s)")
+    except Exception as exc:  # operator code: its failure is a value to the buyer
+        return TaskError(OopsCode.TASK_FAILED, f"task {name} failed: {type(exc).__name__}")
+    return check_result(name, result)

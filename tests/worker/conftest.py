@@ -1,0 +1,28 @@
+"""Fixtures of the job tests: a ledger on each backend, and the helper modules by name."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from envelopay.ledger.postgres import PostgresStore
+from envelopay.ledger.sqlite import SqliteStore
+from envelopay.ledger.store import Store
+
+for _folder in (Path(__file__).resolve().parent, Path(__file__).resolve().parents[1] / "ledger"):
+    if str(_folder) not in sys.path:
+        sys.path.insert(0, str(_folder))
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    """An empty ledger, once over SQLite and once over PostgreSQL."""
+    if request.param == "sqlite":
+        s: Store = SqliteStore(tmp_path / "ledger.db")
+    else:
+        s = PostgresStore(request.getfixturevalue("pg_dsn"), max_size=4)
+    yield s
+    s.close()

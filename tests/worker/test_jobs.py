@@ -1,0 +1,145 @@
+"""Orders taken on as jobs: the step commits the job and answers nothing; the runner
+runs it off the event loop and answers once — FULFILL with the result (flow fulfilled,
+result hash on the job) or, failed for good, OOPS task_failed settled by the policy.
+Both ledger backends."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import _jobs_kit as jk
+import _kit as k
+
+from envelopay.ledger.jobs import Job
+from envelopay.ledger.store import Store
+from envelopay.protocol.messages import Fulfill, Oops
+from envelopay.worker.runner import result_hash
+from envelopay.worker.settle import Settlement
+
+PAID = jk.task("paid", "_jobs_kit:nap", price="100")
+
+
+async def _until(pred: object, timeout: float = 20.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not pred():  # type: ignore[operator]
+            await asyncio.sleep(0.02)
+
+
+def _answers(store: Store, flow_id: str) -> list[object]:
+    return [e.type for e in store.flow_log(flow_id) if e.direction == "out"]
+
+
+async def test_a_free_order_is_a_job_answered_by_the_runner(store: Store) -> None:
+    engine = jk.worker(store, jk.config())
+    out = await engine.handle(k.raw(jk.free_order("o1", seconds=0.05, text="héllo")))
+    assert out.status == "processed" and out.outbox == () and out.state == "ordered"
+    job = store.job_for_flow(out.flow_id or "")
+    assert job is not None and job.state == "queued" and job.amount == 0 and job.chain is None
+    assert job.params == {"name": "nap", "seconds": 0.05, "text": "héllo"} and job.ref == "o1"
+    runner = jk.runner(engine)
+    stop = asyncio.Event()
+    loop = asyncio.create_task(runner.run(stop))
+    await _until(lambda: (store.job_get(job.job_id) or job).state == "done")
+    stop.set()
+    await loop
+    done = store.job_get(job.job_id)
+    assert done is not None and done.answer_id is not None
+    row = store.outbox_get(done.answer_id)
+    assert row is not None and isinstance(row.outbound.message, Fulfill)
+    assert row.outbound.message.order_ref == "o1"
+    assert done.result_hash == result_hash(row.outbound.message.result) == result_hash({"slept": 0.05,
+                                                                                        "text": "héllo"})
+    assert set(done.times()) == {"queued", "running", "done"}
+    flow = store.get_flow(out.flow_id or "")
+    assert flow is not None and flow.state == "fulfilled"
+    assert _answers(store, out.flow_id or "") == ["fulfill"]
+
+
+async def test_a_prepaid_order_records_what_a_refund_needs(store: Store) -> None:
+    rail = k.DictRail()
+    engine = jk.worker(store, jk.config(PAID), rail)
+    order = jk.prepaid(rail, "o2", "tx-prepaid", name="paid", amount=150, payer="W-payer")
+    out = await engine.handle(k.raw(order, message_id="<prepaid@client.test>"))
+    assert out.status == "processed" and out.outbox == () and out.state == "prepaid"
+    job = store.job_for_flow(out.flow_id or "")
+    assert job is not None and job.paid
+    assert (job.chain, job.token, job.amount, job.payer) == (k.CHAIN, k.TOKEN, 150, "W-payer")
+    assert job.proof_key == "tx-prepaid" and job.proof is not None and job.proof["tx"] == "tx-prepaid"
+    assert job.message_id == "<prepaid@client.test>" and job.policy == "refund" and not job.idempotent
+    again = await engine.handle(k.raw(order, message_id="<prepaid@client.test>"))
+    assert again.repeat == "message_id" and store.job_list(k.WORKER) == [job]  # one job per flow
+
+
+async def test_a_failing_handler_is_retried_then_answered_task_failed(store: Store, tmp_path: Path) -> None:
+    marker = tmp_path / "starts"
+    cfg = jk.config(jk.task("nap", "_jobs_kit:boom", attempts=2))
+    engine = jk.worker(store, cfg)
+    out = await engine.handle(k.raw(jk.free_order("o3", marker=str(marker))))
+    job = store.job_for_flow(out.flow_id or "")
+    assert job is not None
+    runner = jk.runner(engine)
+    stop = asyncio.Event()
+    loop = asyncio.create_task(runner.run(stop))
+    await _until(lambda: (store.job_get(job.job_id) or job).answer_id is not None)
+    stop.set()
+    await loop
+    failed = store.job_get(job.job_id)
+    assert failed is not None and failed.state == "failed" and failed.attempts == 2
+    assert marker.read_text().count("start") == 2
+    assert failed.error is not None and "RuntimeError" in failed.error
+    row = store.outbox_get(failed.answer_id or "")
+    assert row is not None and isinstance(row.outbound.message, Oops)
+    oops = row.outbound.message
+    assert oops.error is not None and oops.error.code == "task_failed" and oops.ref == "o3"
+    assert _answers(store, out.flow_id or "") == ["oops"]
+
+
+class _Holds:
+    """A policy standing for the refunds side: records each call, holds the job."""
+
+    def __init__(self) -> None:
+        self.calls: list[Job] = []
+
+    async def on_failed(self, job: Job) -> Settlement:
+        self.calls.append(job)
+        return Settlement("held", answer=False, fields={"refund": {"status": "held"}})
+
+
+async def test_a_paid_job_that_fails_is_settled_by_its_policy_once(store: Store) -> None:
+    rail = k.DictRail()
+    engine = jk.worker(store, jk.config(jk.task("paid", "_jobs_kit:boom", price="100", on_failure="hold")),
+                       rail)
+    out = await engine.handle(k.raw(jk.prepaid(rail, "o4", "tx-hold", name="paid", amount=100)))
+    job = store.job_for_flow(out.flow_id or "")
+    assert job is not None and job.policy == "hold"
+    policy = _Holds()
+    runner = jk.runner(engine, policy)
+    stop = asyncio.Event()
+    loop = asyncio.create_task(runner.run(stop))
+    await _until(lambda: (store.job_get(job.job_id) or job).state == "held")
+    await asyncio.sleep(0.3)  # several polls and a scan: asked once
+    stop.set()
+    await loop
+    held = store.job_get(job.job_id)
+    assert held is not None and held.answer_id is None and held.refund == {"status": "held"}
+    assert [j.state for j in policy.calls] == ["failed"]
+    assert _answers(store, out.flow_id or "") == []  # nothing said while held
+
+
+async def test_a_bad_result_fails_the_job(store: Store) -> None:
+    cfg = jk.config(jk.task("nap", "_jobs_kit:nap", time_limit=0.2))
+    engine = jk.worker(store, cfg)
+    out = await engine.handle(k.raw(jk.free_order("o5", seconds=5)))
+    job = store.job_for_flow(out.flow_id or "")
+    assert job is not None
+    runner = jk.runner(engine)
+    stop = asyncio.Event()
+    loop = asyncio.create_task(runner.run(stop))
+    await _until(lambda: (store.job_get(job.job_id) or job).answer_id is not None)
+    stop.set()
+    await loop
+    failed = store.job_get(job.job_id)
+    assert failed is not None and failed.state == "failed" and "time limit" in (failed.error or "")
+    assert json.loads(json.dumps(failed.times(), default=str))  # every state has a time
