@@ -70,6 +70,7 @@ __all__ = [
     "AgentSection",
     "AnswersConfig",
     "ExchangePair",
+    "RefundsConfig",
     "ResponderConfig",
     "TaskConfig",
     "TransportConfig",
@@ -271,6 +272,25 @@ class ResponderConfig(_Section):
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
 
+class RefundsConfig(_Section):
+    """`[refunds]` (SPEC.md "Refunds"): an overpayment's excess above this tolerance goes
+    back to the payer — smallest units ("2500") or a share of the price ("1%"); "0"
+    returns any excess."""
+
+    overpay_tolerance: str = "0"
+
+    @field_validator("overpay_tolerance")
+    @classmethod
+    def _tolerance(cls, v: str) -> str:
+        t = v.strip()
+        digits = t[:-1] if t.endswith("%") else t
+        whole, _, frac = digits.partition(".")
+        ok = whole.isascii() and whole.isdigit() and len(whole) <= 78 and (not frac or frac.isdigit())
+        if not ok or (frac and not t.endswith("%")) or (t.endswith("%") and float(digits) > 100):
+            raise ValueError('smallest units ("2500") or a percentage up to 100 ("1%")')
+        return t
+
+
 class ExchangePair(_Section):
     """An OFFER this worker accepts: it receives `give`, pays back `want`, at most
     `want_per_unit` (smallest units of want) per `give_unit` (smallest units of give)."""
@@ -328,6 +348,7 @@ class WorkerConfig(_Section):
     tasks: list[TaskConfig] = Field(default_factory=list)
     responders: list[ResponderConfig] = Field(default_factory=list)
     exchange: list[ExchangePair] = Field(default_factory=list)
+    refunds: RefundsConfig = RefundsConfig()
     wallets: dict[str, str] = Field(default_factory=dict)  # chain → wallet, for OFFER give legs
     dkim_records: dict[str, str] = Field(default_factory=dict)  # "sel._domainkey.dom" → TXT
     base_dir: str = "."

@@ -51,6 +51,7 @@ from envelopay.engine.records import (
     typed_refs,
 )
 from envelopay.engine.status import JobSource, StatusDesk, store_jobs
+from envelopay.engine.unusable import refund_excess, refund_unusable
 from envelopay.engine.verify import ProofBinding, verify_proof
 from envelopay.engine.waiting import park
 from envelopay.flows import Action, Direction, FlowKind, FlowState, Side, Step
@@ -374,12 +375,14 @@ class Engine(StatusDesk):
         if not step.ok:
             # A message that does not fit: its code (or silence), the state as it was. It is
             # logged in an existing flow; a flow it would have opened is not created.
+            extra = await self._unusable(message, work, step.oops, proof_key, now)
             return self._commit_refused(
                 parsed, message_id, sender, work, in_entry, now,
                 state=work.fs.state, oops=step.oops, detail=step.detail,
                 answer=not isinstance(message, Oops),
-                proof=proof_key,
-                proof_fate="release" if proof_key is not None else None,  # never judged: not spent
+                proof=proof_key,  # never judged: not spent, unless its money went back
+                proof_fate=(work.proof_fate or "release") if proof_key is not None else None,
+                extra=extra,
             )
 
         await self._run_actions(parsed, message, step, work, proof_key, now)
@@ -421,6 +424,18 @@ class Engine(StatusDesk):
             binding=self.proof_binding,
         )
 
+    async def _unusable(
+        self, message: Message, work: Work, code: OopsCode | None, proof_key: ProofKey | None, now: datetime
+    ) -> Mapping[str, Any] | None:
+        """A PAY refused for its amount: its money back, when it reached us (engine/unusable.py)."""
+        if code is not OopsCode.AMOUNT_MISMATCH:
+            return None
+        return await refund_unusable(
+            message, work, self.app, rails=self.rails, wallet=self.app.wallet, local=self.address,
+            proof_key=proof_key.key if proof_key is not None else None, now=now,
+            proof_window=self.proof_window, invoice_skew=self.invoice_skew,
+        )
+
     async def _ask(self, fn: Callable[[], Awaitable[Any]]) -> Any:
         try:
             return await fn()
@@ -452,7 +467,10 @@ class Engine(StatusDesk):
                 if failed is not None:
                     work.oops, work.detail = failed
                     work.persist = False  # the message did not happen, as far as the flow goes
+                    work.oops_extra = await self._unusable(message, work, work.oops, proof_key, now)
                     return
+                await refund_excess(message, work, self.app, local=self.address,
+                                    proof_key=proof_key.key if proof_key is not None else None)
                 continue
             if action is Action.NOTIFY:
                 work.notices.append(
@@ -544,7 +562,7 @@ class Engine(StatusDesk):
                 parsed, message_id, sender, work, in_entry, now,
                 state=as_read.state, oops=work.oops, detail=work.detail, answer=True,
                 proof=proof_key, proof_fate=work.proof_fate, replay_fate=work.replay_fate,
-                verdict=verdict_json,
+                verdict=verdict_json, extra=work.oops_extra,
             )
 
         unchanged = work.version > 0 and work.fs == work.start

@@ -65,6 +65,7 @@ class Work:
     detail: str = ""
     persist: bool = True
     start: FlowState | None = None  # the flow as read, to skip a write that changes nothing
+    oops_extra: Mapping[str, Any] | None = None  # extension fields of the OOPS (a refund)
     job: Job | None = None  # work taken on as a job: written with this step's commit
 
 

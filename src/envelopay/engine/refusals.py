@@ -63,7 +63,9 @@ class Refusals(Sending):
     answer_limits: AnswerLimits | None
     reply_parser: Callable[[bytes], Parsed]
 
-    def _oops(self, code: OopsCode, note: str, ref: str | None) -> Oops:
+    def _oops(
+        self, code: OopsCode, note: str, ref: str | None, extra: Mapping[str, Any] | None = None
+    ) -> Oops:
         # A received id becomes our `ref` only when it is a valid id (it may be "", huge,
         # or not valid Unicode); building an OOPS must never raise.
         safe_ref = ref if isinstance(ref, str) and 0 < len(ref) <= 256 and storable(ref) else None
@@ -74,7 +76,9 @@ class Refusals(Sending):
             error = OopsError(code=code.value, supported=list(KEYWORDS))
             text = f"{text} (supported: {', '.join(KEYWORDS)})"
         else:
-            error = OopsError(code=code.value)
+            # Extension fields (a refund: SPEC.md "Refunds") ride in `error`, whose unknown
+            # fields a strict peer ignores.
+            error = OopsError(code=code.value, **dict(extra or {}))
         return Oops(note=text[:1000], id=self.new_id("oops"), error=error, ref=safe_ref)
 
     def _reply(self, parsed: Parsed, to: str, message: Message, now: datetime) -> Outbound:
@@ -210,12 +214,13 @@ class Refusals(Sending):
         proof_fate: Literal["spend", "release"] | None,
         replay_fate: Literal["done", "release"] | None = "done",
         verdict: Mapping[str, Any] | None = None,
+        extra: Mapping[str, Any] | None = None,
     ) -> Outcome | None:
         """A refusal in a flow (a table's no, or a failed proof): the OOPS (when `answer`
         and there is a code) and the log, in an existing flow only; `state` unchanged."""
         replies: list[Outbound] = []
         if oops is not None and answer:
-            replies.append(self._reply(parsed, sender, self._oops(oops, detail, parsed.id), now))
+            replies.append(self._reply(parsed, sender, self._oops(oops, detail, parsed.id, extra), now))
         existing = work.version > 0
         outcome = Outcome(
             "refused",

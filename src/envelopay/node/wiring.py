@@ -58,6 +58,7 @@ from envelopay.rails.interface import Rail
 from envelopay.rails.registry import judge_terms, load_rails
 from envelopay.worker.app import WorkerApp, WorkerApplication
 from envelopay.worker.counterpay import CounterPayments
+from envelopay.worker.refunds import Refunder, refunder_for
 
 __all__ = ["AgentNode", "build_node", "open_store"]
 
@@ -343,6 +344,9 @@ def build_node(
         if cfg.transport.payments == "enforcer":
             kw["counter_payer"] = enforced_payer(cfg)
         app = WorkerApplication(WorkerApp(cfg, **kw))
+        if isinstance(app, WorkerApplication):  # money it cannot use goes back (SPEC.md "Refunds")
+            app.refunder = worker_refunder(cfg, store, rails, kw.get("counter_payer"), clock)
+            app.overpay_tolerance = cfg.refunds.overpay_tolerance
         closers.append(_Closing(kw["counterpayments"].close))
     if hook is None and cfg.transport.enforcer:
         hook = enforcer_hook(cfg)
@@ -386,6 +390,18 @@ def build_node(
         maildir = mailbox_path(cfg.path(cfg.transport.garden_root), cfg.agent.address)
     dns = dns_for(cfg) if cfg.agent.dkim_policy != "off" or cfg.dkim_records else None
     return AgentNode(engine, drainer, dns, maildir, transport, rails, closers=closers)
+
+
+def worker_refunder(
+    cfg: WorkerConfig, store: Store, rails: Mapping[str, Rail], counter_payer: Any, clock: Clock
+) -> Refunder | None:
+    """Refunds from the rail keys of `[rails.NAME] keypair`, or through the enforcer."""
+    keys = {n: cfg.path(o["keypair"]) for n, o in cfg.rails.items() if isinstance(o.get("keypair"), str)}
+    try:
+        return refunder_for(store, rails=rails, keys=keys, counter_payer=counter_payer,
+                            owner=cfg.agent.worker_id or cfg.agent.address, clock=clock)
+    except ConfigError:  # a ledger of another kind keeps no refunds: the money stays, as before
+        return None
 
 
 def counterpay_path(cfg: WorkerConfig) -> Path:

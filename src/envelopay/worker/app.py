@@ -47,6 +47,7 @@ from envelopay.protocol.messages import (
 from envelopay.rails.amounts import amount_text, asset_decimals
 from envelopay.rails.interface import Rail
 from envelopay.worker.counterpay import CounterPayer, CounterPayments
+from envelopay.worker.refunding import RefundsMoney
 from envelopay.worker.execute import execute
 from envelopay.worker.tasks import TaskBook, TaskError, TaskRequest
 
@@ -332,7 +333,7 @@ def _refuse(r: Refusal) -> Refuse:
     return Refuse(r.code, r.note)
 
 
-class WorkerApplication:
+class WorkerApplication(RefundsMoney):
     """The paid worker as the engine's `Application`.
 
     With `jobs` on (what `worker serve` runs), a paid, free or prepaid ORDER's work is

@@ -23,13 +23,15 @@ doubt or being paid elsewhere: ask again later) or failed (nothing moved).
 from __future__ import annotations
 
 import asyncio
+import json
 import secrets as _secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from envelopay.errors import RailError, TransportError, UsageError
+from envelopay.errors import ConfigError, RailError, TransportError, UsageError
 from envelopay.ledger.refunds import Refund, RefundBook, RefundOrder
 from envelopay.rails.custodial import CustodialPayer, SignedPayment
 from envelopay.rails.interface import Rail
@@ -42,8 +44,10 @@ __all__ = [
     "RefundPayer",
     "RefundResult",
     "Refunder",
+    "key_bytes",
     "own_key_payer",
     "refund_fields",
+    "refunder_for",
 ]
 
 # Where a crash test stops the process (the hook is a no-op in production).
@@ -80,6 +84,8 @@ def refund_fields(refund: Refund, status: str = "paid") -> dict[str, Any]:
 class RefundPayer(Protocol):
     """Pays one claimed refund row and records its progress in the book."""
 
+    def can_pay(self, chain: str) -> bool: ...
+
     async def settle(self, book: RefundBook, row: Refund, owner: str, now: Clock,
                      crash: Callable[[str], None]) -> RefundResult: ...
 
@@ -89,6 +95,9 @@ class EnforcerPayer:
 
     def __init__(self, payer: CounterPayer) -> None:
         self.payer = payer
+
+    def can_pay(self, chain: str) -> bool:
+        return True  # the enforcer says no itself (a RailError) when it holds no wallet there
 
     async def settle(self, book: RefundBook, row: Refund, owner: str, now: Clock,
                      crash: Callable[[str], None]) -> RefundResult:
@@ -116,6 +125,9 @@ class OwnKeyPayer:
     def __init__(self, payers: Mapping[str, CustodialPayer], keys: Mapping[str, bytes]) -> None:
         self.payers = dict(payers)
         self.keys = dict(keys)
+
+    def can_pay(self, chain: str) -> bool:
+        return chain in self.payers and chain in self.keys
 
     async def settle(self, book: RefundBook, row: Refund, owner: str, now: Clock,
                      crash: Callable[[str], None]) -> RefundResult:
@@ -232,3 +244,44 @@ class Refunder:
             if row.status in ("paying", "signed"):
                 out.append(await self.refund(row.order))
         return out
+
+
+def key_bytes(path: str | Path) -> bytes:
+    """A rail key file as the custodial payers take it: a Solana CLI keypair (a JSON array
+    of bytes) or a hex key (Base). Errors name the file, never its contents."""
+    try:
+        text = Path(path).read_text().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read key file {path}: {type(exc).__name__}") from None
+    if text.startswith("["):
+        try:
+            data = json.loads(text)
+        except ValueError:
+            data = None
+        if isinstance(data, list) and all(isinstance(b, int) and 0 <= b < 256 for b in data):
+            return bytes(data)
+        raise ConfigError(f"{path}: not a JSON array of bytes")
+    try:
+        return bytes.fromhex(text.removeprefix("0x").removeprefix("0X"))
+    except ValueError:
+        raise ConfigError(f"{path}: neither a JSON byte array nor hex") from None
+
+
+def refunder_for(
+    store: object,
+    *,
+    rails: Mapping[str, Rail],
+    keys: Mapping[str, Any] | None = None,
+    counter_payer: CounterPayer | None = None,
+    owner: str = "",
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+) -> Refunder:
+    """The refunder a worker serves with: through the enforcer when it pays there, else from
+    its own rail keys (`keys[rail name]`, as its `[rails.NAME] keypair`: bytes or a file)."""
+    payer: RefundPayer
+    if counter_payer is not None:
+        payer = EnforcerPayer(counter_payer)
+    else:
+        raw = {name: (k if isinstance(k, bytes) else key_bytes(k)) for name, k in (keys or {}).items()}
+        payer = own_key_payer(rails, {c: raw[r.name] for c, r in rails.items() if r.name in raw})
+    return Refunder(RefundBook(store, now=clock()), payer, owner=owner, clock=clock)

@@ -1,0 +1,62 @@
+"""The worker's answer to money it cannot use (engine/unusable.py asks): an underpaid or
+otherwise refused PAY is refunded in full; an overpayment's excess above the operator's
+tolerance (`[refunds] overpay_tolerance`) is returned. Keyed by the proof (`pay:<chain>:<proof
+key>`), so a redo of the step pays nothing twice (envelopay.worker.refunds)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from envelopay.engine.unusable import Unusable
+from envelopay.ledger.refunds import RefundOrder
+from envelopay.worker.refunds import Refunder, refund_fields
+
+__all__ = ["RefundsMoney", "excess_kept", "parse_tolerance"]
+
+
+def parse_tolerance(text: str) -> tuple[int, Decimal]:
+    """`overpay_tolerance`: smallest units ("2500") or a share of the price ("1%"); (units,
+    fraction), one of them 0. ValueError for anything else."""
+    t = text.strip()
+    try:
+        if t.endswith("%"):
+            share = Decimal(t[:-1]) / 100
+            if not share.is_finite() or not 0 <= share <= 1:
+                raise ValueError
+            return 0, share
+        if t.isascii() and t.isdigit() and len(t) <= 78:
+            return int(t), Decimal(0)
+    except (InvalidOperation, ValueError):
+        pass
+    raise ValueError(f"overpay_tolerance {text!r}: smallest units (\"2500\") or a percentage (\"1%\")")
+
+
+def excess_kept(excess: int, price: int, tolerance: str) -> bool:
+    """Is an overpayment's excess within the tolerance (kept, not returned)?"""
+    units, share = parse_tolerance(tolerance)
+    return excess <= units or Decimal(excess) <= share * price
+
+
+class RefundsMoney:
+    """Mixed into the worker's Application: `refunder` set by the wiring (None: no refunds,
+    the money stays as before)."""
+
+    refunder: Refunder | None = None
+    overpay_tolerance: str = "0"
+
+    async def refund_unusable(self, money: Unusable) -> Mapping[str, Any] | None:
+        if self.refunder is None or not self.refunder.payer.can_pay(money.chain):
+            return None  # no key to pay back with: refused as before, the money stays
+        if money.reason == "overpaid" and excess_kept(money.amount, money.expected, self.overpay_tolerance):
+            return None
+        m = money
+        order = RefundOrder(
+            key=f"pay:{m.chain}:{m.proof_key}", local=m.local, peer=m.peer, flow_id=m.flow_id, chain=m.chain,
+            token=m.token, amount=m.amount, recipient=m.payer, reason=m.reason,
+        )
+        result = await self.refunder.refund(order)
+        if result.refund is None:
+            return None
+        return refund_fields(result.refund, result.status)
