@@ -12,10 +12,12 @@ from typing import Any
 import pytest
 
 from envelopay.devnet.plugins import LocalWorld, dev_chain
+from envelopay.ledger.jobs import Job
 from envelopay.ledger.postgres import PostgresStore
 from envelopay.ledger.refunds import RefundBook, RefundOrder
 from envelopay.ledger.sqlite import SqliteStore
 from envelopay.rails.registry import make
+from envelopay.worker.refund_policy import RefundOnFailure
 from envelopay.worker.refunds import CRASH_POINTS, Refunder, own_key_payer, refund_fields
 
 USDC = 1_000_000
@@ -145,3 +147,45 @@ async def test_the_table_is_its_own_component_of_the_one_migrator(
     with ledger.read() as x:
         rows = x.all("SELECT component, version FROM ep_versions WHERE component = 'refunds'")
     assert [(r["component"], int(r["version"])) for r in rows] == [("refunds", 1)]
+
+
+def _job(
+    world: LocalWorld, payer: str, *, state: str = "failed", policy: str = "refund", amount: int = USDC
+) -> Job:
+    now = datetime.now(UTC)
+    return Job(job_id="job_7", local="worker@garden.local", peer="buyer@garden.local", flow_id="flow_7",
+               task="review", params={}, order_id="o7", ref="p7", message_id="<p7@garden.local>",
+               chain=world.chain if amount else None, token="USDC" if amount else None, amount=amount,
+               payer=payer, proof={"tx": "t"}, proof_key="t", policy=policy, idempotent=False, state=state,
+               attempts=1, created_at=now, updated_at=now, error="handler raised ValueError", at={})
+
+
+async def test_the_failure_policy_refunds_a_paid_job_once_holds_a_hold_task_and_answers_a_free_one(
+    ledger: SqliteStore | PostgresStore, chain: LocalWorld
+) -> None:
+    key, balance, to = _funded(chain)
+    policy = RefundOnFailure(_refunder(chain, RefundBook(ledger, now=datetime.now(UTC)), key))
+    free = await policy.on_failed(_job(chain, to, amount=0))
+    assert free.state == "failed" and free.answer and not free.oops
+    held = await policy.on_failed(_job(chain, to, policy="hold"))
+    assert held.state == "held" and not held.answer and balance() in (None, 0)
+    for _ in range(2):  # asked again after a crash: the same refund, not a second one
+        done = await policy.on_failed(_job(chain, to))
+        assert done.state == "refunded" and done.answer
+        assert done.oops["refund"]["amount"] == str(USDC) and done.oops["refund"]["proof"]
+        assert done.fields["refund"] == done.oops["refund"]
+        assert balance() == USDC
+    # The operator's choice for a held job (state refunding): the same key, paid once.
+    operator = await policy.on_failed(_job(chain, to, state="refunding", policy="hold"))
+    assert operator.state == "refunded" and balance() == USDC
+
+
+async def test_a_refund_that_cannot_be_made_holds_the_job_for_the_operator(
+    ledger: SqliteStore | PostgresStore, chain: LocalWorld
+) -> None:
+    key, balance, to = _funded(chain)
+    policy = RefundOnFailure(_refunder(chain, RefundBook(ledger, now=datetime.now(UTC)), key))
+    poor = await policy.on_failed(_job(chain, to, amount=50 * USDC))
+    assert poor.state == "held" and not poor.answer
+    assert poor.fields["refund"]["status"] == "failed" and "insufficient" in poor.fields["refund"]["error"]
+    assert balance() in (None, 0)
