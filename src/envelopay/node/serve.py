@@ -18,6 +18,7 @@ from envelopay.engine.transport import Transport
 from envelopay.mail.garden import GardenServer
 from envelopay.mail.garden_auth import AccountsFile, new_account
 from envelopay.mail.maildir import mailbox_path
+from envelopay.node.jobs import job_runner
 from envelopay.node.runtime import serve_responders
 from envelopay.node.serve_log import LogFormat, ServeLog
 from envelopay.node.transports import GardenTransport
@@ -118,6 +119,9 @@ async def serve_worker(
         tasks.append(asyncio.create_task(serve_responders(mapping, rt, domain=cfg.agent.domain, stop=stop,
                                                           sign=config_signer(cfg))))
     tasks.append(asyncio.create_task(_retry_loop(node.drain, stop, retry_interval)))
+    runner = job_runner(node, cfg)
+    if runner is not None:  # every ORDER is a job: the mailbox never waits for a handler
+        tasks.append(asyncio.create_task(runner.run(stop)))
     echo(
         f"{cfg.agent.address} serving {len(cfg.tasks)} task(s), {len(responders)} responder(s); "
         f"ledger {cfg.agent.ledger}"

@@ -47,8 +47,8 @@ from envelopay.protocol.messages import (
 from envelopay.rails.amounts import amount_text, asset_decimals
 from envelopay.rails.interface import Rail
 from envelopay.worker.counterpay import CounterPayer, CounterPayments
-from envelopay.worker.refunding import RefundsMoney
 from envelopay.worker.execute import execute
+from envelopay.worker.refunding import RefundsMoney
 from envelopay.worker.tasks import TaskBook, TaskError, TaskRequest
 
 __all__ = ["FreeResult", "Refusal", "WorkerApp", "WorkerApplication"]

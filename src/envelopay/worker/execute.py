@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+from concurrent.futures import Executor
 from typing import Any
 
 from envelopay.protocol.codes import OopsCode
@@ -26,26 +27,28 @@ def command_spec(request: TaskRequest) -> CommandSpec:
                        env=dict(cfg.env), workdir=cfg.workdir)
 
 
-async def _python(request: TaskRequest) -> Any:
+async def _python(request: TaskRequest, threads: Executor | None) -> Any:
     handler = request.task.handler
     assert handler is not None
     if inspect.iscoroutinefunction(handler):
         return await handler(request.params)
-    result = await asyncio.to_thread(handler, request.params)
+    result = await asyncio.get_running_loop().run_in_executor(threads, handler, request.params)
     if inspect.isawaitable(result):  # a plain function that hands back an awaitable
         result = await result
     return result
 
 
-async def execute(request: TaskRequest) -> Any | TaskError:
-    """The task's result as JSON data, or task_failed with a short reason."""
+async def execute(request: TaskRequest, threads: Executor | None = None) -> Any | TaskError:
+    """The task's result as JSON data, or task_failed with a short reason. A plain
+    function runs on `threads` (the runner gives each task a pool of its concurrency, so
+    sleeping handlers never take the threads the ledger calls use), else the loop's default."""
     name = request.task.name
     if request.task.config.command:
         fields = request.params.model_dump(mode="json")
         return check_result(name, await run_command(command_spec(request), fields, name))
     limit = request.task.config.time_limit
     try:
-        result = await asyncio.wait_for(_python(request), limit)
+        result = await asyncio.wait_for(_python(request, threads), limit)
     except TimeoutError:
         return TaskError(OopsCode.TASK_FAILED, f"task {name} passed its time limit ({limit:g} s)")
     except Exception as exc:  # operator code: its failure is a value to the buyer

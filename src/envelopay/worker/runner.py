@@ -24,7 +24,8 @@ import contextlib
 import hashlib
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
@@ -93,8 +94,11 @@ class JobRunner:
         poll: float = 0.5,
         lease: float = 30.0,
         clock: Callable[[], datetime] = _utcnow,
+        after_answer: Callable[[], Awaitable[Any]] | None = None,
     ) -> None:
         self.engine = engine
+        # Told when an answer is in the outbox (the node drains it at once).
+        self.after_answer = after_answer
         self.store = engine.store
         self.tasks = tasks
         self.policy = policy or AnswerOnly()
@@ -106,6 +110,7 @@ class JobRunner:
         self._running: dict[str, asyncio.Task[None]] = {}  # job_id -> its attempt
         self._by_task: dict[str, set[str]] = {}
         self._settling: set[str] = set()
+        self._threads: dict[str, ThreadPoolExecutor] = {}  # per task, its concurrency wide
         self.started: dict[str, datetime] = {}  # job_id -> when this runner started it (bench)
 
     def wake(self) -> None:
@@ -114,6 +119,7 @@ class JobRunner:
 
     async def run(self, stop: asyncio.Event) -> None:
         polls = 0
+        await asyncio.to_thread(self._end_own_leases)
         try:
             while not stop.is_set():
                 self._wake.clear()
@@ -136,6 +142,13 @@ class JobRunner:
             await asyncio.gather(*list(self._running.values()), return_exceptions=True)
 
     # -- claiming
+    def _end_own_leases(self) -> None:
+        """Starting under an owner that held leases (a restart under a stable worker id):
+        nothing of ours runs yet, so those jobs are taken over now, not when the lease ends."""
+        for job in self.store.job_list(self.engine.address, ("running",), 1000):
+            if job.lease_owner == self.owner:
+                self.store.job_renew(job.job_id, self.owner, self.clock() - timedelta(microseconds=1))
+
     def _claim_all(self) -> list[tuple[Job, bool]]:
         """Claim what fits in each task's free slots (runs in a thread: the ledger blocks)."""
         claimed: list[tuple[Job, bool]] = []
@@ -172,6 +185,8 @@ class JobRunner:
             with contextlib.suppress(Exception):
                 await asyncio.to_thread(self.store.job_renew, job_id, self.owner, self.clock())
         await asyncio.gather(*self._running.values(), return_exceptions=True)
+        for pool in self._threads.values():
+            pool.shutdown(wait=False, cancel_futures=True)  # a sync handler cannot be stopped
 
     # -- one attempt
     async def _attempt(self, job: Job, taken_over: bool) -> None:
@@ -206,8 +221,13 @@ class JobRunner:
 
     async def _with_lease(self, job: Job, request: TaskRequest) -> Any | TaskError:
         renew = asyncio.ensure_future(self._renew(job))
+        cfg = request.task.config
+        threads = self._threads.get(cfg.name)
+        if threads is None and request.task.handler is not None:
+            threads = ThreadPoolExecutor(cfg.concurrency, thread_name_prefix=f"job-{cfg.name}")
+            self._threads[cfg.name] = threads
         try:
-            return await execute(request)
+            return await execute(request, threads)
         finally:
             renew.cancel()
 
@@ -226,6 +246,15 @@ class JobRunner:
         except UsageError as exc:  # the job moved on (another worker), or the flow refuses
             _log.warning("job %s: FULFILL not sent: %s", job.job_id, exc)
             await self._fail(job, f"the result could not be sent: {exc}"[:200])
+            return
+        await self._answered()
+
+    async def _answered(self) -> None:
+        if self.after_answer is not None:
+            try:
+                await self.after_answer()
+            except Exception:  # delivery has its own retries; the answer is in the outbox
+                _log.exception("draining after a job's answer failed")
 
     # -- failing and settling
     async def _fail(self, job: Job, why: str) -> None:
@@ -242,7 +271,9 @@ class JobRunner:
             return
         self._settling.add(job.job_id)
         try:
-            await settle_job(self.engine, self.store, job, self.policy, self.clock)
+            settled = await settle_job(self.engine, self.store, job, self.policy, self.clock)
+            if settled is not None and settled.answer_id is not None:
+                await self._answered()
         except Exception:  # the policy's failure (a rail down): asked again at the next scan
             _log.exception("job %s: settling failed; will ask again", job.job_id)
         finally:
