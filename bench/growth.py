@@ -436,9 +436,9 @@ def _mailbox(small: int, large: int, reps: int) -> None:
 async def _enforcer_case(path: Path, history: int, agents: int) -> AsyncIterator[dict[str, Op]]:
     """The enforcer's hot operations on a store filled with `history` sends and finished
     payment intents and `agents` agents: yields {name: op}."""
-    from envelopay.enforcer.core import Enforcer, hash_token
-    from envelopay.enforcer.delivery import SmtpDeliverer
-    from envelopay.enforcer.store import SqliteStore
+    from envelopay.enforcer.send.delivery import SmtpDeliverer
+    from envelopay.enforcer.send.enforcer import Enforcer, hash_token
+    from envelopay.enforcer.send.store import SqliteStore
     from envelopay.mail.smtp import SmtpConfig
 
     store = SqliteStore(path)
@@ -498,7 +498,7 @@ async def _enforcer_case(path: Path, history: int, agents: int) -> AsyncIterator
 
 async def _fill_intents(store: Any, history: int) -> None:
     """`history` finished payment intents, beside the agents filled above."""
-    from envelopay.enforcer.payment_store import PaymentStore
+    from envelopay.enforcer.spend.store import PaymentStore
 
     await PaymentStore(store).open()
     series = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?)"
@@ -520,12 +520,12 @@ async def _payer(store: Any) -> AsyncIterator[Callable[[int], Awaitable[None]]]:
     from aiosmtpd.smtp import SMTP
     from solders.keypair import Keypair
 
-    from envelopay.enforcer.core import Enforcer
-    from envelopay.enforcer.custody import Vault
-    from envelopay.enforcer.delivery import SmtpDeliverer
-    from envelopay.enforcer.payment_store import PaymentStore
-    from envelopay.enforcer.payments import Payments
-    from envelopay.enforcer.spend import SpendLimit, SpendPolicy
+    from envelopay.enforcer.send.delivery import SmtpDeliverer
+    from envelopay.enforcer.send.enforcer import Enforcer
+    from envelopay.enforcer.spend.payments import Payments
+    from envelopay.enforcer.spend.policy import SpendLimit, SpendPolicy
+    from envelopay.enforcer.spend.store import PaymentStore
+    from envelopay.enforcer.spend.vault import Vault
     from envelopay.mail.smtp import SmtpConfig
     from envelopay_solana.custody import SolanaPayer
     from envelopay_solana.local import LocalSolana
@@ -576,8 +576,8 @@ async def _payments_compacted(path: Path, n: int) -> tuple[float, float]:
     """Bytes per finished payment intent (its row and index entries, SQLite's dbstat),
     before and after `enforcer compact`: `n` copies of one real allowed payment's row
     (new ids, keys, tx ids and Message-IDs), a month old."""
-    from envelopay.enforcer.retention import compact_enforcer
-    from envelopay.enforcer.store import SqliteStore
+    from envelopay.enforcer.send.store import SqliteStore
+    from envelopay.enforcer.service.retention import compact_enforcer
 
     store = SqliteStore(path)
     await store.open()

@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from envelopay.cli.app import app
-from envelopay.enforcer.spend import parse_spend
+from envelopay.enforcer.spend.policy import parse_spend
 from envelopay.errors import TransportError, UsageError
 from envelopay.mail.agentmail_webhook import sign_delivery, verify_delivery
 from envelopay.mail.lmtp_client import LmtpClient, parse_endpoint

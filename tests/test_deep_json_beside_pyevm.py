@@ -15,7 +15,7 @@ import sys
 import eth  # noqa: F401  (py-evm: sets the recursion limit to 100,000)
 assert sys.getrecursionlimit() >= 100_000
 from envelopay.protocol.parse import parse
-from envelopay.enforcer.requests import decode_send_body
+from envelopay.enforcer.service.request_bodies import decode_send_body
 from envelopay.endpoints.toolmail import read_tool_mail
 from envelopay.mail.agentmail_webhook import read_event
 from envelopay.protocol import outside_json

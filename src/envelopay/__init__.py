@@ -8,7 +8,7 @@ the error tree. I/O layers are imported from their own modules so that importing
     envelopay.engine         Engine, BaseApplication
     envelopay.ledger.sqlite  SqliteStore        envelopay.ledger.postgres  PostgresStore
     envelopay.rails.registry load_rails, make   envelopay.dkim             sign, verify
-    envelopay.enforcer.client EnforcerClient    envelopay.mail.garden      GardenServer
+    envelopay.enforcer       EnforcerClient     envelopay.mail.garden      GardenServer
 
 The public API is exactly `__all__`; a test pins it.
 """

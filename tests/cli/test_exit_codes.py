@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from envelopay.cli.app import app
 from envelopay.cli.operator import decision_exit
 from envelopay.cli.output import ENVIRONMENT, EXIT_CODES, FAILED, OK, USAGE, delivery_exit, exit_of
-from envelopay.enforcer.client import EnforcerClient
+from envelopay.enforcer.client.http_client import EnforcerClient
 from envelopay.errors import ConfigError, RailError, Refused, StoreError, TransportError, UsageError
 from envelopay.mail.mailbox import MailboxError
 

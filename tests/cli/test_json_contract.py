@@ -21,7 +21,7 @@ import typer.main
 from typer.testing import CliRunner
 
 from envelopay.cli.app import app
-from envelopay.enforcer.client import EnforcerClient
+from envelopay.enforcer.client.http_client import EnforcerClient
 
 from .conftest import CLIENT, WORKER, World
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from envelopay.devnet.plugins import DEVCHAIN_GROUP, DevChain, dev_chain
-from envelopay.enforcer.payers import PAYER_GROUP, payer_for
+from envelopay.enforcer.spend.payers import PAYER_GROUP, payer_for
 from envelopay.errors import ConfigError
 from envelopay.rails.registry import discover, make
 

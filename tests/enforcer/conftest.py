@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from aiosmtpd.smtp import SMTP
 
-from envelopay.enforcer.core import Enforcer, hash_token
-from envelopay.enforcer.delivery import SmtpDeliverer
-from envelopay.enforcer.server import start_server
-from envelopay.enforcer.store import EnforcerStore, PostgresStore, SqliteStore
+from envelopay.enforcer.send.delivery import SmtpDeliverer
+from envelopay.enforcer.send.enforcer import Enforcer, hash_token
+from envelopay.enforcer.send.store import EnforcerStore, PostgresStore, SqliteStore
+from envelopay.enforcer.service.server import start_server
 from envelopay.mail.smtp import SmtpConfig
 
 OPERATOR = "op-test-token"

@@ -8,11 +8,11 @@ from typing import Any
 
 from solders.keypair import Keypair
 
-from envelopay.enforcer.core import Enforcer
-from envelopay.enforcer.custody import Vault
-from envelopay.enforcer.payment_store import PaymentStore
-from envelopay.enforcer.payments import Payments
-from envelopay.enforcer.spend import SpendLimit, SpendPolicy
+from envelopay.enforcer.send.enforcer import Enforcer
+from envelopay.enforcer.spend.payments import Payments
+from envelopay.enforcer.spend.policy import SpendLimit, SpendPolicy
+from envelopay.enforcer.spend.store import PaymentStore
+from envelopay.enforcer.spend.vault import Vault
 from envelopay_solana.custody import SolanaPayer
 from envelopay_solana.local import LocalSolana
 from envelopay_solana.rail import make_rail

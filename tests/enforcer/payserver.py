@@ -18,14 +18,14 @@ import sys
 
 import httpcore  # noqa: F401
 
-from envelopay.enforcer.core import Enforcer, hash_token
-from envelopay.enforcer.custody import Vault
-from envelopay.enforcer.delivery import SmtpDeliverer
-from envelopay.enforcer.payment_store import PaymentStore
-from envelopay.enforcer.payments import Payments
-from envelopay.enforcer.payments_exec import recover
-from envelopay.enforcer.server import start_server
-from envelopay.enforcer.store import open_store
+from envelopay.enforcer.send.delivery import SmtpDeliverer
+from envelopay.enforcer.send.enforcer import Enforcer, hash_token
+from envelopay.enforcer.send.store import open_store
+from envelopay.enforcer.service.server import start_server
+from envelopay.enforcer.spend.payments import Payments
+from envelopay.enforcer.spend.payments_exec import recover
+from envelopay.enforcer.spend.store import PaymentStore
+from envelopay.enforcer.spend.vault import Vault
 from envelopay.mail.smtp import SmtpConfig
 from envelopay_solana.custody import SolanaPayer
 from envelopay_solana.rail import make_rail

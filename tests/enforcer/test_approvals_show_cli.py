@@ -7,7 +7,7 @@ import asyncio
 import json
 from pathlib import Path
 
-from envelopay.enforcer.client import EnforcerClient
+from envelopay.enforcer.client.http_client import EnforcerClient
 
 from .test_cli import _Keep, cli, served, smtp  # noqa: F401  (fixtures: a served enforcer, its SMTP sink)
 

@@ -10,8 +10,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from envelopay.enforcer.core import Enforcer
-from envelopay.enforcer.store import EnforcerStore, PostgresStore
+from envelopay.enforcer.send.enforcer import Enforcer
+from envelopay.enforcer.send.store import EnforcerStore, PostgresStore
 
 from .conftest import Sink
 

@@ -16,7 +16,7 @@ from aiosmtpd.controller import Controller
 from typer.testing import CliRunner
 
 from envelopay.cli.app import app
-from envelopay.enforcer.client import EnforcerClient
+from envelopay.enforcer.client.http_client import EnforcerClient
 
 
 class _Keep:

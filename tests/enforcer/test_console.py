@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import httpx
 
-from envelopay.enforcer.core import Enforcer
+from envelopay.enforcer.send.enforcer import Enforcer
 
 from .cdp import chromium
 from .conftest import OPERATOR, Sink

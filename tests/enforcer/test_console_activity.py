@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from envelopay.enforcer.console import ACTIVITY_PAGE
-from envelopay.enforcer.spend import SpendLimit
-from envelopay.enforcer.store import SqliteStore
+from envelopay.enforcer.send.store import SqliteStore
+from envelopay.enforcer.service.console import ACTIVITY_PAGE
+from envelopay.enforcer.spend.policy import SpendLimit
 
 from .cdp import chromium
 from .conftest import Clock

@@ -13,9 +13,9 @@ from typing import Any
 import httpx
 import pytest
 
-from envelopay.enforcer.core import Enforcer
-from envelopay.enforcer.server import start_server
-from envelopay.enforcer.spend import SpendLimit, SpendPolicy
+from envelopay.enforcer.send.enforcer import Enforcer
+from envelopay.enforcer.service.server import start_server
+from envelopay.enforcer.spend.policy import SpendLimit, SpendPolicy
 
 from .cdp import Page, chromium
 from .conftest import OPERATOR, Sink

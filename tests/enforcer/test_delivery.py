@@ -7,9 +7,9 @@ import time
 from pathlib import Path
 
 from envelopay import dkim
-from envelopay.enforcer.core import Enforcer
-from envelopay.enforcer.delivery import GardenDeliverer, SmtpDeliverer, dkim_signer
-from envelopay.enforcer.store import EnforcerStore, SqliteStore
+from envelopay.enforcer.send.delivery import GardenDeliverer, SmtpDeliverer, dkim_signer
+from envelopay.enforcer.send.enforcer import Enforcer
+from envelopay.enforcer.send.store import EnforcerStore, SqliteStore
 from envelopay.mail.garden import GardenServer
 from envelopay.mail.smtp import SmtpConfig
 from envelopay.protocol.messages import Which

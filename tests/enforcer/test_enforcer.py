@@ -6,8 +6,8 @@ import email
 from email import policy as email_policy
 from typing import Any
 
-from envelopay.enforcer.core import Enforcer
-from envelopay.enforcer.store import EnforcerStore
+from envelopay.enforcer.send.enforcer import Enforcer
+from envelopay.enforcer.send.store import EnforcerStore
 
 from .conftest import Clock, Sink
 
@@ -288,7 +288,7 @@ async def test_create_agent_refuses_bad_input(enforcer: Enforcer) -> None:
 async def test_a_fixed_message_id_makes_outbox_retries_idempotent(enforcer: Enforcer, sink: Sink) -> None:
     from datetime import UTC, datetime
 
-    from envelopay.enforcer.client import request_from_outbound
+    from envelopay.enforcer.client.http_client import request_from_outbound
     from envelopay.protocol.messages import Which
     from envelopay.protocol.outbound import Outbound
 
@@ -308,7 +308,7 @@ async def test_a_fixed_message_id_makes_outbox_retries_idempotent(enforcer: Enfo
 
 
 def test_no_statement_revives_an_agent() -> None:
-    from envelopay.enforcer.store import _SQL
+    from envelopay.enforcer.send.store import _SQL
 
     writes = [sql for sql in _SQL.values() if sql.startswith("UPDATE enf_agents")]
     assert writes == [_SQL["kill"]]

@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from envelopay.enforcer.core import Enforcer
-from envelopay.enforcer.server import build_app
-from envelopay.enforcer.store import EnforcerStore
+from envelopay.enforcer.send.enforcer import Enforcer
+from envelopay.enforcer.send.store import EnforcerStore
+from envelopay.enforcer.service.server import build_app
 
 from .conftest import Sink
 from .fuzz_inputs import PEER, SENDER, bodies

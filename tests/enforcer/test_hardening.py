@@ -13,10 +13,10 @@ from typing import Any
 import httpx
 import pytest
 
-from envelopay.enforcer.core import Enforcer
-from envelopay.enforcer.delivery import SmtpDeliverer
-from envelopay.enforcer.model import Disposition, SendRequest
-from envelopay.enforcer.store import EnforcerStore, PostgresStore, SqliteStore
+from envelopay.enforcer.send.delivery import SmtpDeliverer
+from envelopay.enforcer.send.enforcer import Enforcer
+from envelopay.enforcer.send.model import Disposition, SendRequest
+from envelopay.enforcer.send.store import EnforcerStore, PostgresStore, SqliteStore
 from envelopay.mail.smtp import SmtpConfig
 
 from .conftest import Clock, Sink
@@ -286,8 +286,8 @@ async def test_operator_routes_refuse_poison_json_with_400_not_500(service: str)
 async def test_the_enforcer_authenticates_to_a_garden_with_accounts_and_sends_only_as_its_agents(
     tmp_path: Any, clock: Clock
 ) -> None:
-    from envelopay.enforcer.delivery import GardenDeliverer
-    from envelopay.enforcer.launch import _deliverer
+    from envelopay.enforcer.send.delivery import GardenDeliverer
+    from envelopay.enforcer.service.launch import _deliverer
     from envelopay.mail.garden import GardenServer
     from envelopay.mail.garden_auth import authenticated_sender, new_account
 

@@ -1,4 +1,4 @@
-"""The enforcer's state machines are tables (enforcer/state_table.py): the payment
+"""The enforcer's state machines are tables (enforcer/common/state_table.py): the payment
 intent's (intent_states.py) and the send request's (send_states.py). SPEC.md's diagrams are
 drawn from them, and the stores' conditional UPDATEs implement exactly their moves on both
 stores — from every state a table allows, and from no other."""
@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from envelopay.enforcer.core import Enforcer
-from envelopay.enforcer.intent_states import DRIVEN, INTENTS, Move
-from envelopay.enforcer.model import QueueState, SendRequest
-from envelopay.enforcer.payment_store import IN_FLIGHT, INTENT_STATES, Intent, PaymentStore
-from envelopay.enforcer.send_states import SENDS, SendMove
-from envelopay.enforcer.state_table import START
-from envelopay.enforcer.store import EnforcerStore
+from envelopay.enforcer.common.state_table import START
+from envelopay.enforcer.send.enforcer import Enforcer
+from envelopay.enforcer.send.model import QueueState, SendRequest
+from envelopay.enforcer.send.states import SENDS, SendMove
+from envelopay.enforcer.send.store import EnforcerStore
+from envelopay.enforcer.spend.states import DRIVEN, INTENTS, Move
+from envelopay.enforcer.spend.store import IN_FLIGHT, INTENT_STATES, Intent, PaymentStore
 
 from .paykit import make_kit, pay_req, payee_wallet
 

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from envelopay import dkim
-from envelopay.enforcer.core import Enforcer
-from envelopay.enforcer.invoices import MaildirInvoices
-from envelopay.enforcer.mcp_server import MaildirInbox
-from envelopay.enforcer.spend import SpendLimit
+from envelopay.enforcer.client.mcp_server import MaildirInbox
+from envelopay.enforcer.send.enforcer import Enforcer
+from envelopay.enforcer.spend.invoices import MaildirInvoices
+from envelopay.enforcer.spend.policy import SpendLimit
 from envelopay.protocol.compose import compose
 from envelopay.protocol.messages import Invoice
 from envelopay.protocol.outbound import Outbound
@@ -240,7 +240,7 @@ async def test_the_inbox_is_parsed_once_across_calls_and_the_bytes_still_decide(
     import importlib
     import os
 
-    parse_module = importlib.import_module("envelopay.enforcer.invoices")  # parse, as invoices calls it
+    parse_module = importlib.import_module("envelopay.enforcer.spend.invoices")  # parse, as invoices calls it
 
     kit, token, address, root = bound
     for k in range(30):

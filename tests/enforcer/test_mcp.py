@@ -15,7 +15,7 @@ from typing import Any
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
-from envelopay.enforcer.core import Enforcer
+from envelopay.enforcer.send.enforcer import Enforcer
 from envelopay.protocol.compose import compose
 from envelopay.protocol.messages import Which
 from envelopay.protocol.outbound import Outbound

@@ -13,11 +13,11 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from envelopay.enforcer.core import Enforcer
-from envelopay.enforcer.metrics import EnforcerMetrics
-from envelopay.enforcer.server import start_server
-from envelopay.enforcer.spend import SpendLimit
-from envelopay.enforcer.store import EnforcerStore
+from envelopay.enforcer.send.enforcer import Enforcer
+from envelopay.enforcer.send.store import EnforcerStore
+from envelopay.enforcer.service.metrics import EnforcerMetrics
+from envelopay.enforcer.service.server import start_server
+from envelopay.enforcer.spend.policy import SpendLimit
 
 from .conftest import Sink
 from .paykit import CHAIN, USDC, Kit, make_kit, pay_req, payee_wallet

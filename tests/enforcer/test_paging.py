@@ -9,9 +9,9 @@ from typing import Any
 import httpx
 import pytest
 
-from envelopay.enforcer.client import OperatorClient
-from envelopay.enforcer.core import Enforcer
-from envelopay.enforcer.store import EnforcerStore
+from envelopay.enforcer.client.http_client import OperatorClient
+from envelopay.enforcer.send.enforcer import Enforcer
+from envelopay.enforcer.send.store import EnforcerStore
 from envelopay.errors import UsageError
 
 from .conftest import OPERATOR, Clock, Sink

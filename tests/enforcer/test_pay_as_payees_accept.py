@@ -17,11 +17,11 @@ import httpx
 import pytest
 
 from envelopay import dkim
-from envelopay.enforcer.core import Enforcer
-from envelopay.enforcer.invoices import MaildirInvoices
-from envelopay.enforcer.payment_client import PaymentClient
-from envelopay.enforcer.server import start_server
-from envelopay.enforcer.spend import SpendLimit
+from envelopay.enforcer.client.payment_client import PaymentClient
+from envelopay.enforcer.send.enforcer import Enforcer
+from envelopay.enforcer.service.server import start_server
+from envelopay.enforcer.spend.invoices import MaildirInvoices
+from envelopay.enforcer.spend.policy import SpendLimit
 from envelopay.protocol.compose import compose
 from envelopay.protocol.messages import Invoice, Oops, OopsError, Order
 from envelopay.protocol.outbound import Outbound

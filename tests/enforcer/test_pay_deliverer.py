@@ -1,7 +1,7 @@
 """One deliverer per PAY across enforcer processes on one store (SQLite and PostgreSQL).
 
 The process that claims a payment's broadcast records itself as the PAY's deliverer
-(enforcer/liveness.py). Another process on the same store — a `check_payment_status`, a
+(enforcer/common/liveness.py). Another process on the same store — a `check_payment_status`, a
 retried call or its finisher — delivers that PAY only once the deliverer is gone: two
 live deliverers would both send it. "Another process" is a second store object on the
 same database (its own instance and liveness lock); a real SIGKILL is covered by
@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from envelopay.enforcer.core import Enforcer
-from envelopay.enforcer.delivery import SmtpDeliverer
-from envelopay.enforcer.payment_store import PaymentStore
-from envelopay.enforcer.payments import Payments
-from envelopay.enforcer.store import EnforcerStore, PostgresStore, SqliteStore
+from envelopay.enforcer.send.delivery import SmtpDeliverer
+from envelopay.enforcer.send.enforcer import Enforcer
+from envelopay.enforcer.send.store import EnforcerStore, PostgresStore, SqliteStore
+from envelopay.enforcer.spend.payments import Payments
+from envelopay.enforcer.spend.store import PaymentStore
 from envelopay.mail.smtp import SmtpConfig
 
 from .conftest import Clock, Sink
@@ -39,7 +39,7 @@ def _second_store(store: EnforcerStore) -> EnforcerStore:
 
 
 async def _other_process(kit: Kit, store: EnforcerStore, sink: Sink, clock: Clock) -> Payments:
-    from envelopay.enforcer.custody import Vault
+    from envelopay.enforcer.spend.vault import Vault
 
     await store.open()
     deliverer = SmtpDeliverer(SmtpConfig("127.0.0.1", sink.port, security="none", max_attempts=1))
@@ -149,7 +149,7 @@ async def test_a_pay_whose_delivery_failed_is_left_for_any_process(
 
 
 async def test_an_older_payments_table_gains_the_new_columns(enforcer: Enforcer) -> None:
-    from envelopay.enforcer import payment_store
+    from envelopay.enforcer.spend import store as payment_store
 
     store = enforcer.store
     [table] = [s for s in payment_store._SCHEMA if "TABLE IF NOT EXISTS enf_payments" in s]
@@ -168,7 +168,7 @@ async def test_an_older_payments_table_gains_the_new_columns(enforcer: Enforcer)
 
 _HOLDER = """
 import sys, time, asyncio
-from envelopay.enforcer.store import open_store
+from envelopay.enforcer.send.store import open_store
 async def main():
     store = open_store(sys.argv[1])
     await store.open()
@@ -208,7 +208,7 @@ async def test_a_store_is_alive_until_its_process_is_killed(
 async def test_opening_a_store_clears_the_lock_files_of_dead_instances(tmp_path: Path) -> None:
     import os
 
-    from envelopay.enforcer.liveness import FileLiveness
+    from envelopay.enforcer.common.liveness import FileLiveness
 
     locks = tmp_path / "enf.db-wallet-locks"
     locks.mkdir()

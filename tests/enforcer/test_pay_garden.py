@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from envelopay.enforcer.core import Enforcer
-from envelopay.enforcer.delivery import GardenDeliverer, GardenEnvelope
-from envelopay.enforcer.spend import SpendLimit
-from envelopay.enforcer.store import EnforcerStore
+from envelopay.enforcer.send.delivery import GardenDeliverer, GardenEnvelope
+from envelopay.enforcer.send.enforcer import Enforcer
+from envelopay.enforcer.send.store import EnforcerStore
+from envelopay.enforcer.spend.policy import SpendLimit
 from envelopay.mail.garden import GardenServer
 from envelopay.mail.garden_auth import new_account
 from envelopay.protocol.parse import parse

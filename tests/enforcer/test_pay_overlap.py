@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 
 from envelopay import dkim
-from envelopay.enforcer import smtp_pipe
-from envelopay.enforcer.core import Enforcer
-from envelopay.enforcer.delivery import SmtpDeliverer, SmtpEnvelope, dkim_signer
-from envelopay.enforcer.smtp_pipe import data_block
-from envelopay.enforcer.store import EnforcerStore
+from envelopay.enforcer.send import smtp_pipe
+from envelopay.enforcer.send.delivery import SmtpDeliverer, SmtpEnvelope, dkim_signer
+from envelopay.enforcer.send.enforcer import Enforcer
+from envelopay.enforcer.send.smtp_pipe import data_block
+from envelopay.enforcer.send.store import EnforcerStore
 from envelopay.errors import TransportError
 from envelopay.mail.smtp import SmtpConfig, send_raw
 from envelopay.protocol.parse import parse

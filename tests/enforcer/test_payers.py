@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from envelopay.enforcer.payers import make_payers, payer_for
+from envelopay.enforcer.spend.payers import make_payers, payer_for
 from envelopay.errors import ConfigError
 from envelopay.rails.custodial import CustodialPayer
 

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from envelopay.devnet.rpc_server import JsonRpcServer
-from envelopay.enforcer.core import Enforcer
-from envelopay.enforcer.payment_client import PaymentClient
-from envelopay.enforcer.payments import CRASH_ENV, CRASH_POINTS
-from envelopay.enforcer.store import EnforcerStore, PostgresStore, SqliteStore
+from envelopay.enforcer.client.payment_client import PaymentClient
+from envelopay.enforcer.send.enforcer import Enforcer
+from envelopay.enforcer.send.store import EnforcerStore, PostgresStore, SqliteStore
+from envelopay.enforcer.spend.payments import CRASH_ENV, CRASH_POINTS
 from envelopay.errors import TransportError
 from envelopay.protocol.parse import parse
 from envelopay_solana.devnode import solana_rpc_handler
@@ -78,7 +78,7 @@ async def test_sigkill_at_every_point_of_50_payments(
         db = request.getfixturevalue("pg_dsn")
         store = PostgresStore(db)
     await store.open()
-    from envelopay.enforcer.delivery import SmtpDeliverer
+    from envelopay.enforcer.send.delivery import SmtpDeliverer
     from envelopay.mail.smtp import SmtpConfig
 
     local = Enforcer(

@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from envelopay.enforcer.core import Enforcer
-from envelopay.enforcer.payment_finisher import Finisher
+from envelopay.enforcer.send.enforcer import Enforcer
+from envelopay.enforcer.spend.finisher import Finisher
 from envelopay.protocol.parse import parse
 
 from .conftest import Clock, Sink

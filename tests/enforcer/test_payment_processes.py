@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 from envelopay.devnet.rpc_server import JsonRpcServer
-from envelopay.enforcer.core import Enforcer
-from envelopay.enforcer.delivery import SmtpDeliverer
-from envelopay.enforcer.payment_client import PaymentClient
-from envelopay.enforcer.payment_model import PaymentDisposition
-from envelopay.enforcer.payments import CRASH_ENV
-from envelopay.enforcer.store import EnforcerStore, PostgresStore, SqliteStore
+from envelopay.enforcer.client.payment_client import PaymentClient
+from envelopay.enforcer.send.delivery import SmtpDeliverer
+from envelopay.enforcer.send.enforcer import Enforcer
+from envelopay.enforcer.send.store import EnforcerStore, PostgresStore, SqliteStore
+from envelopay.enforcer.spend.model import PaymentDisposition
+from envelopay.enforcer.spend.payments import CRASH_ENV
 from envelopay.mail.smtp import SmtpConfig
 from envelopay_solana.devnode import solana_rpc_handler
 

@@ -10,12 +10,12 @@ import mailbox
 from pathlib import Path
 
 from envelopay import dkim
-from envelopay.enforcer.core import Enforcer
-from envelopay.enforcer.custody import Vault
-from envelopay.enforcer.invoices import MaildirInvoices
-from envelopay.enforcer.payments import Payments
-from envelopay.enforcer.payments_exec import recover
-from envelopay.enforcer.spend import SpendLimit
+from envelopay.enforcer.send.enforcer import Enforcer
+from envelopay.enforcer.spend.invoices import MaildirInvoices
+from envelopay.enforcer.spend.payments import Payments
+from envelopay.enforcer.spend.payments_exec import recover
+from envelopay.enforcer.spend.policy import SpendLimit
+from envelopay.enforcer.spend.vault import Vault
 from envelopay_solana.custody import SolanaPayer
 from envelopay_solana.rail import make_rail
 

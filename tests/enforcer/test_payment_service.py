@@ -15,11 +15,11 @@ import pytest
 from mcp import Client
 from solders.keypair import Keypair
 
-from envelopay.enforcer.core import Enforcer
-from envelopay.enforcer.custody import Vault, VaultError
-from envelopay.enforcer.payment_client import PaymentClient, SpendOperatorClient
-from envelopay.enforcer.server import start_server
-from envelopay.enforcer.store import EnforcerStore, SqliteStore
+from envelopay.enforcer.client.payment_client import PaymentClient, SpendOperatorClient
+from envelopay.enforcer.send.enforcer import Enforcer
+from envelopay.enforcer.send.store import EnforcerStore, SqliteStore
+from envelopay.enforcer.service.server import start_server
+from envelopay.enforcer.spend.vault import Vault, VaultError
 
 from .conftest import OPERATOR, Sink
 from .paykit import CHAIN, USDC, Kit, make_kit, payee_wallet

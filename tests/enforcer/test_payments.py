@@ -6,10 +6,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from envelopay.enforcer.core import Enforcer
-from envelopay.enforcer.payments_exec import approve, reject
-from envelopay.enforcer.spend import SpendLimit
-from envelopay.enforcer.store import EnforcerStore
+from envelopay.enforcer.send.enforcer import Enforcer
+from envelopay.enforcer.send.store import EnforcerStore
+from envelopay.enforcer.spend.payments_exec import approve, reject
+from envelopay.enforcer.spend.policy import SpendLimit
 from envelopay.protocol.parse import parse
 
 from .conftest import Sink
@@ -104,7 +104,8 @@ async def test_payee_wallet_allowlist_zero_cap_and_missing_limit_hold(enforcer: 
     assert await enforcer.store.counter(agent.id, "d", day) == 0
     tok3, _ = await kit.agent("nolimit")
     await kit.payments.set_policy(
-        "nolimit", __import__("envelopay.enforcer.spend").enforcer.spend.SpendPolicy(payees=("partner.test",))
+        "nolimit",
+        __import__("envelopay.enforcer.spend.policy").enforcer.spend.policy.SpendPolicy(payees=("partner.test",)),
     )
     d = await kit.payments.submit("pay", tok3, pay_req(payee_wallet(), key="n"))
     assert (d.status, d.code) == ("pending_approval", "no_spend_limit")
@@ -271,8 +272,8 @@ async def test_a_kill_racing_an_approval_never_pays_after_the_kill(enforcer: Enf
 async def test_a_counter_leg_pays_once_and_sends_no_email(enforcer: Enforcer, sink: Sink) -> None:
     """The worker's counter-leg (POST /v1/counter through EnforcedPayer): the spend checks
     apply, the payment is made once per key, the email is the caller's."""
-    from envelopay.enforcer.enforced_payer import EnforcedPayer
-    from envelopay.enforcer.server import start_server
+    from envelopay.enforcer.client.enforced_payer import EnforcedPayer
+    from envelopay.enforcer.service.server import start_server
     from envelopay.errors import RailError
 
     kit = await make_kit(enforcer)

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import contextlib
 
-from envelopay.enforcer.core import Enforcer
-from envelopay.enforcer.custody import Vault
-from envelopay.enforcer.payment_store import PaymentStore
-from envelopay.enforcer.payments import Payments
-from envelopay.enforcer.payments_exec import recover
-from envelopay.enforcer.spend import SpendLimit, SpendPolicy
+from envelopay.enforcer.send.enforcer import Enforcer
+from envelopay.enforcer.spend.payments import Payments
+from envelopay.enforcer.spend.payments_exec import recover
+from envelopay.enforcer.spend.policy import SpendLimit, SpendPolicy
+from envelopay.enforcer.spend.store import PaymentStore
+from envelopay.enforcer.spend.vault import Vault
 from envelopay.protocol.parse import parse
 from envelopay_base.custody import BasePayer
 from envelopay_base.local import LocalChain

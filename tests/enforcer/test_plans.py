@@ -18,11 +18,11 @@ from typing import Any
 
 import psycopg
 
-from envelopay.enforcer.core import Enforcer, hash_token
-from envelopay.enforcer.payment_finisher import Finisher
-from envelopay.enforcer.payments_exec import approve
-from envelopay.enforcer.retention import compact_enforcer
-from envelopay.enforcer.store import EnforcerStore, PostgresStore, SqliteStore
+from envelopay.enforcer.send.enforcer import Enforcer, hash_token
+from envelopay.enforcer.send.store import EnforcerStore, PostgresStore, SqliteStore
+from envelopay.enforcer.service.retention import compact_enforcer
+from envelopay.enforcer.spend.finisher import Finisher
+from envelopay.enforcer.spend.payments_exec import approve
 
 from .conftest import Sink
 from .paykit import USDC, make_kit, pay_req, payee_wallet

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from envelopay.enforcer.model import Agent, Disposition, Policy, SendRequest
-from envelopay.enforcer.policy import allowlisted, check_request, check_sender
+from envelopay.enforcer.send.model import Agent, Disposition, Policy, SendRequest
+from envelopay.enforcer.send.policy import allowlisted, check_request, check_sender
 
 BASE: dict[str, Any] = {"to": "bob@example.com", "from": "a1@agents.test", "subject": "hi", "text": "hello"}
 
@@ -142,7 +142,7 @@ def test_plain_mail_composition_round_trips_through_the_stdlib_parser() -> None:
     from datetime import UTC, datetime
     from email import policy as email_policy
 
-    from envelopay.enforcer.mime import compose_request
+    from envelopay.enforcer.send.mime import compose_request
 
     text = "line one\nzweite Zeile: äöü\n" + "y" * 1200
     req = check_request({**BASE, "subject": "Grüße, café", "text": text,

@@ -11,9 +11,9 @@ from typing import Any
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from envelopay.enforcer.mime import compose_request
-from envelopay.enforcer.model import Disposition, SendRequest
-from envelopay.enforcer.policy import check_request
+from envelopay.enforcer.send.mime import compose_request
+from envelopay.enforcer.send.model import Disposition, SendRequest
+from envelopay.enforcer.send.policy import check_request
 
 nasty = st.sampled_from(["\r\n", "\n", "\r", ",", " ", "Bcc: eve@evil.test", "<", ">", "@", "\x00", "é", ":"])
 

@@ -39,9 +39,9 @@ import pytest
 from tests.mail.test_postfix import wait_files
 
 from envelopay import dkim
-from envelopay.enforcer.core import Enforcer
-from envelopay.enforcer.delivery import SmtpDeliverer, SmtpEnvelope, dkim_signer
-from envelopay.enforcer.store import SqliteStore
+from envelopay.enforcer.send.delivery import SmtpDeliverer, SmtpEnvelope, dkim_signer
+from envelopay.enforcer.send.enforcer import Enforcer
+from envelopay.enforcer.send.store import SqliteStore
 from envelopay.errors import TransportError
 from envelopay.mail.smtp import SmtpConfig
 from envelopay.protocol.parse import parse
@@ -414,7 +414,7 @@ async def test_a_delivery_cancelled_before_its_body_delivers_nothing(
 # closes its socket, nothing of the body was written.
 CHILD = """
 import asyncio, sys
-from envelopay.enforcer.delivery import SmtpDeliverer
+from envelopay.enforcer.send.delivery import SmtpDeliverer
 from envelopay.mail.smtp import SmtpConfig
 
 async def main() -> None:

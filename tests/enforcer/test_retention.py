@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from envelopay.enforcer.core import Enforcer
-from envelopay.enforcer.retention import compact_enforcer
-from envelopay.enforcer.store import EnforcerStore
+from envelopay.enforcer.send.enforcer import Enforcer
+from envelopay.enforcer.send.store import EnforcerStore
+from envelopay.enforcer.service.retention import compact_enforcer
 from envelopay.errors import UsageError
 
 from .conftest import Clock, Sink
@@ -108,9 +108,9 @@ async def test_claims_that_refuse_nothing_any_more_age_out(
 async def test_finished_payments_are_compacted_and_still_answer(
     enforcer: Enforcer, store: EnforcerStore, clock: Clock, sink: Sink, tmp_path: Path
 ) -> None:
-    from envelopay.enforcer.invoices import MaildirInvoices
-    from envelopay.enforcer.payments_exec import reject
-    from envelopay.enforcer.spend import SpendLimit
+    from envelopay.enforcer.spend.invoices import MaildirInvoices
+    from envelopay.enforcer.spend.payments_exec import reject
+    from envelopay.enforcer.spend.policy import SpendLimit
 
     from .paykit import USDC, make_kit, pay_req, payee_wallet
     from .test_invoice_binding import DNS, deliver, invoice

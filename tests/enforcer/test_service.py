@@ -7,9 +7,9 @@ from pathlib import Path
 
 import httpx
 
-from envelopay.enforcer.client import EnforcerClient, OperatorClient
-from envelopay.enforcer.core import Enforcer
-from envelopay.enforcer.server import start_server
+from envelopay.enforcer.client.http_client import EnforcerClient, OperatorClient
+from envelopay.enforcer.send.enforcer import Enforcer
+from envelopay.enforcer.service.server import start_server
 
 from .conftest import OPERATOR, Sink
 

@@ -1,4 +1,4 @@
-"""The pooled SMTP connection reads the server's bytes itself (enforcer/smtp_pipe.py), so
+"""The pooled SMTP connection reads the server's bytes itself (enforcer/send/smtp_pipe.py), so
 those bytes are outside input: fuzz the reply reader, then the whole delivery against a
 hostile server. A reply that is not SMTP ends in a TransportError (or a clean fallback),
 never another exception, a hang, or a broken connection back in the pool."""
@@ -12,8 +12,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from envelopay.enforcer.delivery import SmtpDeliverer
-from envelopay.enforcer.smtp_pipe import _Replies
+from envelopay.enforcer.send.delivery import SmtpDeliverer
+from envelopay.enforcer.send.smtp_pipe import _Replies
 from envelopay.errors import TransportError
 from envelopay.mail.smtp import SmtpConfig
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from envelopay.enforcer.sqlite_wal import BACKSTOP_PAGES, Checkpointer
-from envelopay.enforcer.store import EnforcerStore, SqliteStore
+from envelopay.enforcer.common.sqlite_wal import BACKSTOP_PAGES, Checkpointer
+from envelopay.enforcer.send.store import EnforcerStore, SqliteStore
 from envelopay.errors import StoreError
 
 _TAKE = (

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from envelopay.enforcer.payment_store import PaymentStore
-from envelopay.enforcer.store import EnforcerStore, PostgresStore, SqliteStore
+from envelopay.enforcer.send.store import EnforcerStore, PostgresStore, SqliteStore
+from envelopay.enforcer.spend.store import PaymentStore
 from envelopay.testing.payment_store import PAYMENT_CHECKS, check_payment_store
 from envelopay.testing.send_store import SEND_CHECKS, check_send_store
 
@@ -86,7 +86,8 @@ async def test_the_kits_can_fail(tmp_path: Path) -> None:
 def _old_schema() -> list[str]:
     """The tables as a release before the migrator left them: the send side's statements
     run at open, and enf_payments as first released (no deliverer, no compacted_at)."""
-    from envelopay.enforcer import payment_store, store
+    from envelopay.enforcer.send import store
+    from envelopay.enforcer.spend import store as payment_store
 
     first_payments = [
         "\n".join(line for line in stmt.splitlines() if not ("deliverer" in line or "compacted_at" in line))

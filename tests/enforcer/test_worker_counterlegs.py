@@ -8,15 +8,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from envelopay.client.demo import WORKER, DemoWorld
-from envelopay.enforcer.core import Enforcer
-from envelopay.enforcer.custody import Vault
-from envelopay.enforcer.delivery import GardenDeliverer
-from envelopay.enforcer.enforced_payer import EnforcedPayer
-from envelopay.enforcer.payment_store import PaymentStore
-from envelopay.enforcer.payments import Payments
-from envelopay.enforcer.server import start_server
-from envelopay.enforcer.spend import SpendLimit, SpendPolicy
-from envelopay.enforcer.store import SqliteStore
+from envelopay.enforcer.client.enforced_payer import EnforcedPayer
+from envelopay.enforcer.send.delivery import GardenDeliverer
+from envelopay.enforcer.send.enforcer import Enforcer
+from envelopay.enforcer.send.store import SqliteStore
+from envelopay.enforcer.service.server import start_server
+from envelopay.enforcer.spend.payments import Payments
+from envelopay.enforcer.spend.policy import SpendLimit, SpendPolicy
+from envelopay.enforcer.spend.store import PaymentStore
+from envelopay.enforcer.spend.vault import Vault
 from envelopay.protocol.messages import Give, Offer, Want
 from envelopay_base.custody import BasePayer
 from envelopay_base.rail import make_rail

@@ -1,5 +1,5 @@
 """`envelopay approvals show ID` as a person reads it: the same content as the console's
-detail page (enforcer/approval_view.py), one labelled line per field, the body last."""
+detail page (enforcer/service/approval_view.py), one labelled line per field, the body last."""
 
 from __future__ import annotations
 

@@ -70,7 +70,8 @@ def _store(db: str) -> Any:
     file that is not a SQLite database, under no directory), is bad input (2, naming
     --db: serve said 3 where compact said 2); a server that does not answer is the
     environment (3, EXIT_CODES)."""
-    from envelopay.enforcer.store import SqliteStore, open_store  # lazy: keeps httpx off this module's import
+    # lazy: keeps httpx off this module's import
+    from envelopay.enforcer.send.store import SqliteStore, open_store
 
     try:
         store = open_store(db)
@@ -140,8 +141,8 @@ def register(app: typer.Typer) -> None:
         """Run the enforcer: the only holder of the SMTP credential, the DKIM key and the
         agents' wallet keys."""
         # lazy: keeps cryptography, httpx off this module's import
-        from envelopay.enforcer.launch import prepare, serve
-        from envelopay.enforcer.spend_launch import prepare_spend
+        from envelopay.enforcer.service.launch import prepare, serve
+        from envelopay.enforcer.service.spend_launch import prepare_spend
         from envelopay.node.wiring import dns_setup
 
         _store(db)  # not opened: a URL of no store we know is refused first, as by compact
@@ -180,7 +181,7 @@ def register(app: typer.Typer) -> None:
         and refuses a second payment of an INVOICE). Runs beside a serving enforcer (short
         statements on the same store)."""
         # lazy: keeps cryptography, httpx off this module's import
-        from envelopay.enforcer.retention import compact_enforcer
+        from envelopay.enforcer.service.retention import compact_enforcer
 
         store = _store(db)
         with answers(as_json=keep.as_json):  # a server that does not answer: 3
@@ -212,7 +213,7 @@ def register(app: typer.Typer) -> None:
         Configured by $ENVELOPAY_ENFORCER, $ENVELOPAY_AGENT_TOKEN, $ENVELOPAY_AGENT_ADDRESS and
         optionally $ENVELOPAY_AGENT_MAILDIR."""
         # lazy: keeps httpx off this module's import
-        from envelopay.enforcer.mcp_server import config_from_env, run_stdio
+        from envelopay.enforcer.client.mcp_server import config_from_env, run_stdio
 
         with answers():  # the environment configures it: a ConfigError is exit 3
             config = config_from_env(os.environ)

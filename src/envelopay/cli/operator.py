@@ -15,7 +15,7 @@ from envelopay.cli.options import OperatorOptions
 from envelopay.cli.output import FAILED, OK, answers, delivery_exit
 
 if TYPE_CHECKING:
-    from envelopay.enforcer.payment_client import SpendOperatorClient
+    from envelopay.enforcer.client.payment_client import SpendOperatorClient
 
 T = TypeVar("T")
 
@@ -23,8 +23,8 @@ T = TypeVar("T")
 def ask(where: OperatorOptions, call: Callable[[SpendOperatorClient], Awaitable[T]]) -> T:
     """One session with the enforcer's operator API (the send and the spend side)."""
     # lazy: keeps httpx off this module's import
-    from envelopay.enforcer.launch import operator_token
-    from envelopay.enforcer.payment_client import SpendOperatorClient
+    from envelopay.enforcer.client.payment_client import SpendOperatorClient
+    from envelopay.enforcer.service.launch import operator_token
 
     with answers():
         op_token = operator_token(where.token_file)

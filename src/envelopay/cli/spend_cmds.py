@@ -17,7 +17,7 @@ from envelopay.cli.options import OPERATOR, OperatorOptions
 from envelopay.cli.output import emit, fail, finish, ran
 
 if TYPE_CHECKING:
-    from envelopay.enforcer.payment_client import SpendOperatorClient
+    from envelopay.enforcer.client.payment_client import SpendOperatorClient
 
 SpendOpt = Annotated[
     list[str] | None,
@@ -49,7 +49,7 @@ def policy_from_options(
 ) -> dict[str, Any]:
     """The spend policy document with the options applied (each given field replaces)."""
     # lazy: keeps httpx off this module's import
-    from envelopay.enforcer.spend import SpendPolicy, parse_spend
+    from envelopay.enforcer.spend.policy import SpendPolicy, parse_spend
 
     try:
         policy = SpendPolicy.from_json(base)
@@ -80,7 +80,7 @@ def wallet_specs(specs: Sequence[str]) -> list[tuple[str, str | None]]:
 
 def describe_policy(doc: dict[str, Any]) -> list[str]:
     # lazy: keeps httpx off this module's import
-    from envelopay.enforcer.spend import SpendLimit, format_spend
+    from envelopay.enforcer.spend.policy import SpendLimit, format_spend
 
     lines = [
         f"spend    {format_spend(k, SpendLimit(v.get('per_payment'), v.get('hourly'), v.get('daily')))}"

@@ -6,10 +6,10 @@ HTTP/JSON with an operator console (`server`), reached through `client.EnforcerC
 (the engine outbox's send hook) and the agents' MCP front (`mcp_server`).
 """
 
-from envelopay.enforcer.client import EnforcerClient, OperatorClient, request_from_outbound
-from envelopay.enforcer.core import Enforcer
-from envelopay.enforcer.model import Agent, Decision, Disposition, Policy, QueueRow, SendRequest
-from envelopay.enforcer.store import EnforcerStore, PostgresStore, SqliteStore, open_store
+from envelopay.enforcer.client.http_client import EnforcerClient, OperatorClient, request_from_outbound
+from envelopay.enforcer.send.enforcer import Enforcer
+from envelopay.enforcer.send.model import Agent, Decision, Disposition, Policy, QueueRow, SendRequest
+from envelopay.enforcer.send.store import EnforcerStore, PostgresStore, SqliteStore, open_store
 
 __all__ = [
     "Agent",

@@ -95,7 +95,7 @@ class PolicyVerdict(Protocol):
 
 class SendPolicy(Protocol):
     """The send enforcer as the outbox sees it. The engine sits above no enforcer: the
-    node wires one in (`envelopay.enforcer.client.EnforcerClient`)."""
+    node wires one in (`envelopay.enforcer.client.http_client.EnforcerClient`)."""
 
     async def send_outbound(self, out: Outbound) -> PolicyVerdict:
         """Check and send one outbox row; TransportError when the enforcer is unreachable."""

@@ -437,14 +437,16 @@ def _enforcer_where(cfg: WorkerConfig) -> tuple[str, str]:
 
 def enforced_payer(cfg: WorkerConfig) -> Any:
     """The OFFER counter-legs paid by the spend enforcer (same URL and token as the mail)."""
-    from envelopay.enforcer.enforced_payer import EnforcedPayer  # lazy: keeps httpx off this module's import
+    # lazy: keeps httpx off this module's import
+    from envelopay.enforcer.client.enforced_payer import EnforcedPayer
 
     where, token = _enforcer_where(cfg)
     return EnforcedPayer(where, token)
 
 
 def enforcer_hook(cfg: WorkerConfig) -> EnforcerHook:
-    from envelopay.enforcer.client import EnforcerClient  # lazy: keeps httpx off this module's import
+    # lazy: keeps httpx off this module's import
+    from envelopay.enforcer.client.http_client import EnforcerClient
 
     token = os.environ.get(cfg.transport.enforcer_token_env)
     if not token:

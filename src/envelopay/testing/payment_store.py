@@ -1,5 +1,5 @@
 """`check_payment_store(factory)`: the spend enforcer's store contract
-(envelopay.enforcer.payment_store, `PaymentStore`: sealed wallets, spend policies, spend
+(envelopay.enforcer.spend.store, `PaymentStore`: sealed wallets, spend policies, spend
 caps, payment intents) as a public kit both backends run, as `check_store` is for the ledger.
 
     from envelopay.testing.payment_store import check_payment_store
@@ -24,10 +24,10 @@ import itertools
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
-from envelopay.enforcer.custody import WalletRecord
-from envelopay.enforcer.model import Agent, Policy, SendRequest
-from envelopay.enforcer.payment_store import SPEND_MIGRATIONS, Intent, PaymentStore
-from envelopay.enforcer.spend import SpendLimit, SpendPolicy
+from envelopay.enforcer.send.model import Agent, Policy, SendRequest
+from envelopay.enforcer.spend.policy import SpendLimit, SpendPolicy
+from envelopay.enforcer.spend.store import SPEND_MIGRATIONS, Intent, PaymentStore
+from envelopay.enforcer.spend.vault import WalletRecord
 
 __all__ = ["PAYMENT_CHECKS", "check_payment_store"]
 

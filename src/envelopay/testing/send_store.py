@@ -1,4 +1,4 @@
-"""`check_send_store(factory)`: the enforcer send store's contract (envelopay.enforcer.store,
+"""`check_send_store(factory)`: the enforcer send store's contract (envelopay.enforcer.send.store,
 `EnforcerStore`: agents, cap counters, sends and the approval queue, claims, outcomes) as
 a public kit both backends run, as `check_store` is for the ledger.
 
@@ -23,8 +23,8 @@ import itertools
 import uuid
 from collections.abc import Awaitable, Callable
 
-from envelopay.enforcer.model import Agent, Policy, SendRequest
-from envelopay.enforcer.store import SEND_MIGRATIONS, EnforcerStore, QueueCursor
+from envelopay.enforcer.send.model import Agent, Policy, SendRequest
+from envelopay.enforcer.send.store import SEND_MIGRATIONS, EnforcerStore, QueueCursor
 
 __all__ = ["SEND_CHECKS", "check_send_store"]
 

@@ -26,7 +26,7 @@ __all__ = ["CounterPayer", "CounterPayments"]
 
 class CounterPayer(Protocol):
     """Who pays a counter-leg when the worker holds no key: the spend enforcer
-    (envelopay.enforcer.enforced_payer.EnforcedPayer). A redo with the same key pays once;
+    (envelopay.enforcer.client.enforced_payer.EnforcedPayer). A redo with the same key pays once;
     a refusal is a RailError, an unreachable payer a TransportError."""
 
     async def pay_leg(
