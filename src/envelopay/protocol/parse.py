@@ -16,18 +16,17 @@ precedence of SPEC.md "Validation and OOPS precedence"):
 7. fields    the model validates -> missing_wallet > missing_field > invalid_field
 
 An OOPS that fails any stage is invalid and answers nothing (never OOPS an OOPS).
+The MIME walk of stage 3 is `body_parts`, stages 4 to 7 are `validation`.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
-from functools import partial
 from typing import Any, Literal
 
-from pydantic import ValidationError
-
 from envelopay.protocol.autosubmit import no_answer_reason
+from envelopay.protocol.body_parts import _extract_body, _one, _parts, _Stop
 from envelopay.protocol.codes import OopsCode
 from envelopay.protocol.grammar import (
     SUPPORTED_TYPES_TEXT,
@@ -42,23 +41,13 @@ from envelopay.protocol.headers import addresses as _addresses
 from envelopay.protocol.lenient import LENIENT_PREFIX, fill, type_line
 from envelopay.protocol.messages import (
     SPEC_TYPES,
-    SUPPORTED_VERSIONS,
-    Message,
     MessageType,
-    Methods,
     Which,
-    model_for,
-)
-from envelopay.protocol.mime import (
-    decode_text,
-    decode_transfer,
-    head_block,
-    split_multipart,
-    strip_last_newline,
 )
 from envelopay.protocol.parsed import Parsed, Problem
-from envelopay.protocol.payload import PayloadError, TextLeaf, extract, leading_text
+from envelopay.protocol.payload import leading_text
 from envelopay.protocol.quoting import own_text
+from envelopay.protocol.validation import _validate
 
 __all__ = ["REPLY_HINT", "SINGLETON_HEADERS", "ParseOptions", "parse", "parser_options"]
 
@@ -66,21 +55,8 @@ __all__ = ["REPLY_HINT", "SINGLETON_HEADERS", "ParseOptions", "parse", "parser_o
 # Headers whose decoded value we read; CR/LF in any of them is refused.
 _USED_HEADERS = ("subject", "from", "to", "message-id", "in-reply-to", "references", "x-envelopay-type")
 
-_PROBLEM_ORDER: dict[OopsCode, int] = {
-    OopsCode.MISSING_WALLET: 0,
-    OopsCode.MISSING_FIELD: 1,
-    OopsCode.INVALID_FIELD: 2,
-}
-
-_VERSION = re.compile(r"([0-9]{1,9})\.([0-9]{1,9})(?:\.[0-9]{1,9})?(?:[-+][0-9A-Za-z.-]{1,64})?")
-_LINE_SPLIT = re.compile(r"\r\n|\n|\r")
-_HEADER_END = re.compile(rb"\r?\n\r?\n")
-_PARAM = re.compile(r';\s*([!#$%&\'*+\-.^_`|~0-9A-Za-z]+)\s*=\s*("(?:[^"\\]|\\.)*"|[^;\s]*)')
-
-_MAX_DEPTH = 8
 _BY_VALUE: dict[str, MessageType] = {t.value: t for t in SPEC_TYPES}
 _JSON_TYPES = ", ".join(t.value for t in SPEC_TYPES)
-_MAX_PARTS = 256
 _MAX_ENCODED_SUBJECT = 4096  # longer subjects with encoded-words are not decoded
 
 
@@ -116,269 +92,6 @@ def parser_options(parser: object) -> ParseOptions:
     the defaults for plain `parse` or any other function."""
     given = getattr(parser, "keywords", {}).get("options") if getattr(parser, "func", None) is parse else None
     return given if isinstance(given, ParseOptions) else _DEFAULT_OPTIONS
-
-
-@dataclass(slots=True)
-class _Part:
-    headers: dict[str, list[str]]
-    body: bytes
-
-
-@dataclass(slots=True)
-class _Payload:
-    json_parts: list[_Part] = field(default_factory=list)
-    # Everything else in document order: a leaf part, or the raw bytes (and depth) of a
-    # part that cannot be or hold a JSON part, read only if no JSON part wins.
-    others: list[_Part | tuple[bytes, int]] = field(default_factory=list)
-
-    def text_parts(self) -> tuple[list[_Part], list[_Part]]:
-        """(text/plain, text/html) body parts, in order; attachments and others dropped."""
-        plain: list[_Part] = []
-        html_parts: list[_Part] = []
-        for leaf in self.others:
-            part = leaf if isinstance(leaf, _Part) else _Part(*_leaf_split(leaf[0]))
-            mtype, _ = _content_type(part.headers)
-            if mtype.startswith("multipart/") and not isinstance(leaf, _Part):
-                inner = _Payload()  # a deferred container: walk it now, for its text
-                _collect(part.headers, part.body, inner, leaf[1])
-                more_plain, more_html = inner.text_parts()
-                plain += more_plain
-                html_parts += more_html
-                continue
-            disposition = (_one(part.headers, "content-disposition") or "").split(";")[0].strip().lower()
-            if disposition == "attachment" or mtype.startswith("message/"):
-                continue  # an attached text file is not the body; a forward is not a request
-            if mtype == "text/plain":
-                plain.append(part)
-            elif mtype == "text/html":
-                html_parts.append(part)
-        return plain, html_parts
-
-
-class _Stop(Exception):
-    """Internal: a stage failed; carries its single problem."""
-
-    def __init__(self, problem: Problem) -> None:
-        super().__init__(problem.detail)
-        self.problem = problem
-
-
-# ---------------------------------------------------------------- headers
-
-
-def _split_headers(raw: bytes) -> tuple[dict[str, list[str]], bytes]:
-    """Header block -> {lowercase name: [unfolded values]}, and the body bytes."""
-    m = _HEADER_END.search(raw)
-    if raw.startswith((b"\r\n", b"\n")):
-        head, body = b"", raw[2 if raw.startswith(b"\r\n") else 1 :]
-    elif m is None:
-        head, body = raw, b""
-    else:
-        head, body = raw[: m.start()], raw[m.end() :]
-    text = head.decode("utf-8", "replace")
-    # Values are kept as lists of folded pieces and joined once: linear in the header size.
-    pieces: dict[str, list[list[str]]] = {}
-    current: list[str] | None = None
-    lines = _LINE_SPLIT.split(text)
-    if lines and lines[0].startswith("From "):  # an mbox separator line, not a header
-        lines = lines[1:]
-    for line in lines:
-        if line[:1] in (" ", "\t"):
-            if current is not None:
-                current.append(line)
-            continue
-        colon = line.find(":")
-        if colon <= 0:
-            current = None  # a malformed line: ignored, as is any continuation of it
-            continue
-        current = [line[colon + 1 :]]
-        pieces.setdefault(line[:colon].rstrip().lower(), []).append(current)
-    headers = {name: ["".join(p) for p in values] for name, values in pieces.items()}
-    return headers, body
-
-
-def _one(headers: dict[str, list[str]], name: str) -> str | None:
-    values = headers.get(name)
-    if not values:
-        return None
-    return values[0].strip()
-
-
-def _content_type(headers: dict[str, list[str]]) -> tuple[str, dict[str, str]]:
-    value = _one(headers, "content-type")
-    if value is None:
-        return "text/plain", {}
-    semi = value.find(";")
-    mtype = (value if semi < 0 else value[:semi]).strip().lower()
-    params: dict[str, str] = {}
-    if semi >= 0:
-        for pm in _PARAM.finditer(value[semi:]):
-            v = pm.group(2)
-            if v.startswith('"') and v.endswith('"') and len(v) >= 2:
-                v = re.sub(r"\\(.)", r"\1", v[1:-1])
-            params.setdefault(pm.group(1).lower(), v)
-    if "/" not in mtype:
-        mtype = "text/plain"  # RFC 2045 section 5.2: an invalid type means text/plain
-    return mtype, params
-
-
-# ---------------------------------------------------------------- MIME
-
-
-def _collect(headers: dict[str, list[str]], body: bytes, out: _Payload, depth: int) -> None:
-    mtype, params = _content_type(headers)
-    if mtype.startswith("multipart/"):
-        boundary = params.get("boundary")
-        if not boundary or depth >= _MAX_DEPTH:
-            return
-        for chunk in split_multipart(body, boundary, max_parts=_MAX_PARTS):
-            # A JSON part's Content-Type names "json" literally (type and subtype are
-            # tokens), and a container's names "multipart": a part whose header block
-            # names neither, or a container with no "json" anywhere in it, holds no JSON
-            # part, so its headers are read only if no JSON part wins (the fast path).
-            head = head_block(chunk).lower()
-            container = b"multipart" in head
-            if (container and b"json" not in chunk.lower()) or (not container and b"json" not in head):
-                out.others.append((chunk, depth + 1))
-                continue
-            sub_headers, sub_body = _leaf_split(chunk)
-            _collect(sub_headers, sub_body, out, depth + 1)
-        return
-    if mtype.startswith("message/"):
-        return  # never descend into an attached message: a forward is not a request
-    part = _Part(headers, body)
-    if mtype == "application/json" or (mtype.startswith("application/") and mtype.endswith("+json")):
-        out.json_parts.append(part)
-        return
-    out.others.append(part)
-
-
-def _leaf_split(chunk: bytes) -> tuple[dict[str, list[str]], bytes]:
-    sub_headers, sub_body = _split_headers(chunk)
-    return sub_headers, strip_last_newline(sub_body)
-
-
-def _decode_part(part: _Part) -> str:
-    """Transfer-decode and charset-decode a leaf part. Raises ValueError when undecodable."""
-    cte = (_one(part.headers, "content-transfer-encoding") or "7bit").lower()
-    return decode_text(decode_transfer(part.body, cte), _content_type(part.headers)[1].get("charset", ""))
-
-
-def _parts(
-    headers: dict[str, list[str]], body: bytes, *, text: bool = False
-) -> tuple[list[Any], list[TextLeaf], list[Any]]:
-    """(JSON parts, text/plain leaves, HTML parts), each decoded only when called. The
-    text parts are not even listed when a JSON part wins, unless `text` asks for them."""
-    found = _Payload()
-    _collect(headers, body, found, 0)
-    json_parts = [partial(_decode_part, p) for p in found.json_parts]
-    if found.json_parts and not text:
-        return json_parts, [], []
-    plain, html_parts = found.text_parts()
-    return (
-        json_parts,
-        [TextLeaf(partial(_decode_part, p), _content_type(p.headers)[1]) for p in plain],
-        [partial(_decode_part, p) for p in html_parts],
-    )
-
-
-def _extract_body(headers: dict[str, list[str]], body: bytes) -> dict[str, Any] | None:
-    """Payload placement: the MIME walk here, the rest in `payload`. Raises _Stop."""
-    try:
-        return extract(*_parts(headers, body))
-    except PayloadError as err:
-        raise _Stop(err.problem) from err
-
-
-# ---------------------------------------------------------------- validation
-
-
-def _loc(loc: tuple[int | str, ...]) -> str:
-    out = ""
-    for item in loc:
-        out += f"[{item}]" if isinstance(item, int) else (f".{item}" if out else str(item))
-    return out
-
-
-def _field_problems(kind: MessageType, err: ValidationError) -> list[Problem]:
-    problems: list[Problem] = []
-    for e in err.errors(include_url=False):
-        loc = tuple(x for x in e["loc"] if not (isinstance(x, str) and "[" in x))
-        path = _loc(loc)
-        last = loc[-1] if loc else None
-        # An empty or null wallet is no wallet (decision, SPEC.md).
-        missing = e["type"] == "missing" or (
-            last == "wallet" and (e["type"] == "string_too_short" or e.get("input") is None)
-        )
-        if missing and last == "wallet" and kind in (MessageType.INVOICE, MessageType.METHODS):
-            # Spec code: INVOICE without `wallet`, or a METHODS rail without one.
-            problems.append(Problem(OopsCode.MISSING_WALLET, f"{path}: a wallet is required", path))
-        elif missing:
-            problems.append(Problem(OopsCode.MISSING_FIELD, f"{path}: required", path))
-        else:
-            problems.append(Problem(OopsCode.INVALID_FIELD, f"{path or 'body'}: {e['msg']}", path or None))
-    return problems
-
-
-def _validate(
-    kind: MessageType, body: dict[str, Any], warnings: list[str], lenient: bool = False
-) -> tuple[Message | None, list[Problem]]:
-    """Envelope, version and field checks for a body already bound to `kind`."""
-    for key in ("v", "type"):
-        if key not in body:
-            return None, [Problem(OopsCode.MISSING_FIELD, f"the JSON body needs `{key}`", key)]
-    v, btype = body["v"], body["type"]
-    if not isinstance(v, str) or (vm := _VERSION.fullmatch(v)) is None:
-        return None, [Problem(OopsCode.INVALID_FIELD, "`v` must be a version string like 0.1.0", "v")]
-    if not isinstance(btype, str):
-        return None, [Problem(OopsCode.INVALID_FIELD, "`type` must be a string", "type")]
-    version = (int(vm.group(1)), int(vm.group(2)))
-    if version not in SUPPORTED_VERSIONS:
-        return None, [
-            Problem(OopsCode.UNSUPPORTED_VERSION, f"version {v} is not supported (0.1.x, 0.2.x)", "v")
-        ]
-    data = dict(body)
-    data["type"] = kind.value  # the subject's type governs
-    prepaid = ("amount", "token", "chain", "proof")
-    if kind is MessageType.ORDER:
-        present = [k for k in prepaid if k in data]
-        if present and version < (0, 2):
-            # In 0.1 these are unknown fields, which "must be ignored".
-            for k in present:
-                del data[k]
-            warnings.append("prepaid ORDER fields ignored: they need v 0.2.x")
-        elif present and len(present) < len(prepaid):
-            missing = [k for k in prepaid if k not in data]
-            return None, [
-                Problem(
-                    OopsCode.MISSING_FIELD,
-                    f"a prepaid ORDER needs amount, token, chain and proof; missing {', '.join(missing)}",
-                    missing[0],
-                )
-            ]
-    # `"PAY"` for `"pay"` is a spelling slip, not another type: it gets the field codes.
-    other_type = btype.strip().lower() != kind.value
-    model = model_for(kind)
-    try:
-        message = model.model_validate(data, context={"wire": True, "lenient": lenient})
-    except ValidationError as err:
-        problems = _field_problems(kind, err)
-        if other_type:
-            return None, [
-                Problem(
-                    OopsCode.TYPE_MISMATCH,
-                    f"subject says {kind.keyword} but the body says {btype!r}"
-                    f" and is not a valid {kind.keyword}",
-                    "type",
-                )
-            ]
-        problems.sort(key=lambda p: _PROBLEM_ORDER.get(p.code, 9))
-        return None, problems
-    if btype != kind.value:
-        warnings.append(f"body type {btype!r} disagrees with the subject; the subject ({kind.keyword}) rules")
-    if isinstance(message, Methods) and any(r.price is None for r in message.rails):
-        warnings.append(f"{LENIENT_PREFIX} METHODS rail without price: price on request")  # L3
-    return message, []  # type: ignore[return-value]
 
 
 # What a person replying in our thread is told when the body cannot be read (the OOPS
@@ -471,27 +184,67 @@ def _field_dict(fields: tuple[Field, ...]) -> dict[str, list[str]]:
     return headers
 
 
+@dataclass(slots=True)
+class _Read:
+    """One message as stage 1 read it, and what the later stages add to."""
+
+    raw: bytes
+    opts: ParseOptions
+    headers: dict[str, list[str]]
+    body: bytes
+    decoded: dict[str, str | None]
+    problems: list[Problem] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
 def _parse(raw: bytes, opts: ParseOptions) -> Parsed:
     if not isinstance(raw, bytes):
         raw = bytes(raw) if isinstance(raw, bytearray | memoryview) else str(raw).encode("utf-8", "replace")
-    problems: list[Problem] = []
-    warnings: list[str] = []
+    r = _read(raw, opts)
+    from_list = _addresses(r.decoded["from"]) if len(r.headers.get("from", ())) <= 1 else []
+    if r.decoded["from"] is not None and len(from_list) != 1:
+        r.problems.append(Problem(OopsCode.INVALID_FIELD, "From must name exactly one address", "from"))
+    form, reply_stop = _subject_form(r)
+    common: dict[str, Any] = {
+        "subject": r.decoded["subject"],
+        "note": form.note,
+        "message_id": r.decoded["message-id"],
+        "in_reply_to": (_split_ids(r.decoded["in-reply-to"]) or (None,))[0],
+        "references": _split_ids(r.decoded["references"]),
+        "from_addr": from_list[0] if len(from_list) == 1 else None,
+        "to_addrs": tuple(_addresses(r.decoded["to"])),
+        "x_envelopay_type": r.decoded["x-envelopay-type"],
+        "from_problem": _from_problem(len(r.headers.get("from", ())), len(from_list)),
+        "no_answer": no_answer_reason(r.headers, from_list[0] if len(from_list) == 1 else None),
+    }
 
-    # Stage 1: headers, read by the one reader every component shares (protocol.headers).
-    # A refused block is invalid_field; its fields read before the refusal serve only to
-    # address that answer.
+    # Stage 2: subject.
+    if not form.protocol:
+        return Parsed(
+            protocol=False, type=None, valid=False, oops=None, problems=tuple(r.problems),
+            warnings=tuple(r.warnings), **common,
+        )
+    if reply_stop is not None:  # a reply in our thread whose body we cannot read
+        return Parsed(protocol=True, type=form.type, valid=False, oops=reply_stop.code,
+                      problems=(reply_stop,), warnings=tuple(r.warnings), **common)
+    return _protocol(r, form, common)
+
+
+def _read(raw: bytes, opts: ParseOptions) -> _Read:
+    """Stage 1: headers, read by the one reader every component shares (protocol.headers).
+    A refused block is invalid_field; its fields read before the refusal serve only to
+    address that answer. Then the headers the protocol uses, decoded."""
     read = read_headers(raw)
     if isinstance(read, HeaderRefusal):
-        headers, body = _field_dict(read.partial), b""
-        problems.append(
+        r = _Read(raw, opts, _field_dict(read.partial), b"", {})
+        r.problems.append(
             Problem(OopsCode.INVALID_FIELD, f"header refused ({read.reason}): {read.detail}", read.field)
         )
-        warnings.append(f"header_refused:{read.reason}")
+        r.warnings.append(f"header_refused:{read.reason}")
     else:
-        headers, body = _field_dict(read.fields), read.body
-    decoded: dict[str, str | None] = {}
+        r = _Read(raw, opts, _field_dict(read.fields), read.body, {})
     for name in _USED_HEADERS:
-        value = _one(headers, name)
+        value = _one(r.headers, name)
         if value is not None and name == "subject":
             # The stdlib decoder is slow on thousands of encoded-words: long ones stay raw.
             if len(value) <= _MAX_ENCODED_SUBJECT:
@@ -499,61 +252,47 @@ def _parse(raw: bytes, opts: ParseOptions) -> Parsed:
             else:
                 ok = "=?" not in value
             if not ok:
-                warnings.append("undecodable RFC 2047 subject")
+                r.warnings.append("undecodable RFC 2047 subject")
             value = value.strip()
         if value is not None and ("\r" in value or "\n" in value or "\x00" in value):
-            problems.append(Problem(OopsCode.INVALID_FIELD, f"CR, LF or NUL in the {name} header", name))
+            r.problems.append(Problem(OopsCode.INVALID_FIELD, f"CR, LF or NUL in the {name} header", name))
             value = re.sub(r"[\r\n\x00]+", " ", value)
-        decoded[name] = value
+        r.decoded[name] = value
+    return r
 
-    from_list = _addresses(decoded["from"]) if len(headers.get("from", ())) <= 1 else []
-    if decoded["from"] is not None and len(from_list) != 1:
-        problems.append(Problem(OopsCode.INVALID_FIELD, "From must name exactly one address", "from"))
-    subject = decoded["subject"]
+
+def _subject_form(r: _Read) -> tuple[SubjectForm, Problem | None]:
+    """The subject's grammar; under the lenient profile a Re: subject's type from the
+    body's first line (L1); in our thread a person's Re: reply typed by its JSON (and the
+    problem of a body that cannot be read)."""
+    subject, opts = r.decoded["subject"], r.opts
     form = classify_subject(subject, re_prefix=opts.re_prefix, extensions=opts.extensions)
-    lenient = opts.profile == "lenient"
-    if lenient and is_reply(subject) and len(raw) <= opts.max_bytes:
-        _, plain, html_parts = _parts(headers, body, text=True)
+    if opts.profile == "lenient" and is_reply(subject) and len(r.raw) <= opts.max_bytes:
+        _, plain, html_parts = _parts(r.headers, r.body, text=True)
         line = type_line(leading_text(plain, html_parts))
         if line is not None:  # L1 (protocol.lenient)
             form = line
-            warnings.append(f"{LENIENT_PREFIX} Re: subject read as {line.keyword} from the body's first line")
-    xtype = decoded["x-envelopay-type"]
+            r.warnings.append(
+                f"{LENIENT_PREFIX} Re: subject read as {line.keyword} from the body's first line"
+            )
     reply_stop: Problem | None = None
-    if opts.in_our_thread and not form.protocol and is_plain_reply(subject) and len(raw) <= opts.max_bytes:
-        form, reply_stop = _reply_form(headers, body, form)
+    if opts.in_our_thread and not form.protocol and is_plain_reply(subject) and len(r.raw) <= opts.max_bytes:
+        form, reply_stop = _reply_form(r.headers, r.body, form)
         if form.protocol:
             read_as = form.keyword or "a body"
-            warnings.append(f"reply in our thread: Re: subject read as {read_as} from the JSON")
-    common: dict[str, Any] = {
-        "subject": subject,
-        "note": form.note,
-        "message_id": decoded["message-id"],
-        "in_reply_to": (_split_ids(decoded["in-reply-to"]) or (None,))[0],
-        "references": _split_ids(decoded["references"]),
-        "from_addr": from_list[0] if len(from_list) == 1 else None,
-        "to_addrs": tuple(_addresses(decoded["to"])),
-        "x_envelopay_type": xtype,
-        "from_problem": _from_problem(len(headers.get("from", ())), len(from_list)),
-        "no_answer": no_answer_reason(headers, from_list[0] if len(from_list) == 1 else None),
-    }
+            r.warnings.append(f"reply in our thread: Re: subject read as {read_as} from the JSON")
+    return form, reply_stop
 
-    # Stage 2: subject.
-    if not form.protocol:
-        return Parsed(
-            protocol=False, type=None, valid=False, oops=None, problems=tuple(problems),
-            warnings=tuple(warnings), **common,
-        )
+
+def _protocol(r: _Read, form: SubjectForm, common: dict[str, Any]) -> Parsed:
+    """A protocol message: stages 2 (its type) to 7, each stopping it with one problem."""
     kind = form.type
     is_oops = kind is MessageType.OOPS
-    if reply_stop is not None:  # a reply in our thread whose body we cannot read
-        return Parsed(protocol=True, type=kind, valid=False, oops=reply_stop.code, problems=(reply_stop,),
-                      warnings=tuple(warnings), **common)
 
     def done(
         problem: Problem | None, body_obj: dict[str, Any] | None = None, extra: list[Problem] | None = None
     ) -> Parsed:
-        allp = [*problems, *([problem] if problem else []), *(extra or [])]
+        allp = [*r.problems, *([problem] if problem else []), *(extra or [])]
         # Never answer an OOPS with an OOPS.
         return Parsed(
             protocol=True,
@@ -562,11 +301,11 @@ def _parse(raw: bytes, opts: ParseOptions) -> Parsed:
             oops=None if is_oops else allp[0].code,
             body=body_obj,
             problems=tuple(allp),
-            warnings=tuple(warnings),
+            warnings=tuple(r.warnings),
             **common,
         )
 
-    if problems:
+    if r.problems:
         return done(None)
     if kind is None:
         return Parsed(
@@ -581,45 +320,32 @@ def _parse(raw: bytes, opts: ParseOptions) -> Parsed:
                     "subject",
                 ),
             ),
-            warnings=tuple(warnings),
+            warnings=tuple(r.warnings),
             **common,
         )
+    xtype = r.decoded["x-envelopay-type"]
     if xtype is not None and xtype.strip().lower() != kind.value:
-        warnings.append(f"X-Envelopay-Type {xtype!r} disagrees with the subject; the subject governs")
-    if len(raw) > opts.max_bytes:
-        return done(Problem(OopsCode.INVALID_FIELD, f"message larger than {opts.max_bytes} bytes"))
+        r.warnings.append(f"X-Envelopay-Type {xtype!r} disagrees with the subject; the subject governs")
+    if len(r.raw) > r.opts.max_bytes:
+        return done(Problem(OopsCode.INVALID_FIELD, f"message larger than {r.opts.max_bytes} bytes"))
 
     # Stage 3: payload.
     try:
-        body_obj = _extract_body(headers, body)
+        body_obj = _extract_body(r.headers, r.body)
     except _Stop as stop:
         return done(stop.problem)
     if body_obj is None:
         if kind is MessageType.WHICH:
             # Spec: "A bare WHICH with no body is valid."
-            return Parsed(
-                protocol=True,
-                type=kind,
-                valid=True,
-                oops=None,
-                message=Which(),
-                warnings=tuple(warnings),
-                **common,
-            )
+            return Parsed(protocol=True, type=kind, valid=True, oops=None, message=Which(),
+                          warnings=tuple(r.warnings), **common)
         return done(Problem(OopsCode.MISSING_FIELD, f"{kind.keyword} needs a JSON body"))
 
     # Stages 4-7.
-    checked = fill(kind, body_obj, decoded["message-id"], warnings) if lenient else body_obj
-    message, field_problems = _validate(kind, checked, warnings, lenient)
+    lenient = r.opts.profile == "lenient"
+    checked = fill(kind, body_obj, r.decoded["message-id"], r.warnings) if lenient else body_obj
+    message, field_problems = _validate(kind, checked, r.warnings, lenient)
     if message is None:
         return done(None, body_obj, field_problems)
-    return Parsed(
-        protocol=True,
-        type=kind,
-        valid=True,
-        oops=None,
-        message=message,
-        body=body_obj,
-        warnings=tuple(warnings),
-        **common,
-    )
+    return Parsed(protocol=True, type=kind, valid=True, oops=None, message=message, body=body_obj,
+                  warnings=tuple(r.warnings), **common)
