@@ -45,6 +45,7 @@ __all__ = ["JobRunner", "result_hash", "settle_job"]
 
 _log = logging.getLogger(__name__)
 _SCAN_EVERY = 4  # polls between scans for failed jobs left unsettled by a crash
+CRASH_RERUNS = 3
 
 
 def result_hash(result: Any) -> str:
@@ -204,8 +205,11 @@ class JobRunner:
         cfg = declared.config
         if taken_over and not cfg.idempotent:
             return await self._fail(job, f"task {job.task} stopped mid-run (the worker died); not idempotent")
-        if job.attempts > cfg.attempts:
-            return await self._fail(job, f"task {job.task} used its {cfg.attempts} attempt(s)")
+        # A start cut short by a crash is forgiven CRASH_RERUNS times (an idempotent task
+        # runs again); past that the job is failed rather than crash workers forever.
+        allowed = cfg.attempts + (CRASH_RERUNS if taken_over else 0)
+        if job.attempts > allowed:
+            return await self._fail(job, f"task {job.task} used its {allowed} start(s)")
         request = self.tasks.resolve(dict(job.params))
         if isinstance(request, TaskError):
             return await self._fail(job, request.detail)
