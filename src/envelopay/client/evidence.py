@@ -174,6 +174,16 @@ def _add_result(folder: _Folder, entries: Sequence[LogEntry], job: Mapping[str, 
     })
 
 
+def _job(store: Store, flow_id: str) -> dict[str, Any] | None:
+    """The worker's job for the flow (its result hash, its states and when), if it has one."""
+    job = store.job_for_flow(flow_id)
+    if job is None:
+        return None
+    return {"job_id": job.job_id, "task": job.task, "state": job.state, "attempts": job.attempts,
+            "result_hash": job.result_hash, "refund": dict(job.refund) if job.refund is not None else None,
+            "at": {state: when.isoformat() for state, when in sorted(job.times().items())}}
+
+
 def _write(out: Path, folder: _Folder, manifest: Mapping[str, Any]) -> None:
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UsageError(f"--out: {out} exists and is not an empty folder")
@@ -198,7 +208,7 @@ async def write_evidence(
     folder = _Folder()
     _add_mails(folder, log, rec, entries)
     await _add_proofs(folder, rec, entries, rails or {}, now)
-    result = _add_result(folder, entries, job)
+    result = _add_result(folder, entries, job if job is not None else _job(store, flow_id))
     manifest = {
         "format": FORMAT,
         "produced": {"by": rec.local, "side": rec.side, "at": now.isoformat()},
