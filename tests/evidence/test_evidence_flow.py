@@ -81,6 +81,8 @@ async def test_each_side_writes_a_folder_the_other_side_proves(
         assert paid["payee"].lower() == w.wallets[f"worker_{side}"].lower()
         assert paid["payer"].lower() == w.wallets[f"buyer_{side}"].lower()
         assert paid["tx_time"] and paid["payee_from_invoice"]
+        landed = paid["slot"] if chain == "solana-local" else paid["block"]
+        assert isinstance(landed, int) and landed > 0  # where the transaction landed, as the rail said
         assert c["delivered"]["by"] == "worker@garden.local"
         assert c["delivered"]["result_sha256"] == _digest({"words": 5, "characters": len(text)})
         claims.append((paid["tx"], c["delivered"]["result_sha256"], c["asked"]["task_sha256"]))

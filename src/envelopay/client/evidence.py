@@ -154,7 +154,8 @@ async def _add_proofs(folder: _Folder, rec: FlowRecord, entries: Sequence[LogEnt
             "token": pay.get("token"), "amount": str(pay.get("amount")),
             "tx": verdict.get("proof_key") or proof.get("tx") or proof.get("signature"),
             "payer": verdict.get("payer"), "payee": payee, "observed_amount": verdict.get("observed_amount"),
-            "tx_time": verdict.get("tx_time"), "status": verdict.get("status"),
+            "tx_time": verdict.get("tx_time"), "slot": verdict.get("slot"), "block": verdict.get("block"),
+            "status": verdict.get("status"),
             "verified_by": rec.local, "verified_at": e.at.isoformat() if recorded else now.isoformat(),
             "how": "the payee's verdict, recorded when the PAY was verified" if recorded
             else "verified on the chain when this folder was written",
