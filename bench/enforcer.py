@@ -33,7 +33,7 @@ from typing import Any
 from envelopay.enforcer.send.delivery import SmtpDeliverer
 from envelopay.enforcer.send.enforcer import Enforcer
 from envelopay.enforcer.send.store import EnforcerStore, PostgresStore, SqliteStore
-from envelopay.mail.smtp import SmtpConfig
+from envelopay.mail.transport.smtp import SmtpConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from enforcer_payments import bench_payments  # the spend enforcer's figures (issue 14)

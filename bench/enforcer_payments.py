@@ -33,7 +33,7 @@ from envelopay.enforcer.spend.payments import Payments
 from envelopay.enforcer.spend.policy import SpendLimit, SpendPolicy
 from envelopay.enforcer.spend.store import PaymentStore
 from envelopay.enforcer.spend.vault import Vault
-from envelopay.mail.smtp import SmtpConfig
+from envelopay.mail.transport.smtp import SmtpConfig
 from envelopay_solana.custody import SolanaPayer
 from envelopay_solana.local import LocalSolana
 from envelopay_solana.rail import SolanaRail, make_rail

@@ -439,7 +439,7 @@ async def _enforcer_case(path: Path, history: int, agents: int) -> AsyncIterator
     from envelopay.enforcer.send.delivery import SmtpDeliverer
     from envelopay.enforcer.send.enforcer import Enforcer, hash_token
     from envelopay.enforcer.send.store import SqliteStore
-    from envelopay.mail.smtp import SmtpConfig
+    from envelopay.mail.transport.smtp import SmtpConfig
 
     store = SqliteStore(path)
     await store.open()
@@ -526,7 +526,7 @@ async def _payer(store: Any) -> AsyncIterator[Callable[[int], Awaitable[None]]]:
     from envelopay.enforcer.spend.policy import SpendLimit, SpendPolicy
     from envelopay.enforcer.spend.store import PaymentStore
     from envelopay.enforcer.spend.vault import Vault
-    from envelopay.mail.smtp import SmtpConfig
+    from envelopay.mail.transport.smtp import SmtpConfig
     from envelopay_solana.custody import SolanaPayer
     from envelopay_solana.local import LocalSolana
     from envelopay_solana.rail import make_rail

@@ -221,7 +221,7 @@ async def postfix_hop(n: int) -> dict[str, float]:
     """Closed loop, one message in flight: from the start of the SMTP submission to
     Postfix until our IMAP IDLE reader on Dovecot has the message's bytes."""
     from envelopay.mail.imap import ImapConfig, ImapMessage, ImapSource
-    from envelopay.mail.smtp import SmtpConfig, send_raw
+    from envelopay.mail.transport.smtp import SmtpConfig, send_raw
     from envelopay.testing.dovecot import running_dovecot
     from envelopay.testing.postfix import running_postfix
 

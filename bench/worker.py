@@ -447,7 +447,7 @@ async def transport_floor(
     from envelopay import dkim
     from envelopay.mail.garden import GardenServer
     from envelopay.mail.maildir import Pickup, mailbox_path
-    from envelopay.node.transports import GardenTransport
+    from envelopay.mail.transport.garden import GardenTransport
     from envelopay.protocol.compose import compose_message
     from envelopay.protocol.messages import Which
 

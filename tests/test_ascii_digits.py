@@ -15,12 +15,12 @@ import pytest
 from typer.testing import CliRunner
 
 from envelopay.cli.app import app
+from envelopay.cli.mail_options import smtp_config
 from envelopay.enforcer.spend.policy import parse_spend
 from envelopay.errors import TransportError, UsageError
-from envelopay.mail.agentmail_webhook import sign_delivery, verify_delivery
-from envelopay.mail.lmtp_client import LmtpClient, parse_endpoint
+from envelopay.mail.agentmail.webhook import sign_delivery, verify_delivery
 from envelopay.mail.mailbox import MailboxError
-from envelopay.mail.selection import smtp_config
+from envelopay.mail.transport.lmtp_client import LmtpClient, parse_endpoint
 
 SECRET = "whsec_" + "c2VjcmV0LWtleS1mb3ItdGVzdHMtb25seQ=="  # base64 of a test-only key
 NOT_ASCII = ["²", "٣", "١٧٠٠٠٠٠٠٠٠", "𝟙𝟚𝟛"]

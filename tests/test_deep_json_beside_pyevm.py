@@ -17,7 +17,7 @@ assert sys.getrecursionlimit() >= 100_000
 from envelopay.protocol.parse import parse
 from envelopay.enforcer.service.request_bodies import decode_send_body
 from envelopay.endpoints.toolmail import read_tool_mail
-from envelopay.mail.agentmail_webhook import read_event
+from envelopay.mail.agentmail.webhook import read_event
 from envelopay.protocol import outside_json
 
 deep = "[" * 200_000 + "]" * 200_000

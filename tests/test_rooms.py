@@ -13,8 +13,13 @@ from envelopay.errors import ConfigError
 # room → names users import from it
 ROOMS = {
     "envelopay.engine": ["Engine", "BaseApplication", "Context", "Notice", "Outcome", "Refuse", "Sent"],
-    "envelopay.engine.outbox": ["OutboxDrainer", "DirectHook", "dkim_signer"],
-    "envelopay.engine.transport": ["Transport", "DeliveryRefused"],
+    "envelopay.engine.outbox": ["OutboxDrainer", "DirectHook", "EnforcerHook"],
+    "envelopay.dkim": ["DkimSigner", "Signer", "dkim_signer", "sign", "verify"],
+    "envelopay.mail.transport": ["Transport", "DeliveryRefused", "Envelope", "EnvelopeOpener"],
+    "envelopay.mail.transport.garden": ["GardenTransport", "GardenPool"],
+    "envelopay.mail.transport.smtp": ["SmtpTransport", "SmtpConfig", "send_raw"],
+    "envelopay.mail.transport.mock": ["MockTransport"],
+    "envelopay.testing": ["MockTransport"],
     "envelopay.worker.app": ["WorkerApp", "WorkerApplication"],
     "envelopay.worker.tasks": ["TaskBook", "TaskError", "TaskRequest"],
     "envelopay.worker.operations": ["word_count", "WordCount", "digest", "Digest"],
@@ -24,7 +29,6 @@ ROOMS = {
     "envelopay.endpoints.reference": ["kv_get", "KvGet", "reference_responder"],
     "envelopay.endpoints.calls": ["CallClient", "LedgerCalls"],
     "envelopay.node.wiring": ["AgentNode", "build_node", "open_store", "garden_transport"],
-    "envelopay.node.transports": ["GardenTransport", "SmtpTransport"],
     "envelopay.node.runtime": ["pump", "serve_responders", "serve_call_replies"],
     "envelopay.node.keys": ["generate_keys", "GeneratedKeys"],
     "envelopay.node.init": ["init_agent", "InitResult"],

@@ -407,8 +407,8 @@ async def test_agentmail_sends_our_auto_submitted_header(store: Store, via: str)
 
     import respx
 
-    from envelopay.mail.agentmail import API_BASE, AgentMailClient, AgentMailConfig
-    from envelopay.mail.agentmail_inbox import AgentMailTransport
+    from envelopay.mail.agentmail.client import API_BASE, AgentMailClient, AgentMailConfig
+    from envelopay.mail.agentmail.transport import AgentMailTransport
 
     inbox = "worker@agentmail.to"
     eng = Engine(store, address=inbox, domain="agentmail.to", rails={}, app=k.WorkerApp(), clock=k.Clock())

@@ -22,7 +22,7 @@ from envelopay.engine import Engine, Outcome
 from envelopay.engine.outbox import DirectHook, OutboxDrainer
 from envelopay.ledger.store import AnswerLimits, Store
 from envelopay.mail.garden import GardenServer
-from envelopay.node.transports import GardenTransport
+from envelopay.mail.transport.garden import GardenTransport
 from envelopay.protocol.compose import compose_message, reply_headers
 from envelopay.protocol.messages import Order, Which
 from envelopay.protocol.parse import parse

@@ -8,8 +8,8 @@ from pathlib import Path
 from envelopay.endpoints.calls import CallClient, CallStore
 from envelopay.endpoints.reference import reference_responder
 from envelopay.mail.garden import GardenServer
+from envelopay.mail.transport.garden import GardenTransport
 from envelopay.node.runtime import serve_call_replies, serve_responders
-from envelopay.node.transports import GardenTransport
 
 
 async def test_call_kv_responder_over_garden(tmp_path: Path) -> None:

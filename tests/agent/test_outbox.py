@@ -13,7 +13,7 @@ from envelopay.engine import BaseApplication, Engine
 from envelopay.engine.outbox import DirectHook, OutboxDrainer, SendResult
 from envelopay.ledger.sqlite import SqliteStore
 from envelopay.mail.garden import GardenServer
-from envelopay.node.transports import GardenTransport
+from envelopay.mail.transport.garden import GardenTransport
 from envelopay.protocol.messages import Which
 from envelopay.protocol.outbound import Outbound
 

@@ -21,13 +21,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ledger"))
 import _kit as k
 
 from envelopay import dkim
+from envelopay.dkim import DkimSigner
 from envelopay.engine import BaseApplication, Engine
-from envelopay.engine.outbox import DirectHook, DkimSigner, OutboxDrainer
+from envelopay.engine.outbox import DirectHook, OutboxDrainer
 from envelopay.ledger.postgres import PostgresStore
 from envelopay.ledger.sqlite import SqliteStore
 from envelopay.ledger.store import Store
 from envelopay.mail.garden import GardenServer
-from envelopay.node.transports import GardenTransport
+from envelopay.mail.transport.garden import GardenTransport
 from envelopay.protocol.messages import Which
 
 A, B = "a@garden.local", "b@garden.local"

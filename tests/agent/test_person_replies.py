@@ -26,7 +26,7 @@ from envelopay.engine import Engine, Outcome
 from envelopay.engine.outbox import DirectHook, OutboxDrainer
 from envelopay.ledger.store import AnswerLimits, ProofKey, Store
 from envelopay.mail.garden import GardenServer
-from envelopay.node.transports import GardenTransport
+from envelopay.mail.transport.garden import GardenTransport
 from envelopay.protocol.messages import Fulfill, Invoice, Oops
 from envelopay.protocol.parse import parse
 from envelopay.protocol.parsed import Parsed

@@ -15,7 +15,7 @@ from envelopay.enforcer.send.delivery import SmtpDeliverer
 from envelopay.enforcer.send.enforcer import Enforcer, hash_token
 from envelopay.enforcer.send.store import EnforcerStore, PostgresStore, SqliteStore
 from envelopay.enforcer.service.server import start_server
-from envelopay.mail.smtp import SmtpConfig
+from envelopay.mail.transport.smtp import SmtpConfig
 
 OPERATOR = "op-test-token"
 

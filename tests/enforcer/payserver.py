@@ -26,7 +26,7 @@ from envelopay.enforcer.spend.payments import Payments
 from envelopay.enforcer.spend.payments_exec import recover
 from envelopay.enforcer.spend.store import PaymentStore
 from envelopay.enforcer.spend.vault import Vault
-from envelopay.mail.smtp import SmtpConfig
+from envelopay.mail.transport.smtp import SmtpConfig
 from envelopay_solana.custody import SolanaPayer
 from envelopay_solana.rail import make_rail
 

@@ -11,7 +11,7 @@ from envelopay.enforcer.send.delivery import GardenDeliverer, SmtpDeliverer, dki
 from envelopay.enforcer.send.enforcer import Enforcer
 from envelopay.enforcer.send.store import EnforcerStore, SqliteStore
 from envelopay.mail.garden import GardenServer
-from envelopay.mail.smtp import SmtpConfig
+from envelopay.mail.transport.smtp import SmtpConfig
 from envelopay.protocol.messages import Which
 from envelopay.protocol.parse import parse
 

@@ -17,7 +17,7 @@ from envelopay.enforcer.send.delivery import SmtpDeliverer
 from envelopay.enforcer.send.enforcer import Enforcer
 from envelopay.enforcer.send.model import Disposition, SendRequest
 from envelopay.enforcer.send.store import EnforcerStore, PostgresStore, SqliteStore
-from envelopay.mail.smtp import SmtpConfig
+from envelopay.mail.transport.smtp import SmtpConfig
 
 from .conftest import Clock, Sink
 

@@ -24,7 +24,7 @@ from envelopay.enforcer.send.enforcer import Enforcer
 from envelopay.enforcer.send.store import EnforcerStore, PostgresStore, SqliteStore
 from envelopay.enforcer.spend.payments import Payments
 from envelopay.enforcer.spend.store import PaymentStore
-from envelopay.mail.smtp import SmtpConfig
+from envelopay.mail.transport.smtp import SmtpConfig
 
 from .conftest import Clock, Sink
 from .paykit import CHAIN, USDC, VAULT_SECRET, Kit, greylisted, make_kit, pay_req, payee_wallet

@@ -19,7 +19,7 @@ from envelopay.enforcer.send.enforcer import Enforcer
 from envelopay.enforcer.send.smtp_pipe import data_block
 from envelopay.enforcer.send.store import EnforcerStore
 from envelopay.errors import TransportError
-from envelopay.mail.smtp import SmtpConfig, send_raw
+from envelopay.mail.transport.smtp import SmtpConfig, send_raw
 from envelopay.protocol.parse import parse
 from envelopay.rails.custodial import SignedPayment
 

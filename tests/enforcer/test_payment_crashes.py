@@ -79,7 +79,7 @@ async def test_sigkill_at_every_point_of_50_payments(
         store = PostgresStore(db)
     await store.open()
     from envelopay.enforcer.send.delivery import SmtpDeliverer
-    from envelopay.mail.smtp import SmtpConfig
+    from envelopay.mail.transport.smtp import SmtpConfig
 
     local = Enforcer(
         store, SmtpDeliverer(SmtpConfig("127.0.0.1", sink.port, security="none", max_attempts=1))

@@ -19,7 +19,7 @@ from envelopay.enforcer.send.enforcer import Enforcer
 from envelopay.enforcer.send.store import EnforcerStore, PostgresStore, SqliteStore
 from envelopay.enforcer.spend.model import PaymentDisposition
 from envelopay.enforcer.spend.payments import CRASH_ENV
-from envelopay.mail.smtp import SmtpConfig
+from envelopay.mail.transport.smtp import SmtpConfig
 from envelopay_solana.devnode import solana_rpc_handler
 
 from .conftest import Sink

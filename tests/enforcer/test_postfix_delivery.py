@@ -43,7 +43,7 @@ from envelopay.enforcer.send.delivery import SmtpDeliverer, SmtpEnvelope, dkim_s
 from envelopay.enforcer.send.enforcer import Enforcer
 from envelopay.enforcer.send.store import SqliteStore
 from envelopay.errors import TransportError
-from envelopay.mail.smtp import SmtpConfig
+from envelopay.mail.transport.smtp import SmtpConfig
 from envelopay.protocol.parse import parse
 from envelopay.testing.dovecot import Dovecot, running_dovecot
 from envelopay.testing.postfix import Postfix, read_policy_request, strip_trace
@@ -415,7 +415,7 @@ async def test_a_delivery_cancelled_before_its_body_delivers_nothing(
 CHILD = """
 import asyncio, sys
 from envelopay.enforcer.send.delivery import SmtpDeliverer
-from envelopay.mail.smtp import SmtpConfig
+from envelopay.mail.transport.smtp import SmtpConfig
 
 async def main() -> None:
     deliverer = SmtpDeliverer(SmtpConfig("127.0.0.1", int(sys.argv[1]), security="none", max_attempts=1))

@@ -15,7 +15,7 @@ import pytest
 from envelopay.enforcer.send.delivery import SmtpDeliverer
 from envelopay.enforcer.send.smtp_pipe import _Replies
 from envelopay.errors import TransportError
-from envelopay.mail.smtp import SmtpConfig
+from envelopay.mail.transport.smtp import SmtpConfig
 
 SEED = 20261201
 

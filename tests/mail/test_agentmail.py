@@ -29,16 +29,16 @@ from agentmail.types.error_response import ErrorResponse
 from envelopay import dkim
 from envelopay.errors import TransportError
 from envelopay.ledger.sqlite import SqliteStore
-from envelopay.mail.agentmail import API_BASE, AgentMailClient, AgentMailConfig, AgentMailError
-from envelopay.mail.agentmail_inbox import (
+from envelopay.mail.agentmail.client import API_BASE, AgentMailClient, AgentMailConfig, AgentMailError
+from envelopay.mail.agentmail.inbox import (
     LABEL_MALFORMED,
     LABEL_PROCESSED,
     AgentMailInbox,
-    AgentMailTransport,
     Disposition,
 )
-from envelopay.mail.agentmail_server import WebhookServer
-from envelopay.mail.agentmail_webhook import read_event, sign_delivery, verify_delivery
+from envelopay.mail.agentmail.server import WebhookServer
+from envelopay.mail.agentmail.transport import AgentMailTransport
+from envelopay.mail.agentmail.webhook import read_event, sign_delivery, verify_delivery
 from envelopay.protocol.compose import compose
 from envelopay.protocol.messages import Methods, RailMethod, Which
 from envelopay.protocol.outbound import Outbound

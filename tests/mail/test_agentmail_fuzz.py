@@ -26,9 +26,9 @@ import pytest
 import respx
 
 from envelopay.ledger.sqlite import SqliteStore
-from envelopay.mail.agentmail import API_BASE, AgentMailClient, AgentMailConfig
-from envelopay.mail.agentmail_inbox import AgentMailInbox, Disposition
-from envelopay.mail.agentmail_webhook import sign_delivery
+from envelopay.mail.agentmail.client import API_BASE, AgentMailClient, AgentMailConfig
+from envelopay.mail.agentmail.inbox import AgentMailInbox, Disposition
+from envelopay.mail.agentmail.webhook import sign_delivery
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fuzz_json import STRINGS, texts

@@ -25,13 +25,13 @@ import pytest
 
 from envelopay import dkim
 from envelopay.config import config_from_dict
+from envelopay.dkim import dkim_signer
 from envelopay.engine.bounces import bounce_of, record_bounce
-from envelopay.engine.outbox import DirectHook, OutboxDrainer, dkim_signer
+from envelopay.engine.outbox import DirectHook, OutboxDrainer
 from envelopay.ledger.sqlite import SqliteStore
 from envelopay.ledger.store import Commit
-from envelopay.mail.smtp import SmtpConfig, send_raw
+from envelopay.mail.transport.smtp import SmtpConfig, SmtpTransport, send_raw
 from envelopay.node.serve import serve_worker
-from envelopay.node.transports import SmtpTransport
 from envelopay.protocol.compose import compose, compose_message
 from envelopay.protocol.messages import Fulfill, Order, Which
 from envelopay.protocol.outbound import Outbound
@@ -117,7 +117,7 @@ def outbound(recipient: str, n: int) -> Outbound:
 
 
 def drainer_for(world: World, store: SqliteStore) -> OutboxDrainer:
-    signer = dkim_signer(selector="w", domain="worker.test", key_pem=world.worker_key.private_pem(),
+    signer = dkim_signer(world.worker_key.private_pem(), selector="w", domain="worker.test",
                          clock=lambda: NOW)
     return OutboxDrainer(store, DirectHook(SmtpTransport(world.smtp()), signer), clock=lambda: NOW)
 

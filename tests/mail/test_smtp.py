@@ -17,7 +17,7 @@ from aiosmtpd.smtp import SMTP, AuthResult, LoginPassword
 
 from envelopay import dkim
 from envelopay.errors import ConfigError, UsageError
-from envelopay.mail.smtp import SendResult, SmtpConfig, backoff_delays, message_id_of, send_raw
+from envelopay.mail.transport.smtp import SendResult, SmtpConfig, backoff_delays, message_id_of, send_raw
 from envelopay.testing.tls import self_signed
 
 USER, PASSWORD = "agent@example.com", "correct horse"

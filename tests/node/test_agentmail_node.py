@@ -31,9 +31,9 @@ import respx
 from envelopay import dkim
 from envelopay.client.demo import BuyerApp
 from envelopay.config import config_from_dict
-from envelopay.mail.agentmail import API_BASE
-from envelopay.mail.agentmail_inbox import LABEL_PROCESSED
-from envelopay.mail.agentmail_webhook import sign_delivery
+from envelopay.mail.agentmail.client import API_BASE
+from envelopay.mail.agentmail.inbox import LABEL_PROCESSED
+from envelopay.mail.agentmail.webhook import sign_delivery
 from envelopay.node.serve import serve_worker
 from envelopay.node.wiring import build_node
 from envelopay.protocol.messages import Fulfill, Methods, Order, Which

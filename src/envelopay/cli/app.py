@@ -18,8 +18,6 @@ from envelopay.cli import (
     client_cmds,
     devnet_cmds,
     enforcer_cmds,
-    jobs_cmds,
-    evidence_cmds,
     ledger_cmds,
     mail_cmds,
     node_cmds,
@@ -123,8 +121,7 @@ def version(as_json: JsonOpt = False) -> None:
 
 
 for _module in (protocol_cmds, rails_cmds, mail_cmds, node_cmds, client_cmds, enforcer_cmds, ledger_cmds,
-                jobs_cmds,
-                devnet_cmds, evidence_cmds):
+                devnet_cmds):
     _module.register(app)
 
 

@@ -42,8 +42,8 @@ from envelopay.cli.output import (
 from envelopay.errors import ConfigError
 
 if TYPE_CHECKING:
-    from envelopay.mail.contacts import Contact, ContactBook
     from envelopay.mail.mailbox import Mailbox, MailRecord
+    from envelopay.mail.mailbox.contacts import Contact, ContactBook
 
 
 def register(app: typer.Typer) -> None:
@@ -166,7 +166,7 @@ def check(
 ) -> None:
     """List a folder, newest first, with filters."""
     # lazy: the command's room loads when it runs, not at CLI start
-    from envelopay.mail.selection import check_filter
+    from envelopay.cli.mail_options import check_filter
     from envelopay.node.agent_mailbox import worker_outcomes
 
     with _opened(where) as box:
@@ -280,9 +280,9 @@ def reply(
 ) -> None:
     """Reply with threading headers (In-Reply-To, References, `Re:` subject)."""
     # lazy: the command's room loads when it runs, not at CLI start
+    from envelopay.cli.mail_options import reply_text, smtp_config
     from envelopay.mail.mailbox import smtp_send_fn
     from envelopay.mail.mailbox.outgoing import signed_send_fn
-    from envelopay.mail.selection import reply_text, smtp_config
     from envelopay.node.agent_mailbox import mailbox_signer
 
     with answers(as_json=where.as_json):
@@ -315,7 +315,8 @@ def fetch(
     $EnvelopayProcessed on the server only after it is stored. The password comes from
     $ENVELOPAY_IMAP_PASSWORD (never the command line)."""
     # lazy: the command's room loads when it runs, not at CLI start
-    from envelopay.mail.selection import fetch_imap, imap_config
+    from envelopay.cli.mail_options import imap_config
+    from envelopay.mail.mailbox.site import fetch_imap
 
     with answers(as_json=where.as_json):
         cfg = imap_config(imap, user, mailbox_name, tls)
@@ -577,7 +578,7 @@ def _register_garden(app: typer.Typer) -> None:
         """Deliver one message into the garden over LMTP; print one line per recipient."""
         # lazy: the command's room loads when it runs, not at CLI start
         from envelopay.mail.garden import deliver
-        from envelopay.mail.lmtp_client import parse_endpoint
+        from envelopay.mail.transport.lmtp_client import parse_endpoint
 
         try:
             raw = sys.stdin.buffer.read() if file == "-" else Path(file).read_bytes()

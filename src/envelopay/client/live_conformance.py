@@ -164,7 +164,7 @@ async def run_live_async(
 ) -> tuple[list[Verdict], int]:
     """Send every vector, collect replies by In-Reply-To, judge. Returns (verdicts, skipped)."""
     # lazy: keeps cryptography off this module's import
-    from envelopay.engine.transport import DeliveryRefused
+    from envelopay.mail.transport import DeliveryRefused
 
     sent: dict[str, tuple[Any, bool]] = {}
     refused: list[Verdict] = []
@@ -237,7 +237,7 @@ def _expects_reply(expect: Mapping[str, Any], single_from: bool) -> bool:
 def run_live(target: str, config: str, *, timeout: float = 120.0, echo: Callable[[str], Any] = print) -> int:
     """`envelopay conformance --target` (exit code: 0 all passed, 1 some failed, 2 bad input)."""
     # lazy: keeps cryptography off this module's import
-    from envelopay.engine.outbox import dkim_signer
+    from envelopay.dkim import dkim_signer
     from envelopay.node.wiring import garden_transport
 
     try:
@@ -249,8 +249,8 @@ def run_live(target: str, config: str, *, timeout: float = 120.0, echo: Callable
         return 2
     sign = None
     if cfg.agent.dkim_key:
-        sign = dkim_signer(selector=cfg.agent.dkim_selector, domain=cfg.agent.domain,
-                           key_pem=cfg.path(cfg.agent.dkim_key).read_bytes(), clock=lambda: datetime.now(UTC))
+        sign = dkim_signer(cfg.path(cfg.agent.dkim_key).read_bytes(), selector=cfg.agent.dkim_selector,
+                           domain=cfg.agent.domain, clock=lambda: datetime.now(UTC))
     maildir = mailbox_path(cfg.path(cfg.transport.garden_root), cfg.agent.address)
 
     async def main() -> tuple[list[Verdict], int]:

@@ -39,7 +39,7 @@ from envelopay.dkim.results import (
     dkim_aligned,
     summarize,
 )
-from envelopay.dkim.signing import CONTENT_HEADERS, FROZEN_HEADERS, sign
+from envelopay.dkim.signing import CONTENT_HEADERS, FROZEN_HEADERS, DkimSigner, Signer, dkim_signer, sign
 from envelopay.dkim.verifying import from_address_of, from_domain_of, verify
 
 __all__ = [
@@ -50,14 +50,17 @@ __all__ = [
     "DkimKey",
     "DkimPolicy",
     "DkimResult",
+    "DkimSigner",
     "DkimStatus",
     "DnsLookup",
     "DnsTemporaryError",
     "PolicyDecision",
     "SignatureVerdict",
+    "Signer",
     "aligned",
     "apply_policy",
     "dkim_aligned",
+    "dkim_signer",
     "from_address_of",
     "from_domain_of",
     "is_proof_carrying",

@@ -1,11 +1,18 @@
-"""Signing: relaxed/relaxed, oversigned, never l=; the returned bytes are the ones to send."""
+"""Signing: relaxed/relaxed, oversigned, never l=; the returned bytes are the ones to send.
+
+`sign` signs one message; `DkimSigner` is the one signer every sending path holds (the
+engine's outbox, the enforcer, `call`, the responders, `mail reply`): a key, a selector,
+a domain and a clock for t=.
+"""
 
 from __future__ import annotations
 
 import base64
 import hashlib
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from envelopay.dkim.canon import (
     _fold_b64,
@@ -35,6 +42,13 @@ FROZEN_HEADERS: tuple[str, ...] = (
 )
 # Signed once per occurrence when present: they change how the body is read.
 CONTENT_HEADERS: tuple[str, ...] = ("mime-version", "content-type", "content-transfer-encoding", "sender")
+
+__all__ = ["CONTENT_HEADERS", "FROZEN_HEADERS", "DkimSigner", "Signer", "dkim_signer", "sign"]
+
+# What a sending path holds when it may sign: exact bytes in, the bytes to send out.
+Signer = Callable[[bytes], bytes]
+# A clock for t=: a datetime, or seconds since the epoch (the enforcer's clocks).
+SignClock = Callable[[], "datetime | float"]
 
 _TAG_SAFE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?")
 
@@ -82,3 +96,32 @@ def sign(
     signature = base64.b64encode(key._sign_digest_input(data)).decode("ascii")
     header = f"DKIM-Signature:{value}{_fold_b64(signature)}\r\n".encode("ascii")
     return header + msg
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class DkimSigner:
+    """Signs outgoing mail with d=`domain`. `sign_at` stamps t= from a given time (the
+    outbox row's Date, so a resend of the row is the same mail, signature and all);
+    calling it plainly stamps the clock's time (mail that has no row)."""
+
+    selector: str
+    domain: str
+    key: DkimKey
+    clock: SignClock = field(default=_now)
+
+    def sign_at(self, raw: bytes, at: datetime | float) -> bytes:
+        stamp = at.timestamp() if isinstance(at, datetime) else at
+        return sign(raw, selector=self.selector, domain=self.domain, key=self.key, timestamp=int(stamp))
+
+    def __call__(self, raw: bytes) -> bytes:
+        return self.sign_at(raw, self.clock())
+
+
+def dkim_signer(key: DkimKey | bytes, *, selector: str, domain: str, clock: SignClock = _now) -> DkimSigner:
+    """The signer for `key` (a DkimKey, or its PEM bytes)."""
+    loaded = key if isinstance(key, DkimKey) else DkimKey.load(key)
+    return DkimSigner(selector, domain, loaded, clock)

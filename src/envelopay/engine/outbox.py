@@ -31,16 +31,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Literal, Protocol
 
-from envelopay import dkim
-from envelopay.engine.transport import Transport
+from envelopay.dkim import DkimSigner, Signer
 from envelopay.errors import TransportError
 from envelopay.ledger.store import OutboxRow, Store
+from envelopay.mail.transport import Transport
 from envelopay.protocol.compose import compose
 from envelopay.protocol.outbound import Outbound
 
 __all__ = [
     "DirectHook",
-    "DkimSigner",
     "DrainReport",
     "EnforcerHook",
     "OutboxDrainer",
@@ -48,11 +47,9 @@ __all__ = [
     "SendHook",
     "SendPolicy",
     "SendResult",
-    "Signer",
 ]
 
 SendStatus = Literal["sent", "pending_approval", "blocked", "failed", "unknown"]
-Signer = Callable[[bytes], bytes]
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,29 +115,6 @@ class EnforcerHook:
             return SendResult("unknown", f"enforcer unreachable: {exc}")
         status: SendStatus = verdict.status
         return SendResult(status, verdict.reason or "", permanent=status == "blocked")
-
-
-@dataclass
-class DkimSigner:
-    """Signs outgoing mail. `sign_at` stamps t= from the outbox row's Date, so a row
-    signed again (a resend) gets the very same signature; calling it plainly stamps
-    the clock's time (mail that has no row)."""
-
-    selector: str
-    domain: str
-    key: dkim.DkimKey
-    clock: Callable[[], datetime]
-
-    def sign_at(self, raw: bytes, at: datetime) -> bytes:
-        return dkim.sign(raw, selector=self.selector, domain=self.domain, key=self.key,
-                         timestamp=int(at.timestamp()))
-
-    def __call__(self, raw: bytes) -> bytes:
-        return self.sign_at(raw, self.clock())
-
-
-def dkim_signer(*, selector: str, domain: str, key_pem: bytes, clock: Callable[[], datetime]) -> DkimSigner:
-    return DkimSigner(selector, domain, dkim.DkimKey.load(key_pem), clock)
 
 
 @dataclass

@@ -102,8 +102,6 @@ class Summaries(Protocol):
 
     def flow_counts(self, local: str) -> list[FlowCount]: ...
 
-    def change_mark(self, local: str) -> tuple[str, ...]: ...
-
     def find_flows(
         self, local: str, where: FlowFilter, limit: int = 50, before: tuple[datetime, str] | None = None
     ) -> list[FlowRecord]: ...
@@ -135,23 +133,6 @@ class SummariesMixin(SqlBase):
     if TYPE_CHECKING:
 
         def _flow(self, row: Row) -> FlowRecord: ...  # SqlStore's
-
-    def change_mark(self, local: str) -> tuple[str, ...]:
-        """What moves when `local` does anything the console shows: its newest flow (updated_at,
-        flow_id) and the outbox's newest row, each one step down an index (a poll asks this
-        first, and reads the counts only when it moved). A job or refund that moves without
-        a flow or a mail does not move it."""
-        with self.read() as x:
-            flow = x.one(
-                "SELECT updated_at, flow_id FROM ep_flows WHERE local = ?"
-                " ORDER BY updated_at DESC, flow_id DESC LIMIT 1",
-                (local.lower(),),
-            )
-            out = x.one("SELECT seq FROM ep_outbox ORDER BY seq DESC LIMIT 1")
-        return (
-            "" if flow is None else f"{self.ut(flow['updated_at']).isoformat()} {flow['flow_id']}",
-            "" if out is None else str(out["seq"]),
-        )
 
     def flow_counts(self, local: str) -> list[FlowCount]:
         """How many of `local`'s flows are in each (kind, state), most first."""

@@ -38,10 +38,10 @@ from envelopay.mail.garden_auth import (
     stamp,
     stamp_prepend,
 )
+from envelopay.mail.maildir import UnsafeMaildir, deliver_file, ensure_maildir, mailbox_path
 
 # The client side lives in mail.lmtp_client; these names stay importable from here.
-from envelopay.mail.lmtp_client import DeliveryResult, Endpoint, LmtpClient, Reply, deliver
-from envelopay.mail.maildir import UnsafeMaildir, deliver_file, ensure_maildir, mailbox_path
+from envelopay.mail.transport.lmtp_client import DeliveryResult, Endpoint, LmtpClient, Reply, deliver
 from envelopay.protocol.headers import HeaderRefusal, read_headers
 
 LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost")

@@ -12,8 +12,8 @@ from typing import Any
 from envelopay.config import load_config
 from envelopay.errors import ConfigError
 from envelopay.mail.mailbox import Mailbox
+from envelopay.mail.mailbox.site import MailboxSite, open_site, refused, site_from_env
 from envelopay.mail.maildir import mailbox_path
-from envelopay.mail.selection import MailboxSite, open_site, refused, site_from_env
 
 __all__ = ["agent_mailbox_site", "open_agent_mailbox", "site_config", "worker_outcomes"]
 

@@ -25,7 +25,7 @@ from prometheus_client.registry import Collector
 from envelopay.errors import UsageError
 from envelopay.ledger._sql_base import SqlBase
 from envelopay.ledger.store import Store
-from envelopay.mail.lmtp_client import tcp_port
+from envelopay.mail.transport.lmtp_client import tcp_port
 from envelopay.node.observe import Handled
 
 __all__ = ["WorkerMetrics", "metrics_endpoint", "start_metrics"]

@@ -18,9 +18,9 @@ from pathlib import Path
 from envelopay.endpoints.calls import CallClient
 from envelopay.endpoints.responders import Responder
 from envelopay.endpoints.toolmail import read_tool_mail
-from envelopay.engine.transport import Transport
 from envelopay.errors import TransportError
 from envelopay.mail.maildir import Pickup
+from envelopay.mail.transport import Transport
 
 __all__ = ["pump", "serve_call_replies", "serve_responders"]
 

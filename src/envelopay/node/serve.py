@@ -14,14 +14,14 @@ from typing import Any
 
 from envelopay.config import WorkerConfig
 from envelopay.endpoints.responders import Responder
-from envelopay.engine.transport import Transport
 from envelopay.mail.garden import GardenServer
 from envelopay.mail.garden_auth import AccountsFile, new_account
 from envelopay.mail.maildir import mailbox_path
+from envelopay.mail.transport import Transport
+from envelopay.mail.transport.garden import GardenTransport
 from envelopay.node.jobs import job_runner
 from envelopay.node.runtime import serve_responders
 from envelopay.node.serve_log import LogFormat, ServeLog
-from envelopay.node.transports import GardenTransport
 from envelopay.node.wiring import (
     AgentNode,
     build_node,

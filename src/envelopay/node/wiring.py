@@ -27,32 +27,22 @@ from envelopay import dkim
 from envelopay.config import WorkerConfig
 from envelopay.devnet.registry import devnet_dns
 from envelopay.devnet.state import devnet_home as home_of
-from envelopay.dkim import DkimResult, DnsLookup
+from envelopay.dkim import DkimResult, DkimSigner, DnsLookup, dkim_signer
 from envelopay.endpoints.calls import LedgerCalls, settle_reply
 from envelopay.engine import Application, Engine, Outcome, Sent
-from envelopay.engine.outbox import (
-    DirectHook,
-    DkimSigner,
-    DrainReport,
-    EnforcerHook,
-    OutboxDrainer,
-    SendHook,
-    dkim_signer,
-)
-from envelopay.engine.transport import Transport
+from envelopay.engine.outbox import DirectHook, DrainReport, EnforcerHook, OutboxDrainer, SendHook
 from envelopay.errors import ConfigError
-from envelopay.ledger.evidence import EvidenceLog
 from envelopay.ledger.sqlite import SqliteStore
 from envelopay.ledger.store import AnswerLimits, Store
 from envelopay.mail.garden_auth import read_secret
 from envelopay.mail.imap import ImapConfig, ImapMessage, ImapSource
 from envelopay.mail.maildir import mailbox_path
-from envelopay.mail.smtp import SmtpConfig
+from envelopay.mail.transport import Transport
+from envelopay.mail.transport.garden import GardenPool, GardenTransport
+from envelopay.mail.transport.smtp import SmtpConfig, SmtpTransport
 from envelopay.node.deferrals import serve_deferrals
-from envelopay.node.evidence_tap import keep_evidence, keep_received
 from envelopay.node.observe import CURRENT, Observer, Seen, tap_parser, timed_rail
 from envelopay.node.runtime import pump
-from envelopay.node.transports import GardenTransport, SmtpTransport
 from envelopay.protocol.messages import Message
 from envelopay.protocol.parse import ParseOptions, parse
 from envelopay.rails.finality import WaitPolicy
@@ -96,8 +86,6 @@ class AgentNode:
     deferral_hints: list[datetime] = field(default_factory=list)
     # Told of every message handled (`watch`): the serve log and the metrics of worker serve.
     observers: list[Observer] = field(default_factory=list)
-    # Where received mail is kept byte for byte (node/evidence_tap.py); None: not kept.
-    evidence: EvidenceLog | None = None
 
     @property
     def address(self) -> str:
@@ -129,8 +117,6 @@ class AgentNode:
             outcome = await self._observed(raw)
         else:
             outcome = await self.engine.handle(raw, dkim=await self.verify_dkim(raw))
-        if self.evidence is not None:
-            keep_received(self.evidence, self.address, raw, outcome, datetime.now(UTC))
         self.outcomes.append(outcome)
         self.received += 1
         if outcome.outbox:  # only a step that wrote replies has anything to send now
@@ -395,17 +381,14 @@ def build_node(
     if maildir is None and cfg.transport.kind == "garden":
         maildir = mailbox_path(cfg.path(cfg.transport.garden_root), cfg.agent.address)
     dns = dns_for(cfg) if cfg.agent.dkim_policy != "off" or cfg.dkim_records else None
-    node = AgentNode(engine, drainer, dns, maildir, transport, rails, closers=closers)
-    keep_evidence(node)  # raw mails and DKIM keys as seen, for `envelopay evidence` (issue 31)
-    return node
+    return AgentNode(engine, drainer, dns, maildir, transport, rails, closers=closers)
 
 
 def worker_refunder(
     cfg: WorkerConfig, store: Store, rails: Mapping[str, Rail], counter_payer: Any, clock: Clock
 ) -> Refunder | None:
     """Refunds from the rail keys of `[rails.NAME] keypair`, or through the enforcer."""
-    keys = {n: cfg.path(k) if isinstance(k, str) else k for n, o in cfg.rails.items()
-            if isinstance(k := o.get("keypair"), str | bytes)}
+    keys = {n: cfg.path(o["keypair"]) for n, o in cfg.rails.items() if isinstance(o.get("keypair"), str)}
     try:
         return refunder_for(store, rails=rails, keys=keys, counter_payer=counter_payer,
                             owner=cfg.agent.worker_id or cfg.agent.address, clock=clock)
@@ -518,8 +501,7 @@ def config_signer(
     if not cfg.agent.dkim_key or cfg.transport.kind == "agentmail":
         return None
     key_pem = cfg.path(cfg.agent.dkim_key).read_bytes()
-    return dkim_signer(selector=cfg.agent.dkim_selector, domain=cfg.agent.domain, key_pem=key_pem,
-                       clock=clock)
+    return dkim_signer(key_pem, selector=cfg.agent.dkim_selector, domain=cfg.agent.domain, clock=clock)
 
 
 def garden_endpoint_file(cfg: WorkerConfig) -> Path:
@@ -556,35 +538,6 @@ def garden_credential(cfg: WorkerConfig) -> tuple[str, str] | None:
     secret = _secret(t.garden_secret_env, "transport.garden_secret_env")
     assert secret is not None  # _secret raises when the variable is unset or empty
     return cfg.agent.address, secret
-
-
-class GardenPool:
-    """Several LMTP connections to the garden; a send takes a free one (each connection
-    carries one transaction at a time). Connections open on first use."""
-
-    def __init__(self, transports: list[GardenTransport]) -> None:
-        if not transports:
-            raise ValueError("a garden pool needs at least one connection")
-        self.size = len(transports)
-        self._all = transports
-        self._free: asyncio.Queue[GardenTransport] = asyncio.Queue()
-        for t in transports:
-            self._free.put_nowait(t)
-
-    @property
-    def endpoint(self) -> tuple[str, int] | Path:
-        return self._all[0].endpoint
-
-    async def send(self, raw: bytes, sender: str, recipient: str) -> None:
-        conn = await self._free.get()
-        try:
-            await conn.send(raw, sender, recipient)
-        finally:
-            self._free.put_nowait(conn)
-
-    async def close(self) -> None:
-        for t in self._all:
-            await t.close()
 
 
 def _rail_options(cfg: WorkerConfig, opts: Mapping[str, Any]) -> dict[str, Any]:

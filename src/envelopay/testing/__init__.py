@@ -4,7 +4,9 @@
 - `check_store(factory)`: a ledger Store (envelopay.testing.store);
 - `check_send_store(factory)`: the enforcer's send store (envelopay.testing.send_store);
 - `check_payment_store(factory)`: the enforcer's spend store (envelopay.testing.payment_store);
-- `check_mailbox_store(factory)`: the agent mailbox index (envelopay.testing.mailbox_store).
+- `check_mailbox_store(factory)`: the agent mailbox index (envelopay.testing.mailbox_store);
+- `MockTransport`: the outbound seam's stand-in — records what was sent, refuses a
+  recipient for good or fails for now on request (envelopay.mail.transport.mock).
 
 Each is loaded when first named, so importing one kit (or `testing.conformance`) does not
 load the others' stores.
@@ -15,7 +17,14 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["check_mailbox_store", "check_payment_store", "check_rail", "check_send_store", "check_store"]
+__all__ = [
+    "MockTransport",
+    "check_mailbox_store",
+    "check_payment_store",
+    "check_rail",
+    "check_send_store",
+    "check_store",
+]
 
 _HOME = {
     "check_rail": "envelopay.testing.rails",
@@ -23,6 +32,7 @@ _HOME = {
     "check_send_store": "envelopay.testing.send_store",
     "check_payment_store": "envelopay.testing.payment_store",
     "check_mailbox_store": "envelopay.testing.mailbox_store",
+    "MockTransport": "envelopay.mail.transport.mock",
 }
 
 

@@ -21,13 +21,13 @@ from envelopay.enforcer.send.smtp_pipe import (
 )
 from envelopay.errors import TransportError, UsageError
 from envelopay.mail import garden
-from envelopay.mail.lmtp_client import LmtpClient, Refused
-from envelopay.mail.smtp import send_raw
+from envelopay.mail.transport.lmtp_client import LmtpClient, Refused
+from envelopay.mail.transport.smtp import send_raw
 
 if TYPE_CHECKING:
     from envelopay.dkim import DkimKey
-    from envelopay.mail.lmtp_client import DeliveryResult, Reply
-    from envelopay.mail.smtp import SmtpConfig
+    from envelopay.mail.transport.lmtp_client import DeliveryResult, Reply
+    from envelopay.mail.transport.smtp import SmtpConfig
 
 __all__ = [
     "Deliverer", "Envelope", "EnvelopeOpener", "GardenDeliverer", "GardenEnvelope", "Signer", "SmtpDeliverer",

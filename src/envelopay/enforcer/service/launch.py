@@ -23,8 +23,8 @@ from envelopay.enforcer.send.enforcer import Enforcer, hash_token
 from envelopay.enforcer.send.store import open_store
 from envelopay.enforcer.service.spend_launch import start_payments
 from envelopay.errors import ConfigError
-from envelopay.mail.lmtp_client import parse_endpoint
-from envelopay.mail.smtp import Security, SmtpConfig
+from envelopay.mail.transport.lmtp_client import parse_endpoint
+from envelopay.mail.transport.smtp import Security, SmtpConfig
 
 if TYPE_CHECKING:
     from envelopay.enforcer.send.delivery import Deliverer, Signer

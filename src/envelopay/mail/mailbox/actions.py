@@ -22,9 +22,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envelopay.mail.contacts import ContactBook
 from envelopay.mail.imap import Processed
+from envelopay.mail.line_ends import read_message
 from envelopay.mail.mailbox.attachments import extract, remove_extracted
+from envelopay.mail.mailbox.contacts import ContactBook
 from envelopay.mail.mailbox.fts import fold, fts_query, nfc, word_start
 from envelopay.mail.mailbox.guard import SendGuard
 from envelopay.mail.mailbox.index import MailIndex
@@ -155,7 +156,7 @@ class Mailbox:
         known = self._index.by_name(name)
         if known is not None:
             return known
-        raw = path.read_bytes()
+        raw = read_message(path)
         mid = self._new_id()
         info = interpret(raw)
         # Received attachments are extracted for the agent; our own copies are only listed.
@@ -193,7 +194,7 @@ class Mailbox:
         if body is None:
             body = self._index.text(rec.id)
         if body is None:  # past the index's text cap
-            body = body_text(self._path_of(rec).read_bytes())
+            body = body_text(read_message(self._path_of(rec)))
         cut = len(rec.preview.rstrip("…")) if rec.preview.endswith("…") else 0
         preview = body if not cut or cut >= len(body) else body[:cut] + "…"
         return replace(rec, body=body, preview=preview, body_complete=True)
@@ -201,14 +202,14 @@ class Mailbox:
     def _body_of(self, folder: str, name: str, last_seen: str) -> str | None:
         """A message file's text body (for an index upgrade), or None when it is gone."""
         path = self._files.locate(folder, name, last_seen)
-        return None if path is None else body_text(path.read_bytes())
+        return None if path is None else body_text(read_message(path))
 
     def get(self, mid: str) -> MailRecord:
         return self._get(check_id(mid))
 
     def raw(self, mid: str) -> bytes:
-        """The exact stored bytes of a message."""
-        return self._path_of(self._get(check_id(mid), truncate=1)).read_bytes()
+        """A message's bytes exactly as received (the file holds them with LF line ends)."""
+        return read_message(self._path_of(self._get(check_id(mid), truncate=1)))
 
     def _path_of(self, rec: MailRecord) -> Path:
         folder, name, last_seen = self._index.location(rec.id)

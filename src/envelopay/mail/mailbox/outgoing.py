@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 from envelopay.mail.mailbox.attachments import attachment_source
 from envelopay.mail.mailbox.inputs import check_body, check_message_id, header_text, single_address
 from envelopay.mail.mailbox.records import OutgoingMail, SendFn, SendResult
-from envelopay.mail.smtp import send_raw
+from envelopay.mail.transport.smtp import send_raw
 from envelopay.protocol.compose import new_message_id
 
 __all__ = ["PlainDraft", "compose_plain", "smtp_send_fn"]
@@ -76,7 +76,7 @@ def compose_plain(
 
 
 def smtp_send_fn(config: Any) -> SendFn:
-    """A `SendFn` over SMTP submission (envelopay.mail.smtp; `config` is its SmtpConfig).
+    """A `SendFn` over SMTP submission (envelopay.mail.transport.smtp; `config` is its SmtpConfig).
 
     One transaction per recipient (raw bytes, never re-flattened). The verdict is `sent`
     only when every recipient was accepted; otherwise `failed`, naming who got it."""

@@ -12,7 +12,7 @@ AgentMail delivers webhooks through Svix (https://docs.agentmail.to/webhook-veri
 outside `tolerance` seconds of now (a replay of a captured delivery, or a clock far
 off), or without one matching signature; comparisons are constant-time. Within the
 window, a delivery seen before is recognised by its event id, persisted by the caller
-(`envelopay.mail.agentmail_inbox`), so a replay inside the window is answered as a
+(`envelopay.mail.agentmail.inbox`), so a replay inside the window is answered as a
 duplicate and handled no further.
 
 `read_event` takes the verified body (EventType / MessageReceivedEvent shapes,

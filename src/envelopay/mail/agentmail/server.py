@@ -12,7 +12,7 @@ import socket
 
 from aiohttp import web
 
-from envelopay.mail.agentmail_inbox import AgentMailInbox
+from envelopay.mail.agentmail.inbox import AgentMailInbox
 
 __all__ = ["DEFAULT_PATH", "WebhookServer", "webhook_app"]
 
