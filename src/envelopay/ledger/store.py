@@ -36,12 +36,18 @@ __all__ = [
     "Claim",
     "Commit",
     "CommitResult",
+    "FlowCount",
+    "FlowFilter",
     "FlowRecord",
     "FlowWrite",
+    "JobLine",
     "LogEntry",
+    "OopsSent",
     "OutboxRow",
     "ProofKey",
+    "RefundLine",
     "Store",
+    "Summaries",
 ]
 
 @dataclass(frozen=True, slots=True)
@@ -191,8 +197,102 @@ class CallRecord:
     resolved_at: datetime | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class FlowCount:
+    kind: str
+    state: str
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class FlowFilter:
+    """Which flows a listing keeps; None keeps every value."""
+
+    peer: str | None = None
+    kind: str | None = None
+    state: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OopsSent:
+    """One OOPS this agent wrote to its outbox (answered in a flow, or before any flow)."""
+
+    at: datetime
+    message_id: str
+    recipient: str
+    code: str | None
+    note: str
+    flow_id: str | None
+    status: str  # the outbox row's: pending, sent, failed, bounced, held
+
+
+@dataclass(frozen=True, slots=True)
+class JobLine:
+    """What the console shows of one job (ledger/jobs.py's row, in part)."""
+
+    job_id: str
+    flow_id: str
+    peer: str
+    task: str
+    state: str
+    chain: str | None
+    token: str | None
+    amount: int
+    error: str | None
+    refund: Mapping[str, Any] | None
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class RefundLine:
+    """What the console shows of one refund (ledger/refunds.py's row, in part)."""
+
+    key: str
+    flow_id: str | None
+    peer: str
+    chain: str
+    token: str
+    amount: int
+    reason: str
+    status: str
+    tx_id: str | None
+    updated_at: datetime
+
+
 @runtime_checkable
-class Store(Protocol):
+class Summaries(Protocol):
+    """The read-only summaries of one agent's ledger the worker's console shows
+    (envelopay.ledger.summaries `SummariesMixin`, on both backends)."""
+
+    def flow_counts(self, local: str) -> list[FlowCount]: ...
+
+    def change_mark(self, local: str) -> tuple[str, ...]: ...
+
+    def find_flows(
+        self, local: str, where: FlowFilter, limit: int = 50, before: tuple[datetime, str] | None = None
+    ) -> list[FlowRecord]: ...
+
+    def flow_log(self, flow_id: str) -> list[LogEntry]: ...
+
+    def get_flow(self, flow_id: str) -> FlowRecord | None: ...
+
+    def paid_entries(self, local: str, since: datetime) -> list[LogEntry]: ...
+
+    def oops_counts(self, local: str, since: datetime) -> dict[str, int]: ...
+
+    def oops_recent(self, local: str, limit: int = 20) -> list[OopsSent]: ...
+
+    def job_counts(self, local: str) -> dict[str, int] | None: ...
+
+    def recent_jobs(self, local: str, limit: int = 20, states: tuple[str, ...] = ()) -> list[JobLine]: ...
+
+    def refund_counts(self, local: str) -> dict[str, int] | None: ...
+
+    def recent_refunds(self, local: str, limit: int = 20) -> list[RefundLine]: ...
+
+
+@runtime_checkable
+class Store(Summaries, Protocol):
     """The ledger. Synchronous; safe to share between processes (not between threads
     without the backend's own pooling). All times are timezone-aware."""
 

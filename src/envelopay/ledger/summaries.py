@@ -1,7 +1,9 @@
 """Read-only summaries of one agent's ledger, for the worker's console (node/console.py):
 flows counted by kind and state, flows found by peer / kind / state a page at a time, the
 inbound entries that carried a payment verdict, and the OOPS the agent sent. Shared by
-the SQLite and PostgreSQL backends, like the rest of `SqlStore`; nothing here writes.
+the SQLite and PostgreSQL backends, like the rest of `SqlStore`; nothing here writes. The
+methods are the `Summaries` part of the Store protocol (ledger/store.py, with their record
+types, re-exported here).
 
 Each statement starts from an index: the flows from `ep_flows_local_recent` (local,
 updated_at, flow_id), their log entries from `ep_log_flow`, the outbox from its primary
@@ -11,13 +13,20 @@ flows updated since `since` hold every entry since then.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal
 
 from envelopay.ledger._sql_base import Row, SqlBase
-from envelopay.ledger.store import FlowRecord, LogEntry
+from envelopay.ledger.store import (
+    FlowCount,
+    FlowFilter,
+    FlowRecord,
+    JobLine,
+    LogEntry,
+    OopsSent,
+    RefundLine,
+    Summaries,
+)
 
 __all__ = ["FlowCount", "FlowFilter", "JobLine", "OopsSent", "RefundLine", "Summaries", "SummariesMixin"]
 
@@ -34,97 +43,6 @@ _HAS_TABLE = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class FlowCount:
-    kind: str
-    state: str
-    count: int
-
-
-@dataclass(frozen=True, slots=True)
-class FlowFilter:
-    """Which flows a listing keeps; None keeps every value."""
-
-    peer: str | None = None
-    kind: str | None = None
-    state: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class OopsSent:
-    """One OOPS this agent wrote to its outbox (answered in a flow, or before any flow)."""
-
-    at: datetime
-    message_id: str
-    recipient: str
-    code: str | None
-    note: str
-    flow_id: str | None
-    status: str  # the outbox row's: pending, sent, failed, bounced, held
-
-
-@dataclass(frozen=True, slots=True)
-class JobLine:
-    """What the console shows of one job (ledger/jobs.py's row, in part)."""
-
-    job_id: str
-    flow_id: str
-    peer: str
-    task: str
-    state: str
-    chain: str | None
-    token: str | None
-    amount: int
-    error: str | None
-    refund: Mapping[str, Any] | None
-    updated_at: datetime
-
-
-@dataclass(frozen=True, slots=True)
-class RefundLine:
-    """What the console shows of one refund (ledger/refunds.py's row, in part)."""
-
-    key: str
-    flow_id: str | None
-    peer: str
-    chain: str
-    token: str
-    amount: int
-    reason: str
-    status: str
-    tx_id: str | None
-    updated_at: datetime
-
-
-@runtime_checkable
-class Summaries(Protocol):
-    """What the worker's console reads from a ledger (both backends: `SummariesMixin`)."""
-
-    def flow_counts(self, local: str) -> list[FlowCount]: ...
-
-    def find_flows(
-        self, local: str, where: FlowFilter, limit: int = 50, before: tuple[datetime, str] | None = None
-    ) -> list[FlowRecord]: ...
-
-    def flow_log(self, flow_id: str) -> list[LogEntry]: ...
-
-    def get_flow(self, flow_id: str) -> FlowRecord | None: ...
-
-    def paid_entries(self, local: str, since: datetime) -> list[LogEntry]: ...
-
-    def oops_counts(self, local: str, since: datetime) -> dict[str, int]: ...
-
-    def oops_recent(self, local: str, limit: int = 20) -> list[OopsSent]: ...
-
-    def job_counts(self, local: str) -> dict[str, int] | None: ...
-
-    def recent_jobs(self, local: str, limit: int = 20, states: tuple[str, ...] = ()) -> list[JobLine]: ...
-
-    def refund_counts(self, local: str) -> dict[str, int] | None: ...
-
-    def recent_refunds(self, local: str, limit: int = 20) -> list[RefundLine]: ...
-
-
 class SummariesMixin(SqlBase):
     """The summaries over a SqlStore's executor and codecs."""
 
@@ -133,6 +51,23 @@ class SummariesMixin(SqlBase):
     if TYPE_CHECKING:
 
         def _flow(self, row: Row) -> FlowRecord: ...  # SqlStore's
+
+    def change_mark(self, local: str) -> tuple[str, ...]:
+        """What moves when `local` does anything the console shows: its newest flow (updated_at,
+        flow_id) and the outbox's newest row, each one step down an index (a poll asks this
+        first, and reads the counts only when it moved). A job or refund that moves without
+        a flow or a mail does not move it."""
+        with self.read() as x:
+            flow = x.one(
+                "SELECT updated_at, flow_id FROM ep_flows WHERE local = ?"
+                " ORDER BY updated_at DESC, flow_id DESC LIMIT 1",
+                (local.lower(),),
+            )
+            out = x.one("SELECT seq FROM ep_outbox ORDER BY seq DESC LIMIT 1")
+        return (
+            "" if flow is None else f"{self.ut(flow['updated_at']).isoformat()} {flow['flow_id']}",
+            "" if out is None else str(out["seq"]),
+        )
 
     def flow_counts(self, local: str) -> list[FlowCount]:
         """How many of `local`'s flows are in each (kind, state), most first."""
