@@ -228,6 +228,8 @@ class SqlStore(DeferralsMixin, OutboxCallsMixin, SummariesMixin, JobsMixin, SqlB
         return "ok"
 
     def _commit(self, x: Executor, c: Commit) -> None:
+        """One step's writes, in this order, in the caller's transaction; a write that
+        finds the world moved on raises Abort and the transaction writes nothing."""
         now = self.t(c.now)
         if c.job_move is not None and not self._job_move(x, c.job_move):
             raise Abort("lost")  # the job moved on (another worker answered it): write nothing
@@ -241,25 +243,35 @@ class SqlStore(DeferralsMixin, OutboxCallsMixin, SummariesMixin, JobsMixin, SqlB
             if n == 0:
                 raise Abort("lost")
         if c.flow is not None:
-            r = c.flow.record
-            if r.version == 0:
-                got = x.one(
-                    "INSERT INTO ep_flows (flow_id, local, peer, kind, side, state, version,"
-                    " data, created_at,"
-                    " updated_at) VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?, ?) ON CONFLICT DO NOTHING"
-                    " RETURNING version",
-                    (r.flow_id, r.local, r.peer, r.kind, r.side, r.state, self.j(dict(r.data)), now, now),
-                )
-                if got is None:
-                    raise Abort("conflict")
-            else:
-                n = x.exec(
-                    "UPDATE ep_flows SET state = ?, data = ?, version = version + 1, updated_at = ?"
-                    " WHERE flow_id = ? AND version = ?",
-                    (r.state, self.j(dict(r.data)), now, r.flow_id, r.version),
-                )
-                if n == 0:
-                    raise Abort("conflict")
+            self._commit_flow(x, c.flow.record, now)
+        self._commit_log(x, c)
+        if c.outbox:
+            self._commit_outbox(x, c, now)
+        if c.job_new is not None:
+            self._job_insert(x, c.job_new)  # a redone step finds its job written: kept
+        self._commit_fates(x, c, now)
+
+    def _commit_flow(self, x: Executor, r: FlowRecord, now: Any) -> None:
+        """The flow made (version 0) or moved from the version read: else a conflict."""
+        if r.version == 0:
+            got = x.one(
+                "INSERT INTO ep_flows (flow_id, local, peer, kind, side, state, version, data, created_at,"
+                " updated_at) VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING version",
+                (r.flow_id, r.local, r.peer, r.kind, r.side, r.state, self.j(dict(r.data)), now, now),
+            )
+            if got is None:
+                raise Abort("conflict")
+        else:
+            n = x.exec(
+                "UPDATE ep_flows SET state = ?, data = ?, version = version + 1, updated_at = ?"
+                " WHERE flow_id = ? AND version = ?",
+                (r.state, self.j(dict(r.data)), now, r.flow_id, r.version),
+            )
+            if n == 0:
+                raise Abort("conflict")
+
+    def _commit_log(self, x: Executor, c: Commit) -> None:
+        """The flow's references, Message-IDs and log entries."""
         if c.refs:
             x.many(
                 "INSERT INTO ep_flow_refs (local, peer, author, protocol_id, flow_id) VALUES (?, ?, ?, ?, ?)"
@@ -278,55 +290,49 @@ class SqlStore(DeferralsMixin, OutboxCallsMixin, SummariesMixin, JobsMixin, SqlB
                 " sender, recipient,"
                 " body, verdict, oops) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
-                    (
-                        e.flow_id,
-                        self.t(e.at),
-                        e.direction,
-                        e.type,
-                        e.message_id,
-                        e.protocol_id,
-                        e.sender,
-                        e.recipient,
-                        self.j(e.body) if e.body is not None else None,
-                        self.j(dict(e.verdict)) if e.verdict is not None else None,
-                        e.oops,
-                    )
+                    (e.flow_id, self.t(e.at), e.direction, e.type, e.message_id, e.protocol_id, e.sender,
+                     e.recipient, self.j(e.body) if e.body is not None else None,
+                     self.j(dict(e.verdict)) if e.verdict is not None else None, e.oops)
                     for e in c.log
                 ],
             )
-        if c.outbox:
-            # v11's columns are written only when a row needs them (an Auto-Submitted mark,
-            # a held answer): a plain row stays v1's, so code writing one still runs beside
-            # a ledger not yet upgraded (tests/ledger/test_upgrade_v10.py).
-            marked = c.hold is not None or any(ob.auto_submitted for ob, _ in c.outbox)
-            rows = []
-            for ob, fid in c.outbox:
-                d = outbound_to_row(ob)
-                row = [
-                    d["message_id"],
-                    fid,
-                    d["sender"],
-                    d["recipient"],
-                    d["type"],
-                    self.j(d["body"]),
-                    self.t(d["date"]),
-                    d["in_reply_to"],
-                    self.j(d["refs"]),
-                    d["note"],
-                    "pending" if c.hold is None else "held",
-                    now,
-                ]
-                rows.append((*row, d["auto_submitted"], c.hold) if marked else tuple(row))
-            extra = (", auto_submitted, last_error", ", ?, ?") if marked else ("", "")
-            x.many(
-                "INSERT INTO ep_outbox (message_id, flow_id, sender, recipient, type, body,"
-                f" date, in_reply_to, refs, note, status, attempts, created_at{extra[0]})"
-                f" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?{extra[1]})"
-                " ON CONFLICT DO NOTHING",
-                rows,
-            )
-        if c.job_new is not None:
-            self._job_insert(x, c.job_new)  # a redone step finds its job written: kept
+
+    def _commit_outbox(self, x: Executor, c: Commit, now: Any) -> None:
+        """The outbox rows, written with the step (the transactional outbox)."""
+        # v11's columns are written only when a row needs them (an Auto-Submitted mark,
+        # a held answer): a plain row stays v1's, so code writing one still runs beside
+        # a ledger not yet upgraded (tests/ledger/test_upgrade_v10.py).
+        marked = c.hold is not None or any(ob.auto_submitted for ob, _ in c.outbox)
+        rows = []
+        for ob, fid in c.outbox:
+            d = outbound_to_row(ob)
+            row = [
+                d["message_id"],
+                fid,
+                d["sender"],
+                d["recipient"],
+                d["type"],
+                self.j(d["body"]),
+                self.t(d["date"]),
+                d["in_reply_to"],
+                self.j(d["refs"]),
+                d["note"],
+                "pending" if c.hold is None else "held",
+                now,
+            ]
+            rows.append((*row, d["auto_submitted"], c.hold) if marked else tuple(row))
+        extra = (", auto_submitted, last_error", ", ?, ?") if marked else ("", "")
+        x.many(
+            "INSERT INTO ep_outbox (message_id, flow_id, sender, recipient, type, body,"
+            f" date, in_reply_to, refs, note, status, attempts, created_at{extra[0]})"
+            f" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?{extra[1]})"
+            " ON CONFLICT DO NOTHING",
+            rows,
+        )
+
+    def _commit_fates(self, x: Executor, c: Commit, now: Any) -> None:
+        """What became of the held proof (spent, or released) and of the (sender, id)
+        reservation (done, or released)."""
         if c.proof is not None and c.proof_fate is not None:
             owner = (c.proof.chain, c.proof.key, c.local, c.message_id or "")
             if c.proof_fate == "spend":
