@@ -158,6 +158,7 @@ STEPS: list[Step] = [
     ("mail contacts list", lambda w: ["--config", str(w.ccfg)], 0, "contacts"),
     ("mail contacts remove", lambda w: ["peer@garden.local", "--config", str(w.ccfg)], 0, "mail_action"),
     ("ledger compact", lambda w: _c(w), 0, "ledger_compact"),
+    ("evidence", lambda w: [w.saved["flow"], "--out", str(w.tmp / "evidence"), *_c(w)], 0, "evidence"),
     ("agent create", lambda w: ["sdr", "--address", "sdr@agents.test", *w.operator], 0, "agent_create"),
     ("agent list", lambda w: w.operator, 0, "agent_list"),
     ("agent policy set", lambda w: ["sdr", "--payee", "partner.test", *w.operator], 0, "agent_policy_set"),
@@ -193,6 +194,7 @@ NEEDS: dict[str, tuple[str, ...]] = {
     **{f"mail {c}": ("mail search",) for c in ("read", "thread", "reply", "dismiss", "archive", "delete")},
     "mail compact": ("mail check",),  # a maintenance command never makes its store
     "ledger compact": ("which",),
+    "evidence": ("which",),
     "mail contacts edit": ("mail contacts add",),
     "mail contacts remove": ("mail contacts add",),
     **{c: ("agent create",) for c in ("agent list", "agent policy set", "agent balances", "agent wallet add",

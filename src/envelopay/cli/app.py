@@ -18,6 +18,7 @@ from envelopay.cli import (
     client_cmds,
     devnet_cmds,
     enforcer_cmds,
+    evidence_cmds,
     ledger_cmds,
     mail_cmds,
     node_cmds,
@@ -121,7 +122,7 @@ def version(as_json: JsonOpt = False) -> None:
 
 
 for _module in (protocol_cmds, rails_cmds, mail_cmds, node_cmds, client_cmds, enforcer_cmds, ledger_cmds,
-                devnet_cmds):
+                devnet_cmds, evidence_cmds):
     _module.register(app)
 
 

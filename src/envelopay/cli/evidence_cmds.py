@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -91,7 +91,7 @@ def _said(report: EvidenceReport) -> list[str]:
     for p in claims.get("paid") or []:
         lines.append(f"paid:      {p['by']} paid {p['amount']} {p['token']} (smallest units) "
                      f"on {p['chain']}, "
-                     f"tx {p['tx']}, from {p['payer']} to {p['payee']} at {p['tx_time']} "
+                     f"tx {p['tx']}{_landed(p)}, from {p['payer']} to {p['payee']} at {p['tx_time']} "
                      f"(verified by {p['verified_by']} at {p['verified_at']})")
     done = claims.get("delivered")
     if done:
@@ -102,6 +102,14 @@ def _said(report: EvidenceReport) -> list[str]:
     lines += [f"checked:   {c}" for c in checked]
     lines += [f"not included: {m}" for m in report.missing]
     return lines
+
+
+def _landed(paid: dict[str, Any]) -> str:
+    """Where the transaction landed, when the rail said: Solana's slot, an EVM block."""
+    for key in ("slot", "block"):
+        if paid.get(key) is not None:
+            return f" ({key} {paid[key]})"
+    return ""
 
 
 def register(app: typer.Typer) -> None:

@@ -154,7 +154,8 @@ async def _add_proofs(folder: _Folder, rec: FlowRecord, entries: Sequence[LogEnt
             "token": pay.get("token"), "amount": str(pay.get("amount")),
             "tx": verdict.get("proof_key") or proof.get("tx") or proof.get("signature"),
             "payer": verdict.get("payer"), "payee": payee, "observed_amount": verdict.get("observed_amount"),
-            "tx_time": verdict.get("tx_time"), "status": verdict.get("status"),
+            "tx_time": verdict.get("tx_time"), "slot": verdict.get("slot"), "block": verdict.get("block"),
+            "status": verdict.get("status"),
             "verified_by": rec.local, "verified_at": e.at.isoformat() if recorded else now.isoformat(),
             "how": "the payee's verdict, recorded when the PAY was verified" if recorded
             else "verified on the chain when this folder was written",
@@ -172,6 +173,16 @@ def _add_result(folder: _Folder, entries: Sequence[LogEntry], job: Mapping[str, 
         "sha256": sha256_hex(canonical_json(result)), "hashed_as": "JSON, keys sorted, no spaces, UTF-8",
         "job": dict(job) if job is not None else None,
     })
+
+
+def _job(store: Store, flow_id: str) -> dict[str, Any] | None:
+    """The worker's job for the flow (its result hash, its states and when), if it has one."""
+    job = store.job_for_flow(flow_id)
+    if job is None:
+        return None
+    return {"job_id": job.job_id, "task": job.task, "state": job.state, "attempts": job.attempts,
+            "result_hash": job.result_hash, "refund": dict(job.refund) if job.refund is not None else None,
+            "at": {state: when.isoformat() for state, when in sorted(job.times().items())}}
 
 
 def _write(out: Path, folder: _Folder, manifest: Mapping[str, Any]) -> None:
@@ -198,7 +209,7 @@ async def write_evidence(
     folder = _Folder()
     _add_mails(folder, log, rec, entries)
     await _add_proofs(folder, rec, entries, rails or {}, now)
-    result = _add_result(folder, entries, job)
+    result = _add_result(folder, entries, job if job is not None else _job(store, flow_id))
     manifest = {
         "format": FORMAT,
         "produced": {"by": rec.local, "side": rec.side, "at": now.isoformat()},

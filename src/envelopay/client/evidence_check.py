@@ -222,6 +222,7 @@ def _proof(files: Mapping[str, bytes], path: str, mails: list[Mail]) -> dict[str
         "by": pay.parsed.from_addr, "pay": body.get("id"), "amount": str(body.get("amount")),
         "token": body.get("token"), "chain": body.get("chain"), "tx": rec.get("tx"),
         "payer": rec.get("payer"), "payee": rec.get("payee"), "tx_time": rec.get("tx_time"),
+        "slot": rec.get("slot"), "block": rec.get("block"),
         "mail_date": pay.date, "verified_by": rec.get("verified_by"), "verified_at": rec.get("verified_at"),
         "payee_from_invoice": invoice is not None,
     }

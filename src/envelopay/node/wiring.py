@@ -32,6 +32,7 @@ from envelopay.endpoints.calls import LedgerCalls, settle_reply
 from envelopay.engine import Application, Engine, Outcome, Sent
 from envelopay.engine.outbox import DirectHook, DrainReport, EnforcerHook, OutboxDrainer, SendHook
 from envelopay.errors import ConfigError
+from envelopay.ledger.evidence import EvidenceLog
 from envelopay.ledger.sqlite import SqliteStore
 from envelopay.ledger.store import AnswerLimits, Store
 from envelopay.mail.garden_auth import read_secret
@@ -41,6 +42,7 @@ from envelopay.mail.transport import Transport
 from envelopay.mail.transport.garden import GardenPool, GardenTransport
 from envelopay.mail.transport.smtp import SmtpConfig, SmtpTransport
 from envelopay.node.deferrals import serve_deferrals
+from envelopay.node.evidence_tap import keep_evidence, keep_received
 from envelopay.node.observe import CURRENT, Observer, Seen, tap_parser, timed_rail
 from envelopay.node.runtime import pump
 from envelopay.protocol.messages import Message
@@ -86,6 +88,8 @@ class AgentNode:
     deferral_hints: list[datetime] = field(default_factory=list)
     # Told of every message handled (`watch`): the serve log and the metrics of worker serve.
     observers: list[Observer] = field(default_factory=list)
+    # Where received mail is kept byte for byte (node/evidence_tap.py); None: not kept.
+    evidence: EvidenceLog | None = None
 
     @property
     def address(self) -> str:
@@ -117,6 +121,8 @@ class AgentNode:
             outcome = await self._observed(raw)
         else:
             outcome = await self.engine.handle(raw, dkim=await self.verify_dkim(raw))
+        if self.evidence is not None:
+            keep_received(self.evidence, self.address, raw, outcome, datetime.now(UTC))
         self.outcomes.append(outcome)
         self.received += 1
         if outcome.outbox:  # only a step that wrote replies has anything to send now
@@ -381,7 +387,9 @@ def build_node(
     if maildir is None and cfg.transport.kind == "garden":
         maildir = mailbox_path(cfg.path(cfg.transport.garden_root), cfg.agent.address)
     dns = dns_for(cfg) if cfg.agent.dkim_policy != "off" or cfg.dkim_records else None
-    return AgentNode(engine, drainer, dns, maildir, transport, rails, closers=closers)
+    node = AgentNode(engine, drainer, dns, maildir, transport, rails, closers=closers)
+    keep_evidence(node)  # raw mails and DKIM keys as seen, for `envelopay evidence` (issue 31)
+    return node
 
 
 def worker_refunder(

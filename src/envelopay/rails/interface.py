@@ -127,7 +127,7 @@ class Verdict:
         return cls("unavailable", Reason.RPC_UNAVAILABLE, detail)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        doc = {
             "status": self.status,
             "reason": self.reason.value if self.reason else None,
             "detail": self.detail,
@@ -137,6 +137,12 @@ class Verdict:
             "proof_key": self.proof_key,
             "oops": self.oops.value if self.oops else None,
         }
+        # Where an accepted transaction landed, when the rail says (Solana's slot, an EVM
+        # block): recorded with the verdict, for the evidence folder (SPEC.md "Evidence").
+        for key in ("slot", "block"):
+            if isinstance(self.extra.get(key), int):
+                doc[key] = self.extra[key]
+        return doc
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ Check table (SOL | SPL token):
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
@@ -237,7 +237,9 @@ def _check(
                                 observed_amount=observed)
     authorities = {t.authority for t in matching}
     payer = authorities.pop() if len(authorities) == 1 else None
-    return Verdict.accepted(observed_amount=observed, payer=payer, tx_time=when, proof_key=signature)
+    ok = Verdict.accepted(observed_amount=observed, payer=payer, tx_time=when, proof_key=signature)
+    slot = tx.get("slot")  # where the transaction landed: the evidence folder records it
+    return replace(ok, extra={"slot": slot}) if isinstance(slot, int) and not isinstance(slot, bool) else ok
 
 
 def _owned_by(accounts: Mapping[str, Mapping[str, Any]], t: Transfer, wallet: str) -> bool:
