@@ -222,8 +222,8 @@ async def _worker_process(world: World) -> asyncio.subprocess.Process:
 async def test_a_worker_process_killed_while_it_waits_restarts_and_fulfills(world: World) -> None:
     """SIGKILL of a real `worker serve` process with the PAY parked in its ledger; a new
     process on the same ledger serves it once the chain confirms: FULFILL, no OOPS."""
-    from envelopay.ledger.deferrals import DeferralStore
     from envelopay.ledger.sqlite import SqliteStore
+    from envelopay.ledger.waiting import WaitingStore
 
     cfg_path = world.dirs[WORKER] / "envelopay.toml"
     # Looks spaced out to seconds (5 s cap): the kill below lands right after a look was
@@ -238,9 +238,9 @@ async def test_a_worker_process_killed_while_it_waits_restarts_and_fulfills(worl
             proof, paid = await pay_at_once(buyer, sent, invoice)
             view = SqliteStore(world.dirs[WORKER] / ledger)
             try:
-                assert isinstance(view, DeferralStore)
+                assert isinstance(view, WaitingStore)
                 def attempts() -> int:
-                    d = view.deferral_get(WORKER, paid.message_id)
+                    d = view.waiting_get(WORKER, paid.message_id)
                     return d.attempts if d is not None else 0
 
                 await until(lambda: attempts() >= 6, "the worker to park the PAY and look again", 60)
@@ -261,7 +261,7 @@ async def test_a_worker_process_killed_while_it_waits_restarts_and_fulfills(worl
                 assert flow is not None and flow.state == "fulfilled"
                 assert all(e.oops is None and e.type != "oops" for e in view.flow_log(flow.flow_id))
                 assert view.proof_status(ProofKey("solana-local", proof["tx"])) == "spent"
-                assert view.deferrals_count(WORKER) == 0
+                assert view.waiting_count(WORKER) == 0
             finally:
                 view.close()
     finally:

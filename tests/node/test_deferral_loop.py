@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from envelopay.engine import Outcome
-from envelopay.ledger.deferrals import Deferral
 from envelopay.ledger.sqlite import SqliteStore
 from envelopay.ledger.store import Claim, ProofKey
+from envelopay.ledger.waiting import WaitingMessage
 from envelopay.node.deferrals import serve_deferrals
 from envelopay.testing.store import T0
 
@@ -57,8 +57,8 @@ def park(store: SqliteStore, n: int, due: datetime) -> None:
     claim = Claim(LOCAL, mid, "h", "w", T0, T0 + timedelta(minutes=1), sender="peer@x.test",
                   protocol_id=f"pay-{n}", proof=ProofKey("solana-local", f"SIG{n}"))
     assert store.begin_step(claim).status == "new"
-    assert store.defer(Deferral(LOCAL, mid, mid.encode(), T0, due, T0 + timedelta(seconds=60), 1, "pending"),
-                       worker="w", now=T0)
+    waiting = WaitingMessage(LOCAL, mid, mid.encode(), T0, due, T0 + timedelta(seconds=60), 1, "pending")
+    assert store.waiting_put(waiting, worker="w", now=T0)
 
 
 async def test_each_hint_is_served_without_waiting_for_a_scan(tmp_path: Path) -> None:
@@ -91,6 +91,6 @@ async def test_each_hint_is_served_without_waiting_for_a_scan(tmp_path: Path) ->
         await loop
     try:
         # Both answered (not waiting any more): their rows are cleared.
-        assert store.deferrals_count(LOCAL) == 0
+        assert store.waiting_count(LOCAL) == 0
     finally:
         store.close()

@@ -3,7 +3,7 @@
 A proof whose verdict is `pending` (found, below the required commitment or depth) or
 `unavailable` (the chain cannot be asked) is not judged. Within the chain's window
 (`rails.finality.WaitPolicy`) the engine parks the message in the ledger
-(`ledger.deferrals`): it is neither answered nor spent — its claim stays open, its
+(`ledger.waiting`): it is neither answered nor spent — its claim stays open, its
 (sender, id) and its proof stay held by it — and the node hands it back when it is due
 (node/deferrals.py). When the window ends, the last verdict is answered as before: the
 OOPS (`not_final` / `rail_unavailable`), with the proof released.
@@ -16,8 +16,8 @@ from datetime import datetime
 from envelopay.engine.outcome import Outcome
 from envelopay.engine.records import Work
 from envelopay.flows import Step
-from envelopay.ledger.deferrals import Deferral, DeferralStore
 from envelopay.ledger.store import Store
+from envelopay.ledger.waiting import WaitingMessage, WaitingStore
 from envelopay.rails.finality import WaitPolicy
 
 __all__ = ["park"]
@@ -40,18 +40,18 @@ def park(
     `waiting` Outcome. None: answer now (nothing to wait for, or the window is over)."""
     verdict = work.verdict
     if (policy is None or raw is None or verdict is None or step.proof is None
-            or verdict.status not in ("pending", "unavailable") or not isinstance(store, DeferralStore)):
+            or verdict.status not in ("pending", "unavailable") or not isinstance(store, WaitingStore)):
         return None
-    before = store.deferral_get(local, message_id)
+    before = store.waiting_get(local, message_id)
     first_seen = before.first_seen if before is not None else now
     attempts = (before.attempts if before is not None else 0) + 1
     next_at = policy.next_look(step.proof.chain, first_seen, attempts, now)
     if next_at is None:
         return None
     deadline = first_seen + policy.window(step.proof.chain)
-    deferral = Deferral(local, message_id, raw, first_seen, next_at, deadline, attempts, verdict.status,
+    waiting = WaitingMessage(local, message_id, raw, first_seen, next_at, deadline, attempts, verdict.status,
                         verdict.detail)
-    if not store.defer(deferral, worker=worker, now=now):
+    if not store.waiting_put(waiting, worker=worker, now=now):
         return Outcome("busy", message_id, detail="claim lost to another worker")
     return Outcome("waiting", message_id, flow_id=work.flow_id if existed else None,
                    state=work.start.state if existed and work.start is not None else None,

@@ -18,7 +18,6 @@ from envelopay.ledger._sql_base import Executor, Row, SqlBase
 from envelopay.ledger._sql_jobs import JobsMixin
 from envelopay.ledger._sql_outbox import OutboxCallsMixin
 from envelopay.ledger.compacted import same_content, small
-from envelopay.ledger.deferrals import DeferralsMixin
 from envelopay.ledger.store import (
     AnswerLimits,
     AnswerVerdict,
@@ -32,6 +31,7 @@ from envelopay.ledger.store import (
     outbound_to_row,
 )
 from envelopay.ledger.summaries import SummariesMixin
+from envelopay.ledger.waiting import WaitingMixin
 
 __all__ = ["Abort", "Executor", "Row", "SqlStore", "dumps", "iter_chunks"]
 
@@ -49,7 +49,7 @@ _FLOW_COLS = (
 )
 
 
-class SqlStore(DeferralsMixin, OutboxCallsMixin, SummariesMixin, JobsMixin, SqlBase):
+class SqlStore(WaitingMixin, OutboxCallsMixin, SummariesMixin, JobsMixin, SqlBase):
     lock_clause = ""  # " FOR UPDATE" where the backend has row locks
     skip_locked = ""  # " FOR UPDATE SKIP LOCKED" where it has them (claims)
 

@@ -61,7 +61,7 @@ CREATE INDEX ep_calls_pending ON ep_calls (status, deadline);
 CREATE INDEX ep_outbox_pending ON ep_outbox (status, seq);
 """
 
-# v9: deferred proofs (ledger/deferrals.py): messages whose payment is not final yet.
+# v9: waiting messages (ledger/waiting.py): messages whose payment is not final yet.
 _V9 = """
 CREATE TABLE ep_deferrals (
     local TEXT NOT NULL, message_id TEXT NOT NULL, raw TEXT NOT NULL, first_seen {T} NOT NULL,

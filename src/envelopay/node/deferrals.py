@@ -1,6 +1,6 @@
 """The worker that waits: messages whose proof is not final yet come back for another look.
 
-The engine parks such a message in the ledger (`ledger.deferrals`): unanswered, its
+The engine parks such a message in the ledger (`ledger.waiting`): unanswered, its
 proof held, with the time to look again. `serve_deferrals` takes due deferrals and hands
 each raw message to the node again, until the engine answers it (FULFILL when the proof
 became final, the OOPS when its window ended). It looks at the ledger when the earliest
@@ -17,7 +17,7 @@ import logging
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from envelopay.ledger.deferrals import DeferralStore
+from envelopay.ledger.waiting import WaitingStore
 
 if TYPE_CHECKING:
     from envelopay.node.wiring import AgentNode
@@ -31,7 +31,7 @@ HOLD = timedelta(seconds=30)  # a taken deferral's next look, should this proces
 async def serve_deferrals(node: AgentNode, stop: asyncio.Event, *, scan: float = 1.0,
                           tick: float = 0.02) -> None:
     store = node.store
-    if not isinstance(store, DeferralStore):
+    if not isinstance(store, WaitingStore):
         return  # a ledger without deferrals: the engine answers at once
     clock = node.engine.clock
     loop = asyncio.get_running_loop()
@@ -45,7 +45,7 @@ async def serve_deferrals(node: AgentNode, stop: asyncio.Event, *, scan: float =
             last_scan = loop.time()
             while hints and hints[0] <= now:  # served by this take; later hints stay
                 heapq.heappop(hints)
-            for d in store.deferrals_take(node.address, now, now + HOLD):
+            for d in store.waiting_take(node.address, now, now + HOLD):
                 task = loop.create_task(_again(node, store, d.message_id, d.raw))
                 running.add(task)
                 task.add_done_callback(running.discard)
@@ -55,12 +55,12 @@ async def serve_deferrals(node: AgentNode, stop: asyncio.Event, *, scan: float =
         await asyncio.gather(*running, return_exceptions=True)
 
 
-async def _again(node: AgentNode, store: DeferralStore, message_id: str, raw: bytes) -> None:
+async def _again(node: AgentNode, store: WaitingStore, message_id: str, raw: bytes) -> None:
     try:
         outcome = await node.receive(raw, drain_behind=True)
     except Exception:  # the row stays; it comes due again after HOLD
         _log.exception("%s: looking again at %s failed", node.address, message_id)
         return
     if outcome.status not in ("waiting", "busy", "deferred"):
-        store.deferral_clear(node.address, message_id)
+        store.waiting_clear(node.address, message_id)
 

@@ -1,17 +1,19 @@
-"""Deferred proofs: inbound messages whose payment is found but not yet final (or whose
-chain cannot be asked), kept in the ledger while the worker waits for the chain.
+"""Waiting messages (glossary, docs/DESIGN.md): inbound messages whose payment is found
+but not yet final (or whose chain cannot be asked), kept in the ledger while the worker
+waits for the chain. (Not "deferred": that is a message left for a retry shortly, in no
+table, after a DKIM key lookup failed for now.)
 
-A deferred message is neither answered nor spent: its inbound claim stays `claimed`
+A waiting message is neither answered nor spent: its inbound claim stays `claimed`
 (with an expired lease, so any worker of the address may take it over, after a
 restart too), its (sender, id) and its proof stay held by it, and a row here keeps
 the raw message, when it was first seen, when to look again and when to give up.
-The worker's wait loop takes due rows (`deferrals_take`, which pushes each taken row's
+The worker's wait loop takes due rows (`waiting_take`, which pushes each taken row's
 `next_at` forward so two workers do not both take it) and hands the raw message to the
-engine again. A row whose message got its outcome is skipped by `deferrals_take` and
-removed by `deferral_clear`.
+engine again. A row whose message got its outcome is skipped by `waiting_take` and
+removed by `waiting_clear`.
 
-`DeferralsMixin` implements it for every `SqlStore` (SQLite and PostgreSQL) with the
-portable SQL of schema v9.
+`WaitingMixin` implements it for every `SqlStore` (SQLite and PostgreSQL) with the
+portable SQL of schema v9 (its table is still named `ep_deferrals`: a released step).
 """
 
 from __future__ import annotations
@@ -23,11 +25,11 @@ from typing import Any, Protocol, runtime_checkable
 
 from envelopay.ledger._sql_base import SqlBase
 
-__all__ = ["Deferral", "DeferralStore", "DeferralsMixin"]
+__all__ = ["WaitingMessage", "WaitingMixin", "WaitingStore"]
 
 
 @dataclass(frozen=True, slots=True)
-class Deferral:
+class WaitingMessage:
     local: str
     message_id: str
     raw: bytes
@@ -40,42 +42,42 @@ class Deferral:
 
 
 @runtime_checkable
-class DeferralStore(Protocol):
-    def defer(self, deferral: Deferral, *, worker: str, now: datetime) -> bool:
-        """Record (or update) a deferral and expire the message's lease; False when the
+class WaitingStore(Protocol):
+    def waiting_put(self, waiting: WaitingMessage, *, worker: str, now: datetime) -> bool:
+        """Record (or update) a waiting message and expire the message's lease; False when the
         message is not claimed any more (another worker finished it)."""
         ...
 
-    def deferral_get(self, local: str, message_id: str) -> Deferral | None: ...
+    def waiting_get(self, local: str, message_id: str) -> WaitingMessage | None: ...
 
-    def deferrals_take(
+    def waiting_take(
         self, local: str, now: datetime, hold_until: datetime, limit: int = 100
-    ) -> list[Deferral]:
-        """Due deferrals of `local` whose message is still unfinished, oldest due first;
+    ) -> list[WaitingMessage]:
+        """Due waiting messages of `local` whose message is still unfinished, oldest due first;
         each taken row's `next_at` becomes `hold_until`."""
         ...
 
-    def deferral_clear(self, local: str, message_id: str) -> None: ...
+    def waiting_clear(self, local: str, message_id: str) -> None: ...
 
-    def deferrals_count(self, local: str) -> int: ...
+    def waiting_count(self, local: str) -> int: ...
 
 
 _COLS = "local, message_id, raw, first_seen, next_at, deadline, attempts, last_status, last_detail"
 
 
-class DeferralsMixin(SqlBase):
-    """The deferral queries over a SqlStore's executor and value codecs."""
+class WaitingMixin(SqlBase):
+    """The waiting messages' queries over a SqlStore's executor and value codecs."""
 
-    def _deferral(self, row: Any) -> Deferral:
-        return Deferral(
+    def _waiting_row(self, row: Any) -> WaitingMessage:
+        return WaitingMessage(
             str(row["local"]), str(row["message_id"]), base64.b64decode(row["raw"]),
             self.ut(row["first_seen"]), self.ut(row["next_at"]), self.ut(row["deadline"]),
             int(row["attempts"]),
             str(row["last_status"] or ""), str(row["last_detail"] or ""),
         )
 
-    def defer(self, deferral: Deferral, *, worker: str, now: datetime) -> bool:
-        d = deferral
+    def waiting_put(self, waiting: WaitingMessage, *, worker: str, now: datetime) -> bool:
+        d = waiting
         with self.write() as x:
             n = x.exec(
                 "UPDATE ep_inbound SET lease_until = ? WHERE local = ? AND message_id = ?"
@@ -94,17 +96,17 @@ class DeferralsMixin(SqlBase):
             )
         return True
 
-    def deferral_get(self, local: str, message_id: str) -> Deferral | None:
+    def waiting_get(self, local: str, message_id: str) -> WaitingMessage | None:
         with self.read() as x:
             row = x.one(f"SELECT {_COLS} FROM ep_deferrals WHERE local = ? AND message_id = ?",
                         (local, message_id))
-        return self._deferral(row) if row else None
+        return self._waiting_row(row) if row else None
 
-    def deferrals_take(
+    def waiting_take(
         self, local: str, now: datetime, hold_until: datetime, limit: int = 100
-    ) -> list[Deferral]:
+    ) -> list[WaitingMessage]:
         cols = ", ".join(f"d.{c.strip()}" for c in _COLS.split(","))
-        taken: list[Deferral] = []
+        taken: list[WaitingMessage] = []
         with self.write() as x:
             rows = x.all(
                 f"SELECT {cols} FROM ep_deferrals d JOIN ep_inbound i"
@@ -120,14 +122,14 @@ class DeferralsMixin(SqlBase):
                     (self.t(hold_until), row["local"], row["message_id"], row["next_at"]),
                 )
                 if n:
-                    taken.append(self._deferral(row))
+                    taken.append(self._waiting_row(row))
         return taken
 
-    def deferral_clear(self, local: str, message_id: str) -> None:
+    def waiting_clear(self, local: str, message_id: str) -> None:
         with self.write() as x:
             x.exec("DELETE FROM ep_deferrals WHERE local = ? AND message_id = ?", (local, message_id))
 
-    def deferrals_count(self, local: str) -> int:
+    def waiting_count(self, local: str) -> int:
         with self.read() as x:
             row = x.one("SELECT count(*) AS n FROM ep_deferrals d JOIN ep_inbound i ON i.local = d.local"
                         " AND i.message_id = d.message_id WHERE d.local = ? AND i.status = 'claimed'",
