@@ -105,9 +105,11 @@ class Page:
 
     async def screenshot(self, out: Path, width: int = 1200) -> None:
         """A PNG of the whole page, `width` CSS pixels wide."""
-        height = int(await self.js("document.documentElement.scrollHeight"))
-        await self.call("Emulation.setDeviceMetricsOverride", width=width, height=height,
-                        deviceScaleFactor=1, mobile=False)
+        for height in (400, None):  # lay out at the width first, then as tall as the page
+            if height is None:
+                height = int(await self.js("document.documentElement.scrollHeight"))
+            await self.call("Emulation.setDeviceMetricsOverride", width=width, height=height,
+                            deviceScaleFactor=1, mobile=False)
         shot = await self.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
         out.write_bytes(base64.b64decode(shot["data"]))
 

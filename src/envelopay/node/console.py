@@ -5,7 +5,9 @@ worker did, from its ledger's summaries (envelopay.ledger.summaries; no SQL here
 and state), revenue per day per rail, jobs and refunds (when the ledger has them), and the
 OOPS sent, by code and the latest; /console/flows/ID shows one flow's messages. The page
 polls /console/live.json every 2 s (live.js) and puts the sections in place when their
-version changed, so new flows and state changes appear without a reload.
+version changed, so new flows and state changes appear without a reload. A poll first asks
+the ledger's change mark (two index steps); the sections are read again only when it moved,
+or when what was read is older than REREAD seconds (a job's move that wrote no mail).
 
 It has no login and changes nothing; it listens on loopback unless told a host, so only
 this machine's users read it (README "Worker console").
@@ -16,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
@@ -42,6 +44,8 @@ __all__ = ["FLOWS_PAGE", "Console", "console_endpoint", "start_console"]
 FLOWS_PAGE = 25  # flows listed at once
 RECENT = 20  # rows of the OOPS, jobs and refunds lists
 WINDOW_DAYS = 30  # revenue and OOPS counts cover this many days back
+REREAD = 30.0  # seconds a read of the sections serves polls while the change mark stands
+_CACHED = 32  # filters (and pages) whose last read is kept
 _CSP = ("default-src 'none'; style-src 'unsafe-inline'; script-src 'self'; connect-src 'self'; "
         "form-action 'self'")
 _ENV = Environment(
@@ -52,15 +56,16 @@ _ENV = Environment(
 _FILTERS = ("peer", "kind", "state")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Console:
     """What the pages read: the ledger's summaries for one address, the assets' decimals
-    and the clock."""
+    and the clock; and the last read per filter, with the change mark it was read at."""
 
     reads: Summaries
     address: str
     decimals: Decimals
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+    read_at: dict[Any, tuple[tuple[str, ...], datetime, dict[str, Any]]] = field(default_factory=dict)
 
 
 _CONSOLE: web.AppKey[Console] = web.AppKey("console", Console)
@@ -133,10 +138,25 @@ def _html(template: str, **context: Any) -> web.Response:
                         headers={"Content-Security-Policy": _CSP, "X-Frame-Options": "DENY"})
 
 
+def _cached(console: Console, where: FlowFilter, before: tuple[datetime, str] | None) -> dict[str, Any]:
+    """The sections, read again only when the ledger's change mark moved or the last read
+    is older than REREAD seconds."""
+    key, now = (where, before), console.clock()
+    mark = console.reads.change_mark(console.address)
+    held = console.read_at.get(key)
+    if held is not None and held[0] == mark and (now - held[1]).total_seconds() < REREAD:
+        return held[2]
+    sections = _sections(console, where, before)
+    if len(console.read_at) >= _CACHED:
+        console.read_at.clear()
+    console.read_at[key] = (mark, now, sections)
+    return sections
+
+
 async def _read(request: web.Request) -> tuple[dict[str, Any], FlowFilter]:
     console = request.app[_CONSOLE]
     where, before = _filter(request.query), _before(request.query)
-    return await asyncio.to_thread(_sections, console, where, before), where
+    return await asyncio.to_thread(_cached, console, where, before), where
 
 
 async def _page(request: web.Request) -> web.Response:

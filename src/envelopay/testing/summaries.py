@@ -64,6 +64,21 @@ def check_flow_counts_and_filters(factory: Callable[[], Store]) -> None:
     assert r.flow_counts(_ns("empty")) == []
 
 
+def check_change_mark(factory: Callable[[], Store]) -> None:
+    s, local = factory(), _ns("mark")
+    r = _summaries(s)
+    first = r.change_mark(local)
+    assert r.change_mark(local) == first  # reading moves nothing
+    _write(s, local, f"mk-{local}-0")
+    flowed = r.change_mark(local)
+    assert flowed != first
+    _write(s, _ns("other"), f"mk-{local}-x", at=T0 + timedelta(days=1))  # another agent's flow
+    assert r.change_mark(local)[0] == flowed[0]
+    _write(s, local, f"mk-{local}-1", at=T0 - timedelta(days=1), outbox=(_oops(local, 90, "x", T0),))
+    mailed = r.change_mark(local)
+    assert mailed[1] != flowed[1]  # an older flow, but a new outbox row
+
+
 def ids(flows: list[FlowRecord]) -> list[str]:
     return [f.flow_id.rsplit("-", 1)[1] for f in flows]
 
@@ -128,6 +143,7 @@ def check_jobs_and_refunds_read(factory: Callable[[], Store]) -> None:
 
 SUMMARY_CHECKS: tuple[Callable[[Callable[[], Store]], None], ...] = (
     check_flow_counts_and_filters,
+    check_change_mark,
     check_paid_entries,
     check_oops_sent,
     check_jobs_and_refunds_read,
