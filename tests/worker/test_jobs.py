@@ -143,3 +143,33 @@ async def test_a_bad_result_fails_the_job(store: Store) -> None:
     failed = store.job_get(job.job_id)
     assert failed is not None and failed.state == "failed" and "time limit" in (failed.error or "")
     assert json.loads(json.dumps(failed.times(), default=str))  # every state has a time
+
+
+async def test_two_workers_on_one_ledger_share_the_jobs(store: Store, tmp_path: Path) -> None:
+    """Two runners (two owners, two connections) claim from one ledger: each job runs
+    once and is answered once, and both take a share."""
+    from envelopay.ledger.postgres import PostgresStore
+    from envelopay.ledger.sqlite import SqliteStore
+
+    other = (SqliteStore(store.path) if isinstance(store, SqliteStore)
+             else PostgresStore(store.dsn, max_size=4))  # type: ignore[attr-defined]
+    try:
+        cfg = jk.config(jk.task("nap", "_jobs_kit:nap", concurrency=2))
+        engines = [jk.worker(store, cfg, worker_id="w-a"), jk.worker(other, cfg, worker_id="w-b")]
+        marker = tmp_path / "starts"
+        for n in range(8):
+            await engines[n % 2].handle(k.raw(jk.free_order(f"s{n}", seconds=0.2, marker=str(marker))))
+        runners = [jk.runner(e) for e in engines]
+        stop = asyncio.Event()
+        loops = [asyncio.create_task(r.run(stop)) for r in runners]
+        await _until(lambda: len(store.job_list(k.WORKER, ("done",))) == 8)
+        stop.set()
+        await asyncio.gather(*loops)
+        jobs = store.job_list(k.WORKER)
+        assert all(j.attempts == 1 and j.answer_id for j in jobs)
+        assert len(marker.read_text().splitlines()) == 8  # each ran once
+        assert all(runner.started for runner in runners)  # both took a share
+        assert not set(runners[0].started) & set(runners[1].started)
+        assert all(_answers(store, j.flow_id) == ["fulfill"] for j in jobs)
+    finally:
+        other.close()

@@ -1,5 +1,5 @@
 """What the operator commands share: one request to the running enforcer with the
-operator credential, and the exit code of an approval decision.
+operator credential, the exit code of an approval decision, and one page of a list.
 
 Errors map by cli/output.EXIT_CODES: a missing token file is the environment (3), a
 refused credential bad input (2), an unreachable enforcer the environment (3).
@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from envelopay.cli.options import OperatorOptions
-from envelopay.cli.output import FAILED, OK, answers, delivery_exit
+from envelopay.cli.output import FAILED, OK, answers, delivery_exit, finish, next_page, ran
 
 if TYPE_CHECKING:
     from envelopay.enforcer.client.payment_client import SpendOperatorClient
@@ -53,3 +53,11 @@ def decision_exit(action: str, data: dict[str, Any]) -> int:
 
 
 _ENVIRONMENT = ("delivery failed", "signing refused", "store error")
+
+
+def listing(where: OperatorOptions, command: str, key: str, rows: list[dict[str, Any]], nxt: str | None,
+             empty: str, line: Callable[[dict[str, Any]], str]) -> None:
+    """One page of a list: its document, or its lines and how to get the next page."""
+    if not where.as_json:
+        next_page(nxt, f"envelopay {command}")
+    finish(where.as_json, ran(command) | {key: rows, "next": nxt}, [line(r) for r in rows] or [empty])

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
+from envelopay.errors import ConfigError
 from envelopay.ledger._sql_base import Executor, Row, SqlBase
 from envelopay.persist import Dialect, Migrations, Step, migrate
 
@@ -102,6 +103,9 @@ class Refund:
 
 
 def _dialect(store: SqlBase) -> Dialect:
+    said = getattr(store, "dialect", None)
+    if said in ("sqlite", "postgres"):
+        return "postgres" if said == "postgres" else "sqlite"
     # PostgreSQL is the backend with row locks (ledger.postgres.PostgresStore.skip_locked).
     return "postgres" if getattr(store, "skip_locked", "") else "sqlite"
 
@@ -110,7 +114,9 @@ class RefundBook:
     """The refunds table on a ledger store (SqliteStore or PostgresStore); its steps are
     applied on open, in one write transaction."""
 
-    def __init__(self, store: SqlBase, *, now: datetime) -> None:
+    def __init__(self, store: object, *, now: datetime) -> None:
+        if not isinstance(store, SqlBase):  # a Store of another kind keeps no refunds table
+            raise ConfigError(f"refunds need the SQLite or PostgreSQL ledger, not {type(store).__name__}")
         self.store = store
         self.dialect = _dialect(store)
         with store.write() as x:

@@ -70,8 +70,10 @@ async def settle_job(engine: Engine, store: Store, job: Job, policy: FailurePoli
     note = settlement.note or job.error or "the task failed"
     body: dict[str, Any] = {
         "note": f"{OopsCode.TASK_FAILED.value}: {note}"[:1000], "id": engine.new_id("oops"),
-        "error": OopsError(code=OopsCode.TASK_FAILED.value).model_dump(mode="json"), "ref": job.ref,
-        **dict(settlement.oops),
+        # Extension fields (a refund) ride in `error`, whose unknown fields strict peers ignore;
+        # the OOPS body itself keeps only the spec's fields.
+        "error": OopsError(code=OopsCode.TASK_FAILED.value, **dict(settlement.oops)).model_dump(mode="json"),
+        "ref": job.ref,
     }
     oops = Oops.model_validate(body)
     try:

@@ -1,0 +1,104 @@
+"""The operator's hand on a worker's jobs (`envelopay jobs list|refund|retry`, SPEC.md
+"Refunds"): a paid job that failed under the task policy `hold` waits, unanswered, until
+the operator refunds it (the buyer gets OOPS task_failed with the refund) or retries it
+(queued again: the serving worker's runner takes it, and FULFILL goes out if it succeeds).
+
+Both act through the ledger's conditional job moves, so two operators (or an operator and
+the runner) never act twice on one job; the refund itself is the worker's Refunder, keyed
+`job:<id>`, so it is paid at most once however often it is asked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from envelopay.config import WorkerConfig
+from envelopay.errors import ConfigError, UsageError
+from envelopay.ledger.jobs import Job, JobMove
+from envelopay.node.wiring import build_node, open_store
+from envelopay.worker.app import WorkerApplication
+from envelopay.worker.refund_policy import RefundOnFailure
+from envelopay.worker.runner import settle_job
+
+__all__ = ["JobAct", "job_doc", "list_jobs", "refund_job", "retry_job"]
+
+
+@dataclass(frozen=True, slots=True)
+class JobAct:
+    """What an operator's command did: the job as it is now, and whether it got what was asked."""
+
+    job: Job
+    done: bool
+    detail: str = ""
+
+
+def job_doc(job: Job) -> dict[str, Any]:
+    return {
+        "job": job.job_id, "flow": job.flow_id, "peer": job.peer, "task": job.task, "state": job.state,
+        "policy": job.policy, "chain": job.chain, "token": job.token, "amount": str(job.amount),
+        "payer": job.payer, "error": job.error, "refund": dict(job.refund) if job.refund else None,
+        "attempts": job.attempts, "updated_at": job.updated_at.isoformat(),
+        "at": {state: when.isoformat() for state, when in job.times().items()},
+    }
+
+
+def list_jobs(cfg: WorkerConfig, states: Sequence[str] = (), limit: int = 100) -> list[Job]:
+    store = open_store(cfg.agent.ledger, Path(cfg.base_dir))
+    try:
+        return store.job_list(cfg.agent.address, states or None, limit)
+    finally:
+        store.close()
+
+
+def _held(job: Job | None, job_id: str, verb: str) -> Job:
+    if job is None:
+        raise UsageError(f"JOB: no job {job_id!r} in this worker's ledger")
+    if job.state != "held":
+        raise UsageError(f"JOB: {job_id} is {job.state}; only a held job is {verb} by hand")
+    return job
+
+
+async def refund_job(cfg: WorkerConfig, job_id: str, now: datetime) -> JobAct:
+    """Refund a held paid job and answer its buyer OOPS task_failed with the refund."""
+    ledger = open_store(cfg.agent.ledger, Path(cfg.base_dir))
+    try:  # bad input is judged before the node (its transport, its rails) is built
+        job = _held(ledger.job_get(job_id), job_id, "refunded")
+        if not job.paid:
+            raise UsageError(f"JOB: {job_id} was not paid: there is nothing to refund (retry it instead)")
+    finally:
+        ledger.close()
+    node = build_node(cfg)
+    try:
+        store, app = node.engine.store, node.engine.app
+        refunder = app.refunder if isinstance(app, WorkerApplication) else None
+        if refunder is None:
+            raise ConfigError("this worker cannot pay refunds: no [rails] keypair and no enforcer payments")
+        if not store.job_move(JobMove(job_id, ("held",), "refunding", now)):
+            raise UsageError(f"JOB: {job_id} moved on meanwhile; look again with `envelopay jobs list`")
+        moving = store.job_get(job_id)
+        assert moving is not None
+        settled = await settle_job(node.engine, store, moving, RefundOnFailure(refunder), lambda: now)
+        await node.drain()  # the OOPS leaves now, not at the serving worker's next drain
+        after = settled or store.job_get(job_id) or moving
+        refund = dict(after.refund or {})
+        return JobAct(after, after.state == "refunded", str(refund.get("error") or ""))
+    finally:
+        await node.close()
+        node.engine.store.close()
+
+
+def retry_job(cfg: WorkerConfig, job_id: str, now: datetime) -> JobAct:
+    """Queue a held job again with fresh attempts: the serving worker's runner runs it."""
+    store = open_store(cfg.agent.ledger, Path(cfg.base_dir))
+    try:
+        _held(store.job_get(job_id), job_id, "retried")
+        moved = store.job_move(JobMove(job_id, ("held",), "queued", now, {"attempts": 0}))
+        job = store.job_get(job_id)
+        assert job is not None
+        return JobAct(job, moved, "" if moved else "the job moved on meanwhile")
+    finally:
+        store.close()

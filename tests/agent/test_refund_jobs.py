@@ -1,0 +1,160 @@
+"""Paid work that fails gets its money back, through the real path (garden, DKIM, SQLite
+ledger, LiteSVM and eth-tester, the job runner): with the task policy `refund` the buyer is
+refunded on the rail it paid on, to the wallet it paid from, and gets OOPS task_failed with
+the refund's chain, token, amount and proof; with `hold` the job waits unanswered until the
+operator refunds it (`envelopay jobs refund`) or retries it (`jobs retry`)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from envelopay.client.demo import PRICE, DemoWorld
+from envelopay.config import WorkerConfig, config_from_dict
+from envelopay.ledger.jobs import Job
+from envelopay.protocol.messages import Invoice, Order, Pay
+from envelopay.worker.app import WorkerApp, WorkerApplication
+from envelopay.worker.refund_policy import RefundOnFailure
+from envelopay.worker.refunds import refunder_for
+from envelopay.worker.runner import JobRunner
+
+WALLET = {"solana-local": "buyer_sol", "base-local": "buyer_base"}
+
+
+def _key(rail: Any) -> bytes:
+    kp = getattr(rail, "keypair", None)
+    return bytes(kp) if kp is not None else bytes(rail._key)
+
+
+def _task(name: str, policy: str) -> dict[str, Any]:
+    return {"name": name, "handler": "_refund_tasks:fail", "schema": "_refund_tasks:Review",
+            "price": str(PRICE), "on_failure": policy}
+
+
+@dataclass
+class Served:
+    w: DemoWorld
+    cfg: WorkerConfig  # the worker's config as an operator's command would load it
+    runner: JobRunner
+
+
+@pytest.fixture
+async def served(demo_world: DemoWorld) -> AsyncIterator[Served]:
+    w = demo_world
+    app = w.worker.engine.app
+    assert isinstance(app, WorkerApplication)
+    rails = w.worker.engine.rails
+    keys = {r.name: _key(r) for r in rails.values()}
+    doc = app.app.config.model_dump()
+    doc["tasks"] = [_task("review", "refund"), _task("review_hold", "hold")]
+    base = doc.pop("base_dir")
+    cfg = config_from_dict(doc, base_dir=base)
+    local = {"solana": w.sol, "base": w.base}
+    cfg = cfg.model_copy(update={"rails": {n: local[n].rail_options(k) for n, k in keys.items()}})
+    app.app = WorkerApp(cfg, rails=rails)
+    app.refunder = refunder_for(w.worker.store, rails=rails, keys=keys, owner="worker")
+    runner = JobRunner(w.worker.engine, app.app.tasks, policy=RefundOnFailure(app.refunder), poll=0.05,
+                       after_answer=w.worker.drain)
+    app.jobs, app.on_job = True, (lambda _job: runner.wake())
+    stop = asyncio.Event()
+    task = asyncio.create_task(runner.run(stop))
+    try:
+        yield Served(w, cfg, runner)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 30)
+
+
+def _balance(w: DemoWorld, chain: str) -> int:
+    world = w.sol if chain.startswith("solana") else w.base
+    return world.usdc_balance(w.wallets[WALLET[chain]]) or 0
+
+
+async def _paid_order(w: DemoWorld, name: str, chain: str) -> tuple[str, str]:
+    """ORDER, INVOICE, PAY: (the worker's flow id, the buyer's flow id)."""
+    task = {"name": name, "text": "x", "rail": f"{chain}/USDC"}
+    _, inv, bflow = await w.exchange(Order(id=f"o-{name}", task=task))
+    assert isinstance(inv, Invoice)
+    proof = await w.pay(w.buyer_rails, chain, "USDC", inv.amount, inv.wallet)
+    pay = Pay(id=f"p-{name}", amount=inv.amount, token="USDC", chain=chain, proof=proof, invoice_ref=inv.id)
+    out, _, _ = await w.exchange(pay, flow_id=bflow)
+    assert out.flow_id is not None
+    return out.flow_id, bflow
+
+
+async def _job_in(w: DemoWorld, flow: str, *states: str) -> Job:
+    async with asyncio.timeout(60):
+        while True:
+            job = w.worker.store.job_for_flow(flow)
+            if job is not None and job.state in states:
+                return job
+            await asyncio.sleep(0.05)
+
+
+def _oopses(w: DemoWorld, flow: str) -> list[dict[str, Any]]:
+    log = w.worker.store.flow_log(flow)
+    return [dict(e.body or {}) for e in log if e.direction == "out" and e.type == "oops"]
+
+
+@pytest.mark.parametrize("chain", ["solana-local", "base-local"])
+async def test_failed_paid_work_is_refunded_and_the_oops_carries_the_refund(
+    served: Served, chain: str
+) -> None:
+    w = served.w
+    before = _balance(w, chain)
+    flow, _ = await _paid_order(w, "review", chain)
+    job = await _job_in(w, flow, "refunded")
+    assert _balance(w, chain) == before  # paid, then paid back
+    [oops] = _oopses(w, flow)
+    refund = oops["error"]["refund"]
+    assert oops["error"]["code"] == "task_failed"
+    assert refund["chain"] == chain and refund["token"] == "USDC" and refund["amount"] == str(PRICE)
+    assert refund["wallet"].lower() == w.wallets[WALLET[chain]].lower() and refund["proof"]
+    assert job.refund is not None and job.refund["proof"] == refund["proof"]
+
+
+async def test_a_held_job_waits_for_the_operator_who_refunds_it_once(served: Served) -> None:
+    from envelopay.node.job_admin import refund_job, retry_job
+
+    w, chain = served.w, "solana-local"
+    before = _balance(w, chain)
+    flow, _ = await _paid_order(w, "review_hold", chain)
+    job = await _job_in(w, flow, "held")
+    assert _oopses(w, flow) == [] and _balance(w, chain) == before - PRICE  # no answer, no refund yet
+    again = retry_job(served.cfg, job.job_id, datetime.now(UTC))  # the operator retries: it fails again
+    assert again.done and again.job.state == "queued"
+    job = await _job_in(w, flow, "held")
+    assert job.attempts >= 1 and _oopses(w, flow) == []
+    act = await refund_job(served.cfg, job.job_id, datetime.now(UTC))
+    assert act.done and act.job.state == "refunded"
+    assert _balance(w, chain) == before
+    [oops] = _oopses(w, flow)
+    assert oops["error"]["refund"]["amount"] == str(PRICE)
+    with pytest.raises(Exception, match="only a held job"):  # a second refund is refused, nothing paid
+        await refund_job(served.cfg, job.job_id, datetime.now(UTC))
+    assert _balance(w, chain) == before
+
+
+def test_the_jobs_commands_answer_bad_input_with_exit_2(tmp_path: Any) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from envelopay.cli.app import app
+
+    cfg = tmp_path / "worker.toml"
+    cfg.write_text('[agent]\naddress = "worker@garden.local"\ndomain = "garden.local"\nledger = "w.db"\n')
+    run = CliRunner()
+    listed = run.invoke(app, ["jobs", "list", "-c", str(cfg), "--json"])
+    assert listed.exit_code == 0, listed.output
+    assert json.loads(listed.output)["jobs"] == []
+    for verb in ("refund", "retry"):
+        out = run.invoke(app, ["jobs", verb, "job_nope", "-c", str(cfg), "--json"])
+        assert out.exit_code == 2, out.output
+        doc = json.loads(out.output.splitlines()[0])
+        assert doc["error"] == "usage" and doc["field"] == "JOB" and "no job" in doc["detail"]
