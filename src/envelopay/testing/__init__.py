@@ -5,6 +5,8 @@
 - `check_send_store(factory)`: the enforcer's send store (envelopay.testing.send_store);
 - `check_payment_store(factory)`: the enforcer's spend store (envelopay.testing.payment_store);
 - `check_mailbox_store(factory)`: the agent mailbox index (envelopay.testing.mailbox_store);
+- `check_summaries(factory)`: a ledger's read-only summaries, what the worker's console
+  reads (envelopay.testing.summaries);
 - `MockTransport`: the outbound seam's stand-in — records what was sent, refuses a
   recipient for good or fails for now on request (envelopay.mail.transport.mock).
 
@@ -24,6 +26,7 @@ __all__ = [
     "check_rail",
     "check_send_store",
     "check_store",
+    "check_summaries",
 ]
 
 _HOME = {
@@ -32,6 +35,7 @@ _HOME = {
     "check_send_store": "envelopay.testing.send_store",
     "check_payment_store": "envelopay.testing.payment_store",
     "check_mailbox_store": "envelopay.testing.mailbox_store",
+    "check_summaries": "envelopay.testing.summaries",
     "MockTransport": "envelopay.mail.transport.mock",
 }
 
