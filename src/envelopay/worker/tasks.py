@@ -60,6 +60,14 @@ class TaskRequest:
     params: BaseModel
 
 
+def _beside_config(cfg: WorkerConfig, t: TaskConfig) -> TaskConfig:
+    """A command's `./name` arguments and its `workdir` are relative to the config's folder
+    (the command itself runs in a fresh folder, where `./name` would find nothing)."""
+    argv = tuple(str(cfg.path(a)) if a.startswith("./") else a for a in t.command)
+    workdir = str(cfg.path(t.workdir)) if t.workdir else ""
+    return t.model_copy(update={"command": argv, "workdir": workdir})
+
+
 def _check_schema(ref: str, obj: Any) -> type[BaseModel]:
     if not (isinstance(obj, type) and issubclass(obj, BaseModel)):
         raise ConfigError(f"{ref!r} is not a pydantic model class")
@@ -78,7 +86,7 @@ class TaskBook:
         for t in cfg.tasks:
             schema = _check_schema(t.schema_ref, resolve_ref(t.schema_ref))
             if t.command:
-                tasks[t.name] = DeclaredTask(t, schema, None)
+                tasks[t.name] = DeclaredTask(_beside_config(cfg, t), schema, None)
                 continue
             handler = resolve_ref(t.handler)
             if not callable(handler):

@@ -1,0 +1,84 @@
+"""README "Selling work that takes time", run as written (issue 31): the reviewer script
+and its task as the README shows them, saved beside the session, and the README's block
+run as one bash session in a devnet of its own (its ports left to the system). Then the
+seller's ledger is read: the paid ORDER became a job, done, its FULFILL the script's
+output, its result hash recorded."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import readme_run as rr
+
+from envelopay.config import load_config
+from envelopay.ledger.sqlite import SqliteStore
+from envelopay.protocol.messages import Fulfill
+from envelopay.worker.runner import result_hash
+
+WORLD = "tests/worker/test_readme_jobs.py"
+
+
+def _block(name: str) -> str:
+    after = rr.README.read_text().split(f"<!-- readme:{name} -->", 1)[1]
+    return after.split("```", 2)[1].split("\n", 1)[1]
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    (shim / "envelopay").write_text(f'#!/bin/sh\nexec {sys.executable} -m envelopay.cli "$@"\n')
+    (shim / "python").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    for tool in ("envelopay", "python"):
+        (shim / tool).chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ENVELOPAY_")}
+    env.update(PATH=f"{shim}:{env.get('PATH', '/usr/bin:/bin')}", HOME=str(tmp_path / "home"),
+               ENVELOPAY_DEVNET_HOME=str(tmp_path / "devnet"), ENVELOPAY_DEVNET_SOLANA_PORT="0",
+               ENVELOPAY_DEVNET_BASE_PORT="0", PYTHONUNBUFFERED="1", COLUMNS="120")
+    (tmp_path / "home").mkdir()
+    return env
+
+
+def test_selling_work_that_takes_time_runs_as_written(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "review.py").write_text(_block("jobs-command"))
+    (work / "task.toml").write_text(_block("jobs-task"))
+    blocks = [b for b in rr.blocks() if b.world == WORLD]
+    assert len(blocks) == 1
+    env = _env(tmp_path)
+    proc = subprocess.Popen(["bash", "-c", rr.script(blocks)], cwd=work, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        pytest.fail(f"the session did not end in 240 s:\n{out[-6000:]}")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        subprocess.run([sys.executable, "-m", "envelopay.cli", "devnet", "down"], cwd=work, env=env,
+                       capture_output=True, timeout=60)
+    assert proc.returncode == 0 and "+ all README lines ran" in out, out[-8000:]
+
+    cfg = load_config(work / "seller" / "envelopay.toml")
+    store = SqliteStore(cfg.path(cfg.agent.ledger))
+    try:
+        (job,) = store.job_list(cfg.agent.address)
+        assert job.task == "review" and job.state == "done" and job.paid and job.amount == 250000
+        assert job.payer and job.chain == "solana-local"
+        row = store.outbox_get(job.answer_id or "")
+        assert row is not None and isinstance(row.outbound.message, Fulfill)
+        result = {"verdict": "approved", "words": 4}
+        assert row.outbound.message.result == result and job.result_hash == result_hash(result)
+    finally:
+        store.close()
