@@ -19,6 +19,7 @@ from envelopay.cli import (
     devnet_cmds,
     enforcer_cmds,
     evidence_cmds,
+    jobs_cmds,
     ledger_cmds,
     mail_cmds,
     node_cmds,
@@ -122,6 +123,7 @@ def version(as_json: JsonOpt = False) -> None:
 
 
 for _module in (protocol_cmds, rails_cmds, mail_cmds, node_cmds, client_cmds, enforcer_cmds, ledger_cmds,
+                jobs_cmds,
                 devnet_cmds, evidence_cmds):
     _module.register(app)
 
