@@ -12,7 +12,7 @@ from typing import Any
 import _kit as k
 import pytest
 
-from envelopay.engine import Engine, Outcome
+from envelopay.engine import Engine, Enqueue, Outcome
 from envelopay.engine.status import JobReport, accepted_wait
 from envelopay.errors import UsageError
 from envelopay.ledger.store import FlowRecord, Store
@@ -200,12 +200,45 @@ async def test_a_strict_worker_answers_a_whatsup_unknown_type(store: Store) -> N
 
 def test_accepted_wait_only_for_an_order_that_advertised() -> None:
     ids = iter(range(100))
-    kw: dict[str, Any] = {"local": k.WORKER, "peer": k.BUYER, "message_id": "<a@garden.test>",
-                          "new_id": lambda p: f"{p}_{next(ids)}", "now": k.T0,
-                          "in_reply_to": "<p@client.test>"}
-    assert accepted_wait(order_body={"id": "ord_1", "task": "t"}, **kw) is None
-    assert accepted_wait(order_body=None, **kw) is None
-    ob = accepted_wait(order_body={"id": "ord_1", "extensions": ["status"]}, **kw)
-    assert ob is not None and isinstance(ob.message, Wait) and ob.message.state == "queued"
-    assert ob.in_reply_to == "<p@client.test>" and ob.auto_submitted == "auto-generated"
-    assert parse(compose(ob), options=ParseOptions(extensions=frozenset({"status"}))).valid
+
+    def new_id(prefix: str) -> str:
+        return f"{prefix}_{next(ids)}"
+
+    assert accepted_wait({"id": "ord_1", "task": "t"}, new_id=new_id, now=k.T0) is None
+    assert accepted_wait(None, new_id=new_id, now=k.T0) is None
+    assert accepted_wait({"extensions": ["status"]}, new_id=new_id, now=k.T0) is None  # no id to name
+    wait = accepted_wait({"id": "ord_1", "extensions": ["status"]}, new_id=new_id, now=k.T0)
+    assert wait is not None and (wait.state, wait.order_ref, list(wait.at)) == ("queued", "ord_1", ["queued"])
+
+
+class JobApp(k.WorkerApp):
+    """Takes paid work on as a job (the runner's to answer later)."""
+
+    async def fulfill(self, order: Order, pay: Any, ctx: Any) -> Any:
+        return Enqueue(task="echo", params={"op": "echo"})
+
+
+@pytest.mark.parametrize("strict_buyer", [False, True])
+async def test_a_job_taken_on_is_told_queued_in_the_same_commit(store: Store, strict_buyer: bool) -> None:
+    world = World(store, strict_buyer=strict_buyer)
+    world.worker.app = JobApp(world.rail)
+    flow_id = await world.order_paid()
+    worker_flow = _worker_flow(world)
+    job = store.job_for_flow(worker_flow.flow_id)  # type: ignore[attr-defined]
+    assert job is not None and job.state == "queued"
+    told = [m for m in world.seen if isinstance(m, Wait)]
+    if strict_buyer:  # its ORDER named nothing: the job is silent until its FULFILL
+        assert told == [] and world.seen[-1].type == "pay"
+        return
+    assert [(w.state, w.order_ref, w.ref) for w in told] == [("queued", "ord_1", None)]
+    # The WAIT went in the PAY's commit: the worker's log has it right after the PAY.
+    wlog = [(e.direction, e.type) for e in store.flow_log(worker_flow.flow_id)]
+    assert wlog[-2:] == [("in", "pay"), ("out", "wait")]
+    buyer_flow = store.get_flow(flow_id)
+    assert buyer_flow is not None and buyer_flow.state == "paid"  # a WAIT moves no flow
+    # Asked now, the worker reads the job row: queued still.
+    world.buyer.send_whatsup(flow_id)
+    await world.deliver()
+    await world.deliver()
+    last = world.seen[-1]
+    assert isinstance(last, Wait) and last.state == "queued" and last.ref is not None

@@ -109,6 +109,8 @@ STEPS: list[Step] = [
     ("which", lambda w: [WORKER, *_c(w), "--wait", "--timeout", "60"], 0, "client"),
     ("order", lambda w: [WORKER, "--task", '{"name": "digest", "text": "a b"}', *_c(w), "--wait",
                          "--timeout", "60"], 0, "client"),
+    # After `which` (its METHODS named the status extension): WHATSUP about the ORDER → WAIT.
+    ("status", lambda w: [w.saved["order"], *_c(w), "--timeout", "60"], 0, "status"),
     ("pay", lambda w: [WORKER, "--amount", "-1", "--token", "USDC", "--chain", "solana-local", "--wallet",
                        "11111111111111111111111111111111", *_c(w)], 2, "error"),
     ("invoice", lambda w: [WORKER, "--amount", "1000", "--token", "USDC", "--chain", "solana-local",
@@ -177,6 +179,7 @@ STEPS: list[Step] = [
 
 # What a step leaves for later ones.
 AFTER: dict[str, Callable[[World, Any], None]] = {
+    "order": lambda w, doc: w.saved.update(order=doc["flow"]["id"]),
     "which": _which_flow,
     "mail search": _first_mail,
     "agent create": lambda w, doc: w.saved.update(agent_token=doc["token"]),
@@ -194,6 +197,7 @@ NEEDS: dict[str, tuple[str, ...]] = {
     **{f"mail {c}": ("mail search",) for c in ("read", "thread", "reply", "dismiss", "archive", "delete")},
     "mail compact": ("mail check",),  # a maintenance command never makes its store
     "ledger compact": ("which",),
+    "status": ("which", "order"),
     "evidence": ("which",),
     "mail contacts edit": ("mail contacts add",),
     "mail contacts remove": ("mail contacts add",),

@@ -25,6 +25,7 @@ from envelopay.cli import (
     node_cmds,
     protocol_cmds,
     rails_cmds,
+    status_cmds,
 )
 from envelopay.cli.options import JsonOpt
 from envelopay.cli.output import (
@@ -124,7 +125,7 @@ def version(as_json: JsonOpt = False) -> None:
 
 for _module in (protocol_cmds, rails_cmds, mail_cmds, node_cmds, client_cmds, enforcer_cmds, ledger_cmds,
                 jobs_cmds,
-                devnet_cmds, evidence_cmds):
+                devnet_cmds, evidence_cmds, status_cmds):
     _module.register(app)
 
 

@@ -22,7 +22,8 @@ from envelopay.mail.addresses import require_address
 from envelopay.node.wiring import AgentNode
 from envelopay.protocol import outside_json
 from envelopay.protocol.fields import wanted
-from envelopay.protocol.messages import Message, MessageType, model_for
+from envelopay.protocol.messages import Message, MessageType, Wait, Whatsup, model_for
+from envelopay.protocol.status import state_line
 from envelopay.rails.finality import progress_text, wait_final
 from envelopay.rails.interface import Expectation, Rail
 from envelopay.rails.registry import judge_terms
@@ -95,6 +96,8 @@ class Answer:
     message: Message | None
     outcome: Outcome | None
     timed_out: bool = False
+    # The WAITs that came first (the status extension): the job's states as they changed.
+    waits: tuple[Wait, ...] = ()
 
 
 def check_address(value: str) -> str:
@@ -176,13 +179,17 @@ async def follow(
     timeout: float,
     progress: Callable[[str], None] = lambda _: None,
 ) -> Answer:
-    """Serve our Maildir until an answer in this flow arrives (or `timeout`)."""
+    """Serve our Maildir until an answer in this flow arrives (or `timeout`). A WAIT is
+    no answer (SPEC.md "Status while working"): it is told to `progress` and kept, and the
+    wait goes on for the FULFILL or OOPS; it is the answer only to our WHATSUP."""
     stop = asyncio.Event()
     cursor = node.received
     task = asyncio.create_task(node.serve(stop))
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     said = -1
+    waits: list[Wait] = []
+    asked = sent.outbound.message.id if isinstance(sent.outbound.message, Whatsup) else None
     try:
         while loop.time() < deadline:
             left = int(deadline - loop.time())
@@ -194,12 +201,16 @@ async def follow(
                 # waiting: its proof is not final yet; the answer is the step after it.
                 if outcome.flow_id == sent.flow_id and outcome.status != "waiting":
                     msg = _inbound(node, outcome)
-                    return Answer(msg, outcome)
+                    if isinstance(msg, Wait) and (asked is None or msg.ref != asked):
+                        waits.append(msg)
+                        progress(f"job {state_line(msg)} (flow {sent.flow_id})")
+                        continue
+                    return Answer(msg, outcome, waits=tuple(waits))
             cursor = node.received
             if task.done():
                 task.result()  # surface a crashed pump
             await asyncio.sleep(0.05)
-        return Answer(None, None, timed_out=True)
+        return Answer(None, None, timed_out=True, waits=tuple(waits))
     finally:
         stop.set()
         await task

@@ -114,6 +114,9 @@ def client_report(
 def _answer(doc: dict[str, Any], lines: list[str], run: ClientRun, timeout: float, decimals: Decimals) -> int:
     answer = run.answer
     assert answer is not None
+    if answer.waits:  # the job's states the worker told on the way (SPEC.md "Status while working")
+        doc["states"] = [{"state": w.state, "at": dict(w.at)} for w in answer.waits]
+        lines.append("job: " + " → ".join(w.state for w in answer.waits))
     if answer.timed_out:
         doc["timed_out"] = True
         lines.append(f"no answer within {timeout:g} s; see: envelopay show {run.sent.flow_id}")

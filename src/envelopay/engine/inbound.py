@@ -508,6 +508,7 @@ class Engine(StatusDesk):
                 work.job = job_of(decision, message, work, parsed.message_id, self.address, now)
                 work.notices.append(Notice(work.flow_id, work.fs.kind, work.fs.side, work.fs.state, work.peer,
                                            message, parsed.message_id, work.verdict, work.job.job_id))
+                self.tell_accepted(parsed, message, work, now)  # WAIT queued, to a buyer that asked for it
                 continue
             self._apply_decision(parsed, decision, work, now)
 

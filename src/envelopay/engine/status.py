@@ -4,8 +4,8 @@ A WHATSUP is answered with a WAIT naming the job's state and times; a WAIT is re
 in its flow's log for the buyer's `order --wait` and `status` to read. Neither moves
 the flow: its state and version stay, the messages are log lines beside it. Both are
 claimed by Message-ID like every inbound message, so a redelivered WHATSUP gets the
-recorded outcome back and no second WAIT. `accepted_wait` is the WAIT a worker writes
-in the same commit as the job it accepts, when the ORDER advertised the extension.
+recorded outcome back and no second WAIT. `tell_accepted` adds the WAIT a worker writes
+in the same commit as the job it takes on, when the ORDER advertised the extension.
 """
 
 from __future__ import annotations
@@ -16,11 +16,10 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from envelopay.engine.outcome import Outcome, Repeat, Sent
-from envelopay.engine.records import content_hash, out_entry
+from envelopay.engine.records import Work, content_hash, out_entry
 from envelopay.engine.refusals import Refusals
 from envelopay.errors import UsageError
 from envelopay.ledger.store import Claim, Commit, FlowRecord, LogEntry
-from envelopay.protocol.autosubmit import AUTO_GENERATED
 from envelopay.protocol.codes import OopsCode
 from envelopay.protocol.messages import Message, Order, Wait, Whatsup, Which
 from envelopay.protocol.outbound import Outbound
@@ -81,17 +80,8 @@ def store_jobs(store: Any) -> JobSource:
     return report
 
 
-def accepted_wait(
-    *,
-    order_body: Mapping[str, Any] | None,
-    local: str,
-    peer: str,
-    message_id: str,
-    new_id: Callable[[str], str],
-    now: datetime,
-    in_reply_to: str | None = None,
-    references: tuple[str, ...] = (),
-) -> Outbound | None:
+def accepted_wait(order_body: Mapping[str, Any] | None, *, new_id: Callable[[str], str], now: datetime
+                  ) -> Wait | None:
     """The WAIT (`queued`) told unasked when a job is accepted; None when the ORDER did
     not advertise `status` (a strict peer gets nothing it cannot read)."""
     if order_body is None or not body_advertises(order_body):
@@ -99,10 +89,8 @@ def accepted_wait(
     order_ref = order_body.get("id")
     if not isinstance(order_ref, str):
         return None
-    wait = wait_message(id=new_id("wait"), order_ref=order_ref, state="queued", times={"queued": now},
+    return wait_message(id=new_id("wait"), order_ref=order_ref, state="queued", times={"queued": now},
                         note="received, working on it")
-    return Outbound(local, peer, wait, message_id, now, in_reply_to, references,
-                    auto_submitted=AUTO_GENERATED)
 
 
 class StatusDesk(Refusals):
@@ -115,6 +103,14 @@ class StatusDesk(Refusals):
     def speaks_status(self) -> bool:
         """The mailbox's parser reads WAIT and WHATSUP (node wiring: `[agent] extensions`)."""
         return STATUS in parser_options(self.parser).extensions
+
+    def tell_accepted(self, parsed: Parsed, message: Message, work: Work, now: datetime) -> None:
+        """A job was taken on in this step: its WAIT `queued` joins the step's replies, so
+        it is written in the same commit as the job (at most once, like the job row)."""
+        order = message.model_dump(mode="json") if isinstance(message, Order) else work.fs.data.get("order")
+        wait = accepted_wait(order, new_id=self.new_id, now=now) if self.speaks_status else None
+        if wait is not None:
+            work.replies.append(self._reply(parsed, work.peer, wait, now))
 
     def advertise(self, message: Message) -> Message:
         """A WHICH or ORDER we send names `status` when we speak it: the worker may then
