@@ -17,6 +17,7 @@ import pytest
 from envelopay.client.demo import PRICE, DemoWorld
 from envelopay.config import WorkerConfig, config_from_dict
 from envelopay.ledger.jobs import Job
+from envelopay.ledger.store import FlowRecord
 from envelopay.protocol.messages import Invoice, Order, Pay
 from envelopay.worker.app import WorkerApp, WorkerApplication
 from envelopay.worker.refund_policy import RefundOnFailure
@@ -96,6 +97,15 @@ async def _job_in(w: DemoWorld, flow: str, *states: str) -> Job:
             await asyncio.sleep(0.05)
 
 
+async def _buyer_flow_in(w: DemoWorld, flow: str, state: str) -> FlowRecord:
+    async with asyncio.timeout(30):
+        while True:
+            rec = w.buyer.store.get_flow(flow)
+            if rec is not None and rec.state == state:
+                return rec
+            await asyncio.sleep(0.05)
+
+
 def _oopses(w: DemoWorld, flow: str) -> list[dict[str, Any]]:
     log = w.worker.store.flow_log(flow)
     return [dict(e.body or {}) for e in log if e.direction == "out" and e.type == "oops"]
@@ -107,7 +117,7 @@ async def test_failed_paid_work_is_refunded_and_the_oops_carries_the_refund(
 ) -> None:
     w = served.w
     before = _balance(w, chain)
-    flow, _ = await _paid_order(w, "review", chain)
+    flow, bflow = await _paid_order(w, "review", chain)
     job = await _job_in(w, flow, "refunded")
     assert _balance(w, chain) == before  # paid, then paid back
     [oops] = _oopses(w, flow)
@@ -116,6 +126,10 @@ async def test_failed_paid_work_is_refunded_and_the_oops_carries_the_refund(
     assert refund["chain"] == chain and refund["token"] == "USDC" and refund["amount"] == str(PRICE)
     assert refund["wallet"].lower() == w.wallets[WALLET[chain]].lower() and refund["proof"]
     assert job.refund is not None and job.refund["proof"] == refund["proof"]
+    # The buyer read the refund, checked it on its rail, and shows the flow refunded.
+    mine = await _buyer_flow_in(w, bflow, "refunded")
+    assert mine.data["refund"]["verified"] is True and mine.data["refund"]["amount"] == str(PRICE)
+    assert mine.data["refused"][-1]["amount"] == str(PRICE)  # the payment it undid, kept
 
 
 async def test_a_held_job_waits_for_the_operator_who_refunds_it_once(served: Served) -> None:
@@ -158,3 +172,38 @@ def test_the_jobs_commands_answer_bad_input_with_exit_2(tmp_path: Any) -> None:
         assert out.exit_code == 2, out.output
         doc = json.loads(out.output.splitlines()[0])
         assert doc["error"] == "usage" and doc["field"] == "JOB" and "no job" in doc["detail"]
+
+
+async def test_show_flow_lists_the_refund_beside_the_payment_it_undid(served: Served) -> None:
+    from envelopay.client.views import show_doc
+
+    w = served.w
+    flow, bflow = await _paid_order(w, "review", "base-local")
+    await _job_in(w, flow, "refunded")
+    rec = await _buyer_flow_in(w, bflow, "refunded")
+    doc = show_doc(rec, w.buyer.store.flow_log(bflow))
+    assert doc["flow"]["state"] == "refunded"
+    money = {p["status"]: p for p in doc["payments"]}
+    assert money["refunded (verified)"]["amount"] == str(PRICE)
+    assert any(s.startswith("refused") for s in money)  # the PAY it undid, kept
+
+
+async def test_a_refund_the_rail_does_not_show_is_a_plain_oops_to_the_buyer(served: Served) -> None:
+    from envelopay.protocol.messages import Oops, OopsError
+
+    w, chain = served.w, "solana-local"
+    flow, bflow = await _paid_order(w, "review_hold", chain)
+    await _job_in(w, flow, "held")
+    mine = w.buyer.store.get_flow(bflow)
+    assert mine is not None and mine.state == "paid"
+    # A "refund" that names the buyer's own payment (to the worker, not to the buyer): not a refund.
+    paid = mine.data["payment"]
+    forged = {"chain": chain, "token": "USDC", "amount": paid["amount"], "wallet": w.wallets["buyer_sol"],
+              "proof": paid["proof"], "status": "paid", "reason": "task_failed"}
+    oops = Oops(note="task_failed", error=OopsError(code="task_failed", refund=forged), ref="p-review_hold")
+    sent = await w.worker.send(oops, "buyer@garden.local", flow_id=flow)
+    await w.worker.drain()
+    await w.buyer.wait_outcome(sent.message_id, 30)
+    rec = w.buyer.store.get_flow(bflow)
+    assert rec is not None and rec.state == "invoiced"  # the plain OOPS: back to the open INVOICE
+    assert rec.data["refund"]["verified"] is False

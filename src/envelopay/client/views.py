@@ -65,6 +65,14 @@ def _payments(rec: FlowRecord) -> list[dict[str, Any]]:
         # an ORDER's PAY waits for its FULFILL, an OFFER for its ACCEPT.
         done = rec.state in ("fulfilled", "accepted") or rec.kind in ("pay", "invoice")
         out.append({**current, "status": "paid" if done else "awaiting answer"})
+    refund = rec.data.get("refund")
+    if isinstance(refund, Mapping):
+        # Money that came back (SPEC.md "Refunds"): to our wallet, checked on the rail or not.
+        checked = "verified" if refund.get("verified") else "NOT verified"
+        checked = checked if rec.side == "payer" else "sent"
+        out.append({"message": "refund", "id": str(refund.get("reason") or ""), "chain": refund.get("chain"),
+                    "token": refund.get("token"), "amount": refund.get("amount"), "to": refund.get("wallet"),
+                    "proof": refund.get("proof"), "status": f"refunded ({checked})"})
     return out
 
 

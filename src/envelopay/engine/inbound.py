@@ -50,6 +50,7 @@ from envelopay.engine.records import (
     stamp_invoice,
     typed_refs,
 )
+from envelopay.engine.refund_check import check_refund
 from envelopay.engine.status import JobSource, StatusDesk, store_jobs
 from envelopay.engine.unusable import refund_excess, refund_unusable
 from envelopay.engine.verify import ProofBinding, verify_proof
@@ -471,6 +472,9 @@ class Engine(StatusDesk):
                     return
                 await refund_excess(message, work, self.app, local=self.address,
                                     proof_key=proof_key.key if proof_key is not None else None)
+                continue
+            if action is Action.VERIFY_REFUND:
+                await check_refund(message, work, rails=self.rails, wallet=self.app.wallet)
                 continue
             if action is Action.NOTIFY:
                 work.notices.append(

@@ -52,9 +52,10 @@ TABLES: dict[FlowKind, Table] = {
 }
 
 
-def step(fs: FlowState, message: Message, direction: Direction) -> Step:
-    """One transition of the flow `fs` for `message` travelling in `direction`."""
-    return step_table(TABLES[fs.kind], fs, message, direction)
+def step(fs: FlowState, message: Message, direction: Direction, event: Event | None = None) -> Step:
+    """One transition of the flow `fs` for `message` travelling in `direction` (read as
+    `event` when given)."""
+    return step_table(TABLES[fs.kind], fs, message, direction, event)
 
 
 def opening(message: Message, direction: Direction) -> FlowState | None:

@@ -75,6 +75,9 @@ class Event(StrEnum):
     OFFER = "offer"
     ACCEPT = "accept"
     OOPS = "oops"
+    # An OOPS whose error carries a refund (our extension, SPEC.md "Refunds"): a table
+    # without a row for it reads it as the plain OOPS it also is.
+    REFUND = "refund"
 
 
 class Action(StrEnum):
@@ -93,6 +96,7 @@ class Action(StrEnum):
     RECORD_OFFER = "record_offer"
     RECORD_PAYMENT = "record_payment"  # our PAY/OFFER/ACCEPT: what we paid, until answered
     RECORD_REFUSAL = "record_refusal"  # their OOPS to it: the payment moves to `refused`
+    RECORD_REFUND = "record_refund"  # the refund their OOPS says was paid back (`refund`)
     # engine actions
     VERIFY_PROOF = "verify_proof"  # rail.verify against the ProofCheck of this step
     DECIDE_METHODS = "decide_methods"  # ask the application for METHODS
@@ -100,6 +104,7 @@ class Action(StrEnum):
     FULFILL = "fulfill"  # paid: ask for the FULFILL result
     DECIDE_OFFER = "decide_offer"  # ask to counter-pay and ACCEPT, or refuse
     NOTIFY = "notify"  # tell the application (payer side: what arrived)
+    VERIFY_REFUND = "verify_refund"  # rail.verify that the refund paid our wallet its amount
 
 
 GUARDS = frozenset(
@@ -121,6 +126,7 @@ RECORDS = frozenset(
         Action.RECORD_OFFER,
         Action.RECORD_PAYMENT,
         Action.RECORD_REFUSAL,
+        Action.RECORD_REFUND,
     }
 )
 
@@ -159,9 +165,22 @@ def oops_rows(states: Iterable[str], back: Mapping[tuple[str, Side], str] | None
     return tuple(rows)
 
 
+def refund_of(message: Message) -> dict[str, Any] | None:
+    """The refund an OOPS carries in its error object (SPEC.md "Refunds"), when it names a
+    proof: {chain, token, amount, wallet, proof, ...}; None otherwise."""
+    error = message.error if isinstance(message, Oops) else None
+    refund = (error.model_extra or {}).get("refund") if error is not None else None
+    if not isinstance(refund, dict) or not isinstance(refund.get("proof"), dict):
+        return None
+    ok = all(isinstance(refund.get(k), str) for k in ("chain", "token", "amount"))
+    return dict(refund) if ok and str(refund["amount"]).isdigit() else None
+
+
 def event_of(message: Message) -> Event:
     if isinstance(message, Order) and message.prepaid:
         return Event.ORDER_PREPAID
+    if refund_of(message) is not None:
+        return Event.REFUND
     return Event(message.type)
 
 
@@ -270,6 +289,8 @@ def _record(action: Action, message: Message, data: dict[str, Any]) -> None:
         data["offer"] = body
     elif action is Action.RECORD_PAYMENT:
         data["payment"] = _payment(message, data)
+    elif action is Action.RECORD_REFUND:
+        data["refund"] = refund_of(message)
     elif action is Action.RECORD_REFUSAL:
         assert isinstance(message, Oops)
         payment = data.pop("payment", None)
@@ -323,10 +344,16 @@ def _proof_check(message: Message, data: Mapping[str, Any], direction: Direction
     return None
 
 
-def step_table(table: Table, fs: FlowState, message: Message, direction: Direction) -> Step:
-    """One transition of `table`. Pure; a message that does not fit leaves `fs` as it was."""
-    event = event_of(message)
+def step_table(
+    table: Table, fs: FlowState, message: Message, direction: Direction, event: Event | None = None
+) -> Step:
+    """One transition of `table`. Pure; a message that does not fit leaves `fs` as it was.
+    `event` reads the message as another (a refund whose proof did not verify: a plain OOPS)."""
+    event = event or event_of(message)
     row = _lookup(table, fs.state, event, direction, fs.side)
+    if row is None and event is Event.REFUND:
+        event = Event.OOPS
+        row = _lookup(table, fs.state, event, direction, fs.side)
     if row is None:
         return _refuse(fs, ILLEGAL, f"{event.value} {direction.value} is not expected in state {fs.state}")
     for action in row.actions:

@@ -25,7 +25,9 @@ TRANSITIONS: Table = (
     Row("asked", Event.METHODS, IN, PAYER, "quoted", (A.WHICH_REF, A.RECORD_METHODS, A.NOTIFY)),
     *oops_rows(["asked", "quoted"]),
     *_after_quote(order.TRANSITIONS),
-    *(r for r in _after_quote(prepaid.TRANSITIONS) if not (r.event is Event.OOPS and r.state == "fulfilled")),
+    # States both tables have (fulfilled, refunded) take their OOPS rows from the order table.
+    *(r for r in _after_quote(prepaid.TRANSITIONS)
+      if not (r.event is Event.OOPS and r.state in ("fulfilled", "refunded"))),
 )
 
 KIND = FlowKind.FIRST_CONTACT

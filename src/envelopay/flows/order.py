@@ -21,7 +21,12 @@ TRANSITIONS: Table = (
     Row("ordered", Event.FULFILL, IN, PAYER, "fulfilled", (A.ORDER_REF, A.NOTIFY)),
     Row("invoiced", Event.PAY, OUT, PAYER, "paid", (A.INVOICE_REF, A.INVOICE_TERMS, A.RECORD_PAYMENT)),
     Row("paid", Event.FULFILL, IN, PAYER, "fulfilled", (A.ORDER_REF, A.NOTIFY)),
-    *oops_rows(["ordered", "invoiced", "paid", "fulfilled"], back={("paid", PAYER): "invoiced"}),
+    # Their OOPS says our payment went back (SPEC.md "Refunds"): `refunded` once the rail
+    # shows the refund paid our wallet; else it is the plain OOPS (back to `invoiced`).
+    Row("paid", Event.REFUND, IN, PAYER, "refunded",
+        (A.RECORD_REFUSAL, A.RECORD_REFUND, A.VERIFY_REFUND, A.NOTIFY)),
+    Row("refunded", Event.PAY, OUT, PAYER, "paid", (A.INVOICE_REF, A.INVOICE_TERMS, A.RECORD_PAYMENT)),
+    *oops_rows(["ordered", "invoiced", "paid", "fulfilled", "refunded"], back={("paid", PAYER): "invoiced"}),
 )
 
 KIND = FlowKind.ORDER

@@ -12,8 +12,12 @@ TRANSITIONS: Table = (
     Row("start", Event.ORDER_PREPAID, OUT, PAYER, "prepaid", (A.RECORD_ORDER, A.RECORD_PAYMENT)),
     Row("refused", Event.ORDER_PREPAID, OUT, PAYER, "prepaid", (A.RECORD_ORDER, A.RECORD_PAYMENT)),
     Row("prepaid", Event.FULFILL, IN, PAYER, "fulfilled", (A.ORDER_REF, A.NOTIFY)),
+    # Their OOPS says our payment went back (SPEC.md "Refunds"), checked on the rail.
+    Row("prepaid", Event.REFUND, IN, PAYER, "refunded",
+        (A.RECORD_REFUSAL, A.RECORD_REFUND, A.VERIFY_REFUND, A.NOTIFY)),
+    Row("refunded", Event.ORDER_PREPAID, OUT, PAYER, "prepaid", (A.RECORD_ORDER, A.RECORD_PAYMENT)),
     # An OOPS answering our paid ORDER: kept under `refused`, and a new one may go.
-    *oops_rows(["prepaid", "fulfilled", "refused"], back={("prepaid", PAYER): "refused"}),
+    *oops_rows(["prepaid", "fulfilled", "refused", "refunded"], back={("prepaid", PAYER): "refused"}),
 )
 
 KIND = FlowKind.PREPAID

@@ -1,0 +1,48 @@
+"""The VERIFY_REFUND action (payer side): an OOPS saying our payment went back is believed
+only once the rail shows the refund's transfer paid our own wallet its amount in its token
+(SPEC.md "Refunds"). Then the flow is `refunded`, with the verdict kept beside the refund;
+otherwise the OOPS counts as the plain OOPS it also is, and the flow goes where a plain
+OOPS takes it (the refund kept, marked unverified, with the rail's reason)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+
+from envelopay import flows
+from envelopay.engine.records import Work
+from envelopay.flows import Direction, Event, FlowState
+from envelopay.protocol.messages import Message
+from envelopay.rails.interface import Expectation, Rail, Verdict
+
+__all__ = ["check_refund"]
+
+_log = logging.getLogger(__name__)
+
+
+async def check_refund(
+    message: Message, work: Work, *, rails: Mapping[str, Rail], wallet: Callable[[str, str], str | None]
+) -> bool:
+    """Verify the refund `work`'s step recorded; on failure step the flow as a plain OOPS."""
+    refund = dict(work.fs.data.get("refund") or {})
+    chain, token = str(refund.get("chain", "")), str(refund.get("token", ""))
+    rail, ours = rails.get(chain), wallet(chain, token)
+    verdict: Verdict
+    if rail is None or ours is None:
+        verdict = Verdict.unavailable(f"no rail or wallet of ours for {token} on {chain}")
+    else:
+        expect = Expectation(chain=chain, token=token, amount=int(refund["amount"]), recipient=ours)
+        try:
+            verdict = await rail.verify(dict(refund["proof"]), expect)
+        except Exception as exc:  # a broken transport: not believed now
+            _log.exception("rail %s raised while verifying a refund", chain)
+            verdict = Verdict.unavailable(f"rail raised {type(exc).__name__}")
+    checked = {**refund, "verified": verdict.ok, "verdict": verdict.to_json()}
+    if verdict.ok:
+        work.fs = FlowState(work.fs.kind, work.fs.side, work.fs.state, {**work.fs.data, "refund": checked})
+        return True
+    start = work.start or work.fs
+    plain = flows.step(start, message, Direction.IN, Event.OOPS)
+    data = {**(plain.data if plain.ok else start.data), "refund": checked}
+    work.fs = FlowState(start.kind, start.side, plain.state if plain.ok else start.state, data)
+    return False
