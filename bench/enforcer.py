@@ -30,9 +30,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from envelopay.enforcer.send.backends import PostgresStore, SqliteStore
 from envelopay.enforcer.send.delivery import SmtpDeliverer
 from envelopay.enforcer.send.enforcer import Enforcer
-from envelopay.enforcer.send.store import EnforcerStore, PostgresStore, SqliteStore
+from envelopay.enforcer.send.store import EnforcerStore
 from envelopay.mail.transport.smtp import SmtpConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -436,9 +436,9 @@ def _mailbox(small: int, large: int, reps: int) -> None:
 async def _enforcer_case(path: Path, history: int, agents: int) -> AsyncIterator[dict[str, Op]]:
     """The enforcer's hot operations on a store filled with `history` sends and finished
     payment intents and `agents` agents: yields {name: op}."""
+    from envelopay.enforcer.send.backends import SqliteStore
     from envelopay.enforcer.send.delivery import SmtpDeliverer
     from envelopay.enforcer.send.enforcer import Enforcer, hash_token
-    from envelopay.enforcer.send.store import SqliteStore
     from envelopay.mail.transport.smtp import SmtpConfig
 
     store = SqliteStore(path)
@@ -576,7 +576,7 @@ async def _payments_compacted(path: Path, n: int) -> tuple[float, float]:
     """Bytes per finished payment intent (its row and index entries, SQLite's dbstat),
     before and after `enforcer compact`: `n` copies of one real allowed payment's row
     (new ids, keys, tx ids and Message-IDs), a month old."""
-    from envelopay.enforcer.send.store import SqliteStore
+    from envelopay.enforcer.send.backends import SqliteStore
     from envelopay.enforcer.service.retention import compact_enforcer
 
     store = SqliteStore(path)

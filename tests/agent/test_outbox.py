@@ -94,9 +94,9 @@ async def test_enforcer_as_the_send_hook(tmp_path: Path) -> None:
     once the agent is killed a message is blocked for good."""
     from envelopay import dkim
     from envelopay.enforcer.client.http_client import EnforcerClient
+    from envelopay.enforcer.send.backends import SqliteStore as EnforcerSqlite
     from envelopay.enforcer.send.delivery import GardenDeliverer, dkim_signer
     from envelopay.enforcer.send.enforcer import Enforcer, hash_token
-    from envelopay.enforcer.send.store import SqliteStore as EnforcerSqlite
     from envelopay.enforcer.service.server import start_server
     from envelopay.engine.outbox import EnforcerHook
 

@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 from aiosmtpd.smtp import SMTP
 
+from envelopay.enforcer.send.backends import PostgresStore, SqliteStore
 from envelopay.enforcer.send.delivery import SmtpDeliverer
 from envelopay.enforcer.send.enforcer import Enforcer, hash_token
-from envelopay.enforcer.send.store import EnforcerStore, PostgresStore, SqliteStore
+from envelopay.enforcer.send.store import EnforcerStore
 from envelopay.enforcer.service.server import start_server
 from envelopay.mail.transport.smtp import SmtpConfig
 

@@ -18,9 +18,9 @@ import sys
 
 import httpcore  # noqa: F401
 
+from envelopay.enforcer.send.backends import open_store
 from envelopay.enforcer.send.delivery import SmtpDeliverer
 from envelopay.enforcer.send.enforcer import Enforcer, hash_token
-from envelopay.enforcer.send.store import open_store
 from envelopay.enforcer.service.server import start_server
 from envelopay.enforcer.spend.payments import Payments
 from envelopay.enforcer.spend.payments_exec import recover

@@ -10,8 +10,9 @@ from typing import Any
 import psycopg
 import pytest
 
+from envelopay.enforcer.send.backends import PostgresStore
 from envelopay.enforcer.send.enforcer import Enforcer
-from envelopay.enforcer.send.store import EnforcerStore, PostgresStore
+from envelopay.enforcer.send.store import EnforcerStore
 
 from .conftest import Sink
 

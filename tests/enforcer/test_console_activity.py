@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from envelopay.enforcer.send.store import SqliteStore
+from envelopay.enforcer.send.backends import SqliteStore
 from envelopay.enforcer.service.console import ACTIVITY_PAGE
 from envelopay.enforcer.spend.policy import SpendLimit
 

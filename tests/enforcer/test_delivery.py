@@ -7,9 +7,10 @@ import time
 from pathlib import Path
 
 from envelopay import dkim
+from envelopay.enforcer.send.backends import SqliteStore
 from envelopay.enforcer.send.delivery import GardenDeliverer, SmtpDeliverer, dkim_signer
 from envelopay.enforcer.send.enforcer import Enforcer
-from envelopay.enforcer.send.store import EnforcerStore, SqliteStore
+from envelopay.enforcer.send.store import EnforcerStore
 from envelopay.mail.garden import GardenServer
 from envelopay.mail.transport.smtp import SmtpConfig
 from envelopay.protocol.messages import Which

@@ -308,7 +308,7 @@ async def test_a_fixed_message_id_makes_outbox_retries_idempotent(enforcer: Enfo
 
 
 def test_no_statement_revives_an_agent() -> None:
-    from envelopay.enforcer.send.store import _SQL
+    from envelopay.enforcer.send.schema import SQL as _SQL
 
     writes = [sql for sql in _SQL.values() if sql.startswith("UPDATE enf_agents")]
     assert writes == [_SQL["kill"]]

@@ -13,10 +13,11 @@ from typing import Any
 import httpx
 import pytest
 
+from envelopay.enforcer.send.backends import PostgresStore, SqliteStore
 from envelopay.enforcer.send.delivery import SmtpDeliverer
 from envelopay.enforcer.send.enforcer import Enforcer
 from envelopay.enforcer.send.model import Disposition, SendRequest
-from envelopay.enforcer.send.store import EnforcerStore, PostgresStore, SqliteStore
+from envelopay.enforcer.send.store import EnforcerStore
 from envelopay.mail.transport.smtp import SmtpConfig
 
 from .conftest import Clock, Sink

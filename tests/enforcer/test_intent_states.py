@@ -17,8 +17,9 @@ from envelopay.enforcer.send.enforcer import Enforcer
 from envelopay.enforcer.send.model import QueueState, SendRequest
 from envelopay.enforcer.send.states import SENDS, SendMove
 from envelopay.enforcer.send.store import EnforcerStore
+from envelopay.enforcer.spend.intent import IN_FLIGHT, INTENT_STATES, Intent
 from envelopay.enforcer.spend.states import DRIVEN, INTENTS, Move
-from envelopay.enforcer.spend.store import IN_FLIGHT, INTENT_STATES, Intent, PaymentStore
+from envelopay.enforcer.spend.store import PaymentStore
 
 from .paykit import make_kit, pay_req, payee_wallet
 

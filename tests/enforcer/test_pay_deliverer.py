@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from envelopay.enforcer.send.backends import PostgresStore, SqliteStore
 from envelopay.enforcer.send.delivery import SmtpDeliverer
 from envelopay.enforcer.send.enforcer import Enforcer
-from envelopay.enforcer.send.store import EnforcerStore, PostgresStore, SqliteStore
+from envelopay.enforcer.send.store import EnforcerStore
 from envelopay.enforcer.spend.payments import Payments
 from envelopay.enforcer.spend.store import PaymentStore
 from envelopay.mail.transport.smtp import SmtpConfig
@@ -149,10 +150,10 @@ async def test_a_pay_whose_delivery_failed_is_left_for_any_process(
 
 
 async def test_an_older_payments_table_gains_the_new_columns(enforcer: Enforcer) -> None:
-    from envelopay.enforcer.spend import store as payment_store
+    from envelopay.enforcer.spend import schema as payment_store
 
     store = enforcer.store
-    [table] = [s for s in payment_store._SCHEMA if "TABLE IF NOT EXISTS enf_payments" in s]
+    [table] = [s for s in payment_store.SCHEMA if "TABLE IF NOT EXISTS enf_payments" in s]
     added = [f"{name} {kind}," for name, kind in payment_store._ADDED]
     assert all(a in table for a in added)
     older = "\n".join(line for line in table.splitlines() if line.strip() not in added)
@@ -168,7 +169,7 @@ async def test_an_older_payments_table_gains_the_new_columns(enforcer: Enforcer)
 
 _HOLDER = """
 import sys, time, asyncio
-from envelopay.enforcer.send.store import open_store
+from envelopay.enforcer.send.backends import open_store
 async def main():
     store = open_store(sys.argv[1])
     await store.open()

@@ -19,8 +19,9 @@ import pytest
 
 from envelopay.devnet.rpc_server import JsonRpcServer
 from envelopay.enforcer.client.payment_client import PaymentClient
+from envelopay.enforcer.send.backends import PostgresStore, SqliteStore
 from envelopay.enforcer.send.enforcer import Enforcer
-from envelopay.enforcer.send.store import EnforcerStore, PostgresStore, SqliteStore
+from envelopay.enforcer.send.store import EnforcerStore
 from envelopay.enforcer.spend.payments import CRASH_ENV, CRASH_POINTS
 from envelopay.errors import TransportError
 from envelopay.protocol.parse import parse

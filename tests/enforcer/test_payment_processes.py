@@ -14,9 +14,10 @@ import pytest
 
 from envelopay.devnet.rpc_server import JsonRpcServer
 from envelopay.enforcer.client.payment_client import PaymentClient
+from envelopay.enforcer.send.backends import PostgresStore, SqliteStore
 from envelopay.enforcer.send.delivery import SmtpDeliverer
 from envelopay.enforcer.send.enforcer import Enforcer
-from envelopay.enforcer.send.store import EnforcerStore, PostgresStore, SqliteStore
+from envelopay.enforcer.send.store import EnforcerStore
 from envelopay.enforcer.spend.model import PaymentDisposition
 from envelopay.enforcer.spend.payments import CRASH_ENV
 from envelopay.mail.transport.smtp import SmtpConfig

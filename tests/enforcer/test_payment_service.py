@@ -16,8 +16,9 @@ from mcp import Client
 from solders.keypair import Keypair
 
 from envelopay.enforcer.client.payment_client import PaymentClient, SpendOperatorClient
+from envelopay.enforcer.send.backends import SqliteStore
 from envelopay.enforcer.send.enforcer import Enforcer
-from envelopay.enforcer.send.store import EnforcerStore, SqliteStore
+from envelopay.enforcer.send.store import EnforcerStore
 from envelopay.enforcer.service.server import start_server
 from envelopay.enforcer.spend.vault import Vault, VaultError
 

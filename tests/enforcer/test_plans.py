@@ -18,8 +18,9 @@ from typing import Any
 
 import psycopg
 
+from envelopay.enforcer.send.backends import PostgresStore, SqliteStore
 from envelopay.enforcer.send.enforcer import Enforcer, hash_token
-from envelopay.enforcer.send.store import EnforcerStore, PostgresStore, SqliteStore
+from envelopay.enforcer.send.store import EnforcerStore
 from envelopay.enforcer.service.retention import compact_enforcer
 from envelopay.enforcer.spend.finisher import Finisher
 from envelopay.enforcer.spend.payments_exec import approve

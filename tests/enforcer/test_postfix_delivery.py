@@ -39,9 +39,9 @@ import pytest
 from tests.mail.test_postfix import wait_files
 
 from envelopay import dkim
+from envelopay.enforcer.send.backends import SqliteStore
 from envelopay.enforcer.send.delivery import SmtpDeliverer, SmtpEnvelope, dkim_signer
 from envelopay.enforcer.send.enforcer import Enforcer
-from envelopay.enforcer.send.store import SqliteStore
 from envelopay.errors import TransportError
 from envelopay.mail.transport.smtp import SmtpConfig
 from envelopay.protocol.parse import parse

@@ -9,7 +9,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src" / "envelopay" / "enforcer" / "spend"
 SPEC = (ROOT / "SPEC.md").read_text()
 _LITERAL = re.compile(
-    r'(?:_blocked|_held)\("([a-z_]+)"|Refusal\(\s*"[a-z_]+",\s*"([a-z_]+)"|_fail\(\s*p,\s*i,\s*"([a-z_]+)"'
+    r'(?:_?blocked|_held)\("([a-z_]+)"|Refusal\(\s*"[a-z_]+",\s*"([a-z_]+)"|_fail\(\s*p,\s*i,\s*"([a-z_]+)"'
     r'|^[A-Z_]+ = "(invoice_[a-z_]+)"|code ?= ?"([a-z_]+)"',
     re.MULTILINE,
 )
@@ -20,7 +20,7 @@ def spend_codes() -> set[str]:
     for path in sorted(SRC.glob("*.py")):  # the spend room, however its modules are cut
         for match in _LITERAL.finditer(path.read_text()):
             codes.update(g for g in match.groups() if g)
-    # Composed in payments._cap_steps from the window names, or named in its table.
+    # Composed in decide.cap_steps from the window names, or named in its table.
     codes |= {f"{w}_cap_{s}" for w in ("hourly", "daily") for s in ("reached", "zero")}
     codes |= {"mail_hourly_cap", "mail_daily_cap", "mail_cap_zero"}
     return codes

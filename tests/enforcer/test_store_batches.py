@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from envelopay.enforcer.common.sqlite_wal import BACKSTOP_PAGES, Checkpointer
-from envelopay.enforcer.send.store import EnforcerStore, SqliteStore
+from envelopay.enforcer.send.backends import SqliteStore
+from envelopay.enforcer.send.store import EnforcerStore
 from envelopay.errors import StoreError
 
 _TAKE = (

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from envelopay.enforcer.send.store import EnforcerStore, PostgresStore, SqliteStore
+from envelopay.enforcer.send.backends import PostgresStore, SqliteStore
+from envelopay.enforcer.send.store import EnforcerStore
 from envelopay.enforcer.spend.store import PaymentStore
 from envelopay.testing.payment_store import PAYMENT_CHECKS, check_payment_store
 from envelopay.testing.send_store import SEND_CHECKS, check_send_store
@@ -86,14 +87,14 @@ async def test_the_kits_can_fail(tmp_path: Path) -> None:
 def _old_schema() -> list[str]:
     """The tables as a release before the migrator left them: the send side's statements
     run at open, and enf_payments as first released (no deliverer, no compacted_at)."""
-    from envelopay.enforcer.send import store
-    from envelopay.enforcer.spend import store as payment_store
+    from envelopay.enforcer.send import schema as store
+    from envelopay.enforcer.spend import schema as payment_store
 
     first_payments = [
         "\n".join(line for line in stmt.splitlines() if not ("deliverer" in line or "compacted_at" in line))
-        for stmt in payment_store._SCHEMA
+        for stmt in payment_store.SCHEMA
     ]
-    return [*store._SCHEMA, *first_payments]
+    return [*store.SCHEMA, *first_payments]
 
 
 async def test_an_old_database_is_adopted_in_place(where: tuple[str, str]) -> None:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from envelopay.client.demo import WORKER, DemoWorld
 from envelopay.enforcer.client.enforced_payer import EnforcedPayer
+from envelopay.enforcer.send.backends import SqliteStore
 from envelopay.enforcer.send.delivery import GardenDeliverer
 from envelopay.enforcer.send.enforcer import Enforcer
-from envelopay.enforcer.send.store import SqliteStore
 from envelopay.enforcer.service.server import start_server
 from envelopay.enforcer.spend.payments import Payments
 from envelopay.enforcer.spend.policy import SpendLimit, SpendPolicy

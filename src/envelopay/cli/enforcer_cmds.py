@@ -53,7 +53,7 @@ def _store(db: str) -> Any:
     --db: serve said 3 where compact said 2); a server that does not answer is the
     environment (3, EXIT_CODES)."""
     # lazy: keeps httpx off this module's import
-    from envelopay.enforcer.send.store import SqliteStore, open_store
+    from envelopay.enforcer.send.backends import SqliteStore, open_store
 
     try:
         store = open_store(db)

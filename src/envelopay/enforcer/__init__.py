@@ -7,9 +7,10 @@ HTTP/JSON with an operator console (`server`), reached through `client.EnforcerC
 """
 
 from envelopay.enforcer.client.http_client import EnforcerClient, OperatorClient, request_from_outbound
+from envelopay.enforcer.send.backends import PostgresStore, SqliteStore, open_store
 from envelopay.enforcer.send.enforcer import Enforcer
 from envelopay.enforcer.send.model import Agent, Decision, Disposition, Policy, QueueRow, SendRequest
-from envelopay.enforcer.send.store import EnforcerStore, PostgresStore, SqliteStore, open_store
+from envelopay.enforcer.send.store import EnforcerStore
 
 __all__ = [
     "Agent",

@@ -25,8 +25,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 from envelopay.enforcer.send.model import Agent, Policy, SendRequest
+from envelopay.enforcer.spend.intent import Intent
 from envelopay.enforcer.spend.policy import SpendLimit, SpendPolicy
-from envelopay.enforcer.spend.store import SPEND_MIGRATIONS, Intent, PaymentStore
+from envelopay.enforcer.spend.schema import SPEND_MIGRATIONS
+from envelopay.enforcer.spend.store import PaymentStore
 from envelopay.enforcer.spend.vault import WalletRecord
 
 __all__ = ["PAYMENT_CHECKS", "check_payment_store"]

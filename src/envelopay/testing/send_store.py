@@ -24,7 +24,8 @@ import uuid
 from collections.abc import Awaitable, Callable
 
 from envelopay.enforcer.send.model import Agent, Policy, SendRequest
-from envelopay.enforcer.send.store import SEND_MIGRATIONS, EnforcerStore, QueueCursor
+from envelopay.enforcer.send.schema import SEND_MIGRATIONS
+from envelopay.enforcer.send.store import EnforcerStore, QueueCursor
 
 __all__ = ["SEND_CHECKS", "check_send_store"]
 

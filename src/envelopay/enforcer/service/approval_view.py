@@ -28,8 +28,8 @@ from typing import Any
 from envelopay.enforcer.send.enforcer import Enforcer
 from envelopay.enforcer.send.mime import compose_request
 from envelopay.enforcer.send.model import Decision, QueueRow
+from envelopay.enforcer.spend.intent import Intent
 from envelopay.enforcer.spend.policy import SpendLimit, asset_key
-from envelopay.enforcer.spend.store import Intent
 from envelopay.rails.amounts import amount_with_units, human_amount
 
 __all__ = [
@@ -128,7 +128,7 @@ async def _caps_left(
     enforcer: Enforcer, payments: Any, i: Intent, limit: SpendLimit | None
 ) -> list[dict[str, Any]]:
     """Spent and remaining of the hourly and daily spend caps in the current windows
-    (the same window slots Payments._cap_steps takes)."""
+    (the same window slots decide.cap_steps takes)."""
     if limit is None:
         return []
     hour = time.strftime("%Y-%m-%dT%H", time.gmtime(enforcer.clock()))

@@ -29,7 +29,7 @@ from envelopay.enforcer.service.approval_view import (
     payment_view,
 )
 from envelopay.enforcer.service.payment_routes import PAYMENTS, decide_payment
-from envelopay.enforcer.spend.store import Intent
+from envelopay.enforcer.spend.intent import Intent
 from envelopay.errors import UsageError
 
 __all__ = ["CONSOLE_PAGE", "SESSIONS", "add_console_routes"]

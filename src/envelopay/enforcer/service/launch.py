@@ -18,17 +18,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
+from envelopay.enforcer.send.backends import open_store
 from envelopay.enforcer.send.delivery import GardenDeliverer, SmtpDeliverer, dkim_signer
 from envelopay.enforcer.send.enforcer import Enforcer, hash_token
-from envelopay.enforcer.send.store import open_store
 from envelopay.enforcer.service.spend_launch import start_payments
 from envelopay.errors import ConfigError
 from envelopay.mail.transport.lmtp_client import parse_endpoint
 from envelopay.mail.transport.smtp import Security, SmtpConfig
 
 if TYPE_CHECKING:
+    from envelopay.enforcer.send.backends import PostgresStore, SqliteStore
     from envelopay.enforcer.send.delivery import Deliverer, Signer
-    from envelopay.enforcer.send.store import PostgresStore, SqliteStore
     from envelopay.enforcer.service.spend_launch import SpendLaunch
 
 __all__ = ["Launch", "operator_token", "prepare", "serve"]

@@ -28,8 +28,8 @@ from prometheus_client.registry import Collector
 
 from envelopay.enforcer.send.model import Disposition
 from envelopay.enforcer.send.store import EnforcerStore
+from envelopay.enforcer.spend.intent import IN_FLIGHT
 from envelopay.enforcer.spend.policy import SpendPolicy
-from envelopay.enforcer.spend.store import IN_FLIGHT
 from envelopay.protocol.messages import MessageType
 
 __all__ = ["EnforcerMetrics"]

@@ -30,7 +30,8 @@ import json
 import time
 from dataclasses import dataclass
 
-from envelopay.enforcer.send.store import EnforcerStore, PostgresStore
+from envelopay.enforcer.send.backends import PostgresStore
+from envelopay.enforcer.send.store import EnforcerStore
 from envelopay.enforcer.spend.store import PaymentStore
 from envelopay.errors import UsageError
 

@@ -31,13 +31,13 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from envelopay.enforcer.spend.intent import IN_FLIGHT
 from envelopay.enforcer.spend.payments_exec import execute, run
-from envelopay.enforcer.spend.store import IN_FLIGHT
 from envelopay.errors import StoreError, TransportError
 
 if TYPE_CHECKING:
+    from envelopay.enforcer.spend.intent import Intent
     from envelopay.enforcer.spend.payments import Payments
-    from envelopay.enforcer.spend.store import Intent
 
 __all__ = ["Finisher"]
 

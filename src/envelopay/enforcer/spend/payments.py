@@ -15,45 +15,32 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import signal
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
 from envelopay import dkim
-from envelopay.enforcer.common.batch import Step
 from envelopay.enforcer.send.enforcer import Enforcer, hash_token
-from envelopay.enforcer.send.model import Agent, Disposition
-from envelopay.enforcer.send.policy import allowlisted, check_request
+from envelopay.enforcer.send.model import Agent
+from envelopay.enforcer.spend.decide import blocked, call_key, decide
+from envelopay.enforcer.spend.intent import IN_FLIGHT, Intent
 from envelopay.enforcer.spend.invoices import (
-    ALREADY_PAID,
-    MISMATCH,
-    NOT_FOUND,
     InvoiceSource,
-    bind_invoice,
     payee_refusal,
 )
-from envelopay.enforcer.spend.legs import leg_message
 from envelopay.enforcer.spend.model import PaymentDisposition
 from envelopay.enforcer.spend.payments_exec import run
 from envelopay.enforcer.spend.policy import (
-    PaymentRequest,
     Refusal,
     SpendPolicy,
-    asset_key,
-    check_limits,
-    check_payee,
     check_payment_request,
-    check_route,
 )
-from envelopay.enforcer.spend.store import IN_FLIGHT, Context, Intent, PaymentStore
+from envelopay.enforcer.spend.store import PaymentStore
 from envelopay.enforcer.spend.vault import Vault, WalletRecord
 from envelopay.errors import StoreError, UsageError
-from envelopay.protocol.compose import message_json
 from envelopay.rails.amounts import human_amount
 from envelopay.rails.custodial import CustodialPayer
 
@@ -74,18 +61,6 @@ def crash_hook_from_env(env: Mapping[str, str] = os.environ) -> Callable[[str], 
 
     return hook
 
-
-# A statement that returns no row: a cap of zero, which no payment fits.
-_NEVER: Step = ("SELECT 1 WHERE 1 = 0", ())
-
-
-def _call_key(req: PaymentRequest) -> str:
-    """The idempotency key the call itself names (an INVOICE may supply one instead)."""
-    return req.key or (f"id:{req.msg_id}" if req.msg_id else "")
-
-
-def _blocked(code: str, detail: str = "") -> PaymentDisposition:
-    return PaymentDisposition(status="blocked", code=code, reason=f"{code}: {detail}" if detail else code)
 
 
 class Payments:
@@ -125,246 +100,19 @@ class Payments:
         """pay | pay_invoice | offer | accept. Never raises for a verdict."""
         checked = check_payment_request(kind, raw)
         if isinstance(checked, Refusal):
-            return _blocked(checked.code, checked.detail)
+            return blocked(checked.code, checked.detail)
         try:
             # One read: the agent (identity from the token only), its spend policy, the
             # intent already under this key, and its wallet on this chain.
-            key = _call_key(checked)
+            key = call_key(checked)
             ctx = await self.store.context(hash_token(token), checked.chain, key) if token else None
             if ctx is None:
-                return _blocked("unknown_agent")
+                return blocked("unknown_agent")
             if ctx.agent.killed:
-                return _blocked("killed")
-            return await self._decide(ctx, checked)
+                return blocked("killed")
+            return await decide(self, ctx, checked)
         except StoreError as exc:
             return PaymentDisposition(status="failed", code="store_error", reason=f"store error: {exc}")
-
-    async def _decide(self, ctx: Context, req: PaymentRequest) -> PaymentDisposition:
-        agent, policy = ctx.agent, ctx.policy
-        invoice_key: str | None = None
-        if req.kind == "pay_invoice" or (req.kind == "pay" and req.invoice):
-            bound = await self._bind(agent, req)
-            if isinstance(bound, PaymentDisposition):
-                return bound
-            req, invoice_key = bound
-        route = check_route(req, policy, invoice_bound=invoice_key is not None)
-        if route is not None:
-            return _blocked(route.code, route.detail)
-        key = req.key or (invoice_key or "") or (f"id:{req.msg_id}" if req.msg_id else "")
-        if not key:
-            return _blocked("invalid_request", "idempotency_key (or id) is required")
-        if key == _call_key(req):
-            prior = await self.store.get(ctx.prior_id) if ctx.prior_id is not None else None
-        else:  # the key came from the INVOICE
-            prior = await self.store.by_key(agent.id, key)
-            if prior is not None and prior.invoice_key != key:
-                # Not a payment of this INVOICE (agents' keys may not take this form now;
-                # one recorded by an earlier version must still not answer for it).
-                return _blocked("invalid_request", "this INVOICE's key names another payment")
-        if prior is not None:  # a retried call returns the first outcome
-            return await self.resume(prior)
-        if invoice_key is not None and await self.store.by_invoice(agent.id, invoice_key) is not None:
-            return _blocked(ALREADY_PAID, "this INVOICE already has a payment")
-        # S1: the asset is known to the rail's registry.
-        payer = self.payers.get(req.chain)
-        asset = payer.asset(req.token) if payer is not None else None
-        if payer is None or asset is None:
-            return _blocked("unknown_asset", f"{req.token} on {req.chain} is not a known asset")
-        if not payer.valid_address(req.wallet):
-            return _blocked("invalid_request", f"wallet is not a {req.chain} address")
-        req = replace(req, token=asset.symbol)
-        wallet, sealed = ctx.wallet, ctx.sealed
-        if wallet is None or wallet.chain != req.chain:  # the chain came from the INVOICE
-            wallet, sealed = await self.store.wallet_for(agent.id, req.chain), None
-        if wallet is None:
-            return _blocked("no_wallet", f"the agent holds no wallet on {req.chain}")
-        if req.kind == "offer":
-            receive = await self._receive_wallet(agent, req)
-            if isinstance(receive, PaymentDisposition):
-                return receive
-            req = replace(req, receive_wallet=receive)
-        # The send checks on the PAY email (with a placeholder proof: the real one exists
-        # only after the payment, and the shape is the same).
-        msg_id = req.msg_id or f"pay-{self.new_id()[:16]}"
-        req = replace(req, msg_id=msg_id)
-        mail = None if req.kind == "counter" else self._mail(agent, req, wallet, placeholder=True)
-        if mail is not None:
-            # From is the agent's own address by construction (the sender pin holds); the
-            # send path's content checks still run on the message the call would send.
-            checked = check_request(mail)
-            if isinstance(checked, Disposition):
-                return _blocked("invalid_request", checked.reason)
-        hold: Refusal | None = None
-        if mail is not None and not allowlisted(req.to, agent.policy.allow):
-            hold = Refusal(
-                "pending_approval", "recipient_not_allowed", f"{req.to} is not on the mail allowlist"
-            )
-        hold = hold or check_payee(req, policy) or check_limits(req, policy)  # S2, S3
-        steps, taken, refusals = ([], [], []) if hold else self._cap_steps(agent, req, policy)
-        intent = Intent(
-            id=self.new_id(),
-            agent_id=agent.id,
-            idem_key=key,
-            invoice_key=invoice_key,
-            kind=req.kind,
-            state="PENDING" if hold else "RESERVED",
-            code=hold.code if hold else "",
-            reason=hold.reason if hold else "",
-            request={"payment": req.to_json(), "mail": mail},
-            chain=req.chain,
-            token=asset.symbol,
-            amount=req.amount,
-            decimals=asset.decimals,
-            payee=req.to,
-            wallet=req.wallet,
-            wallet_id=wallet.id,
-            invoice_ref=req.invoice or None,
-            message_id=f"<{self.new_id()}@{agent.address.rsplit('@', 1)[1].lower()}>",
-            taken=taken,
-            tx_id=None,
-            tx_blob=None,
-            created_at=self.clock(),
-            decided_at=None,
-            decided_by=None,
-            agent_name=agent.name,
-        )
-        if hold is None:
-            # The mail caps, then S4 (hourly, then daily spend cap), and the RESERVED intent:
-            # one transaction, so a refused cap or a concurrent call with this key leaves
-            # every counter as it was (nothing to hand back).
-            batch = await self.store.reserve(steps, intent, self.clock())
-            if batch.committed:
-                self.crash("after_intent")
-                # The intent as just inserted: nothing else can have moved it (its key is new).
-                return await run(self, intent.id, live=True, agent=agent, intent=intent, sealed=sealed)
-            assert batch.refused_at is not None
-            if batch.refused_at == len(steps):  # a concurrent call with this key won
-                return await self._winner(agent.id, key)
-            hold = refusals[batch.refused_at]
-            intent = replace(intent, state="PENDING", code=hold.code, reason=hold.reason, taken=[])
-        if not await self.store.insert_intent(intent, self.clock()):
-            return await self._winner(agent.id, key)
-        return self.disposition(intent)
-
-    async def _winner(self, agent_id: str, key: str) -> PaymentDisposition:
-        winner = await self.store.by_key(agent_id, key)
-        if winner is None:
-            return _blocked(ALREADY_PAID, "this INVOICE already has a payment")
-        return await self.resume(winner)
-
-    async def _bind(
-        self, agent: Agent, req: PaymentRequest
-    ) -> tuple[PaymentRequest, str] | PaymentDisposition:
-        if self.invoices is None or self.dns is None:
-            return _blocked(NOT_FOUND, "the enforcer reads no inbox for this agent")
-        raws = self.invoices.candidates(agent, req.invoice)
-
-        async def sent_orders(order_id: str) -> list[str]:
-            rows = await self.store.sent_orders(agent.id, order_id)
-            out = []
-            for request, _mid in rows:
-                body = request.get("body") or {}
-                if request.get("type") == "order" and body.get("id") == order_id:
-                    out.append(str(request.get("to", "")))
-            return out
-
-        async def paid(key: str) -> bool:
-            return await self.store.by_invoice(agent.id, key) is not None
-
-        bound = await bind_invoice(
-            agent, req.invoice, raws, dns=self.dns, sent_orders=sent_orders, bound=paid,
-            payee=req.to if req.kind == "pay_invoice" else "",
-        )
-        if isinstance(bound, Refusal):
-            return _blocked(bound.code, bound.detail)
-        if req.kind == "pay":
-            given = (req.to.lower(), req.chain, req.token.upper(), req.amount, req.wallet)
-            terms = (bound.payee.lower(), bound.chain, bound.token.upper(), bound.amount, bound.wallet)
-            if given != terms:
-                return _blocked(
-                    MISMATCH, "the call's payee, asset, amount or wallet differ from the INVOICE's"
-                )
-        return replace(
-            req,
-            to=bound.payee,
-            chain=bound.chain,
-            token=bound.token,
-            amount=bound.amount,
-            wallet=bound.wallet,
-            invoice=bound.invoice_id,
-            reply_to=bound.message_id,
-        ), bound.key
-
-    async def _receive_wallet(self, agent: Agent, req: PaymentRequest) -> str | PaymentDisposition:
-        """Where the OFFER asks its want leg to be paid: the call's receive_wallet, else the
-        agent's own wallet on the want leg's chain (not the give leg's: a Solana address
-        cannot receive on Base), checked against that chain's address syntax."""
-        chain = str((req.want or {}).get("chain", ""))
-        address = req.receive_wallet
-        if not address:
-            held = await self.store.wallet_for(agent.id, chain)
-            if held is None:
-                return _blocked("no_wallet", f"the agent holds no wallet on {chain} to receive the want leg "
-                                "(create one, or give receive_wallet)")
-            address = held.address
-        payer = self.payers.get(chain)
-        if payer is not None and not payer.valid_address(address):
-            return _blocked("invalid_request", f"receive_wallet is not a {chain} address")
-        return address
-
-    def _mail(
-        self, agent: Agent, req: PaymentRequest, wallet: WalletRecord, *, placeholder: bool
-    ) -> dict[str, Any]:
-        """The send request of the email leg (PAY, OFFER, ACCEPT or prepaid ORDER), built
-        from protocol.messages — the models every sender composes — with a placeholder
-        proof: payments_exec.pay_mail puts the real, bound proof in its place."""
-        message = leg_message(req, wallet.address)
-        mail = {"to": req.to, "from": agent.address, "type": message.type,
-                "body": json.loads(message_json(message))}
-        if req.reply_to:  # the PAY answers the INVOICE it settles: one thread for both sides
-            mail["in_reply_to"] = req.reply_to
-        return mail
-
-    def _cap_steps(
-        self, agent: Agent, req: PaymentRequest, policy: SpendPolicy
-    ) -> tuple[list[Step], list[list[Any]], list[Refusal]]:
-        """The conditional increments in order — the mail caps (one slot each), then the
-        hourly, then the daily spend cap — with what each takes and the refusal if it does
-        not fit. A cap of zero is a step that never fits: it holds every payment, and the
-        rollback leaves every counter untouched."""
-        hour = time.strftime("%Y-%m-%dT%H", time.gmtime(self.clock()))
-        day = hour[:10]
-        steps: list[Step] = []
-        taken: list[list[Any]] = []
-        refusals: list[Refusal] = []
-
-        def never(code: str, reason: str) -> tuple[list[Step], list[list[Any]], list[Refusal]]:
-            return [*steps, _NEVER], taken, [*refusals, Refusal("pending_approval", code, reason)]
-
-        p = agent.policy
-        if req.kind != "counter":  # a counter-leg's email takes its slots on the send path
-            if p.hourly_cap <= 0 or p.daily_cap <= 0:
-                return never("mail_cap_zero", "the agent's mail cap is zero")
-            for win, slot, sends, code, what in (
-                ("h", hour, p.hourly_cap, "mail_hourly_cap", "hourly mail cap reached"),
-                ("d", day, p.daily_cap, "mail_daily_cap", "daily mail cap reached"),
-            ):
-                steps.append(self.enforcer.store.step("take_slot", (agent.id, win, slot, sends)))
-                taken.append(["mail", win, slot])
-                refusals.append(Refusal("pending_approval", code, what))
-        key = asset_key(req.chain, req.token)
-        limit = policy.limits[key]  # check_limits held a missing entry already
-        spend = (("h", hour, limit.hourly, "hourly_cap"), ("d", day, limit.daily, "daily_cap"))
-        for win, slot, cap, code in spend:
-            if cap is None:
-                continue
-            what = f"{key} {code.replace('_', ' ')}"
-            if cap <= 0:
-                return never(f"{code}_zero", f"the {what} is zero")
-            steps.append(self.store.spend_step(agent.id, key, win, slot, req.amount, cap))
-            taken.append(["spend", key, win, slot, req.amount])
-            refusals.append(Refusal("pending_approval", f"{code}_reached", f"{what} reached"))
-        return steps, taken, refusals
 
     async def _give_back(self, agent_id: str, taken: list[list[Any]]) -> None:
         for entry in taken:

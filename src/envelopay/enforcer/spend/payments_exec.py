@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, cast
 from envelopay.enforcer.send.delivery import Envelope, EnvelopeOpener
 from envelopay.enforcer.send.model import Agent, SendRequest
 from envelopay.enforcer.send.policy import fingerprint
+from envelopay.enforcer.spend.intent import Intent
 from envelopay.enforcer.spend.legs import bound_leg
 from envelopay.enforcer.spend.model import PaymentDecision, PaymentDisposition
 from envelopay.enforcer.spend.states import DRIVEN, INTENTS, Move
-from envelopay.enforcer.spend.store import Intent
 from envelopay.enforcer.spend.vault import VaultError
 from envelopay.errors import RailError, StoreError, TransportError, UsageError
 from envelopay.protocol.compose import message_json

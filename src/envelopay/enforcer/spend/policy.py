@@ -43,7 +43,7 @@ __all__ = [
 # "order": a v0.2 prepaid ORDER, its proof in the ORDER itself (SPEC "Prepaid ORDER").
 PaymentKind = Literal["pay", "pay_invoice", "offer", "accept", "counter", "order"]
 KINDS: tuple[PaymentKind, ...] = ("pay", "pay_invoice", "offer", "accept", "counter", "order")
-# Idempotency keys the enforcer derives itself (payments._call_key, invoices.BoundInvoice):
+# Idempotency keys the enforcer derives itself (decide.call_key, invoices.BoundInvoice):
 # an agent's own key may not start with one, so the two kinds of key never meet.
 RESERVED_KEY_PREFIXES = ("invoice:", "id:")
 _MAX_TASK = 16_384  # characters of a prepaid ORDER's task, as JSON
