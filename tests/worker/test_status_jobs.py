@@ -1,0 +1,111 @@
+"""The status extension over real jobs (the job runner, both ledger backends): a buyer that
+named `status` in its ORDER is told `queued` in the job's own commit and, asking with
+WHATSUP, hears queued, running, done as the runner moves the job; a buyer that did not
+name it hears nothing but the FULFILL (SPEC.md "Status while working")."""
+
+from __future__ import annotations
+
+import asyncio
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import _jobs_kit as jk
+import _kit as k
+from pydantic import BaseModel, ConfigDict
+
+from envelopay.engine import Engine
+from envelopay.ledger.store import Store
+from envelopay.protocol.messages import Fulfill, Order, Wait, Whatsup
+from envelopay.protocol.parse import ParseOptions, parse
+
+SPEAKS = partial(parse, options=ParseOptions(extensions=frozenset({"status"})))
+
+
+class Gate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    gate: str  # the job runs until this file exists
+
+
+async def gated(p: Gate) -> dict[str, Any]:
+    async with asyncio.timeout(60):
+        while not Path(p.gate).exists():
+            await asyncio.sleep(0.02)
+    return {"opened": True}
+
+
+CFG = jk.config({"name": "gated", "handler": "test_status_jobs:gated", "schema": "test_status_jobs:Gate"})
+
+
+async def _until(pred: Any, timeout: float = 30.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not pred():
+            await asyncio.sleep(0.02)
+
+
+def _out(store: Store, flow_id: str) -> list[Any]:
+    rows = [store.outbox_get(e.message_id or "") for e in store.flow_log(flow_id) if e.direction == "out"]
+    return [r.outbound.message for r in rows if r is not None]
+
+
+async def _ask(engine: Engine, oid: str, n: int) -> Wait:
+    out = await engine.handle(k.raw(Whatsup(id=f"wsup_{n}", order_ref=oid)))
+    assert out.status == "processed" and len(out.outbox) == 1, out
+    row = engine.store.outbox_get(out.outbox[0])
+    assert row is not None and isinstance(row.outbound.message, Wait)
+    assert row.outbound.message.ref == f"wsup_{n}"
+    return row.outbound.message
+
+
+async def test_the_asker_hears_queued_running_done(store: Store, tmp_path: Path) -> None:
+    engine = jk.worker(store, CFG, parser=SPEAKS)
+    gate = tmp_path / "open"
+    order = Order(id="ord_s", task={"name": "gated", "gate": str(gate)}, extensions=["status"])
+    taken = await engine.handle(k.raw(order))
+    flow_id = taken.flow_id or ""
+    job = store.job_for_flow(flow_id)  # type: ignore[attr-defined]
+    assert job is not None and job.state == "queued"
+    # Told unasked, in the ORDER's own commit: the one reply of that step.
+    [told] = [store.outbox_get(m) for m in taken.outbox]
+    assert told is not None and isinstance(told.outbound.message, Wait)
+    assert (told.outbound.message.state, told.outbound.message.ref) == ("queued", None)
+
+    heard = [(await _ask(engine, "ord_s", 1)).state]
+    runner = jk.runner(engine)
+    stop = asyncio.Event()
+    loop = asyncio.create_task(runner.run(stop))
+    try:
+        await _until(lambda: store.job_get(job.job_id).state == "running")  # type: ignore[attr-defined]
+        heard.append((await _ask(engine, "ord_s", 2)).state)
+        gate.touch()
+        await _until(lambda: store.job_get(job.job_id).state == "done")  # type: ignore[attr-defined]
+    finally:
+        stop.set()
+        await loop
+    last = await _ask(engine, "ord_s", 3)
+    heard.append(last.state)
+    assert heard == ["queued", "running", "done"]
+    assert set(last.at) == {"queued", "running", "done"}
+    kinds = [m.type for m in _out(store, flow_id)]
+    assert kinds.count("fulfill") == 1 and kinds.count("wait") == 4  # told once, asked three times
+    flow = store.get_flow(flow_id)
+    assert flow is not None and flow.state == "fulfilled"  # the WAITs moved nothing
+
+
+async def test_a_buyer_that_named_nothing_hears_only_the_fulfill(store: Store, tmp_path: Path) -> None:
+    engine = jk.worker(store, CFG, parser=SPEAKS)
+    gate = tmp_path / "open"
+    gate.touch()
+    taken = await engine.handle(k.raw(Order(id="ord_p", task={"name": "gated", "gate": str(gate)})))
+    assert taken.outbox == ()  # no WAIT: its ORDER did not name `status`
+    runner = jk.runner(engine)
+    stop = asyncio.Event()
+    loop = asyncio.create_task(runner.run(stop))
+    try:
+        await _until(lambda: (store.get_flow(taken.flow_id or "") or taken).state == "fulfilled")
+    finally:
+        stop.set()
+        await loop
+    sent = _out(store, taken.flow_id or "")
+    assert [type(m) for m in sent] == [Fulfill]
+    assert "extensions" not in sent[0].model_dump(exclude_none=True)
