@@ -90,10 +90,11 @@ async def _browse(url: str, buyer: AgentNode, oops: str, amount: int, tmp_path: 
         assert "0.25 USDC" in revenue[0] and str(amount) in revenue[0], revenue
         assert await page.js(f"document.querySelector('#oops-{oops}').innerText") == f"{oops}\t1"
         assert oops in await page.js("document.querySelector('#oops').innerText")
-        # Jobs: none until the worker keeps them; once it does, the paid order's job is done.
-        done = await page.js("document.querySelector('#jobs-done')?.innerText ?? null")
-        assert done == "1" or (done is None and await page.js("!!document.querySelector('#no-jobs')"))
-        assert await page.js("!!document.querySelector('#refunds-section h2')")
+        # Jobs: the paid order became a job, done, with what it was paid in human units.
+        await page.until("document.querySelector('#jobs-done')?.innerText === '1'", "the paid job done")
+        job = await page.js("document.querySelector('#jobs tr[id]').innerText")
+        assert "word_count" in job and "0.25 USDC (250000 units)" in job and "done" in job, job
+        assert await page.js("document.querySelector('#no-refunds').innerText") == "No refunds."
 
         await _screenshot(page, tmp_path / "worker-console.png")
 
