@@ -22,7 +22,10 @@ from envelopay.cli.app import app
 from envelopay.client.demo import PRICE, DemoWorld
 from envelopay.client.evidence import read_folder, write_evidence
 from envelopay.client.evidence_check import check_evidence
+from envelopay.config import WorkerConfig
+from envelopay.node.jobs import job_runner
 from envelopay.node.wiring import AgentNode
+from envelopay.protocol.messages import Invoice, Order, Pay
 
 runner = CliRunner()
 SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "schemas" / "cli-output.schema.json").read_text())
@@ -192,3 +195,51 @@ def _cli_writes(worker_flow: str, config: str, tmp_path: Path) -> None:
     (out / "result.json").write_bytes((out / "result.json").read_bytes() + b" ")
     broken = _verify(out)
     assert (broken["exit"], broken["proven"], broken["reason"]) == (1, False, "tampered")
+
+
+class _JobsWorld(DemoWorld):
+    """The demo world whose worker keeps its config, to run its ORDERs as jobs."""
+
+    def _configs(self, records: dict[str, str], port: int | None) -> tuple[WorkerConfig, WorkerConfig]:
+        worker, buyer = super()._configs(records, port)
+        self.worker_cfg = worker
+        return worker, buyer
+
+
+async def test_a_paid_job_s_folder_carries_the_job_and_its_result_hash(tmp_path: Path) -> None:
+    """A served worker takes a paid ORDER on as a job (node/jobs.py): its folder names the
+    job, and the job's result hash is the FULFILL's, checked offline."""
+    world = _JobsWorld(tmp_path / "world", None)
+    await world.setup()
+    stop = asyncio.Event()
+    try:
+        runner = job_runner(world.worker, world.worker_cfg, poll=0.2)
+        assert runner is not None
+        loop = asyncio.create_task(runner.run(stop))
+        task = {"name": "word_count", "text": "evidence of a job"}
+        _, inv, bflow = await world.exchange(Order(id="job1", task=task))
+        assert isinstance(inv, Invoice)
+        proof = await world.pay(world.buyer_rails, inv.chain, "USDC", inv.amount, inv.wallet)
+        paid, _, _ = await world.exchange(Pay(id="pay-job1", amount=inv.amount, token="USDC", chain=inv.chain,
+                                              proof=proof, invoice_ref=inv.id), flow_id=bflow)
+        async with asyncio.timeout(60):
+            while (world.buyer.store.get_flow(bflow) or paid).state != "fulfilled":
+                await asyncio.sleep(0.05)
+        for node in (world.worker, world.buyer):
+            await node.settle()
+        out = tmp_path / "ev"
+        assert world.worker.evidence is not None
+        done = await write_evidence(world.worker.store, world.worker.evidence, paid.flow_id or "", out,
+                                    now=datetime.now(UTC))
+        assert done.missing == [] and done.result
+        job = json.loads((out / "result.json").read_text())["job"]
+        assert job["state"] == "done" and set(job["at"]) >= {"queued", "running", "done"}
+        assert job["result_hash"] == _digest({"words": 4, "characters": len(task["text"])})
+        doc = _verify(out)
+        assert doc["proven"], (doc["reason"], doc["detail"])
+        assert doc["claims"]["delivered"]["result_sha256"] == job["result_hash"]
+        stop.set()
+        await loop
+    finally:
+        stop.set()
+        await world.teardown()

@@ -37,10 +37,15 @@ from envelopay.dkim.canon import to_crlf
 from envelopay.dkim.results import aligned
 from envelopay.protocol.headers import HeaderBlock, read_headers
 from envelopay.protocol.outside_json import OutsideJsonError, loads
-from envelopay.protocol.parse import parse
+from envelopay.protocol.parse import ParseOptions, parse
 from envelopay.protocol.parsed import Parsed
+from envelopay.protocol.status import STATUS
 
 __all__ = ["EvidenceReport", "Mail", "check_evidence", "dkim_passes"]
+
+# A folder may hold the extensions' messages too (WAIT, WHATSUP: SPEC.md "Status while
+# working"): read as a peer that speaks them all.
+_READ = ParseOptions(extensions=frozenset({STATUS}))
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +107,7 @@ def dkim_passes(raw: bytes, records: Mapping[str, str]) -> tuple[bool, str]:
     sigs = block.get_all("dkim-signature")
     if not sigs:
         return False, "not signed"
-    parsed = parse(raw)
+    parsed = parse(raw, options=_READ)
     from_domain = (parsed.from_addr or "").rpartition("@")[2]
     for i, sig in enumerate(sigs):
         tags = dict(t.strip().partition("=")[::2] for t in sig.value.split(";") if "=" in t)
@@ -144,7 +149,7 @@ def _mails(files: Mapping[str, bytes], manifest: Manifest) -> list[Mail]:
         ok, found = dkim_passes(raw, _key_records(files, entry.keys))
         if not ok:
             raise _Fail("signature", f"{entry.file}: {found}")
-        parsed = parse(raw)
+        parsed = parse(raw, options=_READ)
         if parsed.message_id != entry.message_id or (parsed.type or "") != entry.type:
             raise _Fail("thread", f"{entry.file}: not the {entry.type} {entry.message_id} the manifest names")
         block = read_headers(raw)
