@@ -1,0 +1,39 @@
+"""The worker console shows paid work that failed and was paid back: the job refunded
+with the refund beside what was paid, the refund by status with its transaction, the
+OOPS task_failed by code (the refund path of test_refund_jobs: garden, DKIM, SQLite
+ledger, LiteSVM and eth-tester, the job runner; the console over the worker's ledger)."""
+
+from __future__ import annotations
+
+import httpx
+
+from envelopay.client.demo import PRICE
+from envelopay.node.console import Console, start_console
+from envelopay.rails.amounts import asset_decimals, human_amount
+
+from .test_refund_jobs import Served, _job_in, _paid_order, served  # noqa: F401  (fixture)
+
+
+async def test_the_console_shows_the_refunded_job_and_its_refund(served: Served) -> None:  # noqa: F811
+    w = served.w
+    flow, _ = await _paid_order(w, "review", "solana-local")
+    job = await _job_in(w, flow, "refunded")
+    node = w.worker
+    console = Console(node.store, node.address, asset_decimals(node.engine.rails))
+    runner, url = await start_console(console, "127.0.0.1", 0)
+    try:
+        async with httpx.AsyncClient() as http:
+            page = (await http.get(url)).text
+            shown = (await http.get(f"{url}/flows/{flow}")).text
+    finally:
+        await runner.cleanup()
+    paid = f"{human_amount(PRICE, 6)} USDC"
+    assert "id='jobs-refunded'>1<" in page and f"id='job-{job.job_id}'" in page
+    row = page.split(f"id='job-{job.job_id}'", 1)[1].split("</tr>", 1)[0]
+    assert row.count(paid) == 2 and f"({PRICE} units)" in row and "refunded" in row  # paid, paid back
+    assert "id='refunds-paid'>paid 1<" in page and "task_failed" in page
+    refund = page.split("<table id='refunds'>", 1)[1].split("</table>", 1)[0]
+    [made] = node.store.recent_refunds(node.address)
+    assert made.tx_id and made.tx_id in refund and paid in refund and "task_failed" in refund
+    assert "id='oops-task_failed'" in page
+    assert "OOPS" in shown and "task_failed" in shown and "PAY" in shown
