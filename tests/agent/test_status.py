@@ -12,13 +12,24 @@ from typing import Any
 import _kit as k
 import pytest
 
+from envelopay.dkim import DkimResult
 from envelopay.engine import Engine, Enqueue, Outcome
 from envelopay.engine.status import JobReport, accepted_wait
 from envelopay.errors import UsageError
 from envelopay.ledger.store import FlowRecord, Store
 from envelopay.protocol.codes import OopsCode
 from envelopay.protocol.compose import compose
-from envelopay.protocol.messages import Fulfill, Invoice, Message, Oops, Order, Wait, Whatsup, Which
+from envelopay.protocol.messages import (
+    Fulfill,
+    Invoice,
+    Message,
+    Oops,
+    OopsError,
+    Order,
+    Wait,
+    Whatsup,
+    Which,
+)
 from envelopay.protocol.parse import ParseOptions, parse
 
 SPEAKS = partial(parse, options=ParseOptions(extensions=frozenset({"status"})))
@@ -242,3 +253,35 @@ async def test_a_job_taken_on_is_told_queued_in_the_same_commit(store: Store, st
     await world.deliver()
     last = world.seen[-1]
     assert isinstance(last, Wait) and last.state == "queued" and last.ref is not None
+
+
+async def test_an_oops_answering_our_whatsup_moves_no_flow(world: World) -> None:
+    flow_id = await world.order_paid()
+    sent = world.buyer.send_whatsup(flow_id)
+    before = world.store.get_flow(flow_id)
+    # A worker that lost the ORDER refuses the question; the buyer's paid flow stays paid.
+    refusal = Oops(note="unknown_ref: no such ORDER", id="oops_x", ref=sent.outbound.message.id,  # type: ignore[union-attr]
+                   error=OopsError(code="unknown_ref"))
+    o = await world.buyer.handle(k.raw(refusal, sender=k.WORKER, to=k.BUYER, in_reply_to=sent.message_id))
+    assert (o.status, o.flow_id, o.outbox) == ("processed", flow_id, ())
+    assert o.detail == "OOPS unknown_ref answering our WHATSUP"
+    after = world.store.get_flow(flow_id)
+    assert after is not None and before is not None and (after.state, after.version) == (before.state,
+                                                                                          before.version)
+    assert world.store.flow_log(flow_id)[-1].oops == "unknown_ref"
+    # An OOPS naming anything else of ours is the flow's as before (here: not our WHATSUP).
+    assert not world.buyer.is_status(Oops(note="x", ref="pay_1"), k.WORKER)
+
+
+async def test_the_dkim_policy_holds_for_the_extension(world: World) -> None:
+    # A WHATSUP whose signature fails is refused (dkim_failed), as any message is: no WAIT
+    # tells a forger how a job goes, and a forged WAIT is never recorded as the worker's.
+    flow_id = await world.order_paid()
+    asked = world.buyer.send_whatsup(flow_id)
+    bad = DkimResult("fail", "client.test")
+    o = await world.worker.handle(compose(asked.outbound), dkim=bad)
+    assert (o.status, o.oops) == ("refused", OopsCode.DKIM_FAILED)
+    forged = k.raw(Wait(id="w1", order_ref="ord_1", state="done"), sender=k.WORKER, to=k.BUYER)
+    w = await world.buyer.handle(forged, dkim=DkimResult("fail", "garden.test"))
+    assert w.status == "refused" and w.oops is OopsCode.DKIM_FAILED
+    assert [e.type for e in world.store.flow_log(flow_id)][-1] == "whatsup"  # nothing recorded

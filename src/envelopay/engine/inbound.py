@@ -77,8 +77,6 @@ from envelopay.protocol.messages import (
     Oops,
     Order,
     Pay,
-    Wait,
-    Whatsup,
     Which,
     is_proof_carrying,
 )
@@ -227,8 +225,6 @@ class Engine(StatusDesk):
             why = parsed.from_problem or "From is no address a reply could be composed to"
             return self._quarantine(parsed, message_id, None, f"ambiguous sender: {why}", None)
         message = parsed.message if parsed.valid else None
-        if isinstance(message, Wait | Whatsup):  # only when the parser speaks `status`
-            return await self._status(parsed, message_id, sender)
 
         early: tuple[OopsCode, str] | None = None
         poison = unstorable_body(message, parsed.id) if message is not None else None
@@ -249,6 +245,8 @@ class Engine(StatusDesk):
                 early = (OopsCode.DKIM_FAILED, decision.reason)
 
         _dkim_label.set(dkim_label(dkim, sender))
+        if early is None and self.is_status(message, sender):
+            return await self._status(parsed, message_id, sender)  # the status extension (engine/status.py)
         proof_key: ProofKey | None = None
         if message is not None and early is None:
             proof_key, problem = self._proof_key(message)

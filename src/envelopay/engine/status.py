@@ -21,7 +21,7 @@ from envelopay.engine.refusals import Refusals
 from envelopay.errors import UsageError
 from envelopay.ledger.store import Claim, Commit, FlowRecord, LogEntry
 from envelopay.protocol.codes import OopsCode
-from envelopay.protocol.messages import Message, Order, Wait, Whatsup, Which
+from envelopay.protocol.messages import Message, Oops, Order, Wait, Whatsup, Which
 from envelopay.protocol.outbound import Outbound
 from envelopay.protocol.parse import parser_options
 from envelopay.protocol.parsed import Parsed
@@ -120,10 +120,34 @@ class StatusDesk(Refusals):
             return message.model_copy(update={"extensions": [STATUS]})
         return message
 
+    def is_status(self, message: Message | None, sender: str) -> bool:
+        """The extension's to handle: a WAIT or WHATSUP (read only when we speak `status`),
+        or an OOPS answering our WHATSUP."""
+        return isinstance(message, Wait | Whatsup) or self.answers_our_whatsup(message, sender)
+
+    def answers_our_whatsup(self, message: Message | None, sender: str) -> bool:
+        """An OOPS whose `ref` names a WHATSUP we sent `sender`: the answer to our question,
+        recorded in its flow, which it does not move (an OOPS answering a PAY would)."""
+        if not isinstance(message, Oops) or message.ref is None:
+            return False
+        flow = self.store.flow_for_ref(self.address, sender, self.address, message.ref)
+        return flow is not None and any(
+            e.direction == "out" and e.type == "whatsup" and e.protocol_id == message.ref
+            for e in self.store.flow_log(flow.flow_id)
+        )
+
+    def _status_flow(self, message: Wait | Whatsup | Oops, sender: str) -> FlowRecord | None:
+        if isinstance(message, Oops):  # its `ref` is our WHATSUP's id (answers_our_whatsup)
+            return self.store.flow_for_ref(self.address, sender, self.address, message.ref or "")
+        # The buyer wrote the ORDER: its id is the buyer's (author = the buyer).
+        author = sender if isinstance(message, Whatsup) else self.address
+        flow = self.store.flow_for_ref(self.address, sender, author, message.order_ref)
+        return flow if flow is not None and flow.peer == sender else None
+
     async def _status(self, parsed: Parsed, message_id: str, sender: str) -> Outcome:
         now = self.clock()
         message = parsed.message
-        assert isinstance(message, Wait | Whatsup)
+        assert isinstance(message, Wait | Whatsup | Oops)
         claim = Claim(local=self.address, message_id=message_id, content_hash=content_hash(parsed),
                       worker=self.worker_id, now=now, lease_until=now + self.lease,
                       sender=sender, protocol_id=parsed.id)
@@ -138,12 +162,11 @@ class StatusDesk(Refusals):
             reused = (OopsCode.DUPLICATE_ID, "id reused with other content")
             refused = await self._refuse_early(parsed, message_id, sender, reused, False, now)
             return refused or Outcome("busy", message_id, detail="claim lost")
-        # The buyer wrote the ORDER: its id is the buyer's (author = the buyer).
-        author = sender if isinstance(message, Whatsup) else self.address
-        flow = self.store.flow_for_ref(self.address, sender, author, message.order_ref)
-        if flow is None or flow.peer != sender:
+        flow = self._status_flow(message, sender)
+        if flow is None:
+            assert not isinstance(message, Oops)  # answers_our_whatsup found its flow
             return await self._status_unknown(parsed, message, message_id, sender, now)
-        if isinstance(message, Wait):
+        if isinstance(message, Wait | Oops):  # told, or our question refused: nothing to answer
             return self._status_record(parsed, message, message_id, sender, flow, now, ())
         report = self.job_source(flow) or flow_report(flow) or JobReport("unknown", {})
         wait = wait_message(id=self.new_id("wait"), order_ref=message.order_ref, state=report.state,
@@ -165,15 +188,18 @@ class StatusDesk(Refusals):
         return refused or Outcome("busy", message_id, detail="claim lost")
 
     def _status_record(
-        self, parsed: Parsed, message: Wait | Whatsup, message_id: str, sender: str,
+        self, parsed: Parsed, message: Wait | Whatsup | Oops, message_id: str, sender: str,
         flow: FlowRecord, now: datetime, answers: tuple[Wait, ...],
     ) -> Outcome:
         """Log the message (and its answer) in the flow, leaving the flow as it is."""
         replies = tuple(self._reply(parsed, sender, w, now) for w in answers)
+        oops = message.error.code if isinstance(message, Oops) and message.error is not None else None
         in_entry = LogEntry(flow.flow_id, now, "in", message.type, message_id, message.id, sender,
-                            self.address, message.model_dump(mode="json"))
-        outcome = Outcome("processed", message_id, flow_id=flow.flow_id, state=flow.state,
-                          detail=f"{message.type.upper()} {getattr(message, 'state', '')}".strip(),
+                            self.address, message.model_dump(mode="json"), oops=oops)
+        detail = f"{message.type.upper()} {getattr(message, 'state', '')}".strip()
+        if isinstance(message, Oops):
+            detail = f"OOPS {oops or '?'} answering our WHATSUP"
+        outcome = Outcome("processed", message_id, flow_id=flow.flow_id, state=flow.state, detail=detail,
                           outbox=tuple(r.message_id for r in replies))
         commit = Commit(
             local=self.address, now=now, outcome=outcome.to_json(), message_id=message_id,
