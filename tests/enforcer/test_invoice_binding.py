@@ -18,6 +18,7 @@ from envelopay.enforcer.client.mcp_server import MaildirInbox
 from envelopay.enforcer.send.enforcer import Enforcer
 from envelopay.enforcer.spend.invoices import MaildirInvoices
 from envelopay.enforcer.spend.policy import SpendLimit
+from envelopay.mail.line_ends import read_message
 from envelopay.protocol.compose import compose
 from envelopay.protocol.messages import Invoice
 from envelopay.protocol.outbound import Outbound
@@ -266,7 +267,7 @@ async def test_the_inbox_is_parsed_once_across_calls_and_the_bytes_still_decide(
     calls[0] = 0
     assert source.candidates(agent, "<nowhere@partner.test>") == [] and calls[0] == 0
     # The agent rewrites the invoice in place: same size, same mtime, a bigger amount.
-    [path] = [p for p in (root / "buyer@agents.test" / "new").iterdir() if p.read_bytes() == signed]
+    [path] = [p for p in (root / "buyer@agents.test" / "new").iterdir() if read_message(p) == signed]
     st = path.stat()
     forged = signed.replace(b"2000000", b"4000000")
     assert forged != signed and len(forged) == len(signed)

@@ -13,6 +13,7 @@ import pytest
 from envelopay import dkim
 from envelopay.errors import ConfigError, TransportError, UsageError
 from envelopay.mail.garden import GardenServer, LmtpClient, deliver, peer_allowed
+from envelopay.mail.line_ends import read_message
 from envelopay.mail.maildir import Pickup, deliver_file, ensure_maildir, mailbox_path
 from envelopay.protocol import Outbound, Pay, compose, parse
 
@@ -40,7 +41,7 @@ async def test_delivers_to_each_accepted_recipient_and_refuses_outsiders(garden:
     assert result.replies[OUTSIDER].code == 550
     for rcpt in (A, B):
         [path] = new_files(garden.maildir(rcpt))
-        assert path.read_bytes() == (
+        assert read_message(path) == (
             f"Return-Path: <envoy@garden.local>\r\nDelivered-To: {rcpt}\r\n".encode() + RAW
         )
         assert list((garden.maildir(rcpt) / "tmp").iterdir()) == []
@@ -95,7 +96,7 @@ async def test_unix_socket_garden(tmp_path: Path) -> None:
         result = await deliver(RAW, "", [A], sock)
         assert result.delivered == (A,)
         [path] = new_files(g.maildir(A))
-        assert path.read_bytes().startswith(b"Return-Path: <>\r\n")
+        assert read_message(path).startswith(b"Return-Path: <>\r\n")
     assert not sock.exists()
 
 

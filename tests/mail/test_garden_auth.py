@@ -14,6 +14,7 @@ import pytest
 from envelopay.errors import TransportError
 from envelopay.mail.garden import GardenServer, LmtpClient, deliver
 from envelopay.mail.garden_auth import authenticated_sender, load_accounts, new_account, save_accounts
+from envelopay.mail.line_ends import read_message
 from envelopay.protocol import parse
 
 A, B = "worker@garden.local", "buyer@garden.local"
@@ -77,7 +78,7 @@ async def test_the_garden_records_the_authenticated_sender_and_strips_forged_cla
     result = await deliver(mail(A, forged), A, [B], garden.endpoint, auth=creds[A])
     assert result.delivered == (B,)
     [path] = files(garden, B)
-    stored = path.read_bytes()
+    stored = read_message(path)
     assert stored.count(b"garden.local; auth=pass") == 1
     assert b"smtp.auth=buyer@garden.local" not in stored  # the outside claim is gone
     assert b"Authentication-Results: other.example;" in stored  # another gateway's stays
@@ -89,7 +90,7 @@ async def test_an_open_garden_still_strips_claims_of_its_own_id(tmp_path: Path) 
     async with GardenServer(tmp_path / "mail", [A, B], open_garden=True) as garden:
         forged = b"Authentication-Results: garden.local; auth=pass smtp.auth=worker@garden.local\r\n"
         assert (await deliver(mail(B, forged), B, [A], garden.endpoint)).delivered == (A,)
-        stored = files(garden, A)[0].read_bytes()
+        stored = read_message(files(garden, A)[0])
     assert b"smtp.auth" not in stored and authenticated_sender(stored, authserv_id="garden.local") is None
 
 
@@ -108,7 +109,7 @@ async def test_a_header_block_the_shared_reader_refuses_is_refused_by_the_garden
     # An open garden checks no From and stores it as it came: every reader refuses it.
     async with GardenServer(tmp_path / "open", [A], open_garden=True) as open_garden:
         assert (await deliver(attack, "", [A], open_garden.endpoint)).delivered == (A,)
-        stored = files(open_garden, A)[0].read_bytes()
+        stored = read_message(files(open_garden, A)[0])
     assert authenticated_sender(stored, authserv_id="garden.local") is None
     assert not parse(stored).valid and parse(stored).from_addr is None
 
@@ -236,7 +237,7 @@ async def test_a_repeated_singleton_goes_in_only_when_every_from_is_the_senders(
     assert (await deliver(twice, A, [B], garden.endpoint, auth=creds[A])).delivered == (B,)
     [stored] = files(garden, B)
     trace = f"Authentication-Results: garden.local; auth=pass smtp.auth={A}\r\n".encode()
-    assert trace in stored.read_bytes()
+    assert trace in read_message(stored)
     # Two Froms, one of them B's: refused, as is a claim of the garden's id in such a block.
     claim = b"Authentication-Results: garden.local; auth=pass smtp.auth=x\r\n"
     for extra in (f"From: {B}\r\n".encode(), claim):

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from envelopay.mail.line_ends import read_message
+
 ENVELOPAY = [sys.executable, "-m", "envelopay.cli"]
 A = "worker@garden.local"
 
@@ -92,7 +94,7 @@ def test_serve_then_deliver_then_stop(tmp_path: Path) -> None:
         )
         assert bad.returncode == 2 and "several" in bad.stderr
         [delivered] = list((root / A / "new").iterdir())
-        assert delivered.read_bytes().endswith(b"Subject: WHICH\r\n\r\nhello\r\n")
+        assert read_message(delivered).endswith(b"Subject: WHICH\r\n\r\nhello\r\n")
     finally:
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=60)

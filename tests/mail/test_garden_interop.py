@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from envelopay.mail.garden import GardenServer, LmtpClient
+from envelopay.mail.line_ends import read_message
 from envelopay.testing.dovecot import Dovecot, running_dovecot
 
 RAW = (
@@ -29,7 +30,7 @@ def dovecot() -> Iterator[Dovecot]:
 
 def maildir_messages(box: Path) -> list[bytes]:
     return [
-        p.read_bytes()
+        read_message(p)
         for sub in ("new", "cur")
         if (box / sub).exists()
         for p in sorted((box / sub).iterdir())
@@ -64,4 +65,4 @@ async def test_stdlib_lmtp_client_against_our_garden(tmp_path: Path) -> None:
 
         assert await asyncio.to_thread(send) == {}
         [path] = (garden.maildir("a@garden.local") / "new").iterdir()
-        assert path.read_bytes().endswith(RAW)
+        assert read_message(path).endswith(RAW)

@@ -8,7 +8,10 @@ Layout (shared with the agent mailbox, which reads the same directories)::
 The directory name is the bare address, lower-cased. A delivery is written to tmp/,
 flushed (and fsynced unless disabled), then hard-linked into new/ and unlinked from
 tmp/: a reader never sees a partial file (the Maildir protocol; `mailbox.Maildir`
-reads these files unchanged). The file name is `<seconds>.M<micro>P<pid>Q<n>R<rand>.<host>`.
+reads these files unchanged). The file name is `<seconds>.M<micro>P<pid>Q<n>R<rand>.<host>`,
+with `,W=<size>` when the message is stored with LF line ends (below).
+
+Line ends: stored LF when that is exact, read back as received, CRLF (`line_ends`).
 
 `Pickup` hands each new file to a consumer as soon as it appears: inotify on every
 new/ directory (ctypes; Linux), or a poll where inotify is unavailable: the poll
@@ -34,13 +37,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import ctypes.util
 import errno
 import logging
 import os
 import socket
-import struct
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
@@ -49,6 +49,8 @@ from pathlib import Path
 from envelopay.errors import ConfigError
 from envelopay.mail.addresses import require_address
 from envelopay.mail.dir_stamps import DirStamps
+from envelopay.mail.inotify import Inotify
+from envelopay.mail.line_ends import from_disk, to_disk
 
 _SUBDIRS = ("tmp", "new", "cur")
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
@@ -150,15 +152,17 @@ _default_names = _Names()
 
 
 def deliver_file(maildir: Path, data: bytes, *, fsync: bool = True, names: _Names | None = None) -> Path:
-    """Write `data` into maildir/new atomically (tmp → link → new); return the new path.
+    """Write the message `data` (as received) into maildir/new atomically (tmp → link →
+    new), with LF line ends when that is exact (`to_disk`); return the new path.
     Every step is relative to descriptors opened without following symlinks
     (`open_maildir`): a tampered Maildir raises UnsafeMaildir and nothing is written."""
     gen = names or _default_names
+    data, suffix = to_disk(data)
     fds = open_maildir(maildir, "tmp", "new")
     tmp_dir, new_dir = fds
     try:
         for _ in range(8):
-            name = gen.next()
+            name = gen.next() + suffix
             fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
                          dir_fd=tmp_dir)
             try:
@@ -198,7 +202,7 @@ def _read_all(fd: int) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class Delivery:
-    """One message found in a Maildir's new/ directory."""
+    """One message found in a Maildir's new/ directory; `raw` as received (CRLF)."""
 
     maildir: Path
     name: str
@@ -207,62 +211,6 @@ class Delivery:
     @property
     def path(self) -> Path:
         return self.maildir / "new" / self.name
-
-
-# inotify constants (linux/inotify.h)
-_IN_CREATE = 0x00000100
-_IN_MOVED_TO = 0x00000080
-_IN_Q_OVERFLOW = 0x00004000
-_IN_ONLYDIR = 0x01000000
-_IN_DONT_FOLLOW = 0x02000000
-_IN_NONBLOCK = 0o4000
-_IN_CLOEXEC = 0o2000000
-_EVENT = struct.Struct("iIII")
-
-
-class _Inotify:
-    def __init__(self) -> None:
-        libname = ctypes.util.find_library("c")
-        if libname is None:
-            raise OSError("libc not found")
-        libc = ctypes.CDLL(libname, use_errno=True)
-        self._add = libc.inotify_add_watch
-        self._add.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
-        fd = libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
-        if fd < 0:
-            raise OSError(ctypes.get_errno(), "inotify_init1 failed")
-        self.fd: int = fd
-        self.watches: dict[int, Path] = {}
-
-    def watch(self, directory: Path) -> None:
-        mask = _IN_CREATE | _IN_MOVED_TO | _IN_ONLYDIR | _IN_DONT_FOLLOW  # a symlinked new/ is not watched
-        wd = self._add(self.fd, os.fsencode(directory), mask)
-        if wd < 0:
-            raise OSError(ctypes.get_errno(), f"inotify_add_watch {directory} failed")
-        self.watches[wd] = directory
-
-    def read(self) -> tuple[list[tuple[Path, str]], bool]:
-        """Pending (directory, name) events, and whether the kernel queue overflowed."""
-        events: list[tuple[Path, str]] = []
-        overflow = False
-        while True:
-            try:
-                buf = os.read(self.fd, 65536)
-            except BlockingIOError:
-                break
-            offset = 0
-            while offset + _EVENT.size <= len(buf):
-                wd, mask, _cookie, length = _EVENT.unpack_from(buf, offset)
-                raw_name = buf[offset + _EVENT.size : offset + _EVENT.size + length].rstrip(b"\0")
-                offset += _EVENT.size + length
-                if mask & _IN_Q_OVERFLOW:
-                    overflow = True
-                elif wd in self.watches and raw_name:
-                    events.append((self.watches[wd], os.fsdecode(raw_name)))
-        return events, overflow
-
-    def close(self) -> None:
-        os.close(self.fd)
 
 
 class Pickup:
@@ -290,7 +238,7 @@ class Pickup:
         self.interval = poll_interval  # the poll's current tick (it backs off while idle)
         self._queue: asyncio.Queue[Delivery] = asyncio.Queue()
         self._pending: set[tuple[Path, str]] = set()  # yielded or queued, not yet done
-        self._notify: _Inotify | None = None
+        self._notify: Inotify | None = None
         self._poller: asyncio.Task[None] | None = None
         self._listed: dict[Path, int] = {}  # new/ mtime (ns) when the poll last listed it
         self.mode = "inotify"
@@ -316,7 +264,7 @@ class Pickup:
         self._dirs = safe
         if self._use_inotify:
             try:
-                self._notify = _Inotify()
+                self._notify = Inotify()
                 for d in self._dirs:
                     self._notify.watch(d / "new")
             except (OSError, AttributeError):
@@ -415,7 +363,7 @@ class Pickup:
             if new is None:
                 os.close(held)
         try:
-            raw = _read_all(fd)
+            raw = from_disk(name, _read_all(fd))
         finally:
             os.close(fd)
         self._pending.add(key)

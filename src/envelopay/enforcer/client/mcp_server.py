@@ -22,6 +22,7 @@ from envelopay.enforcer.client.http_client import EnforcerClient
 from envelopay.enforcer.client.mcp_payments import register_payment_tools
 from envelopay.enforcer.send.model import SendRequest
 from envelopay.errors import ConfigError, TransportError
+from envelopay.mail.line_ends import read_message
 from envelopay.protocol.parse import parse
 
 __all__ = ["InboxReader", "MaildirInbox", "McpConfig", "build_server", "config_from_env", "run_stdio"]
@@ -58,7 +59,7 @@ class MaildirInbox:
         out: list[dict[str, Any]] = []
         for _, f in files[:limit]:
             try:
-                raw = f.read_bytes()
+                raw = read_message(f)
             except OSError:
                 continue
             parsed = parse(raw)

@@ -24,6 +24,7 @@ from envelopay import dkim
 from envelopay.enforcer.send.model import Agent
 from envelopay.enforcer.spend.policy import MAX_AMOUNT, Refusal
 from envelopay.errors import UsageError
+from envelopay.mail.line_ends import from_disk
 from envelopay.mail.maildir import mailbox_path, open_maildir
 from envelopay.protocol.messages import Invoice, Oops
 from envelopay.protocol.parse import parse
@@ -135,6 +136,7 @@ class MaildirInvoices:
             return None
         if len(raw) > 1_000_000:
             return None
+        raw = from_disk(os.path.basename(path), raw)  # the bytes as received: LF on disk (line_ends)
         parsed = parse(raw)
         names: _Names = (parsed.message_id, parsed.id, parsed.in_reply_to)
         if len(self._names) >= self.remember:  # forget the oldest half
