@@ -8,7 +8,7 @@ import json
 import logging
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -60,68 +60,17 @@ async def serve_worker(
     the worker's console (node/console.py) answers there; `console_ready` is told its URL
     (else `echo` says it)."""
     stop = stop or _signal_stop()
-    garden = None
-    recorded: Path | None = None
-    transport: Transport | None = None
-    root = cfg.path(cfg.transport.garden_root)
     responders = [Responder.from_config(r) for r in cfg.responders]
-    if embedded_garden:
-        addresses = {cfg.agent.address, *(r.address for r in responders), *cfg.transport.garden_addresses}
-        sock = cfg.path(cfg.transport.garden_socket) if cfg.transport.garden_socket else None
-        known, own = _garden_accounts(cfg, [r.address for r in responders], echo)
-        garden = GardenServer(root, sorted(addresses), unix_path=sock, port=cfg.transport.lmtp_port or 0,
-                              accounts=known.accounts() if known is not None else None,
-                              open_garden=known is None, refresh=known)
-        if known is not None:
-            known.garden = garden
-        await garden.start()
-        transport = GardenTransport(garden.endpoint, auth=own)
-        recorded = _record_garden(cfg, garden.endpoint)
-        echo(f"garden listening at {garden.endpoint} for {', '.join(sorted(addresses))}")
+    garden, recorded, transport = await _start_garden(cfg, responders, echo) if embedded_garden \
+        else (None, None, None)
     node = build_node(cfg, transport=transport)
     serve_log = None
     if log is not None:
         serve_log = ServeLog(log, log_format, asset_decimals(node.rails))
         node.watch(serve_log)
-    metrics_runner = None
-    if metrics_at is not None:
-        try:
-            metrics_runner, url = await _start_metrics(node, metrics_at)
-        except BaseException:
-            await _abandon(node, garden, recorded)
-            raise
-        echo(f"metrics at {url}")
-        if metrics_ready is not None:
-            metrics_ready(url)
-    console_runner = None
-    if console_at is not None:
-        try:
-            console_runner, url = await _start_console(node, console_at)
-        except BaseException:
-            if metrics_runner is not None:
-                await metrics_runner.cleanup()
-            await _abandon(node, garden, recorded)
-            raise
-        (console_ready or (lambda where: echo(f"console at {where}")))(url)
-    if cfg.transport.kind == "smtp":
-        tasks = [asyncio.create_task(node.serve_imap(imap_config(cfg), stop))]
-    elif cfg.transport.kind == "agentmail":
-        # lazy: keeps aiohttp, httpx off this module's import
-        from envelopay.node.agentmail import serve_agentmail
-
-        tasks = [asyncio.create_task(serve_agentmail(node, cfg, stop, echo=echo))]
-    else:
-        tasks = [asyncio.create_task(node.serve(stop))]
-    if responders and cfg.transport.kind == "garden":
-        mapping = {mailbox_path(root, r.address): r for r in responders}
-        # Responders answer inside the garden, even when the worker sends through the enforcer.
-        rt = node.transport or transport or garden_transport(cfg)
-        tasks.append(asyncio.create_task(serve_responders(mapping, rt, domain=cfg.agent.domain, stop=stop,
-                                                          sign=config_signer(cfg))))
-    tasks.append(asyncio.create_task(_retry_loop(node.drain, stop, retry_interval)))
-    runner = job_runner(node, cfg)
-    if runner is not None:  # every ORDER is a job: the mailbox never waits for a handler
-        tasks.append(asyncio.create_task(runner.run(stop)))
+    runners = await _start_pages(node, garden, recorded, echo, metrics=(metrics_at, metrics_ready),
+                                 console=(console_at, console_ready))
+    tasks = _serving_tasks(node, cfg, responders, transport, stop, echo=echo, retry_interval=retry_interval)
     echo(
         f"{cfg.agent.address} serving {len(cfg.tasks)} task(s), {len(responders)} responder(s); "
         f"ledger {cfg.agent.ledger}"
@@ -134,20 +83,102 @@ async def serve_worker(
     finally:
         stop.set()
         await asyncio.gather(*tasks, return_exceptions=True)
-        for runner in (metrics_runner, console_runner):
-            if runner is not None:
-                await runner.cleanup()
-        await node.close()
-        node.store.close()
-        if garden is not None:
-            await garden.stop()
-        _forget_garden(recorded)
+        for page in runners:
+            await page.cleanup()
+        await _abandon(node, garden, recorded)
         if serve_log is not None and log is not None:
             log(serve_log.summary())
     if died:
         # A loop that ends on its own is a bug; never serve on silently without it.
         # The process exits non-zero, so a supervisor restarts it.
         raise RuntimeError(f"{cfg.agent.address}: {len(died)} serving loop(s) died; stopped")
+
+
+async def _start_garden(
+    cfg: WorkerConfig, responders: list[Responder], echo: Callable[[str], Any]
+) -> tuple[GardenServer, Path | None, Transport]:
+    """The embedded garden (worker serve --garden): started, its endpoint recorded for
+    the config's other commands, and the transport that delivers into it."""
+    root = cfg.path(cfg.transport.garden_root)
+    addresses = {cfg.agent.address, *(r.address for r in responders), *cfg.transport.garden_addresses}
+    sock = cfg.path(cfg.transport.garden_socket) if cfg.transport.garden_socket else None
+    known, own = _garden_accounts(cfg, [r.address for r in responders], echo)
+    garden = GardenServer(root, sorted(addresses), unix_path=sock, port=cfg.transport.lmtp_port or 0,
+                          accounts=known.accounts() if known is not None else None,
+                          open_garden=known is None, refresh=known)
+    if known is not None:
+        known.garden = garden
+    await garden.start()
+    transport = GardenTransport(garden.endpoint, auth=own)
+    recorded = _record_garden(cfg, garden.endpoint)
+    echo(f"garden listening at {garden.endpoint} for {', '.join(sorted(addresses))}")
+    return garden, recorded, transport
+
+
+_Page = tuple[tuple[str, int] | None, Callable[[str], None] | None]  # (host, port) and who is told the URL
+
+
+async def _start_pages(
+    node: AgentNode, garden: GardenServer | None, recorded: Path | None, echo: Callable[[str], Any], *,
+    metrics: _Page, console: _Page,
+) -> list[Any]:
+    """The Prometheus endpoint and the worker's console, when asked for; a page that
+    cannot start closes what was opened before it and raises."""
+    runners: list[Any] = []
+    (metrics_at, metrics_ready), (console_at, console_ready) = metrics, console
+    if metrics_at is not None:
+        url = await _start_page(_start_metrics, node, metrics_at, runners, garden, recorded)
+        echo(f"metrics at {url}")
+        if metrics_ready is not None:
+            metrics_ready(url)
+    if console_at is not None:
+        url = await _start_page(_start_console, node, console_at, runners, garden, recorded)
+        (console_ready or (lambda where: echo(f"console at {where}")))(url)
+    return runners
+
+
+async def _start_page(
+    start: Callable[[AgentNode, tuple[str, int]], Awaitable[tuple[Any, str]]], node: AgentNode,
+    at: tuple[str, int], runners: list[Any], garden: GardenServer | None, recorded: Path | None,
+) -> str:
+    try:
+        page, url = await start(node, at)
+    except BaseException:
+        for opened in runners:
+            await opened.cleanup()
+        await _abandon(node, garden, recorded)
+        raise
+    runners.append(page)
+    return url
+
+
+def _serving_tasks(
+    node: AgentNode, cfg: WorkerConfig, responders: list[Responder], transport: Transport | None,
+    stop: asyncio.Event, *, echo: Callable[[str], Any], retry_interval: float,
+) -> list[asyncio.Task[Any]]:
+    """The loops a worker runs: its inbound transport, its responders (in the garden),
+    the outbox's retries and the job runner."""
+    if cfg.transport.kind == "smtp":
+        tasks = [asyncio.create_task(node.serve_imap(imap_config(cfg), stop))]
+    elif cfg.transport.kind == "agentmail":
+        # lazy: keeps aiohttp, httpx off this module's import
+        from envelopay.node.agentmail import serve_agentmail
+
+        tasks = [asyncio.create_task(serve_agentmail(node, cfg, stop, echo=echo))]
+    else:
+        tasks = [asyncio.create_task(node.serve(stop))]
+    if responders and cfg.transport.kind == "garden":
+        root = cfg.path(cfg.transport.garden_root)
+        mapping = {mailbox_path(root, r.address): r for r in responders}
+        # Responders answer inside the garden, even when the worker sends through the enforcer.
+        rt = node.transport or transport or garden_transport(cfg)
+        tasks.append(asyncio.create_task(serve_responders(mapping, rt, domain=cfg.agent.domain, stop=stop,
+                                                          sign=config_signer(cfg))))
+    tasks.append(asyncio.create_task(_retry_loop(node.drain, stop, retry_interval)))
+    runner = job_runner(node, cfg)
+    if runner is not None:  # every ORDER is a job: the mailbox never waits for a handler
+        tasks.append(asyncio.create_task(runner.run(stop)))
+    return tasks
 
 
 async def _abandon(node: AgentNode, garden: GardenServer | None, recorded: Path | None) -> None:
