@@ -233,6 +233,8 @@ class JobApp(k.WorkerApp):
 async def test_a_job_taken_on_is_told_queued_in_the_same_commit(store: Store, strict_buyer: bool) -> None:
     world = World(store, strict_buyer=strict_buyer)
     world.worker.app = JobApp(world.rail)
+    inner = world.worker.parser  # wrapped after the engine is built, as `worker serve`'s observer does
+    world.worker.parser = lambda raw: inner(raw)
     flow_id = await world.order_paid()
     worker_flow = _worker_flow(world)
     job = store.job_for_flow(worker_flow.flow_id)  # type: ignore[attr-defined]

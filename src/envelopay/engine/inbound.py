@@ -80,7 +80,7 @@ from envelopay.protocol.messages import (
     Which,
     is_proof_carrying,
 )
-from envelopay.protocol.parse import ParseOptions, parse
+from envelopay.protocol.parse import ParseOptions, parse, parser_options
 from envelopay.protocol.parsed import Parsed
 from envelopay.rails.binding import BINDING_SCHEME
 from envelopay.rails.finality import WaitPolicy
@@ -170,8 +170,10 @@ class Engine(StatusDesk):
         self.proof_binding: ProofBinding = proof_binding
         # Automatic answers per peer and per thread (None: no limit; RFC 3834 still holds).
         self.answer_limits = answer_limits
-        # What a WAIT says about a flow's job (the status extension, engine/status.py).
+        # What a WAIT says about a flow's job (the status extension, engine/status.py), and
+        # the extensions spoken: read from the parser now, before anyone wraps it.
         self.job_source = job_source or store_jobs(store)
+        self.extensions = parser_options(parser).extensions
 
     # ------------------------------------------------------------------ inbound
     async def handle(self, raw: bytes, *, dkim: DkimResult | None = None) -> Outcome:

@@ -23,7 +23,6 @@ from envelopay.ledger.store import Claim, Commit, FlowRecord, LogEntry
 from envelopay.protocol.codes import OopsCode
 from envelopay.protocol.messages import Message, Oops, Order, Wait, Whatsup, Which
 from envelopay.protocol.outbound import Outbound
-from envelopay.protocol.parse import parser_options
 from envelopay.protocol.parsed import Parsed
 from envelopay.protocol.status import STATUS, body_advertises, wait_message
 
@@ -97,12 +96,12 @@ class StatusDesk(Refusals):
     """The extension half of an Engine; `Engine.__init__` sets `job_source`."""
 
     job_source: JobSource
-    parser: Callable[[bytes], Parsed]
+    extensions: frozenset[str]  # what the mailbox's parser reads (node wiring: `[agent] extensions`)
 
     @property
     def speaks_status(self) -> bool:
-        """The mailbox's parser reads WAIT and WHATSUP (node wiring: `[agent] extensions`)."""
-        return STATUS in parser_options(self.parser).extensions
+        """The mailbox reads WAIT and WHATSUP, and so tells and asks."""
+        return STATUS in self.extensions
 
     def tell_accepted(self, parsed: Parsed, message: Message, work: Work, now: datetime) -> None:
         """A job was taken on in this step: its WAIT `queued` joins the step's replies, so
