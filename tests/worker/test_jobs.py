@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import _jobs_kit as jk
@@ -173,3 +174,36 @@ async def test_two_workers_on_one_ledger_share_the_jobs(store: Store, tmp_path: 
         assert all(_answers(store, j.flow_id) == ["fulfill"] for j in jobs)
     finally:
         other.close()
+
+
+async def test_stopping_lets_a_job_end_or_hands_it_over_at_once(store: Store) -> None:
+    """A stop waits `grace` for the job under way; past it the job is cut, its lease
+    ended, and the next runner takes it over at once (an idempotent task runs again)."""
+    cfg = jk.config(jk.task("nap", "_jobs_kit:nap", idempotent=True))
+    engine = jk.worker(store, cfg)
+    out = await engine.handle(k.raw(jk.free_order("g1", seconds=0.4)))
+    job = store.job_for_flow(out.flow_id or "")
+    assert job is not None
+    first = jk.runner(engine, grace=5.0)
+    stop = asyncio.Event()
+    loop = asyncio.create_task(first.run(stop))
+    await _until(lambda: job.job_id in first.started)  # under way (seen in-process: no poll can miss it)
+    stop.set()
+    await loop
+    assert (store.job_get(job.job_id) or job).state == "done"  # it ended within the grace
+
+    out = await engine.handle(k.raw(jk.free_order("g2", seconds=30)))
+    cut = store.job_for_flow(out.flow_id or "")
+    assert cut is not None
+    second = jk.runner(engine, owner="w-cut", grace=0.0, lease=60.0)
+    stop = asyncio.Event()
+    loop = asyncio.create_task(second.run(stop))
+    await _until(lambda: (store.job_get(cut.job_id) or cut).state == "running")
+    stop.set()
+    await loop
+    left = store.job_get(cut.job_id)
+    assert left is not None and left.state == "running" and left.lease_until is not None
+    assert left.lease_until <= datetime.now(UTC)  # its 60 s lease ended at the stop
+    taken = store.job_claim("w-next", k.WORKER, "nap", left.lease_until + timedelta(microseconds=1),
+                            left.lease_until + timedelta(seconds=60), 5)
+    assert [(j.job_id, over) for j, over in taken] == [(cut.job_id, True)]

@@ -15,7 +15,7 @@ from envelopay.config import TaskConfig, WorkerConfig
 from envelopay.node.jobs import job_runner
 from envelopay.protocol.messages import Fulfill, Invoice, Methods, Order, Pay, Which
 
-NAP = 3.0
+NAP = 8.0  # long beside the time 16 ORDERs take to arrive on a loaded machine
 
 
 class NapWorld(DemoWorld):

@@ -98,10 +98,14 @@ class JobRunner:
         lease: float = 30.0,
         clock: Callable[[], datetime] = _utcnow,
         after_answer: Callable[[], Awaitable[Any]] | None = None,
+        grace: float = 10.0,
     ) -> None:
         self.engine = engine
         # Told when an answer is in the outbox (the node drains it at once).
         self.after_answer = after_answer
+        # Stopping (SIGTERM, a restart) waits this long for the jobs under way to end;
+        # the rest are cut, their leases ended, and taken over as after a crash.
+        self.grace = grace
         self.store = engine.store
         self.tasks = tasks
         self.policy = policy or AnswerOnly()
@@ -180,8 +184,11 @@ class JobRunner:
         task.add_done_callback(done)
 
     async def _stop_running(self) -> None:
-        """Stopping: cut the attempts under way (commands die with their group) and end
-        their leases now, so the next start takes them over at once."""
+        """Stopping: let the attempts under way end within `grace`, then cut the rest
+        (commands die with their group) and end their leases now, so the next start takes
+        them over at once."""
+        if self._running and self.grace > 0:
+            await asyncio.wait(list(self._running.values()), timeout=self.grace)
         for task in self._running.values():
             task.cancel()
         for job_id in list(self._running):
