@@ -15,10 +15,13 @@ from typer.core import TyperGroup
 
 from envelopay import __version__
 from envelopay.cli import (
+    agent_cmds,
+    approvals_cmds,
     client_cmds,
     devnet_cmds,
     enforcer_cmds,
     evidence_cmds,
+    garden_cmds,
     jobs_cmds,
     ledger_cmds,
     mail_cmds,
@@ -123,9 +126,9 @@ def version(as_json: JsonOpt = False) -> None:
     emit_or_say(as_json, ran("version", version=__version__), __version__)
 
 
-for _module in (protocol_cmds, rails_cmds, mail_cmds, node_cmds, client_cmds, enforcer_cmds, ledger_cmds,
-                jobs_cmds,
-                devnet_cmds, evidence_cmds, status_cmds):
+# Each command module mounts its commands; this order is the order `--help` lists them.
+for _module in (protocol_cmds, rails_cmds, mail_cmds, garden_cmds, node_cmds, client_cmds, enforcer_cmds,
+                agent_cmds, approvals_cmds, ledger_cmds, jobs_cmds, devnet_cmds, evidence_cmds, status_cmds):
     _module.register(app)
 
 

@@ -85,13 +85,9 @@ enforcer_app = typer.Typer(help="The send enforcer service.", no_args_is_help=Tr
 
 
 def register(app: typer.Typer) -> None:
-    """Add `enforcer` and `mcp` to the top-level app."""
-    # lazy: until cli/app.py lists them, the operator's groups mount here, in help's order
-    from envelopay.cli import agent_cmds, approvals_cmds
-
+    """Add `enforcer` and `mcp` to the top-level app (`agent` and `approvals` are in
+    agent_cmds and approvals_cmds)."""
     app.add_typer(enforcer_app, name="enforcer")
-    agent_cmds.register(app)
-    approvals_cmds.register(app)
     app.command("mcp")(mcp)
 
 

@@ -40,10 +40,6 @@ if TYPE_CHECKING:
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the top-level app."""
     _register_mail(app)
-    # lazy: until cli/app.py lists garden_cmds, the garden mounts here, in help's order
-    from envelopay.cli import garden_cmds
-
-    garden_cmds.register(app)
 
 
 mail = typer.Typer(
