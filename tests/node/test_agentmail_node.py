@@ -203,7 +203,11 @@ async def test_worker_on_agentmail_plays_first_contact_with_a_garden_buyer(
             assert isinstance(methods, Methods) and methods.which_ref == "w1"
             order = await buyer.send(Order(id="o1", task={"name": "digest", "text": "abc"}), INBOX)
             assert transport.answers[-1]["status"] == "processed"
-            fulfil_sent = bridge.sent[1]
+            # The ORDER is a job: its FULFILL leaves when the runner has done it (a WAIT may
+            # come first, the buyer speaking the status extension).
+            while not any(s["body"]["subject"].startswith("FULFILL") for s in bridge.sent):
+                await asyncio.sleep(0.01)
+            [fulfil_sent] = [s for s in bridge.sent if s["body"]["subject"].startswith("FULFILL")]
             assert fulfil_sent["body"]["headers"]["In-Reply-To"] == order.message_id
             # Our outbox row's Message-ID is AgentMail's Idempotency-Key (a resend is one send).
             assert fulfil_sent["idempotency"].endswith("@agentmail.to>")
