@@ -113,3 +113,29 @@ async def test_an_excess_within_the_tolerance_is_kept(demo_world: DemoWorld) -> 
     _, reply, _ = await w.exchange(pay, flow_id=flow)
     assert isinstance(reply, Fulfill) or not isinstance(reply, Oops)
     assert _balance(w, "solana-local") == before - paid
+
+
+@pytest.mark.parametrize("chain", ["solana-local", "base-local"])
+async def test_a_prepaid_order_paying_too_little_is_refunded_and_too_much_returns_the_excess(
+    demo_world: DemoWorld, chain: str
+) -> None:
+    w = demo_world
+    _refunding(w)
+    wallet = w.worker.engine.app.wallet(chain, "USDC")
+    assert wallet is not None
+    before = _balance(w, chain)
+    short = await w.pay(w.buyer_rails, chain, "USDC", PRICE - 1, wallet)
+    cheap = Order(v="0.2.0", id="o-pre-short", task={"name": "word_count", "text": "underpaid"},
+                  amount=PRICE - 1, token="USDC", chain=chain, proof=short)
+    _, reply, bflow = await w.exchange(cheap)
+    assert isinstance(reply, Oops) and reply.error is not None and reply.error.code == "amount_mismatch"
+    assert (reply.error.model_extra or {})["refund"]["amount"] == str(PRICE - 1)
+    assert _balance(w, chain) == before
+    rec = w.buyer.store.get_flow(bflow)
+    assert rec is not None and rec.state == "refunded" and rec.data["refund"]["verified"] is True
+    rich = await w.pay(w.buyer_rails, chain, "USDC", PRICE + 7000, wallet)
+    dear = Order(v="0.2.0", id="o-pre-rich", task={"name": "word_count", "text": "overpaid"},
+                 amount=PRICE + 7000, token="USDC", chain=chain, proof=rich)
+    _, reply, _ = await w.exchange(dear)
+    assert isinstance(reply, Fulfill)
+    assert _balance(w, chain) == before - PRICE  # the price kept, the excess back

@@ -33,10 +33,12 @@ __all__ = ["Application", "BaseApplication", "Context", "Decision", "Enqueue", "
 
 @dataclass(frozen=True, slots=True)
 class Refuse:
-    """An application's refusal: becomes an OOPS with this code."""
+    """An application's refusal: becomes an OOPS with this code (and `extra` fields in its
+    error object: an extension, e.g. a refund, SPEC.md "Refunds")."""
 
     code: OopsCode
     note: str = ""
+    extra: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -522,7 +522,7 @@ class Engine(StatusDesk):
         if isinstance(decision, OopsCode):
             decision = Refuse(decision)
         if isinstance(decision, Refuse):
-            oops = self._oops(decision.code, decision.note, parsed.id)
+            oops = self._oops(decision.code, decision.note, parsed.id, decision.extra)
             work.replies.append(self._reply(parsed, work.peer, oops, now))
             work.oops, work.detail = decision.code, decision.note
             return

@@ -387,7 +387,10 @@ class WorkerApplication(RefundsMoney):
             if paid is None or paid < price:
                 costs = self.app.amount(price, order.chain or "", order.token or "")
                 paid_text = self.app.amount(paid or 0, order.chain or "", order.token or "")
-                return Refuse(OopsCode.AMOUNT_MISMATCH, f"this task costs {costs}; paid {paid_text}")
+                back = await self.refund_prepaid(order, ctx, paid or 0, price, "amount_mismatch")
+                return Refuse(OopsCode.AMOUNT_MISMATCH, f"this task costs {costs}; paid {paid_text}", back)
+            if paid > price:  # the excess above the tolerance goes back; the work goes on
+                await self.refund_prepaid(order, ctx, paid - price, price, "overpaid")
             return await self._fulfil(order, "Prepaid order fulfilled")
         decision = self.app.decide_order(order)
         if isinstance(decision, Refusal):

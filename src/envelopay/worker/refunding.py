@@ -5,12 +5,15 @@ key>`), so a redo of the step pays nothing twice (envelopay.worker.refunds)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from envelopay.engine import Context
 from envelopay.engine.unusable import Unusable
 from envelopay.ledger.refunds import RefundOrder
+from envelopay.protocol.messages import Order
 from envelopay.worker.refunds import Refunder, refund_fields
 
 __all__ = ["RefundsMoney", "excess_kept", "parse_tolerance"]
@@ -60,3 +63,20 @@ class RefundsMoney:
         if result.refund is None:
             return None
         return refund_fields(result.refund, result.status)
+
+    async def refund_prepaid(
+        self, order: Order, ctx: Context, amount: int, price: int, reason: str
+    ) -> Mapping[str, Any] | None:
+        """A prepaid ORDER's money we cannot use: all of it when it paid less than the price
+        (`amount_mismatch`), the excess over the price (`overpaid`). The engine verified its
+        proof (`ctx.verdict`: the payer wallet and the proof's key)."""
+        v = ctx.verdict
+        if v is None or not v.ok or not v.payer or order.proof is None or amount <= 0:
+            return None
+        # The rail's canonical key when it names one; else the proof as presented (the engine
+        # reserved this transfer's own key for this message, so no other spelling gets here).
+        key = v.proof_key or json.dumps(order.proof, sort_keys=True, separators=(",", ":"))
+        money = Unusable(local=ctx.local, peer=ctx.peer, flow_id=ctx.flow_id, chain=order.chain or "",
+                         token=order.token or "", amount=amount, expected=price, payer=v.payer,
+                         proof=order.proof, proof_key=key, reason=reason)
+        return await self.refund_unusable(money)
