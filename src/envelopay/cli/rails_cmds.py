@@ -1,7 +1,7 @@
 """CLI commands of the rails area: `rails`, `verify`, `pay-onchain`.
 
 `verify` and `pay-onchain` dispatch to whichever installed rail serves --chain, always
-over JSON-RPC (envelopay.rails.once says why).
+over JSON-RPC (envelopay.rails.standalone says why).
 
 Exit codes: 0 ok; 1 the verdict is not ok (rejected, pending, unavailable) or the
 payment was refused; 2 bad input (a --chain no rail serves is input here); 3 the
@@ -27,7 +27,7 @@ def rails_cmd(
 ) -> None:
     """List the installed rails, the chains they serve and their assets."""
     # lazy: the command's room loads when it runs, not at CLI start
-    from envelopay.rails.once import installed_rails
+    from envelopay.rails.standalone import installed_rails
 
     listing = installed_rails()
     if as_json:
@@ -67,7 +67,7 @@ def verify_cmd(
 ) -> None:
     """Verify one payment proof on chain and print the verdict as JSON (exit 0 ok, 1 not ok)."""
     # lazy: the command's room loads when it runs, not at CLI start
-    from envelopay.rails.once import verify_once
+    from envelopay.rails.standalone import verify_once
 
     with answers(input_kinds=(ConfigError,)):  # the rail named by --chain is input here
         chain, verdict = verify_once(
@@ -89,7 +89,7 @@ def pay_cmd(
 ) -> None:
     """Make an on-chain payment and print its proof as JSON (for a PAY, OFFER or ACCEPT)."""
     # lazy: the command's room loads when it runs, not at CLI start
-    from envelopay.rails.once import chain_name, pay_once, positive_amount
+    from envelopay.rails.standalone import chain_name, pay_once, positive_amount
 
     with answers(input_kinds=(ConfigError,)):  # the rail named by --chain is input here
         value = positive_amount(pay.amount)
