@@ -9,6 +9,7 @@ tool error.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from envelopay.enforcer.client.payment_client import PaymentClient
@@ -23,6 +24,8 @@ _KEY = (
     " idempotency_key: any stable string naming this payment; a retry with the same key returns"
     " the first outcome and never pays twice."
 )
+
+_Call = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]  # one enforcer call: kind, body
 
 
 def register_payment_tools(server: MCPServer, enforcer: str, token: str) -> None:
@@ -39,9 +42,17 @@ def register_payment_tools(server: MCPServer, enforcer: str, token: str) -> None
         except TransportError as exc:
             raise ToolError(f"enforcer unreachable: {exc}") from exc
 
-    def given(**fields: Any) -> dict[str, Any]:
-        return {k: v for k, v in fields.items() if v is not None}
+    _payments(server, call)
+    _trades(server, call)
+    _reading(server, call)
 
+
+def given(**fields: Any) -> dict[str, Any]:
+    """A tool's arguments as the call's body: those the agent gave."""
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def _payments(server: MCPServer, call: _Call) -> None:
     @server.tool(
         name="pay_invoice",
         description="Pay an INVOICE in your inbox (by its Message-ID, or by its INVOICE id and, when "
@@ -69,6 +80,10 @@ def register_payment_tools(server: MCPServer, enforcer: str, token: str) -> None
         return await call("pay", given(to=to, amount=amount, token=token, chain=chain, wallet=wallet,
                                        idempotency_key=idempotency_key, invoice_ref=invoice_ref, note=note))
 
+    _ = (pay_invoice, pay)
+
+
+def _trades(server: MCPServer, call: _Call) -> None:
     @server.tool(
         name="make_offer",
         description="Give `amount` of `token` on `chain` to `wallet` (the give leg is paid now) and send "
@@ -124,6 +139,10 @@ def register_payment_tools(server: MCPServer, enforcer: str, token: str) -> None
         return await call("order", given(to=to, task=task, amount=amount, token=token, chain=chain,
                                          wallet=wallet, idempotency_key=idempotency_key, note=note))
 
+    _ = (make_offer, accept_offer, prepaid_order)
+
+
+def _reading(server: MCPServer, call: _Call) -> None:
     @server.tool(name="balances", description="Your wallets' addresses and balances.")
     async def balances() -> dict[str, Any]:
         return await call("balances", {})
@@ -138,4 +157,4 @@ def register_payment_tools(server: MCPServer, enforcer: str, token: str) -> None
     async def check_payment_status(id: str) -> dict[str, Any]:
         return await call("status", {"id": id})
 
-    _ = (pay_invoice, pay, make_offer, accept_offer, prepaid_order, balances, check_payment_status)
+    _ = (balances, check_payment_status)

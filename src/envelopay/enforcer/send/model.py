@@ -7,8 +7,10 @@ never an exception. Only transport and configuration faults are exceptions.
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import dataclass, field, fields
-from typing import Any, Literal
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+from envelopay.enforcer.common.wire import Decided, Verdict
 
 DispositionStatus = Literal["sent", "pending_approval", "blocked", "failed", "unknown"]
 QueueState = Literal["PENDING", "APPROVED", "REJECTED", "SENT", "FAILED"]
@@ -26,37 +28,11 @@ DEFAULT_DAILY = 100
 BODY_CAP = 50_000  # characters, text plus the serialized protocol body
 
 
-def set_fields(obj: Any) -> dict[str, Any]:
-    """A result dataclass as JSON: every field that is set (neither None nor ""). Read
-    field by field (not dataclasses.asdict, which deep-copies): one per answer."""
-    out: dict[str, Any] = {}
-    for f in fields(obj):
-        value = getattr(obj, f.name)
-        if value is not None and value != "":
-            out[f.name] = value
-    return out
-
-
-def fields_from_json(cls: Any, data: Any, statuses: Collection[str], what: str) -> dict[str, Any]:
-    """The fields of a result dataclass (a string `status` among `statuses`, the rest
-    strings) read back from its JSON: a field defaulting to "" is str()'d, one defaulting
-    to None is kept only when it is a string. ValueError for anything else."""
-    if not isinstance(data, dict) or data.get("status") not in statuses:
-        raise ValueError(f"not a {what}: {data!r}")
-    out: dict[str, Any] = {"status": data["status"]}
-    for f in fields(cls):
-        if f.name == "status":
-            continue
-        value = data.get(f.name)
-        if f.default == "":
-            out[f.name] = str(value if value is not None else "")
-        else:
-            out[f.name] = value if isinstance(value, str) else None
-    return out
-
-
 @dataclass(frozen=True, slots=True)
-class Disposition:
+class Disposition(Verdict):
+    STATUSES: ClassVar[Collection[str]] = DISPOSITION_STATUSES
+    WHAT: ClassVar[str] = "disposition"
+
     status: DispositionStatus
     reason: str = ""
     message_id: str | None = None
@@ -64,13 +40,6 @@ class Disposition:
     id: str | None = None  # the send's id for status(); equals approval_id when queued
     state: str | None = None  # queue state on status(): pending|approved|rejected|sent|failed
     code: str | None = None  # a stable refusal code where one is defined (SPEC.md, enforcer)
-
-    def to_json(self) -> dict[str, Any]:
-        return set_fields(self)
-
-    @classmethod
-    def from_json(cls, data: Any) -> Disposition:
-        return cls(**fields_from_json(cls, data, DISPOSITION_STATUSES, "disposition"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,16 +145,5 @@ class QueueRow:
 
 
 @dataclass(frozen=True, slots=True)
-class Decision:
-    """The answer to an operator decision: ok, or a conflict naming the state observed."""
-
-    ok: bool
-    state: str  # the state after the decision, or the state observed on conflict
-    detail: str = ""
-    disposition: Disposition | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"ok": self.ok, "state": self.state, "detail": self.detail}
-        if self.disposition is not None:
-            out["disposition"] = self.disposition.to_json()
-        return out
+class Decision(Decided[Disposition]):
+    """The answer to an operator decision on a held send."""

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from envelopay.enforcer.common.batch import Batch, Step
+from envelopay.enforcer.common.rows import first
 from envelopay.enforcer.send.model import Agent, Policy, QueueRow, QueueState, SendRequest
 from envelopay.enforcer.send.schema import SQL
 from envelopay.persist import Migrations, NamedRow
@@ -180,16 +181,13 @@ class EnforcerStore(ABC):
         return bool(rows)
 
     async def agent_by_token(self, token_hash: str) -> Agent | None:
-        rows = await self.execute("agent_by_token", (token_hash,))
-        return agent_row(rows[0]) if rows else None
+        return first(await self.execute("agent_by_token", (token_hash,)), agent_row)
 
     async def agent_by_name(self, name: str) -> Agent | None:
-        rows = await self.execute("agent_by_name", (name,))
-        return agent_row(rows[0]) if rows else None
+        return first(await self.execute("agent_by_name", (name,)), agent_row)
 
     async def agent_by_id(self, agent_id: str) -> Agent | None:
-        rows = await self.execute("agent_by_id", (agent_id,))
-        return agent_row(rows[0]) if rows else None
+        return first(await self.execute("agent_by_id", (agent_id,)), agent_row)
 
     async def list_agents(self, limit: int = 1000, after: str | None = None) -> list[Agent]:
         """Agents by name, one page: those after `after` (the previous page's last name)."""
@@ -200,8 +198,7 @@ class EnforcerStore(ABC):
         return [agent_row(r) for r in rows]
 
     async def kill_agent(self, name: str) -> Agent | None:
-        rows = await self.execute("kill", (name,))
-        return agent_row(rows[0]) if rows else None
+        return first(await self.execute("kill", (name,)), agent_row)
 
     async def take_slot(self, agent_id: str, win: str, slot: str, cap: int) -> bool:
         return bool(await self.execute("take_slot", (agent_id, win, slot, cap)))
@@ -226,12 +223,10 @@ class EnforcerStore(ABC):
         ))
 
     async def get_send(self, send_id: str) -> QueueRow | None:
-        rows = await self.execute("get_send", (send_id,))
-        return _row(rows[0]) if rows else None
+        return first(await self.execute("get_send", (send_id,)), _row)
 
     async def send_by_message_id(self, agent_id: str, message_id: str) -> QueueRow | None:
-        rows = await self.execute("send_by_message_id", (agent_id, message_id))
-        return _row(rows[0]) if rows else None
+        return first(await self.execute("send_by_message_id", (agent_id, message_id)), _row)
 
     async def list_sends(self, limit: int = 200, after: QueueCursor | None = None) -> list[QueueRow]:
         """The queue view, one page: pending first, then approved, failed, rejected and sent,

@@ -12,10 +12,11 @@ unknown           in flight, or paid with the email not yet delivered (it is ret
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import ClassVar, Literal
 
-from envelopay.enforcer.send.model import fields_from_json, set_fields
+from envelopay.enforcer.common.wire import Decided, Verdict
 
 __all__ = ["PAYMENT_STATUSES", "PaymentDecision", "PaymentDisposition", "PaymentStatus"]
 
@@ -31,7 +32,10 @@ PAYMENT_STATUSES: tuple[PaymentStatus, ...] = (
 
 
 @dataclass(frozen=True, slots=True)
-class PaymentDisposition:
+class PaymentDisposition(Verdict):
+    STATUSES: ClassVar[Collection[str]] = PAYMENT_STATUSES
+    WHAT: ClassVar[str] = "payment disposition"
+
     status: PaymentStatus
     code: str = ""  # stable reason code
     reason: str = ""
@@ -46,25 +50,7 @@ class PaymentDisposition:
     payee: str | None = None  # who is (or would be) paid: the PAY's recipient
     wallet: str | None = None  # the payee's wallet the payment goes to
 
-    def to_json(self) -> dict[str, Any]:
-        return set_fields(self)
-
-    @classmethod
-    def from_json(cls, data: Any) -> PaymentDisposition:
-        return cls(**fields_from_json(cls, data, PAYMENT_STATUSES, "payment disposition"))
-
 
 @dataclass(frozen=True, slots=True)
-class PaymentDecision:
-    """An operator's decision on a held payment: ok, or a conflict naming the state seen."""
-
-    ok: bool
-    state: str
-    detail: str = ""
-    disposition: PaymentDisposition | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"ok": self.ok, "state": self.state, "detail": self.detail}
-        if self.disposition is not None:
-            out["disposition"] = self.disposition.to_json()
-        return out
+class PaymentDecision(Decided[PaymentDisposition]):
+    """An operator's decision on a held payment."""

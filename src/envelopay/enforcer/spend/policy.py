@@ -280,6 +280,26 @@ def check_payment_request(kind: str, raw: Mapping[str, Any]) -> PaymentRequest |
     """Shape before any I/O. Unknown keys (a forged agent id) are ignored."""
     if kind not in KINDS:
         return _blocked("invalid_request", f"unknown operation {kind!r}")
+    common = _common_fields(raw)
+    if isinstance(common, Refusal):
+        return common
+    if kind == "pay_invoice":
+        return _pay_invoice_request(raw, common)
+    base = _transfer(kind, raw, common)
+    if isinstance(base, Refusal) or kind == "counter":
+        return base
+    return _leg_fields(kind, raw, base)
+
+
+@dataclass(frozen=True, slots=True)
+class _Common:
+    key: str
+    msg_id: str
+    note: str | None
+
+
+def _common_fields(raw: Mapping[str, Any]) -> _Common | Refusal:
+    """What every operation may carry: its idempotency key, its message id, a note."""
     key = raw.get("idempotency_key", "")
     if key != "" and not _ident(key):
         return _blocked("invalid_request", "idempotency_key: 1-128 of A-Z a-z 0-9 . _ : @ -")
@@ -293,17 +313,24 @@ def check_payment_request(kind: str, raw: Mapping[str, Any]) -> PaymentRequest |
     msg_id = raw.get("id", "")
     if msg_id != "" and not _ident(msg_id):
         return _blocked("invalid_request", "id: 1-128 of A-Z a-z 0-9 . _ : @ -")
-    if kind == "pay_invoice":
-        invoice = raw.get("invoice")
-        if not (_short(invoice, 500) and (_ident(invoice) or _is_msgid(invoice))):
-            return _blocked("invalid_request", "invoice: a Message-ID (<...>) or an INVOICE id")
-        assert isinstance(invoice, str)
-        payee = raw.get("payee", "")  # an INVOICE id is unique only within its sender
-        if payee != "" and not valid_address(payee):
-            return _blocked("invalid_request", "payee: the INVOICE sender's bare address")
-        return PaymentRequest(
-            kind="pay_invoice", invoice=invoice, key=str(key), msg_id=str(msg_id), note=note, to=str(payee)
-        )
+    return _Common(str(key), str(msg_id), note)
+
+
+def _pay_invoice_request(raw: Mapping[str, Any], c: _Common) -> PaymentRequest | Refusal:
+    invoice = raw.get("invoice")
+    if not (_short(invoice, 500) and (_ident(invoice) or _is_msgid(invoice))):
+        return _blocked("invalid_request", "invoice: a Message-ID (<...>) or an INVOICE id")
+    assert isinstance(invoice, str)
+    payee = raw.get("payee", "")  # an INVOICE id is unique only within its sender
+    if payee != "" and not valid_address(payee):
+        return _blocked("invalid_request", "payee: the INVOICE sender's bare address")
+    return PaymentRequest(
+        kind="pay_invoice", invoice=invoice, key=c.key, msg_id=c.msg_id, note=c.note, to=str(payee)
+    )
+
+
+def _transfer(kind: PaymentKind, raw: Mapping[str, Any], c: _Common) -> PaymentRequest | Refusal:
+    """The transfer every other operation makes: to whom, which asset, how much, where."""
     to = raw.get("to")
     if isinstance(to, list) and len(to) == 1:
         to = to[0]
@@ -321,19 +348,14 @@ def check_payment_request(kind: str, raw: Mapping[str, Any]) -> PaymentRequest |
     if not _short(wallet, 128):
         return _blocked("invalid_request", "wallet: the payee's wallet address")
     assert isinstance(wallet, str)
-    base = PaymentRequest(
-        kind=kind,
-        to=to,
-        chain=chain.strip().lower(),
-        token=token.strip(),
-        amount=amount,
-        wallet=wallet.strip(),
-        key=str(key),
-        msg_id=str(msg_id),
-        note=note,
+    return PaymentRequest(
+        kind=kind, to=to, chain=chain.strip().lower(), token=token.strip(), amount=amount,
+        wallet=wallet.strip(), key=c.key, msg_id=c.msg_id, note=c.note,
     )
-    if kind == "counter":
-        return base
+
+
+def _leg_fields(kind: str, raw: Mapping[str, Any], base: PaymentRequest) -> PaymentRequest | Refusal:
+    """What the email leg of a pay, order, accept or offer adds to the transfer."""
     if kind == "pay":
         ref = raw.get("invoice_ref", "")
         if ref != "" and not (_ident(ref) or (_short(ref, 500) and _is_msgid(ref))):

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from envelopay.enforcer.common.batch import Batch, Step
+from envelopay.enforcer.common.rows import first
 from envelopay.enforcer.send.backends import PostgresStore
 from envelopay.enforcer.send.store import EnforcerStore, agent_row
 from envelopay.enforcer.spend.intent import Context, Intent, IntentState, intent_row, wallet_row
@@ -71,8 +72,7 @@ class PaymentStore:
         return [wallet_row(r) for r in await self._x("wallets", (agent_id,))]
 
     async def wallet_for(self, agent_id: str, chain: str) -> WalletRecord | None:
-        rows = await self._x("wallet_for", (agent_id, chain))
-        return wallet_row(rows[0]) if rows else None
+        return first(await self._x("wallet_for", (agent_id, chain)), wallet_row)
 
     async def sealed(self, wallet_id: str, agent_id: str) -> bytes | None:
         rows = await self._x("sealed", (wallet_id, agent_id))
@@ -167,16 +167,13 @@ class PaymentStore:
         return bool(await self._x("paid_note", (reason, now, intent_id)))
 
     async def get(self, intent_id: str) -> Intent | None:
-        rows = await self._x("by_id", (intent_id,))
-        return intent_row(rows[0]) if rows else None
+        return first(await self._x("by_id", (intent_id,)), intent_row)
 
     async def by_key(self, agent_id: str, key: str) -> Intent | None:
-        rows = await self._x("by_key", (agent_id, key))
-        return intent_row(rows[0]) if rows else None
+        return first(await self._x("by_key", (agent_id, key)), intent_row)
 
     async def by_invoice(self, agent_id: str, invoice_key: str) -> Intent | None:
-        rows = await self._x("by_invoice", (agent_id, invoice_key))
-        return intent_row(rows[0]) if rows else None
+        return first(await self._x("by_invoice", (agent_id, invoice_key)), intent_row)
 
     async def activity(
         self, agent_id: str | None, limit: int, before: tuple[float, str] | None = None
