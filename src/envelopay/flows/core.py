@@ -63,7 +63,9 @@ class FlowKind(StrEnum):
 
 
 class Event(StrEnum):
-    """The table's message column: the nine types, with the v0.2 prepaid ORDER apart."""
+    """The table's message column: the nine types, with the v0.2 prepaid ORDER apart.
+    WAIT and WHATSUP (the status extension) have no column: they never move a flow, they
+    are lines of its log (engine/status.py, SPEC.md "Status while working")."""
 
     WHICH = "which"
     METHODS = "methods"
