@@ -76,6 +76,12 @@ def test_after_methods_named_it_the_worker_answers_unpaid_then_done(pair: tuple[
     assert f"flow {free} with {WORKER}: fulfilled" in res.output
     assert re.search(r"the worker says: done \(.*done 20\d\d-", res.output), res.output
 
+    # The flow's thread lists the question and its answer beside the nine.
+    res = runner.invoke(app, ["show", priced, "-c", str(ccfg)])
+    assert res.exit_code == 0 and "WHATSUP" in res.output and "WAIT" in res.output, res.output
+    res = runner.invoke(app, ["show", priced, "-c", str(ccfg), "--json"])
+    assert [m["type"] for m in json.loads(res.stdout)["messages"]][-2:] == ["whatsup", "wait"]
+
     # --no-ask: the ledger's view, the WAIT told last time.
     code, doc = _status(ccfg, priced, "--no-ask")
     assert code == 0 and doc["asked"] is False and doc["reason"] == "--no-ask"
