@@ -8,8 +8,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from envelopay.engine import Outcome
+from envelopay.ledger._sql import SqlStore
 from envelopay.ledger.evidence import EvidenceLog, evidence_log
-from envelopay.ledger.store import Store
+from envelopay.ledger.retention import compact_ledger
+from envelopay.ledger.store import Claim, Commit, FlowRecord, FlowWrite, LogEntry, Store
 from envelopay.node.evidence_tap import KeepingTransport, keep_received, keeping_keys
 
 T0 = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
@@ -85,3 +87,33 @@ async def test_the_taps_keep_what_was_sent_received_and_looked_up(store: Store) 
     assert log.mails("b@y.test", ["<m2@x.test>"]) == []  # not handled yet / in no flow
     keep_received(log, "b@y.test", other, Outcome("processed", message_id="<m2@x.test>", flow_id="f1"), T0)
     assert [m.raw for m in log.mails("b@y.test", ["<m2@x.test>"])] == [other]
+
+
+def _flow(store: Store, n: int, at: datetime) -> tuple[str, str]:
+    """A flow `f-n` whose log holds an ORDER in and a FULFILL out; (in, out) Message-IDs."""
+    mid_in, mid_out = f"<in{n}@y.test>", f"<out{n}@x.test>"
+    claim = Claim("b@y.test", mid_in, "h", "w1", at, at + timedelta(minutes=5), sender="a@x.test",
+                  protocol_id=f"ord-{n}")
+    assert store.begin_step(claim).status == "new"
+    flow = FlowRecord(f"f-{n}", "b@y.test", "a@x.test", "order", "payee", "fulfilled", 0, {}, at, at)
+    log = (LogEntry(f"f-{n}", at, "in", "order", mid_in, f"ord-{n}", "a@x.test", "b@y.test", {}),
+           LogEntry(f"f-{n}", at, "out", "fulfill", mid_out, f"ful-{n}", "b@y.test", "a@x.test", {}))
+    commit = Commit("b@y.test", at, {"status": "processed", "flow_id": f"f-{n}"}, message_id=mid_in,
+                    worker="w1", flow=FlowWrite(flow), log=log, message_ids=((mid_in, f"f-{n}"),),
+                    sender="a@x.test", protocol_id=f"ord-{n}", replay_fate="done")
+    assert store.commit_step(commit) == "ok"
+    return mid_in, mid_out
+
+
+def test_retention_takes_the_kept_bytes_with_the_flow_log(store: Store) -> None:
+    log = _log(store)
+    old, new = _flow(store, 1, T0), _flow(store, 2, T0 + timedelta(days=60))
+    for n, (mid_in, mid_out) in enumerate((old, new)):
+        log.keep_mail("b@y.test", mid_in, "in", RAW, T0)
+        log.keep_mail("b@y.test", mid_out, "out", RAW + bytes([n]), T0)
+    assert isinstance(store, SqlStore)
+    report = compact_ledger(store, older_than=timedelta(days=30), now=T0 + timedelta(days=61))
+    assert report.flows == 1 and report.removed["ep_raw_mail"] == 2
+    assert log.mails("b@y.test", list(old)) == []
+    # A flow still in its window keeps its own.
+    assert [m.direction for m in log.mails("b@y.test", list(new))] == ["in", "out"]

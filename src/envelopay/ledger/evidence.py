@@ -16,13 +16,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from envelopay.ledger._sql import SqlStore
+from envelopay.ledger._sql import Executor, SqlStore
 from envelopay.ledger.schema import Dialect
 from envelopay.ledger.sqlite import SqliteStore
 from envelopay.ledger.store import Store
 from envelopay.persist import Migrations, Step, migrate
 
-__all__ = ["EVIDENCE_MIGRATIONS", "EvidenceLog", "KeptMail", "SeenKey", "evidence_log"]
+__all__ = ["EVIDENCE_MIGRATIONS", "EvidenceLog", "KeptMail", "SeenKey", "evidence_log", "forget_flows"]
 
 _TABLES = """
 CREATE TABLE ep_raw_mail (
@@ -128,3 +128,18 @@ class EvidenceLog:
 def evidence_log(store: Store) -> EvidenceLog | None:
     """The evidence tables of a ledger of ours (SQLite, PostgreSQL); None for another Store."""
     return EvidenceLog(store) if isinstance(store, SqlStore) else None
+
+
+def forget_flows(x: Executor, flow_ids: Sequence[str]) -> int:
+    """Retention (ledger/retention.py), inside its transaction: the kept bytes of the mails
+    of flows whose log is being removed — without the log no folder can be written, so the
+    bytes go with it. Rows removed; 0 on a ledger that never kept any."""
+    if not flow_ids or not x.all("SELECT 1 AS found FROM ep_versions WHERE component = 'evidence'"):
+        return 0
+    marks = ", ".join("?" * len(flow_ids))
+    return x.exec(
+        "DELETE FROM ep_raw_mail WHERE (local, message_id) IN (SELECT f.local, l.message_id"
+        " FROM ep_log l JOIN ep_flows f ON f.flow_id = l.flow_id"
+        f" WHERE l.flow_id IN ({marks}) AND l.message_id IS NOT NULL)",
+        tuple(flow_ids),
+    )

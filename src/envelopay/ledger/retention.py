@@ -42,6 +42,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from envelopay.ledger._sql import Executor, SqlStore
+from envelopay.ledger.evidence import forget_flows
 
 __all__ = ["EVENTS_FLOOR", "CompactReport", "compact_ledger", "ledger_bytes"]
 
@@ -201,6 +202,7 @@ def _flows(store: SqlStore, r: CompactReport, cutoff: datetime, now: datetime, b
                 " AND i.message_id = ep_replay.owner)",
                 keys,
             ))
+        r._add(r.removed, "ep_raw_mail", forget_flows(x, ids))  # evidence goes with the log it needs
         for table in ("ep_log", "ep_flow_msgids", "ep_flow_refs"):
             r._add(r.removed, table, x.exec(f"DELETE FROM {table} WHERE flow_id IN ({marks})", ids))
         last = rows[-1]
