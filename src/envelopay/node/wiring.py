@@ -396,7 +396,8 @@ def worker_refunder(
     cfg: WorkerConfig, store: Store, rails: Mapping[str, Rail], counter_payer: Any, clock: Clock
 ) -> Refunder | None:
     """Refunds from the rail keys of `[rails.NAME] keypair`, or through the enforcer."""
-    keys = {n: cfg.path(o["keypair"]) for n, o in cfg.rails.items() if isinstance(o.get("keypair"), str)}
+    keys = {n: cfg.path(k) if isinstance(k, str) else k for n, o in cfg.rails.items()
+            if isinstance(k := o.get("keypair"), str | bytes)}
     try:
         return refunder_for(store, rails=rails, keys=keys, counter_payer=counter_payer,
                             owner=cfg.agent.worker_id or cfg.agent.address, clock=clock)
