@@ -11,11 +11,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import _jobs_kit as jk
-import _kit as k
 
 from envelopay.ledger.jobs import Job
 from envelopay.ledger.store import Store
 from envelopay.protocol.messages import Fulfill, Oops
+from envelopay.testing import mock_rail as k
 from envelopay.worker.runner import result_hash
 from envelopay.worker.settle import Settlement
 
@@ -207,3 +207,22 @@ async def test_stopping_lets_a_job_end_or_hands_it_over_at_once(store: Store) ->
     taken = store.job_claim("w-next", k.WORKER, "nap", left.lease_until + timedelta(microseconds=1),
                             left.lease_until + timedelta(seconds=60), 5)
     assert [(j.job_id, over) for j, over in taken] == [(cut.job_id, True)]
+
+
+class _Broken:
+    async def on_failed(self, job: Job) -> Settlement:
+        return Settlement("done")  # not a state a failed job may be settled in
+
+
+async def test_a_policy_answering_a_state_the_table_forbids_leaves_the_job_held(store: Store) -> None:
+    engine = jk.worker(store, jk.config(jk.task("nap", "_jobs_kit:boom")))
+    out = await engine.handle(k.raw(jk.free_order("b1")))
+    job = store.job_for_flow(out.flow_id or "")
+    assert job is not None
+    runner = jk.runner(engine, _Broken())
+    stop = asyncio.Event()
+    loop = asyncio.create_task(runner.run(stop))
+    await _until(lambda: (store.job_get(job.job_id) or job).state == "held")
+    stop.set()
+    await loop
+    assert _answers(store, out.flow_id or "") == []  # nothing said; an operator decides

@@ -26,6 +26,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
@@ -37,7 +38,7 @@ from envelopay.ledger.store import Store
 from envelopay.protocol.codes import OopsCode
 from envelopay.protocol.messages import Fulfill, Oops, OopsError
 from envelopay.worker.execute import execute
-from envelopay.worker.job_states import Event, sources, unsettled
+from envelopay.worker.job_states import TRANSITIONS, Event, JobState, sources, unsettled
 from envelopay.worker.settle import AnswerOnly, FailurePolicy
 from envelopay.worker.tasks import TaskBook, TaskError, TaskRequest
 
@@ -46,6 +47,9 @@ __all__ = ["JobRunner", "result_hash", "settle_job"]
 _log = logging.getLogger(__name__)
 _SCAN_EVERY = 4  # polls between scans for failed jobs left unsettled by a crash
 CRASH_RERUNS = 3
+UNSETTLED = (JobState.FAILED.value, JobState.REFUNDING.value)  # a failure policy's to settle
+# What a settlement may leave a job in: every state the table moves an unsettled job to.
+SETTLED = frozenset(t.target.value for t in TRANSITIONS if t.source.value in UNSETTLED)
 
 
 def result_hash(result: Any) -> str:
@@ -64,7 +68,10 @@ async def settle_job(engine: Engine, store: Store, job: Job, policy: FailurePoli
     task_failed (when it answers) in one transaction. None when another worker settled
     it first (nothing sent twice)."""
     settlement = await policy.on_failed(job)
-    move = JobMove(job.job_id, ("failed", "refunding"), settlement.state, clock(), dict(settlement.fields))
+    if settlement.state not in SETTLED:  # a policy's bug: the job waits for an operator, unsaid
+        _log.error("job %s: the failure policy answered state %r; held", job.job_id, settlement.state)
+        settlement = replace(settlement, state=JobState.HELD.value, answer=False)
+    move = JobMove(job.job_id, UNSETTLED, settlement.state, clock(), dict(settlement.fields))
     if not settlement.answer:
         return store.job_get(job.job_id) if store.job_move(move) else None
     note = settlement.note or job.error or "the task failed"
@@ -252,8 +259,8 @@ class JobRunner:
     async def _finish(self, job: Job, result: Any) -> None:
         fulfill = Fulfill(id=self.engine.new_id("ful"), order_ref=job.order_id or "", result=result,
                           note=f"{job.task}: done"[:200])
-        move = JobMove(job.job_id, ("running",), "done", self.clock(), {"result_hash": result_hash(result)},
-                       owner=self.owner)
+        move = JobMove(job.job_id, sources(Event.FINISH), JobState.DONE, self.clock(),
+                       {"result_hash": result_hash(result)}, owner=self.owner)
         try:
             await self.engine.send(fulfill, job.peer, flow_id=job.flow_id, job=move)
         except UsageError as exc:  # the job moved on (another worker), or the flow refuses
