@@ -1,0 +1,69 @@
+"""A worker's job runner in a process of its own, for the refund SIGKILL test
+(tests/agent/test_refund_worker_crash.py): it runs the failing paid task `review` of the
+worker on the ledger at WHERE, with the refunds failure policy paying from the worker's key
+over JSON-RPC, and is SIGKILLed at CRASH (a point of the refund) when one is named.
+
+argv: WHERE CHAIN RAIL_OPTIONS_JSON KEY_HEX WORKER_WALLET CRASH|-"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path[:0] = [str(Path(__file__).resolve().parent)]  # _refund_tasks (the task's handler)
+
+from envelopay.config import WorkerConfig, config_from_dict  # noqa: E402
+from envelopay.engine import Engine  # noqa: E402
+from envelopay.ledger.postgres import PostgresStore  # noqa: E402
+from envelopay.ledger.sqlite import SqliteStore  # noqa: E402
+from envelopay.rails.interface import Rail  # noqa: E402
+from envelopay.rails.registry import make  # noqa: E402
+from envelopay.worker.app import WorkerApp, WorkerApplication  # noqa: E402
+from envelopay.worker.refund_policy import RefundOnFailure  # noqa: E402
+from envelopay.worker.refunds import refunder_for  # noqa: E402
+from envelopay.worker.runner import JobRunner  # noqa: E402
+
+WORKER = "worker@garden.test"
+PRICE = 1_000_000
+
+
+def config(chain: str, wallet: str) -> WorkerConfig:
+    return config_from_dict({
+        "agent": {"address": WORKER, "domain": "garden.test", "worker_id": "w1"},
+        "accept": [{"chain": chain, "token": "USDC", "wallet": wallet}],
+        "tasks": [{"name": "review", "handler": "_refund_tasks:fail", "schema": "_refund_tasks:Review",
+                   "price": str(PRICE)}],
+    })
+
+
+def engine(store: Any, chain: str, rail: Rail, wallet: str) -> Engine:
+    app = WorkerApplication(WorkerApp(config(chain, wallet), rails={chain: rail}), jobs=True)
+    return Engine(store, address=WORKER, domain="garden.test", rails={chain: rail}, app=app, worker_id="w1")
+
+
+async def main(where: str, chain: str, options: str, key: str, wallet: str, crash: str) -> None:
+    store = PostgresStore(where, max_size=2) if where.startswith("postgresql://") else SqliteStore(where)
+    rail = make(chain.split("-")[0], json.loads(options))
+    worker = engine(store, chain, rail, wallet)
+    refunder = refunder_for(store, rails={chain: rail}, keys={rail.name: bytes.fromhex(key)}, owner="w1")
+
+    def die(point: str) -> None:
+        if point == crash:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    refunder.crash = die
+    app = worker.app
+    assert isinstance(app, WorkerApplication)
+    policy = RefundOnFailure(refunder)
+    runner = JobRunner(worker, app.app.tasks, policy=policy, owner="w1", poll=0.05, lease=2.0)
+    print("ready", flush=True)
+    await runner.run(asyncio.Event())
+
+
+if __name__ == "__main__":
+    asyncio.run(main(*sys.argv[1:7]))
