@@ -405,3 +405,54 @@ def test_lazy_import_checker_sees_an_unexplained_import(tmp_path: Path) -> None:
         "m.py:15: from envelopay_solana import local",
     ]
     assert plugin_imports(tmp_path) == ["m.py imports envelopay_solana"]
+
+
+# ------------------------------------------------------------ the enforcer's rooms
+# enforcer/ is rooms of its own (docs/DESIGN.md's layout), top down: the service (HTTP,
+# console, launch), the clients (HTTP, MCP), the spend side, the send side, and what both
+# sides stand on. Each imports only the rooms below it; the spend side reaches the send
+# side through its public names only (test_private_imports checks rooms, this the ranks).
+ENFORCER_RANKS = {"service": 4, "client": 3, "spend": 2, "send": 1, "common": 0}
+
+
+def _enforcer_violations(enforcer: Path) -> list[str]:
+    bad = []
+    for path in sorted(enforcer.rglob("*.py")):
+        rel = path.relative_to(enforcer)
+        if len(rel.parts) == 1:
+            if rel.name != "__init__.py":
+                bad.append(f"{rel}: a module outside the enforcer's rooms")
+            continue  # the package facade re-exports the public names
+        room = rel.parts[0]
+        if room not in ENFORCER_RANKS:
+            bad.append(f"{rel}: room {room!r} has no rank")
+            continue
+        for name in sorted(_imports(path)):
+            parts = name.split(".")
+            if parts[:2] != ["envelopay", "enforcer"]:
+                continue
+            other = parts[2] if len(parts) > 2 else ""
+            if other == room:
+                continue
+            if other not in ENFORCER_RANKS or ENFORCER_RANKS[other] >= ENFORCER_RANKS[room]:
+                bad.append(f"{rel} ({room}) imports {name}")
+    return bad
+
+
+def test_enforcer_rooms_import_only_rooms_below() -> None:
+    rooms = {p.name for p in (SRC / "enforcer").iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert rooms == set(ENFORCER_RANKS)
+    assert _enforcer_violations(SRC / "enforcer") == []
+
+
+def test_enforcer_rank_checker_sees_an_upward_import(tmp_path: Path) -> None:
+    (tmp_path / "send").mkdir()
+    (tmp_path / "send" / "x.py").write_text("def f():\n    from envelopay.enforcer.spend.store import S\n")
+    (tmp_path / "spend").mkdir()
+    (tmp_path / "spend" / "y.py").write_text("from envelopay.enforcer import send\n")
+    (tmp_path / "flat.py").write_text("")
+    assert _enforcer_violations(tmp_path) == [
+        "flat.py: a module outside the enforcer's rooms",
+        "send/x.py (send) imports envelopay.enforcer.spend.store",
+        "spend/y.py (spend) imports envelopay.enforcer",
+    ]

@@ -6,20 +6,35 @@ Pure string functions; scripts/flow_diagrams.py does the file handling:
     python scripts/flow_diagrams.py --check   # exit 1 if it is out of date
 
 Only the text between `<!-- generated:flows -->` and `<!-- /generated:flows -->`
-is replaced.
+is replaced. `mermaid` and `replace_block` draw any state table the same way (the
+enforcer's send and intent tables: enforcer/common/state_table.py).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 
 from envelopay.flows import TABLES, first_contact
 from envelopay.flows.core import Event, FlowKind, Row, Table
 
-__all__ = ["BEGIN", "END", "render", "render_flow", "replace_block"]
+__all__ = ["BEGIN", "END", "markers", "mermaid", "render", "render_flow", "replace_block"]
 
-BEGIN = "<!-- generated:flows -->"
-END = "<!-- /generated:flows -->"
+
+
+def markers(name: str) -> tuple[str, str]:
+    """The comments around a generated block in SPEC.md."""
+    return f"<!-- generated:{name} -->", f"<!-- /generated:{name} -->"
+
+
+BEGIN, END = markers("flows")
+
+
+def mermaid(edges: Iterable[tuple[str, str, str]]) -> list[str]:
+    """A Mermaid state diagram of (from, to, label) edges; "start" is the initial state."""
+    lines = ["```mermaid", "stateDiagram-v2"]
+    lines += [f"    {_node(src)} --> {dst}: {label}" for src, dst, label in edges]
+    return [*lines, "```"]
 
 _TITLES = {
     FlowKind.PAY: "Pay — PAY",
@@ -51,11 +66,10 @@ def render_flow(kind: FlowKind, table: Table) -> str:
         if _quiet(r):
             continue
         edges[(r.state, r.new_state, r.event)].append(f"{r.side.value} {r.direction.value}")
-    lines = [f"### {_TITLES[kind]}", "", "```mermaid", "stateDiagram-v2"]
-    for (src, dst, event), how in edges.items():
-        lines.append(f"    {_node(src)} --> {dst}: {_event(event)} ({', '.join(how)})")
+    lines = [f"### {_TITLES[kind]}", ""]
+    labelled = ((src, dst, f"{_event(event)} ({', '.join(how)})") for (src, dst, event), how in edges.items())
+    lines += mermaid(labelled)
     lines += [
-        "```",
         "",
         "| state | message | dir | side | → state | checks and actions |",
         "|---|---|---|---|---|---|",
@@ -98,9 +112,10 @@ def render() -> str:
     return "\n".join(parts)
 
 
-def replace_block(text: str, block: str) -> str:
-    """`text` with its generated block replaced by `block` (ValueError if it has none)."""
-    start, end = text.find(BEGIN), text.find(END)
+def replace_block(text: str, block: str, name: str = "flows") -> str:
+    """`text` with its generated block `name` replaced by `block` (ValueError if it has none)."""
+    begin, end_mark = markers(name)
+    start, end = text.find(begin), text.find(end_mark)
     if start < 0 or end < start:
-        raise ValueError(f"no {BEGIN} ... {END} block")
-    return text[:start] + block + text[end + len(END) :]
+        raise ValueError(f"no {begin} ... {end_mark} block")
+    return text[:start] + block + text[end + len(end_mark) :]

@@ -1,16 +1,19 @@
 """A state machine as a table of (state, move, new state) rows, in the manner of
-envelopay.flows: what the enforcer's send requests (send_states.py) and payment intents
-(intent_states.py) may do, each in one place. Pure.
+envelopay.flows: what the enforcer's send requests (send/states.py) and payment intents
+(spend/states.py) may do, each in one place. Pure.
 
 The store implements each move as one conditional UPDATE from the move's source states to
 its target, so a move the table does not allow finds no row; the tests run every move from
-every state against both stores. SPEC.md's diagrams are drawn from the tables.
+every state against both stores. SPEC.md's diagrams are drawn from the tables by flows.diagram's
+functions, as the flows' are (scripts/flow_diagrams.py rewrites them).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+
+from envelopay.flows.diagram import markers, mermaid
 
 __all__ = ["START", "Row", "StateTable"]
 
@@ -51,10 +54,10 @@ class StateTable:
         return ({r.state for r in self.rows} | {r.new_state for r in self.rows}) - {START}
 
     def render_mermaid(self) -> str:
-        lines = [f"<!-- generated:{self.name} -->", "```mermaid", "stateDiagram-v2"]
-        for r in self.rows:
-            lines.append(f"    {'[*]' if r.state == START else r.state} --> {r.new_state}: {r.move}")
-        return "\n".join([*lines, "```", f"<!-- /generated:{self.name} -->"])
+        """SPEC.md's block for this table, drawn as the flows' diagrams are."""
+        begin, end = markers(self.name)
+        edges = (("start" if r.state == START else r.state, r.new_state, r.move) for r in self.rows)
+        return "\n".join([begin, *mermaid(edges), end])
 
 
 def sql_list(states: Iterable[str]) -> str:
