@@ -18,6 +18,7 @@ from envelopay.engine import Engine
 from envelopay.ledger.store import Store
 from envelopay.protocol.messages import Fulfill, Order, Wait, Whatsup
 from envelopay.protocol.parse import ParseOptions, parse
+from envelopay.worker.status import tell_job
 
 SPEAKS = partial(parse, options=ParseOptions(extensions=frozenset({"status"})))
 
@@ -86,8 +87,10 @@ async def test_the_asker_hears_queued_running_done(store: Store, tmp_path: Path)
     heard.append(last.state)
     assert heard == ["queued", "running", "done"]
     assert set(last.at) == {"queued", "running", "done"}
+    told = [m.state for m in _out(store, flow_id) if isinstance(m, Wait) and m.ref is None]
+    assert told == ["queued", "running"]  # told as the job was taken on and as it started
     kinds = [m.type for m in _out(store, flow_id)]
-    assert kinds.count("fulfill") == 1 and kinds.count("wait") == 4  # told once, asked three times
+    assert kinds.count("fulfill") == 1 and kinds.count("wait") == 5  # told twice, asked three times
     flow = store.get_flow(flow_id)
     assert flow is not None and flow.state == "fulfilled"  # the WAITs moved nothing
 
@@ -109,3 +112,27 @@ async def test_a_buyer_that_named_nothing_hears_only_the_fulfill(store: Store, t
     sent = _out(store, taken.flow_id or "")
     assert [type(m) for m in sent] == [Fulfill]
     assert "extensions" not in sent[0].model_dump(exclude_none=True)
+
+
+async def test_a_held_job_is_told_held_and_nothing_else(store: Store) -> None:
+    cfg = jk.config(jk.task("boomer", "_jobs_kit:boom", price="100", on_failure="hold"))
+    rail = k.DictRail()
+    engine = jk.worker(store, cfg, rail, parser=SPEAKS)
+    order = jk.prepaid(rail, "ord_h", "txh", name="boomer", amount=100).model_copy(
+        update={"extensions": ["status"]})
+    taken = await engine.handle(k.raw(order))
+    job = store.job_for_flow(taken.flow_id or "")  # type: ignore[attr-defined]
+    assert job is not None and job.paid
+    runner = jk.runner(engine)
+    stop = asyncio.Event()
+    loop = asyncio.create_task(runner.run(stop))
+    try:
+        await _until(lambda: store.job_get(job.job_id).state == "held")  # type: ignore[attr-defined]
+    finally:
+        stop.set()
+        await loop
+    sent = _out(store, taken.flow_id or "")
+    assert [(m.type, getattr(m, "state", None)) for m in sent] == [
+        ("wait", "queued"), ("wait", "running"), ("wait", "held")]  # no OOPS: the operator decides
+    # Told once each: a second telling of the same state and start writes nothing.
+    assert tell_job(engine, store.job_get(job.job_id), "held") is None  # type: ignore[arg-type]

@@ -40,6 +40,7 @@ from envelopay.protocol.messages import Fulfill, Oops, OopsError
 from envelopay.worker.execute import execute
 from envelopay.worker.job_states import TRANSITIONS, Event, JobState, sources, unsettled
 from envelopay.worker.settle import AnswerOnly, FailurePolicy
+from envelopay.worker.status import tell_job
 from envelopay.worker.tasks import TaskBook, TaskError, TaskRequest
 
 __all__ = ["JobRunner", "result_hash", "settle_job"]
@@ -73,7 +74,10 @@ async def settle_job(engine: Engine, store: Store, job: Job, policy: FailurePoli
         settlement = replace(settlement, state=JobState.HELD.value, answer=False)
     move = JobMove(job.job_id, UNSETTLED, settlement.state, clock(), dict(settlement.fields))
     if not settlement.answer:
-        return store.job_get(job.job_id) if store.job_move(move) else None
+        moved = store.job_get(job.job_id) if store.job_move(move) else None
+        if moved is not None and moved.state == "held":
+            tell_job(engine, moved, "held")  # a buyer who asked to hear: it waits for an operator
+        return moved
     note = settlement.note or job.error or "the task failed"
     body: dict[str, Any] = {
         "note": f"{OopsCode.TASK_FAILED.value}: {note}"[:1000], "id": engine.new_id("oops"),
@@ -229,6 +233,8 @@ class JobRunner:
         request = self.tasks.resolve(dict(job.params))
         if isinstance(request, TaskError):
             return await self._fail(job, request.detail)
+        if await asyncio.to_thread(tell_job, self.engine, job, "running"):  # worker/status.py
+            await self._answered()  # the WAIT goes now, not at the next drain
         out = await self._with_lease(job, request)
         if isinstance(out, TaskError):
             if job.attempts < cfg.attempts:

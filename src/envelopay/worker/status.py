@@ -1,0 +1,67 @@
+"""The worker's side of the status extension past the inbound step (SPEC.md "Status while
+working"): the job runner tells a buyer whose ORDER named `status` that its job started
+running, or that it waits for an operator (`held`). The `queued` WAIT goes with the job's
+own commit (engine/status.py); WHATSUP is answered by the engine.
+
+A WAIT here is written in a commit of its own, after the job's move: informative, never
+a condition of the work. At most once per (job, state, start) — the Message-ID is made of
+them and the outbox keeps one row per Message-ID — and a crash between the move and this
+commit loses the WAIT, never the job (a WHATSUP still reads the state).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Protocol
+
+from envelopay.engine.records import out_entry
+from envelopay.ledger.jobs import Job
+from envelopay.ledger.store import Commit, FlowRecord, Store
+from envelopay.protocol.autosubmit import AUTO_GENERATED
+from envelopay.protocol.outbound import Outbound
+from envelopay.protocol.status import STATUS, body_advertises, wait_message
+
+__all__ = ["Teller", "tell_job"]
+
+
+class Teller(Protocol):
+    """What telling reads of the engine (envelopay.engine.Engine has all five)."""
+
+    store: Store
+    address: str
+    domain: str
+    clock: Callable[[], datetime]
+    extensions: frozenset[str]
+
+
+def _reply_to_last(flow: FlowRecord) -> tuple[str | None, tuple[str, ...]]:
+    last = flow.data.get("last_in")
+    if isinstance(last, Mapping) and isinstance(last.get("message_id"), str):
+        return last["message_id"], tuple(last.get("references", ()))
+    return None, ()
+
+
+def tell_job(engine: Teller, job: Job, state: str) -> str | None:
+    """Write the WAIT saying `job` is now in `state`, when this worker speaks `status` and
+    the job's ORDER named it; its Message-ID, or None when nothing was written (blocking:
+    run it in a thread from the event loop)."""
+    store = engine.store
+    flow = store.get_flow(job.flow_id) if STATUS in engine.extensions else None
+    order = flow.data.get("order") if flow is not None else None
+    if flow is None or not isinstance(order, Mapping) or not body_advertises(order):
+        return None
+    message_id = f"<wait.{job.job_id}.{state}.{job.attempts}@{engine.domain}>"
+    if store.outbox_get(message_id) is not None:
+        return None  # told already (a second call after a crash, or a second runner)
+    now = engine.clock()
+    times = job.times()
+    times.setdefault(state, now)
+    wait = wait_message(id=f"wait_{job.job_id}_{state}_{job.attempts}"[:256], order_ref=str(order.get("id")),
+                        state=state, times=times)
+    irt, refs = _reply_to_last(flow)
+    ob = Outbound(engine.address, flow.peer, wait, message_id, now, irt, refs, auto_submitted=AUTO_GENERATED)
+    commit = Commit(local=engine.address, now=now, log=(out_entry(flow.flow_id, ob, now),),
+                    outcome={"status": "sent", "flow_id": flow.flow_id, "message_id": message_id},
+                    message_ids=((message_id, flow.flow_id),), outbox=((ob, flow.flow_id),))
+    return message_id if store.commit_step(commit) == "ok" else None
