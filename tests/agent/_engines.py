@@ -1,16 +1,15 @@
-"""What the engine tests share: the worker engine most of them drive, a prepaid ORDER
-(import after putting tests/ledger on
-sys.path, as the tests here do for `_kit`)."""
+"""What the engine tests share: the worker engine most of them drive over the rails
+mock kit (envelopay.testing.mock_rail), and a prepaid ORDER."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import _kit as k
-
 from envelopay.engine import Engine
 from envelopay.ledger.store import Store
 from envelopay.protocol.messages import Order
+from envelopay.testing import mock_rail as k
+from envelopay.testing.mock_worker import WorkerApp
 
 
 def worker(store: Store, rail: k.DictRail, prefix: str | None = "w", **kw: Any) -> Engine:
@@ -20,7 +19,7 @@ def worker(store: Store, rail: k.DictRail, prefix: str | None = "w", **kw: Any) 
     if prefix is not None:
         kw.setdefault("id_factory", k.counter_ids(prefix))
     if "app" not in kw:
-        kw["app"] = k.WorkerApp(rail)
+        kw["app"] = WorkerApp(rail)
     return Engine(
         store, address=k.WORKER, domain="garden.test", rails={k.CHAIN: rail}, clock=k.Clock(), **kw
     )

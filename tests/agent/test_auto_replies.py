@@ -19,7 +19,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import _kit as k
 import pytest
 from _engines import worker
 
@@ -32,6 +31,8 @@ from envelopay.protocol.codes import OopsCode
 from envelopay.protocol.compose import compose
 from envelopay.protocol.messages import Fulfill, Invoice, Methods, Oops, OopsError, Order, Which
 from envelopay.protocol.parse import parse
+from envelopay.testing import mock_rail as k
+from envelopay.testing.mock_worker import WorkerApp
 
 
 def with_headers(raw: bytes, *lines: str) -> bytes:
@@ -76,7 +77,7 @@ async def test_every_answer_is_marked_auto_replied_and_signed(store: Store) -> N
 
 
 async def test_a_send_a_person_asked_for_is_not_marked(store: Store) -> None:
-    buyer = Engine(store, address=k.BUYER, domain="client.test", rails={}, app=k.WorkerApp(), clock=k.Clock())
+    buyer = Engine(store, address=k.BUYER, domain="client.test", rails={}, app=WorkerApp(), clock=k.Clock())
     sent = await buyer.send(Order(id="ord_p", task={"op": "echo"}), k.WORKER)
     row = store.outbox_get(sent.message_id)
     assert row is not None and row.outbound.auto_submitted is None
@@ -236,7 +237,7 @@ async def test_the_loop_detector_holds_across_a_restart(store: Store) -> None:
     a restart (a new process on the same ledger), until the window has passed."""
     limits = AnswerLimits(per_peer=100, per_thread=3, window=timedelta(minutes=10))
     clock = k.Clock()
-    eng = Engine(store, address=k.WORKER, domain="garden.test", rails={}, app=k.WorkerApp(), clock=clock,
+    eng = Engine(store, address=k.WORKER, domain="garden.test", rails={}, app=WorkerApp(), clock=clock,
                  answer_limits=limits)
     first = "<t0@client.test>"
     refs: tuple[str, ...] = ()
@@ -256,7 +257,7 @@ async def test_the_loop_detector_holds_across_a_restart(store: Store) -> None:
     # A restarted worker (another store object, another worker id) still counts them.
     other = reopen(store)
     try:
-        again = Engine(other, address=k.WORKER, domain="garden.test", rails={}, app=k.WorkerApp(),
+        again = Engine(other, address=k.WORKER, domain="garden.test", rails={}, app=WorkerApp(),
                        clock=clock, answer_limits=limits)
         out = await again.handle(k.raw(Which(id="w5"), message_id="<t5@client.test>", in_reply_to=irt,
                                        references=refs))
@@ -271,7 +272,7 @@ async def test_the_loop_detector_holds_across_a_restart(store: Store) -> None:
 
 async def test_the_rate_limit_is_per_peer(store: Store) -> None:
     limits = AnswerLimits(per_peer=2, per_thread=0, window=timedelta(hours=1))
-    eng = Engine(store, address=k.WORKER, domain="garden.test", rails={}, app=k.WorkerApp(), clock=k.Clock(),
+    eng = Engine(store, address=k.WORKER, domain="garden.test", rails={}, app=WorkerApp(), clock=k.Clock(),
                  answer_limits=limits)
     got = [(await eng.handle(k.raw(Which(id=f"r{i}")))).unanswered for i in range(4)]
     assert got == [None, None, "rate_limited", "rate_limited"]
@@ -411,7 +412,7 @@ async def test_agentmail_sends_our_auto_submitted_header(store: Store, via: str)
     from envelopay.mail.agentmail.transport import AgentMailTransport
 
     inbox = "worker@agentmail.to"
-    eng = Engine(store, address=inbox, domain="agentmail.to", rails={}, app=k.WorkerApp(), clock=k.Clock())
+    eng = Engine(store, address=inbox, domain="agentmail.to", rails={}, app=WorkerApp(), clock=k.Clock())
     out = await eng.handle(k.raw(Which(id="w_am"), to=inbox, message_id="<am1@client.test>"))
     row = store.outbox_get(out.outbox[0])
     assert row is not None

@@ -16,8 +16,6 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
 
-import _kit as k
-
 from envelopay.engine import Engine, Outcome
 from envelopay.engine.outbox import DirectHook, OutboxDrainer
 from envelopay.ledger.store import AnswerLimits, Store
@@ -26,6 +24,8 @@ from envelopay.mail.transport.garden import GardenTransport
 from envelopay.protocol.compose import compose_message, reply_headers
 from envelopay.protocol.messages import Order, Which
 from envelopay.protocol.parse import parse
+from envelopay.testing import mock_rail as k
+from envelopay.testing.mock_worker import WorkerApp
 
 A = "a@garden.local"
 B = "b@garden.local"
@@ -36,7 +36,7 @@ Reader = Callable[[bytes], Awaitable[object]]
 
 
 def engine(store: Store, address: str, clock: k.Clock, limits: AnswerLimits | None) -> Engine:
-    return Engine(store, address=address, domain="garden.local", rails={}, app=k.WorkerApp(), clock=clock,
+    return Engine(store, address=address, domain="garden.local", rails={}, app=WorkerApp(), clock=clock,
                   answer_limits=limits)
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-import _kit as k
 from _engines import worker
 
 from envelopay import dkim
@@ -21,6 +20,7 @@ from envelopay.engine.alignment import dkim_aligned
 from envelopay.ledger.store import Store
 from envelopay.protocol.codes import OopsCode
 from envelopay.protocol.messages import Fulfill, Invoice
+from envelopay.testing import mock_rail as k
 
 KEY = dkim.DkimKey.generate_ed25519()
 DNS = dkim.table_dns({"s1._domainkey.evil.test": KEY.dns_txt_record()})

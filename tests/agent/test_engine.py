@@ -7,7 +7,6 @@ from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
 from typing import Any
 
-import _kit as k
 import pytest
 from _engines import prepaid
 
@@ -30,6 +29,8 @@ from envelopay.protocol.messages import (
     Want,
     Which,
 )
+from envelopay.testing import mock_rail as k
+from envelopay.testing.mock_worker import WorkerApp
 
 
 class World:
@@ -39,8 +40,8 @@ class World:
         self.store = store
         self.rail = k.DictRail()
         self.buyer_rail = k.DictRail(self.rail.txs, wallet=k.BUYER_WALLET)
-        self.app = k.WorkerApp(self.rail)
-        self.buyer_app = k.WorkerApp(self.buyer_rail, wallet=k.BUYER_WALLET)
+        self.app = WorkerApp(self.rail)
+        self.buyer_app = WorkerApp(self.buyer_rail, wallet=k.BUYER_WALLET)
         self.clock = k.Clock()
         self.worker = self.engine(k.WORKER, self.app, self.rail, "w")
         self.buyer = self.engine(k.BUYER, self.buyer_app, self.buyer_rail, "b")

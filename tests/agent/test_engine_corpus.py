@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import _kit as k
 from _engines import worker
 
 from envelopay.ledger.sqlite import SqliteStore
@@ -15,6 +14,7 @@ from envelopay.protocol.codes import OopsCode
 from envelopay.protocol.compose import compose
 from envelopay.protocol.messages import Oops
 from envelopay.protocol.parse import parse
+from envelopay.testing import mock_rail as k
 
 CORPUS = Path(__file__).resolve().parents[2] / "fixtures" / "conformance"
 

@@ -19,15 +19,14 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ledger"))
 
-import _kit as k
 import engine_fuzz as fz
 from _engines import worker
 
 from envelopay.ledger.sqlite import SqliteStore
 from envelopay.ledger.store import Store
 from envelopay.protocol.compose import compose
+from envelopay.testing import mock_rail as k
 
 TOTAL = int(os.environ.get("ENVELOPAY_ENGINE_FUZZ", "100000"))
 FINAL = {"processed", "refused", "ignored", "quarantined"}

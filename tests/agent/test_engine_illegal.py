@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-import _kit as k
 import pytest
 from _engines import prepaid, worker
 
@@ -27,6 +26,7 @@ from envelopay.protocol.messages import (
     Want,
     Which,
 )
+from envelopay.testing import mock_rail as k
 
 
 class Case:

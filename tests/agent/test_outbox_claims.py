@@ -9,16 +9,11 @@ delivered every reply twice, with no crash at all.
 from __future__ import annotations
 
 import asyncio
-import sys
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ledger"))
-
-import _kit as k
 
 from envelopay import dkim
 from envelopay.dkim import DkimSigner
@@ -30,6 +25,8 @@ from envelopay.ledger.store import Store
 from envelopay.mail.garden import GardenServer
 from envelopay.mail.transport.garden import GardenTransport
 from envelopay.protocol.messages import Which
+from envelopay.testing import mock_rail as k
+from envelopay.testing.mock_worker import WorkerApp
 
 A, B = "a@garden.local", "b@garden.local"
 
@@ -131,7 +128,7 @@ async def test_a_resend_is_the_same_bytes(open_store: Callable[[], Store], tmp_p
     store = open_store()
     key = dkim.DkimKey.generate_ed25519()
     rsa = dkim.DkimKey.generate_rsa()
-    worker = Engine(store, address=k.WORKER, domain="garden.test", rails={}, app=k.WorkerApp(), clock=clock)
+    worker = Engine(store, address=k.WORKER, domain="garden.test", rails={}, app=WorkerApp(), clock=clock)
     which = k.raw(Which(id="w1"), message_id="<w1@client.test>")
     first = await worker.handle(which)
     assert first.outbox

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
-import _kit as k
 import pytest
 from _engines import worker
 
@@ -30,6 +29,7 @@ from envelopay.mail.transport.garden import GardenTransport
 from envelopay.protocol.messages import Fulfill, Invoice, Oops
 from envelopay.protocol.parse import parse
 from envelopay.protocol.parsed import Parsed
+from envelopay.testing import mock_rail as k
 
 _BARE_LF = re.compile(rb"(?<!\r)\n")
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import _kit as k
 from _engines import worker
 from typer.testing import CliRunner
 
@@ -17,6 +16,7 @@ from envelopay.config import load_config
 from envelopay.ledger.sqlite import SqliteStore
 from envelopay.mail.maildir import deliver_file, ensure_maildir, mailbox_path
 from envelopay.node.wiring import answer_limits
+from envelopay.testing import mock_rail as k
 
 runner = CliRunner()
 

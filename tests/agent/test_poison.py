@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import _kit as k
 import pytest
 from _engines import prepaid, worker
 
@@ -21,6 +20,8 @@ from envelopay.ledger.store import ProofKey, Store
 from envelopay.protocol.codes import OopsCode
 from envelopay.protocol.messages import Oops, Order
 from envelopay.protocol.outbound import Outbound
+from envelopay.testing import mock_rail as k
+from envelopay.testing.mock_worker import WorkerApp
 
 
 def mail(body: str, mid: str, subject: str = "ORDER") -> bytes:
@@ -44,7 +45,7 @@ POISON = {
 
 @pytest.mark.parametrize("case", sorted(POISON))
 async def test_poison_is_answered_with_its_code(store: Store, case: str) -> None:
-    eng = Engine(store, address=k.WORKER, domain="garden.test", rails={}, app=k.WorkerApp(), clock=k.Clock())
+    eng = Engine(store, address=k.WORKER, domain="garden.test", rails={}, app=WorkerApp(), clock=k.Clock())
     out = await eng.handle(mail(POISON[case], "<p1@client.test>"))
     assert out.status == "refused" and out.oops in (OopsCode.INVALID_FIELD, OopsCode.INVALID_JSON), out
     sent: list[bytes] = []
@@ -63,7 +64,7 @@ async def test_poison_is_answered_with_its_code(store: Store, case: str) -> None
     assert again.status == "refused"
 
 
-class BuggyApp(k.WorkerApp):
+class BuggyApp(WorkerApp):
     """An application with a bug: its ORDER decision is not a message at all."""
 
     async def order(self, order: Order, ctx: Any, *, paid: int | None) -> Any:

@@ -12,7 +12,6 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-import _kit as k
 from _engines import prepaid, worker
 
 from envelopay.engine import BaseApplication, Context, Engine
@@ -21,6 +20,7 @@ from envelopay.protocol.codes import OopsCode
 from envelopay.protocol.compose import compose
 from envelopay.protocol.messages import Fulfill, Invoice, Message, Methods, Order, Pay, RailMethod, Which
 from envelopay.rails.binding import BINDING_SCHEME
+from envelopay.testing import mock_rail as k
 
 MALLORY = "mallory@evil.test"
 MALLORY_WALLET = "W-mallory"

@@ -9,13 +9,13 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-import _kit as k
 import pytest
 from _engines import worker
 
 from envelopay.errors import UsageError
 from envelopay.ledger.store import Store
 from envelopay.protocol.messages import Order, Which
+from envelopay.testing import mock_rail as k
 
 PEER = "buyer@garden.test"
 

@@ -14,10 +14,8 @@ from typing import Any
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ledger"))
 
 import _kimjune01 as them
-import _kit as k
 
 from envelopay.engine import Engine, Outcome
 from envelopay.ledger.sqlite import SqliteStore
@@ -43,6 +41,8 @@ from envelopay.protocol.messages import (
 )
 from envelopay.protocol.parse import ParseOptions, parse
 from envelopay.rails.interface import AssetInfo, Expectation, Reason, Verdict
+from envelopay.testing import mock_rail as k
+from envelopay.testing.mock_worker import WorkerApp
 
 CORPUS = Path(__file__).resolve().parents[2] / "fixtures" / "conformance"
 BODIES: dict[str, dict[str, Any]] = {
@@ -99,8 +99,8 @@ class Ours:
         self.rail = k.DictRail()
         self.sol = SolRail()
         self.clock = k.Clock()
-        self.app = k.WorkerApp(self.rail)
-        self.buyer_app = k.WorkerApp(None, wallet=SOL_WALLET)
+        self.app = WorkerApp(self.rail)
+        self.buyer_app = WorkerApp(None, wallet=SOL_WALLET)
         self.worker = self._engine(k.WORKER, self.app, {k.CHAIN: self.rail}, "w")
         self.buyer = self._engine(k.BUYER, self.buyer_app, {"solana": self.sol}, "b")
 

@@ -10,10 +10,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ledger"))
 
 import _kimjune01 as them
-import _kit as k
 
 from envelopay.config import config_from_dict
 from envelopay.engine import Outcome
@@ -21,6 +19,8 @@ from envelopay.errors import ConfigError
 from envelopay.node.wiring import AgentNode, build_node
 from envelopay.protocol.compose import compose
 from envelopay.protocol.messages import Invoice
+from envelopay.testing import mock_rail as k
+from envelopay.testing.mock_worker import WorkerApp
 
 
 def node(tmp_path: Path, profile: str | None) -> AgentNode:
@@ -32,7 +32,7 @@ def node(tmp_path: Path, profile: str | None) -> AgentNode:
     cfg = config_from_dict({"agent": agent, "transport": transport}, base_dir=tmp_path)
     rail = k.DictRail()
     rail.txs["tx_l1"] = k.Tx(k.WORKER_WALLET, k.TOKEN, k.PRICE)
-    return build_node(cfg, app=k.WorkerApp(rail), rails={k.CHAIN: rail}, clock=k.Clock())
+    return build_node(cfg, app=WorkerApp(rail), rails={k.CHAIN: rail}, clock=k.Clock())
 
 
 async def _order_then_their_pay(n: AgentNode, *, in_our_thread: bool = True) -> tuple[Outcome, Outcome]:

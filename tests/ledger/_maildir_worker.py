@@ -18,13 +18,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import _kit as k
 from _worker import open_store
 
 from envelopay.engine import Engine
 from envelopay.engine.outbox import DirectHook, OutboxDrainer
 from envelopay.mail.maildir import deliver_file
 from envelopay.node.wiring import AgentNode
+from envelopay.testing import mock_rail as k
+from envelopay.testing.mock_worker import WorkerApp
 
 
 class MaildirTransport:
@@ -48,7 +49,7 @@ async def main(backend: str, target: str, worker_id: str, inbox: str, replies: s
         address=k.WORKER,
         domain="garden.test",
         rails={k.CHAIN: rail},
-        app=k.WorkerApp(rail),
+        app=WorkerApp(rail),
         worker_id=worker_id,
         lease=timedelta(seconds=2),
     )

@@ -16,14 +16,12 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import _kit as k
-
 from envelopay.engine import Engine
 from envelopay.ledger.postgres import PostgresStore
 from envelopay.ledger.sqlite import SqliteStore
 from envelopay.ledger.store import Store
+from envelopay.testing import mock_rail as k
+from envelopay.testing.mock_worker import WorkerApp
 
 # Both stores are imported at the top: the reliability tests fork this script from a
 # server that has run its top level (tests/_zygote.py), so each start skips the imports.
@@ -53,7 +51,7 @@ async def main(backend: str, target: str, worker_id: str, msgfile: str, indices:
         address=k.WORKER,
         domain="garden.test",
         rails={k.CHAIN: rail},
-        app=k.WorkerApp(rail),
+        app=WorkerApp(rail),
         worker_id=worker_id,
     )
     for i in (int(x) for x in indices.split(",") if x):

@@ -29,13 +29,12 @@ from typing import Any
 import psycopg
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import _kit as k
 from _zygote import PIPE, Zygote
 
 from envelopay.protocol.messages import Order, Pay
+from envelopay.testing import mock_rail as k
 
 WORKER_SCRIPT = Path(__file__).resolve().parent / "_worker.py"
 

@@ -21,13 +21,13 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # test_reliability, by name
 
-import _kit as k
 from test_reliability import Target
 
 from envelopay.mail.maildir import deliver_file, ensure_maildir
 from envelopay.protocol.parse import parse
+from envelopay.testing import mock_rail as k
 
 SCRIPT = Path(__file__).resolve().parent / "_maildir_worker.py"
 

@@ -9,7 +9,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1] / "ledger")]
+sys.path[:0] = [str(Path(__file__).resolve().parent)]  # _jobs_kit (the task handlers name it)
 
 import _jobs_kit as jk  # noqa: E402
 

@@ -1,7 +1,7 @@
 """What the job tests share: declared tasks (their schema and handlers live here, so a
 worker process started by a test imports them by name), a worker engine taking orders
 as jobs, and the messages that make jobs: a free ORDER and a prepaid ORDER on the test
-rail (tests/ledger/_kit.py DictRail)."""
+rail (envelopay.testing.mock_rail DictRail)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-import _kit as k
 from pydantic import BaseModel, ConfigDict
 
 from envelopay.config import WorkerConfig, config_from_dict
 from envelopay.engine import Engine
 from envelopay.ledger.store import Store
 from envelopay.protocol.messages import Order
+from envelopay.testing import mock_rail as k
 from envelopay.worker.app import WorkerApp, WorkerApplication
 from envelopay.worker.runner import JobRunner
 from envelopay.worker.settle import FailurePolicy

@@ -12,9 +12,9 @@ from envelopay.ledger.postgres import PostgresStore
 from envelopay.ledger.sqlite import SqliteStore
 from envelopay.ledger.store import Store
 
-for _folder in (Path(__file__).resolve().parent, Path(__file__).resolve().parents[1] / "ledger"):
-    if str(_folder) not in sys.path:
-        sys.path.insert(0, str(_folder))
+_folder = Path(__file__).resolve().parent  # _jobs_kit, by name (the task handlers name it)
+if str(_folder) not in sys.path:
+    sys.path.insert(0, str(_folder))
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

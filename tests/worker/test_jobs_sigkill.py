@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import _jobs_kit as jk
-import _kit as k
 import pytest
 
 from envelopay.ledger.postgres import PostgresStore
 from envelopay.ledger.sqlite import SqliteStore
 from envelopay.ledger.store import Store
 from envelopay.protocol.messages import Fulfill, Oops
+from envelopay.testing import mock_rail as k
 
 PROC = Path(__file__).resolve().parent / "_job_proc.py"
 

@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import _jobs_kit as jk
-import _kit as k
 from pydantic import BaseModel, ConfigDict
 
 from envelopay.engine import Engine
 from envelopay.ledger.store import Store
 from envelopay.protocol.messages import Fulfill, Order, Wait, Whatsup
 from envelopay.protocol.parse import ParseOptions, parse
+from envelopay.testing import mock_rail as k
 from envelopay.worker.status import tell_job
 
 SPEAKS = partial(parse, options=ParseOptions(extensions=frozenset({"status"})))

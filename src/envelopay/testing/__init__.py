@@ -8,7 +8,10 @@
 - `check_summaries(factory)`: a ledger's read-only summaries, what the worker's console
   reads (envelopay.testing.summaries);
 - `MockTransport`: the outbound seam's stand-in — records what was sent, refuses a
-  recipient for good or fails for now on request (envelopay.mail.transport.mock).
+  recipient for good or fails for now on request (envelopay.mail.transport.mock);
+- `DictRail`, `WorkerApp`: the rails mock kit — a rail whose verdicts a test chooses, and
+  the paid worker an engine test talks to (envelopay.testing.mock_rail, with the messages
+  such a test sends; envelopay.testing.mock_worker).
 
 Each is loaded when first named, so importing one kit (or `testing.conformance`) does not
 load the others' stores.
@@ -20,7 +23,9 @@ import importlib
 from typing import Any
 
 __all__ = [
+    "DictRail",
     "MockTransport",
+    "WorkerApp",
     "check_mailbox_store",
     "check_payment_store",
     "check_rail",
@@ -37,6 +42,8 @@ _HOME = {
     "check_mailbox_store": "envelopay.testing.mailbox_store",
     "check_summaries": "envelopay.testing.summaries",
     "MockTransport": "envelopay.mail.transport.mock",
+    "DictRail": "envelopay.testing.mock_rail",
+    "WorkerApp": "envelopay.testing.mock_worker",
 }
 
 
