@@ -226,3 +226,30 @@ async def test_a_policy_answering_a_state_the_table_forbids_leaves_the_job_held(
     stop.set()
     await loop
     assert _answers(store, out.flow_id or "") == []  # nothing said; an operator decides
+
+
+async def test_the_runner_outlives_a_ledger_that_is_away_for_a_while(store: Store) -> None:
+    """Claims that fail (the ledger unreachable: StoreError) are tried again at the next
+    poll; the runner does not die, and the job is answered once the ledger is back."""
+    from envelopay.errors import StoreError
+
+    engine = jk.worker(store, jk.config())
+    out = await engine.handle(k.raw(jk.free_order("away1")))
+    job = store.job_for_flow(out.flow_id or "")
+    assert job is not None
+    real, failures = store.job_claim, [3]
+
+    def away(*args: object, **kw: object) -> object:
+        if failures[0]:
+            failures[0] -= 1
+            raise StoreError("PostgreSQL ledger: connection refused")
+        return real(*args, **kw)  # type: ignore[arg-type]
+
+    store.job_claim = away  # type: ignore[method-assign,assignment]  # the outage, injected at the seam
+    runner = jk.runner(engine)
+    stop = asyncio.Event()
+    loop = asyncio.create_task(runner.run(stop))
+    await _until(lambda: (store.job_get(job.job_id) or job).state == "done")
+    stop.set()
+    await loop
+    assert failures == [0] and _answers(store, out.flow_id or "") == ["fulfill"]

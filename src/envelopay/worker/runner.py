@@ -32,7 +32,7 @@ from functools import partial
 from typing import Any
 
 from envelopay.engine import Engine
-from envelopay.errors import UsageError
+from envelopay.errors import StoreError, UsageError
 from envelopay.ledger.jobs import Job, JobMove
 from envelopay.ledger.store import Store
 from envelopay.protocol.codes import OopsCode
@@ -141,10 +141,13 @@ class JobRunner:
         try:
             while not stop.is_set():
                 self._wake.clear()
-                if polls % _SCAN_EVERY == 0:
-                    await self._settle_unsettled()
-                for job, taken_over in await asyncio.to_thread(self._claim_all):
-                    self._start(job, taken_over)
+                try:
+                    if polls % _SCAN_EVERY == 0:
+                        await self._settle_unsettled()
+                    for job, taken_over in await asyncio.to_thread(self._claim_all):
+                        self._start(job, taken_over)
+                except StoreError as exc:  # the ledger is away for now: the jobs wait in it
+                    _log.warning("job runner: %s; trying again", exc)
                 polls += 1
                 waiter = asyncio.ensure_future(self._wake.wait())
                 stopper = asyncio.ensure_future(stop.wait())
