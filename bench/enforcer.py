@@ -31,10 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from envelopay.enforcer.send.backends import PostgresStore, SqliteStore
-from envelopay.enforcer.send.delivery import SmtpDeliverer
 from envelopay.enforcer.send.enforcer import Enforcer
 from envelopay.enforcer.send.store import EnforcerStore
 from envelopay.mail.transport.smtp import SmtpConfig
+from envelopay.mail.transport.submission import SmtpTransport
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from enforcer_payments import bench_payments  # the spend enforcer's figures (issue 14)
@@ -99,7 +99,7 @@ async def best(rounds: int, n: int, concurrency: int, op: Callable[[int], Awaita
 async def bench_store(
     name: str, store: EnforcerStore, port: int, n: int, concurrency: int, rounds: int
 ) -> tuple[list[str], float]:
-    deliverer = SmtpDeliverer(SmtpConfig("127.0.0.1", port, security="none", max_attempts=1))
+    deliverer = SmtpTransport(SmtpConfig("127.0.0.1", port, security="none", max_attempts=1))
     enf = Enforcer(store, deliverer)
     _, t_ok = await enf.create_agent("fast", "fast@agents.test", allow=("partner.test",),
                                      hourly=10**9, daily=10**9)

@@ -26,7 +26,6 @@ from typing import Any
 
 from solders.keypair import Keypair
 
-from envelopay.enforcer.send.delivery import SmtpDeliverer
 from envelopay.enforcer.send.enforcer import Enforcer
 from envelopay.enforcer.send.store import EnforcerStore
 from envelopay.enforcer.spend.payments import Payments
@@ -34,6 +33,7 @@ from envelopay.enforcer.spend.policy import SpendLimit, SpendPolicy
 from envelopay.enforcer.spend.store import PaymentStore
 from envelopay.enforcer.spend.vault import Vault
 from envelopay.mail.transport.smtp import SmtpConfig
+from envelopay.mail.transport.submission import SmtpTransport
 from envelopay_solana.custody import SolanaPayer
 from envelopay_solana.local import LocalSolana
 from envelopay_solana.rail import SolanaRail, make_rail
@@ -65,7 +65,7 @@ async def bench_payments(
 ) -> tuple[list[str], float, float]:
     """(lines, the lowest refusal rate, ms added per allowed payment)."""
     chain = LocalSolana()
-    deliverer = SmtpDeliverer(SmtpConfig("127.0.0.1", port, security="none", max_attempts=1))
+    deliverer = SmtpTransport(SmtpConfig("127.0.0.1", port, security="none", max_attempts=1))
     enf = Enforcer(store, deliverer)
     pstore = PaymentStore(store)
     await pstore.open()
@@ -119,7 +119,7 @@ async def bench_payments(
                 date=datetime.now(UTC),
             )
         )
-        await deliverer.deliver(raw, sender="payer@agents.test", recipient="seller@partner.test")
+        await deliverer.send(raw, "payer@agents.test", "seller@partner.test")
 
     seq = [0]
 
@@ -172,7 +172,7 @@ async def bench_payments(
         value = await best(rounds, n * 4, 16, op)
         rates.append(value)
         lines.append(f"{name}: refusal {label:<32} {value:>8,.0f} decisions/s")
-    await deliverer.aclose()
+    await deliverer.close()
     return lines, min(rates), added
 
 

@@ -437,9 +437,9 @@ async def _enforcer_case(path: Path, history: int, agents: int) -> AsyncIterator
     """The enforcer's hot operations on a store filled with `history` sends and finished
     payment intents and `agents` agents: yields {name: op}."""
     from envelopay.enforcer.send.backends import SqliteStore
-    from envelopay.enforcer.send.delivery import SmtpDeliverer
     from envelopay.enforcer.send.enforcer import Enforcer, hash_token
     from envelopay.mail.transport.smtp import SmtpConfig
+    from envelopay.mail.transport.submission import SmtpTransport
 
     store = SqliteStore(path)
     await store.open()
@@ -462,11 +462,11 @@ async def _enforcer_case(path: Path, history: int, agents: int) -> AsyncIterator
     await store.execute_sql("ANALYZE", ())
     now = 1.8e9
     _, token = await Enforcer(
-        store, SmtpDeliverer(SmtpConfig("127.0.0.1", 9, security="none")), clock=lambda: now
+        store, SmtpTransport(SmtpConfig("127.0.0.1", 9, security="none")), clock=lambda: now
     ).create_agent("bench", "bench@agents.test", hourly=1000000, daily=1000000)
     enf = Enforcer(
         store,
-        SmtpDeliverer(SmtpConfig("127.0.0.1", 9, security="none")),
+        SmtpTransport(SmtpConfig("127.0.0.1", 9, security="none")),
         operator_token_hash=hash_token("op"),
         clock=lambda: now,
     )
@@ -520,13 +520,13 @@ async def _payer(store: Any) -> AsyncIterator[Callable[[int], Awaitable[None]]]:
     from aiosmtpd.smtp import SMTP
     from solders.keypair import Keypair
 
-    from envelopay.enforcer.send.delivery import SmtpDeliverer
     from envelopay.enforcer.send.enforcer import Enforcer
     from envelopay.enforcer.spend.payments import Payments
     from envelopay.enforcer.spend.policy import SpendLimit, SpendPolicy
     from envelopay.enforcer.spend.store import PaymentStore
     from envelopay.enforcer.spend.vault import Vault
     from envelopay.mail.transport.smtp import SmtpConfig
+    from envelopay.mail.transport.submission import SmtpTransport
     from envelopay_solana.custody import SolanaPayer
     from envelopay_solana.local import LocalSolana
     from envelopay_solana.rail import make_rail
@@ -538,7 +538,7 @@ async def _payer(store: Any) -> AsyncIterator[Callable[[int], Awaitable[None]]]:
     loop = asyncio.get_running_loop()
     sink = await loop.create_server(lambda: SMTP(Sink(), decode_data=False), "127.0.0.1", 0)
     port = sink.sockets[0].getsockname()[1]
-    deliverer = SmtpDeliverer(SmtpConfig("127.0.0.1", port, security="none"))
+    deliverer = SmtpTransport(SmtpConfig("127.0.0.1", port, security="none"))
     try:
         pstore = PaymentStore(store)
         await pstore.open()
@@ -568,7 +568,7 @@ async def _payer(store: Any) -> AsyncIterator[Callable[[int], Awaitable[None]]]:
         await pay(-1)  # the recipient's token account exists from here on
         yield pay
     finally:
-        await deliverer.aclose()
+        await deliverer.close()
         sink.close()
 
 

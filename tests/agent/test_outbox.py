@@ -93,12 +93,13 @@ async def test_enforcer_as_the_send_hook(tmp_path: Path) -> None:
     to a recipient outside the agent's allowlist waits for approval (handed over), and
     once the agent is killed a message is blocked for good."""
     from envelopay import dkim
+    from envelopay.dkim import dkim_signer
     from envelopay.enforcer.client.http_client import EnforcerClient
     from envelopay.enforcer.send.backends import SqliteStore as EnforcerSqlite
-    from envelopay.enforcer.send.delivery import GardenDeliverer, dkim_signer
     from envelopay.enforcer.send.enforcer import Enforcer, hash_token
     from envelopay.enforcer.service.server import start_server
     from envelopay.engine.outbox import EnforcerHook
+    from envelopay.mail.transport.garden import GardenTransport
 
     clock = Clock()
     store, mids = await _queue(tmp_path, 1, clock)
@@ -109,7 +110,8 @@ async def test_enforcer_as_the_send_hook(tmp_path: Path) -> None:
     async with GardenServer(tmp_path / "garden", ["b@garden.local"], open_garden=True) as garden:
         enf_store = EnforcerSqlite(tmp_path / "enf.db")
         await enf_store.open()
-        enforcer = Enforcer(enf_store, GardenDeliverer(garden.port), operator_token_hash=hash_token("op"),
+        transport = GardenTransport(garden.port, reuse=False)
+        enforcer = Enforcer(enf_store, transport, operator_token_hash=hash_token("op"),
                             signer=dkim_signer(key, selector="a", domain="garden.local"))
         _, token = await enforcer.create_agent("a", "a@garden.local", allow=("garden.local",))
         runner, url = await start_server(enforcer)

@@ -12,11 +12,11 @@ import pytest
 from aiosmtpd.smtp import SMTP
 
 from envelopay.enforcer.send.backends import PostgresStore, SqliteStore
-from envelopay.enforcer.send.delivery import SmtpDeliverer
 from envelopay.enforcer.send.enforcer import Enforcer, hash_token
 from envelopay.enforcer.send.store import EnforcerStore
 from envelopay.enforcer.service.server import start_server
 from envelopay.mail.transport.smtp import SmtpConfig
+from envelopay.mail.transport.submission import SmtpTransport
 
 OPERATOR = "op-test-token"
 
@@ -115,9 +115,9 @@ def clock() -> Clock:
 
 @pytest.fixture
 async def enforcer(store: EnforcerStore, sink: Sink, clock: Clock) -> AsyncIterator[Enforcer]:
-    deliverer = SmtpDeliverer(SmtpConfig("127.0.0.1", sink.port, security="none", max_attempts=1))
+    deliverer = SmtpTransport(SmtpConfig("127.0.0.1", sink.port, security="none", max_attempts=1))
     yield Enforcer(store, deliverer, operator_token_hash=hash_token(OPERATOR), clock=clock)
-    await deliverer.aclose()
+    await deliverer.close()
 
 
 @pytest.fixture

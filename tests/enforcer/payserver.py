@@ -19,7 +19,6 @@ import sys
 import httpcore  # noqa: F401
 
 from envelopay.enforcer.send.backends import open_store
-from envelopay.enforcer.send.delivery import SmtpDeliverer
 from envelopay.enforcer.send.enforcer import Enforcer, hash_token
 from envelopay.enforcer.service.server import start_server
 from envelopay.enforcer.spend.payments import Payments
@@ -27,6 +26,7 @@ from envelopay.enforcer.spend.payments_exec import recover
 from envelopay.enforcer.spend.store import PaymentStore
 from envelopay.enforcer.spend.vault import Vault
 from envelopay.mail.transport.smtp import SmtpConfig
+from envelopay.mail.transport.submission import SmtpTransport
 from envelopay_solana.custody import SolanaPayer
 from envelopay_solana.rail import make_rail
 
@@ -36,7 +36,7 @@ async def main(db: str, sock: str, smtp_port: int, rpc_url: str) -> None:
     await store.open()
     enforcer = Enforcer(
         store,
-        SmtpDeliverer(SmtpConfig("127.0.0.1", smtp_port, security="none", max_attempts=1)),
+        SmtpTransport(SmtpConfig("127.0.0.1", smtp_port, security="none", max_attempts=1)),
         operator_token_hash=hash_token("op"),
     )
     pstore = PaymentStore(store)

@@ -7,12 +7,14 @@ import time
 from pathlib import Path
 
 from envelopay import dkim
+from envelopay.dkim import dkim_signer
 from envelopay.enforcer.send.backends import SqliteStore
-from envelopay.enforcer.send.delivery import GardenDeliverer, SmtpDeliverer, dkim_signer
 from envelopay.enforcer.send.enforcer import Enforcer
 from envelopay.enforcer.send.store import EnforcerStore
 from envelopay.mail.garden import GardenServer
+from envelopay.mail.transport.garden import GardenTransport
 from envelopay.mail.transport.smtp import SmtpConfig
+from envelopay.mail.transport.submission import SmtpTransport
 from envelopay.protocol.messages import Which
 from envelopay.protocol.parse import parse
 
@@ -26,7 +28,7 @@ async def test_protocol_message_is_composed_signed_and_delivered(
 ) -> None:
     key = dkim.DkimKey.generate_ed25519()
     clock.now = time.time()  # dkimpy refuses a t= in the future
-    deliverer = SmtpDeliverer(SmtpConfig("127.0.0.1", sink.port, security="none", max_attempts=1))
+    deliverer = SmtpTransport(SmtpConfig("127.0.0.1", sink.port, security="none", max_attempts=1))
     signer = dkim_signer(key, selector="enf", domain="agents.test", clock=clock)
     enforcer = Enforcer(store, deliverer, signer=signer, clock=clock)
     _, token = await enforcer.create_agent("buyer", "buyer@agents.test", allow=("worker@shop.test",))
@@ -34,7 +36,7 @@ async def test_protocol_message_is_composed_signed_and_delivered(
         token,
         {"to": "worker@shop.test", "from": "buyer@agents.test", "in_reply_to": "<q@shop.test>", **WHICH},
     )
-    await deliverer.aclose()
+    await deliverer.close()
     assert d.status == "sent", d
     (_, rcpts, raw), = sink.messages
     assert rcpts == ["worker@shop.test"]
@@ -52,7 +54,7 @@ async def test_delivery_into_the_walled_garden(tmp_path: Path, clock: Clock) -> 
     await store.open()
     try:
         async with garden:
-            enforcer = Enforcer(store, GardenDeliverer(tmp_path / "lmtp.sock"), clock=clock)
+            enforcer = Enforcer(store, GardenTransport(tmp_path / "lmtp.sock", reuse=False), clock=clock)
             _, token = await enforcer.create_agent("a1", "a1@garden.local", allow=("garden.local",))
             ok = await enforcer.send(token, {"to": "worker@garden.local", "from": "a1@garden.local", **WHICH})
             assert ok.status == "sent"
@@ -74,7 +76,7 @@ async def test_smtp_connections_are_reused_and_failures_fall_back_to_send_raw(
         return None
 
     config = SmtpConfig("127.0.0.1", sink.port, security="none", max_attempts=2)
-    deliverer = SmtpDeliverer(config, sleep=no_wait)
+    deliverer = SmtpTransport(config, sleep=no_wait)
     enforcer = Enforcer(store, deliverer, clock=clock)
     _, token = await enforcer.create_agent("p1", "p1@agents.test", allow=("shop.test",))
     try:
@@ -91,4 +93,4 @@ async def test_smtp_connections_are_reused_and_failures_fall_back_to_send_raw(
         d = await enforcer.send(token, {"to": "w@shop.test", "from": "p1@agents.test", "subject": "u"})
         assert d.status == "failed" and "554" in d.reason and len(sink.fail_next) == 1
     finally:
-        await deliverer.aclose()
+        await deliverer.close()

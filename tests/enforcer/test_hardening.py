@@ -14,11 +14,11 @@ import httpx
 import pytest
 
 from envelopay.enforcer.send.backends import PostgresStore, SqliteStore
-from envelopay.enforcer.send.delivery import SmtpDeliverer
 from envelopay.enforcer.send.enforcer import Enforcer
 from envelopay.enforcer.send.model import Disposition, SendRequest
 from envelopay.enforcer.send.store import EnforcerStore
 from envelopay.mail.transport.smtp import SmtpConfig
+from envelopay.mail.transport.submission import SmtpTransport
 
 from .conftest import Clock, Sink
 
@@ -59,13 +59,13 @@ async def _concurrent_sends(
         async def go() -> Disposition:
             st = _twin(store)
             await st.open()
-            deliverer = SmtpDeliverer(SmtpConfig("127.0.0.1", sink.port, security="none", max_attempts=1))
+            deliverer = SmtpTransport(SmtpConfig("127.0.0.1", sink.port, security="none", max_attempts=1))
             enf = Enforcer(st, deliverer, clock=clock)
             try:
                 await asyncio.to_thread(barrier.wait)
                 return await enf.send(token, body)
             finally:
-                await deliverer.aclose()
+                await deliverer.close()
                 await st.close()
 
         return asyncio.run(go())
@@ -215,13 +215,13 @@ async def test_a_kill_committed_after_the_caps_stops_the_delivery(
         _kill_from_outside(store, "a1")  # lands while the send is between caps and DATA
         return raw
 
-    deliverer = SmtpDeliverer(SmtpConfig("127.0.0.1", sink.port, security="none", max_attempts=1))
+    deliverer = SmtpTransport(SmtpConfig("127.0.0.1", sink.port, security="none", max_attempts=1))
     enf = Enforcer(store, deliverer, clock=clock, signer=signer)
     try:
         token = await make(enf)
         d = await enf.send(token, req())
     finally:
-        await deliverer.aclose()
+        await deliverer.close()
     assert (d.status, d.code) == ("blocked", "killed") and sink.messages == []
     assert await counters(store) == 0  # the slots went back
 
@@ -236,7 +236,7 @@ async def test_a_kill_committed_during_execute_stops_an_approved_send(
             _kill_from_outside(store, "a1")
         return raw
 
-    deliverer = SmtpDeliverer(SmtpConfig("127.0.0.1", sink.port, security="none", max_attempts=1))
+    deliverer = SmtpTransport(SmtpConfig("127.0.0.1", sink.port, security="none", max_attempts=1))
     enf = Enforcer(store, deliverer, clock=clock, signer=signer)
     try:
         _, token = await enf.create_agent("a1", "a1@agents.test")  # empty allowlist: queued
@@ -245,7 +245,7 @@ async def test_a_kill_committed_during_execute_stops_an_approved_send(
         kill["armed"] = True
         decision = await enf.approve(queued.id)
     finally:
-        await deliverer.aclose()
+        await deliverer.close()
     assert decision.state == "FAILED" and "killed" in decision.detail and sink.messages == []
 
 
@@ -287,17 +287,17 @@ async def test_operator_routes_refuse_poison_json_with_400_not_500(service: str)
 async def test_the_enforcer_authenticates_to_a_garden_with_accounts_and_sends_only_as_its_agents(
     tmp_path: Any, clock: Clock
 ) -> None:
-    from envelopay.enforcer.send.delivery import GardenDeliverer
-    from envelopay.enforcer.service.launch import _deliverer
+    from envelopay.enforcer.service.launch import _transport
     from envelopay.mail.garden import GardenServer
     from envelopay.mail.garden_auth import authenticated_sender, new_account
+    from envelopay.mail.transport.garden import GardenTransport
 
     account, secret = new_account("enforcer", ["a1@garden.local"])  # a2 is not its agent
     sock = tmp_path / "lmtp.sock"
     garden = GardenServer(tmp_path / "garden", ["worker@garden.local"], unix_path=sock, fsync=False,
                           accounts=[account])
-    deliverer = _deliverer(str(sock), None, 587, "starttls", None, {"ENVELOPAY_GARDEN_SECRET": secret})
-    assert isinstance(deliverer, GardenDeliverer) and deliverer.auth == ("enforcer", secret)
+    deliverer = _transport(str(sock), None, 587, "starttls", None, {"ENVELOPAY_GARDEN_SECRET": secret})
+    assert isinstance(deliverer, GardenTransport) and deliverer.auth == ("enforcer", secret)
     store = SqliteStore(tmp_path / "enf.db")
     await store.open()
     try:

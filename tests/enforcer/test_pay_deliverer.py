@@ -20,12 +20,12 @@ from pathlib import Path
 import pytest
 
 from envelopay.enforcer.send.backends import PostgresStore, SqliteStore
-from envelopay.enforcer.send.delivery import SmtpDeliverer
 from envelopay.enforcer.send.enforcer import Enforcer
 from envelopay.enforcer.send.store import EnforcerStore
 from envelopay.enforcer.spend.payments import Payments
 from envelopay.enforcer.spend.store import PaymentStore
 from envelopay.mail.transport.smtp import SmtpConfig
+from envelopay.mail.transport.submission import SmtpTransport
 
 from .conftest import Clock, Sink
 from .paykit import CHAIN, USDC, VAULT_SECRET, Kit, greylisted, make_kit, pay_req, payee_wallet
@@ -43,7 +43,7 @@ async def _other_process(kit: Kit, store: EnforcerStore, sink: Sink, clock: Cloc
     from envelopay.enforcer.spend.vault import Vault
 
     await store.open()
-    deliverer = SmtpDeliverer(SmtpConfig("127.0.0.1", sink.port, security="none", max_attempts=1))
+    deliverer = SmtpTransport(SmtpConfig("127.0.0.1", sink.port, security="none", max_attempts=1))
     enforcer = Enforcer(store, deliverer, clock=clock)
     pstore = PaymentStore(store)
     await pstore.open()

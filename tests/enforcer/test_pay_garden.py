@@ -1,5 +1,5 @@
 """The PAY's LMTP transaction into the walled garden begun while its payment is signed
-(delivery.GardenEnvelope), against a real GardenServer with accounts, on both stores and a
+(mail/transport/garden.py GardenEnvelope), against a real GardenServer with accounts, on both stores and a
 LiteSVM chain: the PAY is delivered once with its proof; a garden that refuses the PAY for
 good (an address it does not hold, no credential, a wrong one) is heard before the
 broadcast, so no money moves and the caps are handed back; a failed payment leaves
@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from envelopay.enforcer.send.delivery import GardenDeliverer, GardenEnvelope
 from envelopay.enforcer.send.enforcer import Enforcer
 from envelopay.enforcer.send.store import EnforcerStore
 from envelopay.enforcer.spend.policy import SpendLimit
 from envelopay.mail.garden import GardenServer
 from envelopay.mail.garden_auth import new_account
+from envelopay.mail.transport.garden import GardenEnvelope, GardenTransport
 from envelopay.protocol.parse import parse
 
 from .conftest import Clock
@@ -27,7 +27,7 @@ from .paykit import USDC, Kit, make_kit, pay_req, payee_wallet, proof_tx
 SELLER = "seller@partner.test"
 
 
-class Counting(GardenDeliverer):
+class Counting(GardenTransport):
     """The real deliverer, counting which way each message went."""
 
     opened = 0
@@ -37,9 +37,9 @@ class Counting(GardenDeliverer):
         self.opened += 1
         return super().open_envelope(sender=sender, recipient=recipient)
 
-    async def deliver(self, raw: bytes, *, sender: str, recipient: str) -> None:
+    async def send(self, raw: bytes, sender: str, recipient: str) -> None:
         self.plain += 1
-        await super().deliver(raw, sender=sender, recipient=recipient)
+        await super().send(raw, sender, recipient)
 
 
 @pytest.fixture
@@ -52,7 +52,7 @@ async def garden(tmp_path: Path) -> AsyncIterator[tuple[GardenServer, str]]:
         yield server, secret
 
 
-async def _kit(store: EnforcerStore, clock: Clock, deliverer: GardenDeliverer) -> Kit:
+async def _kit(store: EnforcerStore, clock: Clock, deliverer: GardenTransport) -> Kit:
     return await make_kit(Enforcer(store, deliverer, clock=clock))
 
 
@@ -60,7 +60,7 @@ async def _paying(
     store: EnforcerStore, clock: Clock, garden: tuple[GardenServer, str], tmp_path: Path, hold: float = 8.0
 ) -> tuple[Counting, Kit]:
     """The enforcer delivering into the garden with its credential, and its kit."""
-    deliverer = Counting(tmp_path / "g.sock", auth=("enforcer", garden[1]), hold=hold)
+    deliverer = Counting(tmp_path / "g.sock", auth=("enforcer", garden[1]), hold=hold, reuse=False)
     return deliverer, await _kit(store, clock, deliverer)
 
 
@@ -92,7 +92,7 @@ async def test_a_pay_the_garden_refuses_for_good_moves_no_money(
     server, secret = garden
     auth = {"unknown_recipient": ("enforcer", secret), "no_credential": None,
             "wrong_secret": ("enforcer", secret[:-2] + "xx")}[case]
-    kit = await _kit(store, clock, Counting(tmp_path / "g.sock", auth=auth))
+    kit = await _kit(store, clock, Counting(tmp_path / "g.sock", auth=auth, reuse=False))
     # A day's allowance of exactly one payment: a refusal that kept its cap would show.
     token, address = await kit.agent(limit=SpendLimit(per_payment=USDC, hourly=USDC, daily=USDC))
     before = kit.usdc_of(address)

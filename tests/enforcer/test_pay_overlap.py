@@ -1,5 +1,5 @@
 """The PAY's SMTP transaction opened while its payment is signed and broadcast
-(payments_exec._open_envelope, delivery.SmtpEnvelope), against a real aiosmtpd sink with
+(payments_exec._open_envelope, mail/transport/submission.py SmtpEnvelope), against a real aiosmtpd sink with
 and without PIPELINING, on both stores and a LiteSVM chain: delivered once with the
 right bytes; nothing delivered when the payment fails; a refused RCPT keeps the ordinary
 outcome; a dropped connection and a late body fall back and deliver once."""
@@ -13,13 +13,14 @@ from typing import Any
 import pytest
 
 from envelopay import dkim
-from envelopay.enforcer.send import smtp_pipe
-from envelopay.enforcer.send.delivery import SmtpDeliverer, SmtpEnvelope, dkim_signer
+from envelopay.dkim import dkim_signer
 from envelopay.enforcer.send.enforcer import Enforcer
-from envelopay.enforcer.send.smtp_pipe import data_block
 from envelopay.enforcer.send.store import EnforcerStore
 from envelopay.errors import TransportError
+from envelopay.mail.transport import smtp_pipe
 from envelopay.mail.transport.smtp import SmtpConfig, send_raw
+from envelopay.mail.transport.smtp_pipe import data_block
+from envelopay.mail.transport.submission import SmtpEnvelope, SmtpTransport
 from envelopay.protocol.parse import parse
 from envelopay.rails.custodial import SignedPayment
 
@@ -27,7 +28,7 @@ from .conftest import Clock, Sink
 from .paykit import USDC, Kit, make_kit, pay_req, payee_wallet, proof_tx
 
 
-class Counting(SmtpDeliverer):
+class Counting(SmtpTransport):
     """The real deliverer, counting which way each message went."""
 
     def __init__(self, config: SmtpConfig, **kw: Any) -> None:
@@ -39,10 +40,10 @@ class Counting(SmtpDeliverer):
         self.opened += 1
         return super().open_envelope(sender=sender, recipient=recipient)
 
-    async def deliver(self, raw: bytes, *, sender: str, recipient: str) -> None:
+    async def send(self, raw: bytes, sender: str, recipient: str) -> None:
         self.plain += 1
         self.opened -= 1  # the plain path opens one too: count only the early ones
-        await super().deliver(raw, sender=sender, recipient=recipient)
+        await super().send(raw, sender, recipient)
 
 
 @pytest.fixture(params=[True, False], ids=["pipelining", "no-pipelining"])
@@ -87,7 +88,7 @@ async def test_the_pay_goes_once_with_its_proof_and_signature_through_the_early_
             assert proof_tx(_pay_of(raw)["proof"]) == d.tx_id
         assert sorted(kit.payment_txs(address)) == sorted(d.tx_id for d in done)
     finally:
-        await deliverer.aclose()
+        await deliverer.close()
 
 
 async def test_a_failed_payment_after_the_envelope_opened_delivers_nothing(
@@ -114,7 +115,7 @@ async def test_a_failed_payment_after_the_envelope_opened_delivers_nothing(
         assert proof_tx(_pay_of(sink.messages[1][2])["proof"]) == after.tx_id
         assert len(kit.payment_txs(address)) == 2
     finally:
-        await deliverer.aclose()
+        await deliverer.close()
 
 
 async def test_a_pay_refused_for_good_before_the_broadcast_moves_no_money(
@@ -142,7 +143,7 @@ async def test_a_pay_refused_for_good_before_the_broadcast_moves_no_money(
         assert proof_tx(_pay_of(sink.messages[0][2])["proof"]) == ok.tx_id
         assert kit.payment_txs(address) == [ok.tx_id]
     finally:
-        await deliverer.aclose()
+        await deliverer.close()
 
 
 async def test_a_refusal_heard_only_after_the_payment_leaves_it_paid_for_recovery(
@@ -164,7 +165,7 @@ async def test_a_refusal_heard_only_after_the_payment_leaves_it_paid_for_recover
         assert again.status == "paid_and_sent" and len(sink.messages) == 1, again
         assert proof_tx(_pay_of(sink.messages[0][2])["proof"]) == d.tx_id
     finally:
-        await deliverer.aclose()
+        await deliverer.close()
 
 
 async def test_the_body_travels_during_the_broadcast_and_only_the_final_dot_waits(
@@ -202,7 +203,7 @@ async def test_the_body_travels_during_the_broadcast_and_only_the_final_dot_wait
         assert proof_tx(_pay_of(delivered)["proof"]) == d.tx_id
         assert before.endswith(data_block(delivered)[: -len(b".\r\n")])  # the very bytes
     finally:
-        await deliverer.aclose()
+        await deliverer.close()
 
 
 async def test_a_broadcast_the_chain_refuses_after_the_body_went_delivers_nothing(
@@ -233,7 +234,7 @@ async def test_a_broadcast_the_chain_refuses_after_the_body_went_delivers_nothin
         assert ok.status == "paid_and_sent" and len(sink.messages) == 2, ok
         assert proof_tx(_pay_of(sink.messages[1][2])["proof"]) == ok.tx_id
     finally:
-        await deliverer.aclose()
+        await deliverer.close()
 
 
 def _other_transfer(kit: Kit) -> None:
@@ -250,18 +251,18 @@ def _other_transfer(kit: Kit) -> None:
 
 
 async def test_a_staged_body_is_delivered_by_its_dot_or_not_at_all(sink: Sink, pipelining: bool) -> None:
-    deliverer = SmtpDeliverer(SmtpConfig("127.0.0.1", sink.port, security="none", max_attempts=1))
+    deliverer = SmtpTransport(SmtpConfig("127.0.0.1", sink.port, security="none", max_attempts=1))
     other = ODD.replace(b"Subject: dots", b"Subject: other")
     try:
         staged = deliverer.open_envelope(sender="a@agents.test", recipient="b@partner.test")
         assert staged is not None and await staged.stage(ODD) == ""
-        await staged.deliver(ODD)  # only the dot is left to write
+        await staged.send_body(ODD)  # only the dot is left to write
         aborted = deliverer.open_envelope(sender="a@agents.test", recipient="b@partner.test")
         assert aborted is not None and await aborted.stage(other) == ""
         aborted.abort()  # staged, never ended: nothing of it is delivered
         changed = deliverer.open_envelope(sender="a@agents.test", recipient="b@partner.test")
         assert changed is not None and await changed.stage(other) == ""
-        await changed.deliver(ODD)  # not the staged bytes: those are dropped, these go fresh
+        await changed.send_body(ODD)  # not the staged bytes: those are dropped, these go fresh
         await asyncio.sleep(0.05)
         bodies = [m[2] for m in sink.messages]
         assert len(bodies) == 2 and all(b"Subject: dots" in b for b in bodies)
@@ -270,10 +271,10 @@ async def test_a_staged_body_is_delivered_by_its_dot_or_not_at_all(sink: Sink, p
         sink.rcpt_reply = "550 5.1.1 no such user"
         assert refused is not None and "550" in await refused.stage(ODD)
         with pytest.raises(TransportError, match="550"):
-            await refused.deliver(ODD)  # final: no fresh attempt
+            await refused.send_body(ODD)  # final: no fresh attempt
         assert len(sink.messages) == 2
     finally:
-        await deliverer.aclose()
+        await deliverer.close()
 
 
 async def test_a_connection_dropped_mid_envelope_falls_back_and_delivers_once(
@@ -292,7 +293,7 @@ async def test_a_connection_dropped_mid_envelope_falls_back_and_delivers_once(
         assert proof_tx(_pay_of(sink.messages[1][2])["proof"]) == d.tx_id
         assert len(sink.rcpts) == 3  # the dropped attempt and the fresh one
     finally:
-        await deliverer.aclose()
+        await deliverer.close()
 
 
 async def test_a_body_later_than_hold_goes_the_fresh_way_once(
@@ -307,7 +308,7 @@ async def test_a_body_later_than_hold_goes_the_fresh_way_once(
         assert [proof_tx(_pay_of(m[2])["proof"]) for m in sink.messages] == [d.tx_id for d in done]
         assert deliverer._idle == []  # an abandoned transaction's connection is closed
     finally:
-        await deliverer.aclose()
+        await deliverer.close()
 
 
 ODD = (
@@ -318,28 +319,28 @@ ODD = (
 
 async def test_the_pipelined_data_phase_carries_what_aiosmtplib_carries(sink: Sink, pipelining: bool) -> None:
     config = SmtpConfig("127.0.0.1", sink.port, security="none", max_attempts=1)
-    deliverer = SmtpDeliverer(config)
+    deliverer = SmtpTransport(config)
     try:
-        await deliverer.deliver(ODD, sender="a@agents.test", recipient="b@partner.test")
+        await deliverer.send(ODD, "a@agents.test", "b@partner.test")
         result = await send_raw(ODD, sender="a@agents.test", recipient="b@partner.test", config=config)
         assert result.ok
         (_, _, ours), (_, _, theirs) = sink.messages
         assert ours == theirs
         assert data_block(b"a\n.b") == b"a\r\n..b\r\n.\r\n"
     finally:
-        await deliverer.aclose()
+        await deliverer.close()
 
 
 async def test_a_delivery_cancelled_mid_transaction_closes_its_connection(
     sink: Sink, pipelining: bool
 ) -> None:
-    deliverer = SmtpDeliverer(SmtpConfig("127.0.0.1", sink.port, security="none", max_attempts=1))
+    deliverer = SmtpTransport(SmtpConfig("127.0.0.1", sink.port, security="none", max_attempts=1))
     try:
-        await deliverer.deliver(ODD, sender="a@agents.test", recipient="b@partner.test")
+        await deliverer.send(ODD, "a@agents.test", "b@partner.test")
         assert len(deliverer._idle) == 1 and sink.live == 1
         sink.data_delay = 5.0  # the final reply is late: the caller gives up meanwhile
         task = asyncio.ensure_future(
-            deliverer.deliver(ODD, sender="a@agents.test", recipient="b@partner.test")
+            deliverer.send(ODD, "a@agents.test", "b@partner.test")
         )
         await asyncio.sleep(0.1)
         task.cancel()
@@ -348,7 +349,7 @@ async def test_a_delivery_cancelled_mid_transaction_closes_its_connection(
         await asyncio.sleep(0.05)
         assert deliverer._idle == [] and sink.live == 0  # closed, not pooled half-way
     finally:
-        await deliverer.aclose()
+        await deliverer.close()
 
 
 async def test_no_verdict_after_the_final_dot_is_an_unknown_outcome_never_sent_again(
@@ -358,9 +359,9 @@ async def test_no_verdict_after_the_final_dot_is_an_unknown_outcome_never_sent_a
     # a content filter): it may deliver it still, so a second copy on a fresh connection
     # could be a duplicate (RFC 1047). The caller hears "unknown"; nothing is resent.
     config = SmtpConfig("127.0.0.1", sink.port, security="none", max_attempts=3, timeout=0.3)
-    deliverer = SmtpDeliverer(config, final_timeout=0.3)
+    deliverer = SmtpTransport(config, final_timeout=0.3)
     try:
-        await deliverer.deliver(ODD, sender="a@agents.test", recipient="b@partner.test")
+        await deliverer.send(ODD, "a@agents.test", "b@partner.test")
         sink.data_delay = 2.0
         for staged in (False, True):
             envelope = deliverer.open_envelope(sender="a@agents.test", recipient="b@partner.test")
@@ -368,8 +369,8 @@ async def test_no_verdict_after_the_final_dot_is_an_unknown_outcome_never_sent_a
             if staged:
                 assert await envelope.stage(ODD) == ""
             with pytest.raises(TransportError, match="outcome unknown after the final dot"):
-                await envelope.deliver(ODD)
+                await envelope.send_body(ODD)
         assert sink.rcpts == ["b@partner.test"] * 3  # one transaction each, no fresh retry
         assert deliverer._idle == []  # those connections are closed, not pooled
     finally:
-        await deliverer.aclose()
+        await deliverer.close()

@@ -79,11 +79,11 @@ async def test_sigkill_at_every_point_of_50_payments(
         db = request.getfixturevalue("pg_dsn")
         store = PostgresStore(db)
     await store.open()
-    from envelopay.enforcer.send.delivery import SmtpDeliverer
     from envelopay.mail.transport.smtp import SmtpConfig
+    from envelopay.mail.transport.submission import SmtpTransport
 
     local = Enforcer(
-        store, SmtpDeliverer(SmtpConfig("127.0.0.1", sink.port, security="none", max_attempts=1))
+        store, SmtpTransport(SmtpConfig("127.0.0.1", sink.port, security="none", max_attempts=1))
     )
     kit = await make_kit(local)
     token, address = await kit.agent(usdc=100 * USDC)

@@ -15,12 +15,12 @@ import pytest
 from envelopay.devnet.rpc_server import JsonRpcServer
 from envelopay.enforcer.client.payment_client import PaymentClient
 from envelopay.enforcer.send.backends import PostgresStore, SqliteStore
-from envelopay.enforcer.send.delivery import SmtpDeliverer
 from envelopay.enforcer.send.enforcer import Enforcer
 from envelopay.enforcer.send.store import EnforcerStore
 from envelopay.enforcer.spend.model import PaymentDisposition
 from envelopay.enforcer.spend.payments import CRASH_ENV
 from envelopay.mail.transport.smtp import SmtpConfig
+from envelopay.mail.transport.submission import SmtpTransport
 from envelopay_solana.devnode import solana_rpc_handler
 
 from .conftest import Sink
@@ -55,7 +55,7 @@ async def test_two_enforcer_processes_pay_from_one_wallet(
     store: EnforcerStore = SqliteStore(url) if backend == "sqlite" else PostgresStore(url)
     await store.open()
     smtp = SmtpConfig("127.0.0.1", sink.port, security="none", max_attempts=1)
-    local = Enforcer(store, SmtpDeliverer(smtp))
+    local = Enforcer(store, SmtpTransport(smtp))
     kit = await make_kit(local)
     token, address = await kit.agent(usdc=100 * USDC)
     to = payee_wallet()

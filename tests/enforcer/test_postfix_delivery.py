@@ -1,4 +1,4 @@
-"""The send enforcer's SMTP delivery (delivery.SmtpDeliverer, SmtpEnvelope, smtp_pipe)
+"""The send enforcer's SMTP delivery (mail/transport: submission.SmtpTransport, SmtpEnvelope, smtp_pipe)
 against a real private Postfix, LMTP into Dovecot:
 
     enforcer ──SMTP (pooled, pipelined)──▶ Postfix ──LMTP──▶ Dovecot (seller's Maildir)
@@ -39,11 +39,12 @@ import pytest
 from tests.mail.test_postfix import wait_files
 
 from envelopay import dkim
+from envelopay.dkim import dkim_signer
 from envelopay.enforcer.send.backends import SqliteStore
-from envelopay.enforcer.send.delivery import SmtpDeliverer, SmtpEnvelope, dkim_signer
 from envelopay.enforcer.send.enforcer import Enforcer
 from envelopay.errors import TransportError
 from envelopay.mail.transport.smtp import SmtpConfig
+from envelopay.mail.transport.submission import SmtpEnvelope, SmtpTransport
 from envelopay.protocol.parse import parse
 from envelopay.testing.dovecot import Dovecot, running_dovecot
 from envelopay.testing.postfix import Postfix, read_policy_request, strip_trace
@@ -75,8 +76,8 @@ class Mx:
     def config(self, **kw: Any) -> SmtpConfig:
         return SmtpConfig("127.0.0.1", self.postfix.port, **{"security": "none", "max_attempts": 1, **kw})
 
-    def deliverer(self, **kw: Any) -> SmtpDeliverer:
-        return SmtpDeliverer(self.config(), **kw)
+    def deliverer(self, **kw: Any) -> SmtpTransport:
+        return SmtpTransport(self.config(), **kw)
 
     def log(self) -> list[str]:
         return self.postfix.log_path.read_text(errors="replace").splitlines()
@@ -234,24 +235,24 @@ async def test_pooled_sends_deliver_byte_identical_messages_over_few_connections
     try:
         # One after another: one connection carries them all.
         for n in range(4):
-            await deliverer.deliver(message(n), sender=SENDER, recipient=SELLER)
+            await deliverer.send(message(n), SENDER, SELLER)
         await mx.logged(*range(4))
         assert mx.connections() == 1
         assert len(deliverer._idle) == 1 and deliverer._idle[0].pipelining is mx.pipelining
         # Six at once: new connections as needed, the pool keeps three of them...
-        await asyncio.gather(*(deliverer.deliver(message(n), sender=SENDER, recipient=SELLER)
+        await asyncio.gather(*(deliverer.send(message(n), SENDER, SELLER)
                                for n in range(4, 10)))
         await mx.logged(*range(4, 10))
         opened = mx.connections()
         assert opened == 6 and len(deliverer._idle) == 3  # the pooled one and five new
         # ...and the next three go over those three, opening nothing.
-        await asyncio.gather(*(deliverer.deliver(message(n), sender=SENDER, recipient=SELLER)
+        await asyncio.gather(*(deliverer.send(message(n), SENDER, SELLER)
                                for n in range(10, 13)))
         await mx.logged(*range(10, 13))
         assert mx.connections() == opened
-        await deliverer.deliver(message(13, ODD), sender=SENDER, recipient=SELLER)
+        await deliverer.send(message(13, ODD), SENDER, SELLER)
     finally:
-        await deliverer.aclose()
+        await deliverer.close()
     by_id = await mx.settled(14)
     assert sorted(by_id) == sorted(mid(n) for n in range(14))
     # What Postfix and Dovecot delivered is what was submitted.
@@ -289,7 +290,7 @@ async def test_enforcer_signed_sends_verify_after_postfix(tmp_path: Path) -> Non
                 })
                 assert d.status == "sent", d
         finally:
-            await deliverer.aclose()
+            await deliverer.close()
             await store.close()
         got = await mx.settled(3)
         assert mx.connections() == 1
@@ -306,7 +307,7 @@ async def test_an_aborted_envelope_delivers_nothing_and_the_pool_goes_on(mx: Mx)
     deliverer = mx.deliverer()
     try:
         # Two pooled connections: the abort takes one, the next message the other.
-        await asyncio.gather(*(deliverer.deliver(message(n), sender=SENDER, recipient=SELLER)
+        await asyncio.gather(*(deliverer.send(message(n), SENDER, SELLER)
                                for n in (1, 2)))
         await mx.logged(1, 2)
         assert len(deliverer._idle) == 2 and mx.connections() == 2
@@ -316,13 +317,13 @@ async def test_an_aborted_envelope_delivers_nothing_and_the_pool_goes_on(mx: Mx)
         envelope.abort()
         # Postfix saw the transaction end inside DATA, before a single byte of body.
         await mx.wait_log("lost connection after DATA (0 bytes)")
-        await deliverer.deliver(message(3), sender=SENDER, recipient=SELLER)
+        await deliverer.send(message(3), SENDER, SELLER)
         await mx.logged(3)
         assert mx.connections() == 2  # over the other pooled connection
         with pytest.raises(RuntimeError):
-            await envelope.deliver(message(4))  # aborted is used: it never sends
+            await envelope.send_body(message(4))  # aborted is used: it never sends
     finally:
-        await deliverer.aclose()
+        await deliverer.close()
     assert_messages(await mx.settled(3), 1, 2, 3)
     assert sorted(mx.delivered_ids()) == [mid(1), mid(2), mid(3)]
     assert mx.count("lost connection after DATA") == 1
@@ -386,12 +387,12 @@ async def test_a_delivery_cancelled_before_its_body_delivers_nothing(
     with running_mx(pipelining, **policy.restriction) as mx:
         deliverer = mx.deliverer()
         try:
-            await deliverer.deliver(message(1), sender=SENDER, recipient=SELLER)
+            await deliverer.send(message(1), SENDER, SELLER)
             # Postfix now waits for the policy service before it answers the RCPT: the
             # delivery is mid-transaction (its MAIL FROM and RCPT TO written) when its
             # task is cancelled.
             policy.gate.clear()
-            task = asyncio.ensure_future(deliverer.deliver(message(2), sender=SENDER, recipient=SELLER))
+            task = asyncio.ensure_future(deliverer.send(message(2), SENDER, SELLER))
             await until(lambda: len(policy.asked) == 2)
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
@@ -399,9 +400,9 @@ async def test_a_delivery_cancelled_before_its_body_delivers_nothing(
             assert deliverer._idle == []  # that connection is closed, not pooled
             policy.gate.set()  # Postfix gets its answer, then finds the client gone
             await mx.wait_lost()
-            await deliverer.deliver(message(3), sender=SENDER, recipient=SELLER)
+            await deliverer.send(message(3), SENDER, SELLER)
         finally:
-            await deliverer.aclose()
+            await deliverer.close()
         assert_messages(await mx.settled(2), 1, 3)
         assert sorted(mx.delivered_ids()) == [mid(1), mid(3)]
         assert policy.asked == [SELLER] * 3
@@ -414,11 +415,11 @@ async def test_a_delivery_cancelled_before_its_body_delivers_nothing(
 # closes its socket, nothing of the body was written.
 CHILD = """
 import asyncio, sys
-from envelopay.enforcer.send.delivery import SmtpDeliverer
+from envelopay.mail.transport.submission import SmtpTransport
 from envelopay.mail.transport.smtp import SmtpConfig
 
 async def main() -> None:
-    deliverer = SmtpDeliverer(SmtpConfig("127.0.0.1", int(sys.argv[1]), security="none", max_attempts=1))
+    deliverer = SmtpTransport(SmtpConfig("127.0.0.1", int(sys.argv[1]), security="none", max_attempts=1))
     envelope = deliverer.open_envelope(sender=sys.argv[2], recipient=sys.argv[3])
     await envelope._task  # connected, MAIL FROM, RCPT TO, DATA: 354
     print("in data", flush=True)
@@ -431,7 +432,7 @@ asyncio.run(main())
 async def test_a_process_killed_with_an_open_envelope_delivers_nothing(mx: Mx) -> None:
     deliverer = mx.deliverer()
     try:
-        await deliverer.deliver(message(1), sender=SENDER, recipient=SELLER)
+        await deliverer.send(message(1), SENDER, SELLER)
         child = subprocess.Popen([sys.executable, "-c", CHILD, str(mx.postfix.port), SENDER, SELLER],
                                  stdout=subprocess.PIPE, env=os.environ.copy())
         try:
@@ -445,11 +446,11 @@ async def test_a_process_killed_with_an_open_envelope_delivers_nothing(mx: Mx) -
                 child.stdout.close()
         await mx.wait_log("lost connection after DATA (0 bytes)")
         # Our pooled connection was never touched: the next message goes over it.
-        await deliverer.deliver(message(2), sender=SENDER, recipient=SELLER)
+        await deliverer.send(message(2), SENDER, SELLER)
         await mx.logged(2)
         assert mx.connections() == 2  # ours and the killed process's
     finally:
-        await deliverer.aclose()
+        await deliverer.close()
     assert_messages(await mx.settled(2), 1, 2)
     assert sorted(mx.delivered_ids()) == [mid(1), mid(2)]
     mx.assert_clean()
@@ -458,16 +459,16 @@ async def test_a_process_killed_with_an_open_envelope_delivers_nothing(mx: Mx) -
 async def test_a_dropped_connection_under_an_open_envelope_delivers_once(mx: Mx) -> None:
     deliverer = mx.deliverer()
     try:
-        await deliverer.deliver(message(1), sender=SENDER, recipient=SELLER)
+        await deliverer.send(message(1), SENDER, SELLER)
         envelope = deliverer.open_envelope(sender=SENDER, recipient=SELLER)
         assert envelope is not None
         await in_data(envelope)
         assert envelope._session is not None
         envelope._session.transport.abort()  # a reset under the open transaction (no FIN, no QUIT)
         await mx.wait_log("lost connection after DATA (0 bytes)")
-        await envelope.deliver(message(2))  # falls back to a fresh connection
+        await envelope.send_body(message(2))  # falls back to a fresh connection
     finally:
-        await deliverer.aclose()
+        await deliverer.close()
     assert_messages(await mx.settled(2), 1, 2)
     assert sorted(mx.delivered_ids()) == [mid(1), mid(2)]
     assert mx.connections() == 2
@@ -477,16 +478,16 @@ async def test_a_dropped_connection_under_an_open_envelope_delivers_once(mx: Mx)
 async def test_an_envelope_held_below_hold_is_delivered_once_on_its_connection(mx: Mx) -> None:
     deliverer = mx.deliverer(hold=30.0)
     try:
-        await deliverer.deliver(message(1), sender=SENDER, recipient=SELLER)
+        await deliverer.send(message(1), SENDER, SELLER)
         envelope = deliverer.open_envelope(sender=SENDER, recipient=SELLER)
         assert envelope is not None
         await in_data(envelope)
         await asyncio.sleep(2.0)  # a slow payment: Postfix waits in DATA (smtpd_timeout 300 s)
-        await envelope.deliver(message(2))
+        await envelope.send_body(message(2))
         assert len(deliverer._idle) == 1  # the connection went back to the pool
-        await deliverer.deliver(message(3), sender=SENDER, recipient=SELLER)
+        await deliverer.send(message(3), SENDER, SELLER)
     finally:
-        await deliverer.aclose()
+        await deliverer.close()
     assert_messages(await mx.settled(3), 1, 2, 3)
     assert sorted(mx.delivered_ids()) == [mid(1), mid(2), mid(3)]
     assert mx.connections() == 1
@@ -497,14 +498,14 @@ async def test_an_envelope_held_below_hold_is_delivered_once_on_its_connection(m
 async def test_a_body_later_than_hold_abandons_the_transaction_and_goes_fresh_once(mx: Mx) -> None:
     deliverer = mx.deliverer(hold=0.5)
     try:
-        await deliverer.deliver(message(1), sender=SENDER, recipient=SELLER)
+        await deliverer.send(message(1), SENDER, SELLER)
         envelope = deliverer.open_envelope(sender=SENDER, recipient=SELLER)
         assert envelope is not None
         await in_data(envelope)
         await asyncio.sleep(1.0)  # past `hold`
-        await envelope.deliver(message(2))
+        await envelope.send_body(message(2))
     finally:
-        await deliverer.aclose()
+        await deliverer.close()
     assert_messages(await mx.settled(2), 1, 2)
     assert sorted(mx.delivered_ids()) == [mid(1), mid(2)]
     assert mx.count("lost connection after DATA (0 bytes)") == 1  # the abandoned one
@@ -522,16 +523,16 @@ async def test_a_5xx_at_rcpt_is_final_and_delivers_nothing(mx: Mx) -> None:
     deliverer = mx.deliverer()
     try:
         for n, (recipient, reply) in enumerate(REFUSED.items()):
-            await deliverer.deliver(message(10 * n), sender=SENDER, recipient=SELLER)
+            await deliverer.send(message(10 * n), SENDER, SELLER)
             # On the pooled connection (pipelined when offered), then on a new one.
             for _ in range(2):
                 with pytest.raises(TransportError) as refused:
-                    await deliverer.deliver(message(10 * n + 1), sender=SENDER, recipient=recipient)
+                    await deliverer.send(message(10 * n + 1), SENDER, recipient)
                 assert "permanent" in str(refused.value) and reply in str(refused.value)
                 assert deliverer._idle == []
-        await deliverer.deliver(message(2), sender=SENDER, recipient=SELLER)
+        await deliverer.send(message(2), SENDER, SELLER)
     finally:
-        await deliverer.aclose()
+        await deliverer.close()
     assert_messages(await mx.settled(3), 0, 10, 2)
     assert sorted(mx.delivered_ids()) == sorted([mid(0), mid(10), mid(2)])
     # Refused once per attempt: no fresh-path retry after a 5xx.
@@ -547,19 +548,19 @@ async def test_a_5xx_at_the_end_of_the_message_is_final_and_a_4xx_falls_back() -
     checks = ("regexp:{{/^Subject: note 2$$/ REJECT 5.7.1 not this one},"
               " {/^Subject: note 3$$/ REJECT 4.7.1 not now}}")
     with running_mx(header_checks=checks) as mx:
-        deliverer = SmtpDeliverer(mx.config(max_attempts=2, backoff_initial=0.05))
+        deliverer = SmtpTransport(mx.config(max_attempts=2, backoff_initial=0.05))
         try:
-            await deliverer.deliver(message(1), sender=SENDER, recipient=SELLER)
+            await deliverer.send(message(1), SENDER, SELLER)
             with pytest.raises(TransportError) as refused:
-                await deliverer.deliver(message(2), sender=SENDER, recipient=SELLER)
+                await deliverer.send(message(2), SENDER, SELLER)
             assert "permanent" in str(refused.value) and "550 5.7.1" in str(refused.value)
             # A 4xx verdict on the message: the pooled try and both fresh tries.
-            await deliverer.deliver(message(4), sender=SENDER, recipient=SELLER)  # warm again
+            await deliverer.send(message(4), SENDER, SELLER)  # warm again
             with pytest.raises(TransportError) as deferred:
-                await deliverer.deliver(message(3), sender=SENDER, recipient=SELLER)
+                await deliverer.send(message(3), SENDER, SELLER)
             assert "temporary_failure 451: 4.7.1 not now" in str(deferred.value)
         finally:
-            await deliverer.aclose()
+            await deliverer.close()
         await mx.quiet()
         assert sorted(mx.delivered_ids()) == [mid(1), mid(4)]
         assert_messages(await mx.settled(2), 1, 4)
@@ -580,11 +581,11 @@ async def test_a_verdict_slower_than_our_timeout_is_not_delivered_twice(
     # max_attempts=1, the reference: one copy, reported as a temporary failure.)
     policy.gate.set()
     with running_mx(**policy.eod_restriction) as mx:
-        deliverer = SmtpDeliverer(mx.config(timeout=2.0), pool_size=pool_size)
+        deliverer = SmtpTransport(mx.config(timeout=2.0), pool_size=pool_size)
         try:
-            await deliverer.deliver(message(1), sender=SENDER, recipient=SELLER)
+            await deliverer.send(message(1), SENDER, SELLER)
             policy.hold_eod = 2
-            task = asyncio.ensure_future(deliverer.deliver(message(2), sender=SENDER, recipient=SELLER))
+            task = asyncio.ensure_future(deliverer.send(message(2), SENDER, SELLER))
             await until(lambda: policy.eods == 2)  # the first copy is in, its verdict held
             # A resend (its own end-of-data check) or twice our reply timeout, whichever
             # comes first; then Postfix gets its verdict for the first copy.
@@ -595,7 +596,7 @@ async def test_a_verdict_slower_than_our_timeout_is_not_delivered_twice(
                 await task
         finally:
             policy.eod_gate.set()
-            await deliverer.aclose()
+            await deliverer.close()
         await mx.quiet()
         assert sorted(mx.delivered_ids()) == [mid(1), mid(2)], mx.postfix.log_tail(60)
         assert_messages(await mx.settled(2), 1, 2)
@@ -608,19 +609,19 @@ async def test_a_4xx_at_rcpt_falls_back_to_the_fresh_path_and_delivers_once(
     with running_mx(pipelining, **policy.restriction) as mx:
         deliverer = mx.deliverer()
         try:
-            await deliverer.deliver(message(1), sender=SENDER, recipient=SELLER)
+            await deliverer.send(message(1), SENDER, SELLER)
             # Postfix answers 450 to the pooled attempt; the fresh path's try is accepted.
             policy.actions = ["DEFER_IF_PERMIT 4.7.1 busy, try later"]
-            await deliverer.deliver(message(2), sender=SENDER, recipient=SELLER)
+            await deliverer.send(message(2), SENDER, SELLER)
             # Deferred on the pooled attempt and on every fresh try (max_attempts=1):
             # a temporary TransportError, nothing delivered.
             policy.actions = ["DEFER_IF_PERMIT 4.7.1 busy, try later"] * 2
             with pytest.raises(TransportError) as deferred:
-                await deliverer.deliver(message(3), sender=SENDER, recipient=SELLER)
+                await deliverer.send(message(3), SENDER, SELLER)
             assert "temporary_failure 450" in str(deferred.value) and "busy, try later" in str(deferred.value)
             assert policy.actions == []
         finally:
-            await deliverer.aclose()
+            await deliverer.close()
         assert_messages(await mx.settled(2), 1, 2)
         assert sorted(mx.delivered_ids()) == [mid(1), mid(2)]
         rejects = [line for line in mx.log() if "NOQUEUE: reject: RCPT" in line]
@@ -636,21 +637,21 @@ async def test_postfix_timing_out_a_held_envelope_and_an_idle_connection_deliver
     with running_mx(pipelining, smtpd_timeout="3s") as mx:
         deliverer = mx.deliverer(hold=60.0)  # our hold outlasts Postfix's patience
         try:
-            await deliverer.deliver(message(1), sender=SENDER, recipient=SELLER)
+            await deliverer.send(message(1), SENDER, SELLER)
             envelope = deliverer.open_envelope(sender=SENDER, recipient=SELLER)
             assert envelope is not None
             await in_data(envelope)
             # Postfix gives up on the body: 421 and the connection closed, nothing queued.
             await mx.wait_log("timeout after DATA (0 bytes)")
-            await envelope.deliver(message(2))  # the fresh path, once
+            await envelope.send_body(message(2))  # the fresh path, once
             # The connection that carried it idles in the pool until Postfix drops it too.
             assert len(deliverer._idle) == 0  # the fresh path does not pool
-            await deliverer.deliver(message(3), sender=SENDER, recipient=SELLER)
+            await deliverer.send(message(3), SENDER, SELLER)
             assert len(deliverer._idle) == 1
             await mx.wait_log("timeout after END-OF-MESSAGE")
-            await deliverer.deliver(message(4), sender=SENDER, recipient=SELLER)
+            await deliverer.send(message(4), SENDER, SELLER)
         finally:
-            await deliverer.aclose()
+            await deliverer.close()
         assert_messages(await mx.settled(4), 1, 2, 3, 4)
         assert sorted(mx.delivered_ids()) == [mid(1), mid(2), mid(3), mid(4)]
         assert mx.count("timeout after DATA") == 1 and mx.count("timeout after END-OF-MESSAGE") == 1
@@ -679,7 +680,7 @@ async def test_pay_then_send_goes_through_postfix_once(tmp_path: Path) -> None:
             again = await kit.payments.submit("pay", token, pay_req(to, USDC, key="c"))
             assert again.status == "paid_and_sent", again
         finally:
-            await deliverer.aclose()
+            await deliverer.close()
             await store.close()
         got = await mx.settled(2)
         assert sorted(mx.delivered_ids()) == sorted([paid.message_id, again.message_id])
@@ -711,10 +712,10 @@ async def test_pooled_pipelined_sends_over_starttls() -> None:
                "smtpd_tls_key_file": str(key), "smtpd_tls_loglevel": "1"}
         with running_mx(postfix=TlsPostfix, **tls) as mx:
             context = ssl.create_default_context(cafile=str(cert))
-            deliverer = SmtpDeliverer(mx.config(security="starttls", tls_context=context))
+            deliverer = SmtpTransport(mx.config(security="starttls", tls_context=context))
             try:
                 for n in range(3):
-                    await deliverer.deliver(message(n), sender=SENDER, recipient=SELLER)
+                    await deliverer.send(message(n), SENDER, SELLER)
                 [session] = deliverer._idle
                 assert session.pipelining and session.transport.get_extra_info("ssl_object") is not None
                 envelope = deliverer.open_envelope(sender=SENDER, recipient=SELLER)
@@ -722,9 +723,9 @@ async def test_pooled_pipelined_sends_over_starttls() -> None:
                 await in_data(envelope)
                 envelope.abort()
                 await mx.wait_log("lost connection after DATA (0 bytes)")
-                await deliverer.deliver(message(3), sender=SENDER, recipient=SELLER)
+                await deliverer.send(message(3), SENDER, SELLER)
             finally:
-                await deliverer.aclose()
+                await deliverer.close()
             got = await mx.settled(4)
             assert_messages(got, 0, 1, 2, 3)
             assert sorted(mx.delivered_ids()) == [mid(0), mid(1), mid(2), mid(3)]

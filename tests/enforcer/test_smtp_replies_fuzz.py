@@ -1,4 +1,4 @@
-"""The pooled SMTP connection reads the server's bytes itself (enforcer/send/smtp_pipe.py), so
+"""The pooled SMTP connection reads the server's bytes itself (mail/transport/smtp_pipe.py), so
 those bytes are outside input: fuzz the reply reader, then the whole delivery against a
 hostile server. A reply that is not SMTP ends in a TransportError (or a clean fallback),
 never another exception, a hang, or a broken connection back in the pool."""
@@ -12,10 +12,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from envelopay.enforcer.send.delivery import SmtpDeliverer
-from envelopay.enforcer.send.smtp_pipe import _Replies
 from envelopay.errors import TransportError
 from envelopay.mail.transport.smtp import SmtpConfig
+from envelopay.mail.transport.smtp_pipe import _Replies
+from envelopay.mail.transport.submission import SmtpTransport
 
 SEED = 20261201
 
@@ -133,13 +133,12 @@ async def _hostile_server(behaviour: str, rng: random.Random) -> AsyncIterator[i
 async def test_a_hostile_server_ends_in_a_transport_error_with_nothing_pooled(behaviour: str) -> None:
     rng = random.Random(f"{SEED}-{behaviour}")
     async with _hostile_server(behaviour, rng) as port:
-        deliverer = SmtpDeliverer(SmtpConfig("127.0.0.1", port, security="none", timeout=0.5, max_attempts=1))
+        deliverer = SmtpTransport(SmtpConfig("127.0.0.1", port, security="none", timeout=0.5, max_attempts=1))
         for n in range(3):  # later sends find no broken connection waiting in the pool
             with pytest.raises(TransportError):
                 await asyncio.wait_for(
-                    deliverer.deliver(b"Subject: x\r\n\r\nbody\r\n", sender="a@agents.test",
-                                      recipient=f"b{n}@partner.test"),
+                    deliverer.send(b"Subject: x\r\n\r\nbody\r\n", "a@agents.test", f"b{n}@partner.test"),
                     timeout=10,
                 )
             assert all(s.usable for s in deliverer._idle)
-        await deliverer.aclose()
+        await deliverer.close()

@@ -10,13 +10,13 @@ from pathlib import Path
 from envelopay.client.demo import WORKER, DemoWorld
 from envelopay.enforcer.client.enforced_payer import EnforcedPayer
 from envelopay.enforcer.send.backends import SqliteStore
-from envelopay.enforcer.send.delivery import GardenDeliverer
 from envelopay.enforcer.send.enforcer import Enforcer
 from envelopay.enforcer.service.server import start_server
 from envelopay.enforcer.spend.payments import Payments
 from envelopay.enforcer.spend.policy import SpendLimit, SpendPolicy
 from envelopay.enforcer.spend.store import PaymentStore
 from envelopay.enforcer.spend.vault import Vault
+from envelopay.mail.transport.garden import GardenTransport
 from envelopay.protocol.messages import Give, Offer, Want
 from envelopay_base.custody import BasePayer
 from envelopay_base.rail import make_rail
@@ -30,7 +30,7 @@ async def test_counter_legs_through_the_enforcer_pay_once_within_policy(
 
     store = SqliteStore(tmp_path / "enf.db")
     await store.open()
-    enforcer = Enforcer(store, GardenDeliverer(tmp_path / "none.sock"))
+    enforcer = Enforcer(store, GardenTransport(tmp_path / "none.sock", reuse=False))
     pstore = PaymentStore(store)
     await pstore.open()
     payer = BasePayer(

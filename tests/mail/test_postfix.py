@@ -30,7 +30,8 @@ from envelopay.engine.bounces import bounce_of, record_bounce
 from envelopay.engine.outbox import DirectHook, OutboxDrainer
 from envelopay.ledger.sqlite import SqliteStore
 from envelopay.ledger.store import Commit
-from envelopay.mail.transport.smtp import SmtpConfig, SmtpTransport, send_raw
+from envelopay.mail.transport.smtp import SmtpConfig, send_raw
+from envelopay.mail.transport.submission import SmtpTransport
 from envelopay.node.serve import serve_worker
 from envelopay.protocol.compose import compose, compose_message
 from envelopay.protocol.messages import Fulfill, Order, Which
@@ -119,7 +120,8 @@ def outbound(recipient: str, n: int) -> Outbound:
 def drainer_for(world: World, store: SqliteStore) -> OutboxDrainer:
     signer = dkim_signer(world.worker_key.private_pem(), selector="w", domain="worker.test",
                          clock=lambda: NOW)
-    return OutboxDrainer(store, DirectHook(SmtpTransport(world.smtp()), signer), clock=lambda: NOW)
+    transport = SmtpTransport(world.smtp(), pool_size=0)  # as the node wires it
+    return OutboxDrainer(store, DirectHook(transport, signer), clock=lambda: NOW)
 
 
 async def test_worker_round_trip_through_postfix(
@@ -364,7 +366,7 @@ async def test_a_4xx_from_postfix_to_our_submission_is_retried_by_us(tmp_path: P
             assert store.commit_step(Commit(ob.sender, NOW, {"status": "sent"}, outbox=((ob, "f5"),))) == "ok"
             smtp = SmtpConfig("127.0.0.1", postfix.port, security="none", max_attempts=3,
                               backoff_initial=0.05)
-            drainer = OutboxDrainer(store, DirectHook(SmtpTransport(smtp)), clock=lambda: NOW)
+            drainer = OutboxDrainer(store, DirectHook(SmtpTransport(smtp, pool_size=0)), clock=lambda: NOW)
             assert (await drainer.drain()).sent == [ob.message_id]
             [copy] = await asyncio.to_thread(wait_files, dove.maildir("buyer"), 1)
             assert strip_trace(copy.read_bytes()) == strip_trace(compose(ob))

@@ -40,7 +40,8 @@ from envelopay.mail.imap import ImapConfig, ImapMessage, ImapSource
 from envelopay.mail.maildir import mailbox_path
 from envelopay.mail.transport import Transport
 from envelopay.mail.transport.garden import GardenPool, GardenTransport
-from envelopay.mail.transport.smtp import SmtpConfig, SmtpTransport
+from envelopay.mail.transport.smtp import SmtpConfig
+from envelopay.mail.transport.submission import SmtpTransport
 from envelopay.node.deferrals import serve_deferrals
 from envelopay.node.evidence_tap import keep_evidence, keep_received
 from envelopay.node.observe import CURRENT, Observer, Seen, tap_parser, timed_rail
@@ -472,10 +473,12 @@ def smtp_transport(cfg: WorkerConfig) -> Transport:
     t = cfg.transport
     if not t.smtp_host:
         raise ConfigError("transport.smtp_host: required when transport.kind is 'smtp'")
+    # No pool: each message on a fresh connection with send_raw's retries (the outbox
+    # drainer retries a row itself, with its backoff).
     return SmtpTransport(SmtpConfig(
         t.smtp_host, t.smtp_port, security=t.smtp_security, username=t.smtp_username,
         password=_secret(t.smtp_password_env, "transport.smtp_password_env"),
-    ))
+    ), pool_size=0)
 
 
 def imap_config(cfg: WorkerConfig) -> Any:

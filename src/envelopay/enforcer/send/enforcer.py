@@ -18,9 +18,8 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from envelopay.enforcer.send.delivery import Deliverer, Envelope, Signer
 from envelopay.enforcer.send.mime import compose_request
 from envelopay.enforcer.send.model import (
     DEFAULT_DAILY,
@@ -43,7 +42,11 @@ from envelopay.enforcer.send.policy import (
 )
 from envelopay.enforcer.send.store import EnforcerStore, QueueCursor
 from envelopay.errors import StoreError, TransportError, UsageError
+from envelopay.mail.transport import Envelope, Transport
 from envelopay.protocol.headers import HeaderRefusal, read_headers
+
+if TYPE_CHECKING:
+    from envelopay.dkim import Signer  # the module loads cryptography: for types only
 
 __all__ = ["Enforcer", "hash_token"]
 
@@ -83,7 +86,7 @@ class Enforcer:
     def __init__(
         self,
         store: EnforcerStore,
-        deliverer: Deliverer,
+        transport: Transport,
         *,
         operator_token_hash: str = "",
         signer: Signer | None = None,
@@ -95,7 +98,7 @@ class Enforcer:
         claim_timeout: float = 300.0,
     ) -> None:
         self.store = store
-        self.deliverer = deliverer
+        self.transport = transport  # the outbound seam (envelopay.mail.transport)
         self.signer = signer
         self.clock = clock
         self.new_id = new_id
@@ -296,9 +299,9 @@ class Enforcer:
                 return KILLED
         try:
             if envelope is not None and (envelope.sender, envelope.recipient) == (req.sender, req.to):
-                await envelope.deliver(raw)
+                await envelope.send_body(raw)
             else:
-                await self.deliverer.deliver(raw, sender=req.sender, recipient=req.to)
+                await self.transport.send(raw, req.sender, req.to)
         except TransportError as exc:
             return f"delivery failed: {exc}"
         return ""

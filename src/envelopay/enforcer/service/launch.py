@@ -1,9 +1,10 @@
 """Starting the enforcer from a front end's options, and the operator credential.
 
 `prepare` reads everything the service needs before it listens (the store, exactly one
-deliverer, the optional DKIM signer, the operator credential, made once with mode 600
-when there is none); `serve` runs it until SIGINT or SIGTERM. Every refusal is a
-ConfigError naming the option; a file that cannot be read or written is an OSError.
+outbound transport (envelopay.mail.transport), the optional DKIM signer, the operator
+credential, made once with mode 600 when there is none); `serve` runs it until SIGINT or
+SIGTERM. Every refusal is a ConfigError naming the option; a file that cannot be read or
+written is an OSError.
 """
 
 from __future__ import annotations
@@ -19,16 +20,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from envelopay.enforcer.send.backends import open_store
-from envelopay.enforcer.send.delivery import GardenDeliverer, SmtpDeliverer, dkim_signer
 from envelopay.enforcer.send.enforcer import Enforcer, hash_token
 from envelopay.enforcer.service.spend_launch import start_payments
 from envelopay.errors import ConfigError
+from envelopay.mail.transport import Transport
+from envelopay.mail.transport.garden import GardenTransport
 from envelopay.mail.transport.lmtp_client import parse_endpoint
 from envelopay.mail.transport.smtp import Security, SmtpConfig
+from envelopay.mail.transport.submission import SmtpTransport
 
 if TYPE_CHECKING:
+    from envelopay.dkim import Signer
     from envelopay.enforcer.send.backends import PostgresStore, SqliteStore
-    from envelopay.enforcer.send.delivery import Deliverer, Signer
     from envelopay.enforcer.service.spend_launch import SpendLaunch
 
 __all__ = ["Launch", "operator_token", "prepare", "serve"]
@@ -64,19 +67,19 @@ class Launch:
     """What the service needs, read and checked before it listens."""
 
     store: SqliteStore | PostgresStore
-    deliverer: Deliverer
+    transport: Transport
     signer: Signer | None
     operator: str
 
 
-def _deliverer(
+def _transport(
     garden: str | None,
     smtp_host: str | None,
     smtp_port: int,
     smtp_security: str,
     smtp_user: str | None,
     env: Mapping[str, str],
-) -> Deliverer:
+) -> Transport:
     if (garden is None) == (smtp_host is None):
         raise ConfigError("give exactly one of --smtp-host or --garden")
     if garden is not None:
@@ -89,7 +92,7 @@ def _deliverer(
         endpoint = parse_endpoint(garden)
         if isinstance(endpoint, tuple):  # --garden is a port or a path (help: _GARDEN)
             endpoint = Path(garden)
-        return GardenDeliverer(endpoint, auth=auth)
+        return GardenTransport(endpoint, auth=auth, reuse=False)  # a connection per message
 
     password = env.get("ENVELOPAY_SMTP_PASSWORD") if smtp_user else None
     if smtp_user and password is None:
@@ -97,7 +100,7 @@ def _deliverer(
     assert smtp_host is not None
     if smtp_security not in ("starttls", "tls", "none"):
         raise ConfigError("--smtp-security must be starttls, tls or none")
-    return SmtpDeliverer(SmtpConfig(
+    return SmtpTransport(SmtpConfig(
         smtp_host, smtp_port, security=cast(Security, smtp_security), username=smtp_user, password=password,
     ))
 
@@ -118,17 +121,17 @@ def prepare(
     env: Mapping[str, str] = os.environ,
 ) -> Launch:
     """Check the options and read the files, in the order the CLI has always done it."""
-    deliverer = _deliverer(garden, smtp_host, smtp_port, smtp_security, smtp_user, env)
+    transport = _transport(garden, smtp_host, smtp_port, smtp_security, smtp_user, env)
     signer = None
     if dkim_key is not None:
-        from envelopay.dkim import DkimKey  # lazy: keeps cryptography off this module's import
+        from envelopay.dkim import DkimKey, dkim_signer  # lazy: keeps cryptography off this module's import
 
         if not dkim_domain:
             raise ConfigError("--dkim-key needs --dkim-domain")
         key = DkimKey.from_pem(dkim_key.read_bytes())
         signer = dkim_signer(key, selector=dkim_selector, domain=dkim_domain)
     store = open_store(db)
-    return Launch(store, deliverer, signer, _token_or_new(token_file, env, token_created))
+    return Launch(store, transport, signer, _token_or_new(token_file, env, token_created))
 
 
 async def serve(
@@ -150,10 +153,10 @@ async def serve(
     # lazy: keeps aiohttp, cryptography, prometheus_client off this module's import
     from envelopay.enforcer.service.server import METRICS, listen_tcp, start_server
 
-    store, deliverer = launch.store, launch.deliverer
+    store, transport = launch.store, launch.transport
     await store.open()
     enforcer = Enforcer(
-        store, deliverer, operator_token_hash=hash_token(launch.operator), signer=launch.signer
+        store, transport, operator_token_hash=hash_token(launch.operator), signer=launch.signer
     )
     payments = None
     if spend is not None:  # the spend enforcer (spend_launch): recovers before serving
@@ -185,7 +188,6 @@ async def serve(
                 await asyncio.wait_for(finishing, 5.0)
         summary = runner.app[METRICS].summary()
         await runner.cleanup()
-        if isinstance(deliverer, SmtpDeliverer):
-            await deliverer.aclose()
+        await transport.close()
         await store.close()
         stopped(summary)

@@ -23,7 +23,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, cast
 
-from envelopay.enforcer.send.delivery import Envelope, EnvelopeOpener
 from envelopay.enforcer.send.model import Agent, SendRequest
 from envelopay.enforcer.send.policy import fingerprint
 from envelopay.enforcer.spend.intent import Intent
@@ -32,6 +31,7 @@ from envelopay.enforcer.spend.model import PaymentDecision, PaymentDisposition
 from envelopay.enforcer.spend.states import DRIVEN, INTENTS, Move
 from envelopay.enforcer.spend.vault import VaultError
 from envelopay.errors import RailError, StoreError, TransportError, UsageError
+from envelopay.mail.transport import Envelope, EnvelopeOpener
 from envelopay.protocol.compose import message_json
 from envelopay.rails.binding import StatementSigner
 from envelopay.rails.custodial import CustodialPayer, SignedPayment
@@ -101,13 +101,13 @@ def _open_envelope(p: Payments, i: Intent) -> Envelope | None:
     (_deliver); on any other outcome the transaction is aborted, and a message without its
     final dot is not delivered (RFC 5321), so the overlap can neither send a PAY for money
     that did not move nor send one twice. Any fault of the early transaction falls back to
-    an ordinary delivery (delivery.SmtpEnvelope)."""
+    an ordinary delivery (mail.transport's SmtpEnvelope, GardenEnvelope)."""
     mail = i.request.get("mail")
-    deliverer = p.enforcer.deliverer
+    transport = p.enforcer.transport
     # hasattr, not isinstance on the runtime-checkable Protocol (which inspects every member).
-    if mail is None or not hasattr(deliverer, "open_envelope"):
+    if mail is None or not hasattr(transport, "open_envelope"):
         return None
-    return cast(EnvelopeOpener, deliverer).open_envelope(sender=str(mail["from"]), recipient=str(mail["to"]))
+    return cast(EnvelopeOpener, transport).open_envelope(sender=str(mail["from"]), recipient=str(mail["to"]))
 
 
 class _Staged:

@@ -19,9 +19,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from envelopay.errors import ConfigError, TransportError, UsageError
+from envelopay.errors import ConfigError, UsageError
 from envelopay.mail.addresses import require_address
-from envelopay.mail.transport import DeliveryRefused
 
 Security = Literal["starttls", "tls", "none"]
 
@@ -215,20 +214,3 @@ async def send_raw(
             return SendResult(last.status, message_id, attempt, last.code, last.detail)
         await sleep(delays[attempt - 1])
     return SendResult(last.status, message_id, config.max_attempts, last.code, last.detail)
-
-
-@dataclass
-class SmtpTransport:
-    """SMTP submission as a Transport: the exact (signed) bytes, with send_raw's retries."""
-
-    config: SmtpConfig
-
-    async def send(self, raw: bytes, sender: str, recipient: str) -> None:
-        result = await send_raw(raw, sender=sender, recipient=recipient, config=self.config)
-        if result.status == "permanent_failure":
-            raise DeliveryRefused(f"SMTP refused: {result.code} {result.detail}")
-        if result.status != "sent":
-            raise TransportError(f"SMTP failed for now: {result.code} {result.detail}")
-
-    async def close(self) -> None:
-        return None
