@@ -9,7 +9,6 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
-import _kit as k
 import pytest
 
 from envelopay.dkim import DkimResult
@@ -31,6 +30,8 @@ from envelopay.protocol.messages import (
     Which,
 )
 from envelopay.protocol.parse import ParseOptions, parse
+from envelopay.testing import mock_rail as k
+from envelopay.testing.mock_worker import WorkerApp
 
 SPEAKS = partial(parse, options=ParseOptions(extensions=frozenset({"status"})))
 
@@ -53,11 +54,11 @@ class World:
         self.rail = k.DictRail()
         self.clock = k.Clock()
         self.jobs = Jobs()
-        self.worker = self.engine(k.WORKER, k.WorkerApp(self.rail), "w", self.rail, parser=SPEAKS,
+        self.worker = self.engine(k.WORKER, WorkerApp(self.rail), "w", self.rail, parser=SPEAKS,
                                   job_source=self.jobs)
         buyer_rail = k.DictRail(self.rail.txs, wallet=k.BUYER_WALLET)
         extra: dict[str, Any] = {} if strict_buyer else {"parser": SPEAKS}
-        self.buyer = self.engine(k.BUYER, k.WorkerApp(buyer_rail, wallet=k.BUYER_WALLET), "b", buyer_rail,
+        self.buyer = self.engine(k.BUYER, WorkerApp(buyer_rail, wallet=k.BUYER_WALLET), "b", buyer_rail,
                                  **extra)
         self.seen: list[Message] = []  # every message delivered, in order
 
@@ -203,7 +204,7 @@ async def test_a_strict_buyer_receives_nothing_new(store: Store) -> None:
 
 async def test_a_strict_worker_answers_a_whatsup_unknown_type(store: Store) -> None:
     # Why a WHATSUP never goes to a peer that did not advertise: the spec's answer.
-    strict = Engine(store, address=k.WORKER, domain="garden.test", rails={}, app=k.WorkerApp(),
+    strict = Engine(store, address=k.WORKER, domain="garden.test", rails={}, app=WorkerApp(),
                     clock=k.Clock(), id_factory=k.counter_ids("s"))
     o = await strict.handle(k.raw(Whatsup(id="wsup_1", order_ref="ord_1")))
     assert (o.status, o.oops) == ("refused", OopsCode.UNKNOWN_TYPE)
@@ -222,7 +223,7 @@ def test_accepted_wait_only_for_an_order_that_advertised() -> None:
     assert wait is not None and (wait.state, wait.order_ref, list(wait.at)) == ("queued", "ord_1", ["queued"])
 
 
-class JobApp(k.WorkerApp):
+class JobApp(WorkerApp):
     """Takes paid work on as a job (the runner's to answer later)."""
 
     async def fulfill(self, order: Order, pay: Any, ctx: Any) -> Any:
@@ -272,7 +273,7 @@ async def test_an_oops_answering_our_whatsup_moves_no_flow(world: World) -> None
                                                                                           before.version)
     assert world.store.flow_log(flow_id)[-1].oops == "unknown_ref"
     # An OOPS naming anything else of ours is the flow's as before (here: not our WHATSUP).
-    assert not world.buyer.is_status(Oops(note="x", ref="pay_1"), k.WORKER)
+    assert not world.buyer.status.is_status(Oops(note="x", ref="pay_1"), k.WORKER)
 
 
 async def test_the_dkim_policy_holds_for_the_extension(world: World) -> None:

@@ -16,17 +16,12 @@ one a caller built) is judged by its `from_domain` and signatures the same way.
 
 from __future__ import annotations
 
-from contextvars import ContextVar
 from dataclasses import replace
 
 from envelopay.dkim import DkimResult, aligned
 from envelopay.dkim import dkim_aligned as shared_dkim_aligned
 
 __all__ = ["acted_on", "dkim_aligned", "dkim_label"]
-
-# The label of the message being handled, for the outcome record (one per task).
-_dkim_label: ContextVar[str | None] = ContextVar("envelopay_dkim_label", default=None)
-
 
 def _domain(address: str) -> str:
     return address.rpartition("@")[2].lower().rstrip(".")

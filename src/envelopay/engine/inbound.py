@@ -1,9 +1,10 @@
-"""The engine: the inbound path of DESIGN.md, up to the outbox commit.
+"""The engine: the inbound path of DESIGN.md, up to the outbox commit, as a thin driver.
 
-    raw → parse → DKIM policy → ledger.begin_step (claim Message-ID, reserve (sender, id)
-    and the proof key, find the flow) → flows.step → actions (rail.verify, the
-    application's decisions, replies through the table) → ledger.commit_step (state +
-    log + outbox, one transaction) → Outcome
+    raw → parse → InboundMail (engine/inbound_mail.py, built once) → admit: DKIM policy,
+    poison, proof key (engine/decide.py, pure) → ledger.begin_step (claim Message-ID,
+    reserve (sender, id) and the proof key, find the flow) → join (pure) → flows.step →
+    actions (engine/actions.py: rail.verify, the application's decisions) → settle (pure:
+    the one Commit) → ledger.commit_step (state + log + outbox, one transaction) → Outcome
 
 No write transaction is open while a rail verifies or the application decides. A
 crash between the two transactions leaves the claim and the reservations owned by the
@@ -11,78 +12,46 @@ message, so the same message redoes the step when it comes back. Remote mistakes
 become OOPS codes here and only here; an OOPS is never answered with an OOPS, and
 mail that does not speak the protocol is recorded with its reason, answered only by the
 help note a mailbox may ask for ([answers] help); a person's `Re:` reply in a thread we
-started is read by its JSON (refusals.py, SPEC.md "Replies in our thread").
+started is read by its JSON (engine/not_protocol.py, SPEC.md "Replies in our thread").
 
-The client role uses `send()` (envelopay.engine.send): the outgoing message is
-stepped through the same tables (direction "out"), so the buyer's flow state is
-tracked too. The types a step speaks sit beside this module: application.py (what
-the application decides), outcome.py (what a step did), records.py (what is logged),
-verify.py (the VerifyProof action).
+`Engine` is composed, not inherited: it holds its settings (engine/settings.py) and its
+parts — the recorder, the refusals, the status desk, the sender, the action driver —
+each a collaborator built around the same settings.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import secrets
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from functools import partial
-from typing import Any, Literal
+from typing import Generic, TypeVar, overload
 
 from envelopay import flows
-from envelopay.dkim import DkimResult, apply_policy
-from envelopay.engine.alignment import _dkim_label, acted_on, dkim_label
-from envelopay.engine.application import Application, Context, Enqueue, Notice, Refuse
+from envelopay.dkim import DkimResult
+from envelopay.engine import decide
+from envelopay.engine.actions import ActionDriver
+from envelopay.engine.application import Application
 from envelopay.engine.bounces import bounce_of, bounce_outcome
-from envelopay.engine.jobs import job_of
-from envelopay.engine.outcome import Outcome
-from envelopay.engine.poison import clean_parsed, unstorable_body
-from envelopay.engine.records import (
-    INVOICE_SKEW,
-    MAX_CONFLICT_RETRIES,
-    Work,
-    content_hash,
-    order_of,
-    out_entry,
-    reply_headers,
-    stamp_invoice,
-    typed_refs,
-)
-from envelopay.engine.refund_check import check_refund
+from envelopay.engine.inbound_mail import InboundMail, fallback_id
+from envelopay.engine.not_protocol import NotProtocol
+from envelopay.engine.outcome import Outcome, Sent
+from envelopay.engine.recorder import Recorder
+from envelopay.engine.records import INVOICE_SKEW, MAX_CONFLICT_RETRIES, Work
+from envelopay.engine.refusals import FlowRefusal, Refusals
+from envelopay.engine.send import Addressing, Sender
+from envelopay.engine.settings import DkimPolicy, EngineSettings, ProofBinding
 from envelopay.engine.status import JobSource, StatusDesk, store_jobs
-from envelopay.engine.unusable import refund_excess, refund_unusable
-from envelopay.engine.verify import ProofBinding, verify_proof
 from envelopay.engine.waiting import park
-from envelopay.flows import Action, Direction, FlowKind, FlowState, Side, Step
-from envelopay.ledger.store import (
-    AnswerLimits,
-    Begin,
-    Claim,
-    Commit,
-    FlowRecord,
-    FlowWrite,
-    LogEntry,
-    ProofKey,
-    Store,
-)
-from envelopay.protocol.codes import OopsCode
+from envelopay.flows import Direction
+from envelopay.ledger.jobs import JobMove
+from envelopay.ledger.store import AnswerLimits, Begin, Store
 from envelopay.protocol.lenient import lenient_warnings
-from envelopay.protocol.messages import (
-    Invoice,
-    Message,
-    Methods,
-    Offer,
-    Oops,
-    Order,
-    Pay,
-    Which,
-    is_proof_carrying,
-)
+from envelopay.protocol.messages import Message, Oops
 from envelopay.protocol.parse import ParseOptions, parse, parser_options
 from envelopay.protocol.parsed import Parsed
-from envelopay.rails.binding import BINDING_SCHEME
 from envelopay.rails.finality import WaitPolicy
 from envelopay.rails.interface import Rail
 
@@ -90,15 +59,8 @@ __all__ = ["DkimPolicy", "Engine"]
 
 _log = logging.getLogger(__name__)
 
-DkimPolicy = Literal["required", "prefer", "off"]
 DEFAULT_ANSWER_LIMITS = AnswerLimits()
-
-# begin_step statuses refused at once: ((code, detail), whether this message owns its
-# (sender, id) reservation; a reused id belongs to the message that used it first).
-_BEGIN_REFUSALS: dict[str, tuple[tuple[OopsCode, str], bool]] = {
-    "duplicate_id": ((OopsCode.DUPLICATE_ID, "id reused with other content"), False),
-    "proof_replayed": ((OopsCode.PROOF_REPLAYED, "this proof was already presented"), True),
-}
+T = TypeVar("T")
 
 
 def _default_parser(raw: bytes) -> Parsed:
@@ -123,8 +85,41 @@ def _random_id() -> str:
     return secrets.token_hex(10)
 
 
-class Engine(StatusDesk):
+class _Setting(Generic[T]):
+    """An engine attribute that reads and writes its settings, which every part holds."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, obj: None, objtype: type | None = None) -> _Setting[T]: ...
+    @overload
+    def __get__(self, obj: Engine, objtype: type | None = None) -> T: ...
+    def __get__(self, obj: Engine | None, objtype: type | None = None) -> T | _Setting[T]:
+        if obj is None:
+            return self
+        value: T = getattr(obj.settings, self.name)
+        return value
+
+    def __set__(self, obj: Engine, value: T) -> None:
+        setattr(obj.settings, self.name, value)
+
+
+class Engine:
     """One mailbox's engine. `rails` maps a chain name to the rail that serves it."""
+
+    store: _Setting[Store] = _Setting()
+    address: _Setting[str] = _Setting()
+    domain: _Setting[str] = _Setting()
+    rails: _Setting[dict[str, Rail]] = _Setting()
+    app: _Setting[Application] = _Setting()
+    dkim_policy: _Setting[DkimPolicy] = _Setting()
+    clock: _Setting[Callable[[], datetime]] = _Setting()
+    worker_id: _Setting[str] = _Setting()
+    parser: _Setting[Callable[[bytes], Parsed]] = _Setting()
+    proof_binding: _Setting[ProofBinding] = _Setting()
+    wait: _Setting[WaitPolicy | None] = _Setting()
+    extensions: _Setting[frozenset[str]] = _Setting()
 
     def __init__(
         self,
@@ -148,32 +143,65 @@ class Engine(StatusDesk):
         reply_parser: Callable[[bytes], Parsed] | None = None,
         job_source: JobSource | None = None,
     ) -> None:
-        self.store = store
-        self.address = address.lower()
-        self.domain = domain
-        self.rails = dict(rails)
-        self.app = app
-        self.dkim_policy: DkimPolicy = dkim_policy
-        self.clock = clock
-        self.id_factory = id_factory
-        # A restarted worker keeps its id so it may redo its own claims at once; another
-        # worker waits for the lease to run out.
-        self.worker_id = worker_id or f"w-{secrets.token_hex(6)}"
-        self.lease = lease
-        self.parser = parser
-        # A person's `Re:` reply in a thread we started, read again (SPEC.md "Replies in
-        # our thread"); by default the mailbox's own parse options with that reading on.
-        self.reply_parser = reply_parser or _reply_parser(parser)
-        self.proof_window = proof_window
-        self.invoice_skew = invoice_skew
-        self.wait = wait  # None: a pending/unavailable proof is refused at once
-        self.proof_binding: ProofBinding = proof_binding
-        # Automatic answers per peer and per thread (None: no limit; RFC 3834 still holds).
-        self.answer_limits = answer_limits
-        # What a WAIT says about a flow's job (the status extension, engine/status.py), and
-        # the extensions spoken: read from the parser now, before anyone wraps it.
-        self.job_source = job_source or store_jobs(store)
-        self.extensions = parser_options(parser).extensions
+        self.settings = EngineSettings(
+            store=store,
+            address=address.lower(),
+            domain=domain,
+            rails=dict(rails),
+            app=app,
+            dkim_policy=dkim_policy,
+            clock=clock,
+            id_factory=id_factory,
+            worker_id=worker_id or f"w-{secrets.token_hex(6)}",
+            lease=lease,
+            parser=parser,
+            reply_parser=reply_parser or _reply_parser(parser),
+            proof_window=proof_window,
+            invoice_skew=invoice_skew,
+            wait=wait,
+            proof_binding=proof_binding,
+            answer_limits=answer_limits,
+            # Read from the parser now, before anyone wraps it (node wiring's observer).
+            extensions=parser_options(parser).extensions,
+        )
+        self.recorder = Recorder(self.settings)
+        self.refusals = Refusals(self.recorder)
+        self.not_protocol = NotProtocol(self.recorder)
+        # What a WAIT says about a flow's job (the status extension, engine/status.py).
+        self.status = StatusDesk(self.recorder, self.refusals, job_source or store_jobs(store))
+        self.sender = Sender(self.settings, self.status.advertise)
+        self.actions = ActionDriver(self.recorder, self.status, self.sender.bind_proof)
+
+    # ------------------------------------------------------------------ the parts' faces
+    def new_id(self, prefix: str) -> str:
+        return self.settings.new_id(prefix)
+
+    def new_message_id(self) -> str:
+        return self.settings.new_message_id()
+
+    @property
+    def speaks_status(self) -> bool:
+        return self.status.speaks_status
+
+    def bind_proof(self, message: Message, to: str) -> Message:
+        return self.sender.bind_proof(message, to)
+
+    async def send(
+        self,
+        message: Message,
+        to: str,
+        *,
+        flow_id: str | None = None,
+        in_reply_to: str | None = None,
+        references: tuple[str, ...] = (),
+        note: str | None = None,
+        job: JobMove | None = None,
+    ) -> Sent:
+        """Record an outgoing message in its flow and write its outbox row (engine/send.py)."""
+        return await self.sender.send(message, Addressing(to, flow_id, in_reply_to, references, note), job)
+
+    def send_whatsup(self, flow_id: str, note: str | None = None) -> Sent:
+        return self.status.send_whatsup(flow_id, note)
 
     # ------------------------------------------------------------------ inbound
     async def handle(self, raw: bytes, *, dkim: DkimResult | None = None) -> Outcome:
@@ -181,8 +209,7 @@ class Engine(StatusDesk):
         if dsn is not None:  # a bounce: recorded on its outbox row, never answered
             return bounce_outcome(self.store, dsn, self.address, self.clock())
         parsed = self.parser(raw)
-        fallback = f"<sha256.{hashlib.sha256(raw).hexdigest()[:40]}@unidentified>"
-        return await self.handle_parsed(parsed, dkim=dkim, fallback_message_id=fallback, raw=raw)
+        return await self.handle_parsed(parsed, dkim=dkim, fallback_message_id=fallback_id(raw), raw=raw)
 
     async def handle_parsed(
         self,
@@ -193,442 +220,100 @@ class Engine(StatusDesk):
         raw: bytes | None = None,
     ) -> Outcome:
         """`raw`, when given, lets a proof that is not final yet wait in the ledger."""
-        parsed = clean_parsed(parsed, fallback_message_id)
+        mail = InboundMail.of(parsed, dkim=dkim, fallback_message_id=fallback_message_id, raw=raw)
         try:
-            outcome = await self._handle_parsed(parsed, dkim, fallback_message_id, raw)
+            outcome = await self._handle(mail)
         except Exception as exc:
-            message_id = parsed.message_id or fallback_message_id
-            sender = parsed.from_addr.lower() if parsed.from_addr else None
-            if message_id is None:
+            if mail.message_id is None:
                 raise
-            _log.exception("handling %s raised; quarantined", message_id)
-            proof = self._proof_key(parsed.message)[0] if parsed.valid and parsed.message else None
-            reason = f"handling raised {type(exc).__name__}: {exc}"
-            return self._quarantine(parsed, message_id, sender, reason, proof)
-        applied = lenient_warnings(parsed.warnings)  # counted per mailbox (profile = "lenient")
+            _log.exception("handling %s raised; quarantined", mail.message_id)
+            message = mail.message
+            proof = decide.proof_key_of(message, self.rails)[0] if message is not None else None
+            return self.recorder.quarantine(mail, f"handling raised {type(exc).__name__}: {exc}", proof)
+        applied = lenient_warnings(mail.parsed.warnings)  # counted per mailbox (profile = "lenient")
         return replace(outcome, lenient=applied) if applied and not outcome.lenient else outcome
 
-    async def _handle_parsed(
-        self, parsed: Parsed, dkim: DkimResult | None, fallback_message_id: str | None,
-        raw: bytes | None,
-    ) -> Outcome:
-        message_id = parsed.message_id or fallback_message_id
-        sender = parsed.from_addr.lower() if parsed.from_addr else None
-        if message_id is None:
-            return Outcome("ignored", message_id, detail="not protocol mail")  # nothing to key a record on
-        if not parsed.protocol:
-            reread = self._our_reply(parsed, sender, raw)
+    async def _handle(self, mail: InboundMail) -> Outcome:
+        if mail.message_id is None:
+            return Outcome("ignored", None, detail="not protocol mail")  # nothing to key a record on
+        if not mail.parsed.protocol:
+            reread = self.not_protocol.our_reply(mail)
             if reread is None or not reread.protocol:
-                return self._not_protocol(parsed, message_id, sender, reread is not None)
-            parsed = clean_parsed(reread, fallback_message_id)
-        if sender is None:
+                return self.not_protocol.record(mail, reread is not None)
+            mail = mail.reread(reread)
+        if mail.sender is None:
             # Protocol mail with no one sender (two From fields, several mailboxes, none,
             # unreadable): never answered, but recorded with its reason, as poison is.
-            why = parsed.from_problem or "From is no address a reply could be composed to"
-            return self._quarantine(parsed, message_id, None, f"ambiguous sender: {why}", None)
-        message = parsed.message if parsed.valid else None
-
-        early: tuple[OopsCode, str] | None = None
-        poison = unstorable_body(message, parsed.id) if message is not None else None
-        if poison is not None:
-            message, early = None, (OopsCode.INVALID_FIELD, poison)  # answered, nothing reserved
-        elif message is None:
-            if parsed.oops is not None:
-                early = (parsed.oops, "; ".join(p.detail for p in parsed.problems)[:500])
-        else:
-            decision = apply_policy(
-                acted_on(dkim or DkimResult("none"), sender),
-                self.dkim_policy,
-                proof_carrying=is_proof_carrying(message),
-            )
-            if decision.action == "defer":
-                return Outcome("deferred", message_id, detail=decision.reason)
-            if decision.action == "reject":
-                early = (OopsCode.DKIM_FAILED, decision.reason)
-
-        _dkim_label.set(dkim_label(dkim, sender))
-        if early is None and self.is_status(message, sender):
-            return await self._status(parsed, message_id, sender)  # the status extension (engine/status.py)
-        proof_key: ProofKey | None = None
-        if message is not None and early is None:
-            proof_key, problem = self._proof_key(message)
-            if problem is not None:
-                early = problem
-
+            why = mail.parsed.from_problem or "From is no address a reply could be composed to"
+            return self.recorder.quarantine(mail, f"ambiguous sender: {why}", None)
+        admission = decide.admit(mail, self.dkim_policy, self.rails)
+        if admission.deferred is not None:
+            return Outcome("deferred", mail.message_id, detail=admission.deferred)
+        mail = mail.labelled()
+        assert mail.sender is not None
+        if admission.early is None and self.status.is_status(admission.message, mail.sender):
+            return await self.status.handle(mail)  # the status extension (engine/status.py)
         for _ in range(MAX_CONFLICT_RETRIES):
-            now = self.clock()
-            claimable = message is not None and early is None
-            claim = Claim(
-                local=self.address,
-                message_id=message_id,
-                content_hash=content_hash(parsed),
-                worker=self.worker_id,
-                now=now,
-                lease_until=now + self.lease,
-                sender=sender if claimable else None,
-                protocol_id=parsed.id if claimable else None,
-                proof=proof_key if claimable else None,
-                refs=typed_refs(message) if claimable and message is not None else (),
-                thread=self._thread(parsed) if claimable else (),
-            )
-            begin = self.store.begin_step(claim)
-            if begin.status == "seen":
-                assert begin.outcome is not None
-                return Outcome.from_json(begin.outcome, repeat="message_id")
-            if begin.status == "busy":
-                return Outcome("busy", message_id, detail="claimed by another worker")
-            if begin.status == "retransmission":
-                assert begin.outcome is not None
-                return replace(
-                    Outcome.from_json(begin.outcome, repeat="retransmission"),
-                    message_id=message_id,
-                    outbox=begin.requeued,
-                )
-            if early is not None or message is None:
-                result = await self._refuse_early(parsed, message_id, sender, early, claimable, now)
-            elif begin.status in _BEGIN_REFUSALS:
-                problem, owns_replay = _BEGIN_REFUSALS[begin.status]
-                result = await self._refuse_early(parsed, message_id, sender, problem, owns_replay, now)
-            else:
-                result = await self._step(parsed, message, message_id, sender, begin, proof_key, now, raw)
+            result = await self._attempt(mail, admission)
             if result is not None:
                 return result
-        raise RuntimeError(f"flow kept changing under {message_id}; gave up after retries")
+        raise RuntimeError(f"flow kept changing under {mail.message_id}; gave up after retries")
 
-    # ------------------------------------------------------------------ step
-    def _resolve(
-        self, message: Message, sender: str, begin: Begin, parsed: Parsed
-    ) -> tuple[FlowRecord | None, tuple[OopsCode, str] | None]:
-        ref_flows = {f.flow_id: f for f in begin.ref_flows if f.peer == sender}
-        if len(ref_flows) > 1:
-            return None, (OopsCode.THREAD_CONFLICT, "typed refs name different flows")
-        by_ref = next(iter(ref_flows.values()), None)
-        by_thread: FlowRecord | None = None
-        for _mid, f in begin.thread_flows:
-            if f.peer == sender:
-                by_thread = f
-                break
-        reply_flow = next((f for mid, f in begin.thread_flows if mid == parsed.in_reply_to), None)
-        if (
-            by_ref is not None
-            and reply_flow is not None
-            and reply_flow.peer == sender
-            and reply_flow.flow_id != by_ref.flow_id
-        ):
-            return None, (OopsCode.THREAD_CONFLICT, "refs and In-Reply-To name different flows")
-        return by_ref or by_thread, None
+    async def _attempt(self, mail: InboundMail, admission: decide.Admission) -> Outcome | None:
+        """One try at the step; None when the flow changed under it (try again)."""
+        assert mail.message_id is not None
+        now = self.clock()
+        begin = self.store.begin_step(decide.claim_of(self.settings, mail, admission, now))
+        if begin.status == "seen":
+            assert begin.outcome is not None
+            return Outcome.from_json(begin.outcome, repeat="message_id")
+        if begin.status == "busy":
+            return Outcome("busy", mail.message_id, detail="claimed by another worker")
+        if begin.status == "retransmission":
+            assert begin.outcome is not None
+            repeated = Outcome.from_json(begin.outcome, repeat="retransmission")
+            return replace(repeated, message_id=mail.message_id, outbox=begin.requeued)
+        if not admission.claimable or admission.message is None:
+            return await self.refusals.early(mail, admission.early, admission.claimable, now)
+        if begin.status in decide.BEGIN_REFUSALS:
+            problem, owns_replay = decide.BEGIN_REFUSALS[begin.status]
+            return await self.refusals.early(mail, problem, owns_replay, now)
+        return await self._step(mail, admission.message, begin, admission, now)
 
     async def _step(
-        self,
-        parsed: Parsed,
-        message: Message,
-        message_id: str,
-        sender: str,
-        begin: Begin,
-        proof_key: ProofKey | None,
-        now: datetime,
-        raw: bytes | None = None,
+        self, mail: InboundMail, message: Message, begin: Begin, admission: decide.Admission, now: datetime
     ) -> Outcome | None:
-        record, conflict = self._resolve(message, sender, begin, parsed)
-        work: Work | None = None
-        refusal: tuple[OopsCode | None, str] | None = conflict
-        if refusal is None:
-            opened = flows.opening(message, Direction.IN)
-            if record is not None:
-                fs = FlowState(FlowKind(record.kind), Side(record.side), record.state, record.data)
-                joined_by_ref = bool(begin.ref_flows)
-                if not joined_by_ref and opened is not None and not flows.accepts(fs, message, Direction.IN):
-                    # Threaded under an old flow but opening a new one (a repeat customer
-                    # replying in the same thread): a new flow.
-                    record = None
-                else:
-                    work = Work(fs, record.flow_id, record.version, sender)
-            if work is None and opened is not None and begin.missing_refs and is_proof_carrying(message):
-                # Spec: a typed ref that names none of our messages is unknown_ref; its
-                # proof is not judged (so not spent), nor is the PAY taken as unsolicited.
-                refusal = (OopsCode.UNKNOWN_REF, f"no message of ours has id {begin.missing_refs[0][:80]!r}")
-            elif work is None:
-                if opened is None:
-                    unknown = begin.missing_refs or parsed.in_reply_to
-                    missing = OopsCode.UNKNOWN_REF if unknown else OopsCode.UNEXPECTED_MESSAGE
-                    refusal = (missing, "this message joins no flow of ours")
-                else:
-                    work = Work(opened, self.new_id("flow"), 0, sender)
-        if work is None:
-            assert refusal is not None
-            said = None if isinstance(message, Oops) else refusal[0]
-            return await self._refuse_early(
-                parsed, message_id, sender, (said, refusal[1]) if said else None, True, now, release=proof_key
-            )
-
+        proof_key = admission.proof_key
+        joined = decide.join(mail, message, begin, partial(self.new_id, "flow"))
+        if joined.work is None:
+            return await self.refusals.early(mail, joined.problem, True, now, release=proof_key)
+        work = joined.work
         step = flows.step(work.fs, message, Direction.IN)
-        in_entry = LogEntry(
-            work.flow_id,
-            now,
-            "in",
-            message.type,
-            message_id,
-            parsed.id,
-            sender,
-            self.address,
-            message.model_dump(mode="json"),
-        )
+        in_entry = decide.in_entry_of(mail, message, work, self.address, now)
         if not step.ok:
             # A message that does not fit: its code (or silence), the state as it was. It is
             # logged in an existing flow; a flow it would have opened is not created.
-            extra = await self._unusable(message, work, step.oops, proof_key, now)
-            return self._commit_refused(
-                parsed, message_id, sender, work, in_entry, now,
-                state=work.fs.state, oops=step.oops, detail=step.detail,
-                answer=not isinstance(message, Oops),
-                proof=proof_key,  # never judged: not spent, unless its money went back
-                proof_fate=(work.proof_fate or "release") if proof_key is not None else None,
-                extra=extra,
-            )
-
-        await self._run_actions(parsed, message, step, work, proof_key, now)
-        parked = park(self.store, self.wait, local=self.address, worker=self.worker_id, message_id=message_id,
-                      raw=raw, step=step, work=work, existed=work.version > 0, now=now)
+            key = proof_key.key if proof_key is not None else None
+            await self.actions.unusable(message, work, step.oops, key, now)
+            refusal = decide.misfit(work, step, proof_key, answer=not isinstance(message, Oops))
+            return self.refusals.in_flow(mail, work, in_entry, now, refusal)
+        await self.actions.run(mail, message, step, work, proof_key, now)
+        parked = park(self.settings, mail, step, work, now)
         if parked is not None:
             return parked
-        return await self._commit_work(
-            parsed, message, message_id, sender, work, step, proof_key, in_entry, now
-        )
-
-    def _ctx(self, work: Work, now: datetime) -> Context:
-        return Context(
-            local=self.address,
-            peer=work.peer,
-            flow_id=work.flow_id,
-            kind=work.fs.kind,
-            state=work.fs.state,
-            data=work.fs.data,
-            now=now,
-            new_id=self.new_id,
-            verdict=work.verdict,
-        )
-
-    async def _verify(
-        self, message: Message, step: Step, work: Work, proof_key: ProofKey | None
-    ) -> tuple[OopsCode, str] | None:
-        return await verify_proof(
-            message,
-            step,
-            work,
-            rails=self.rails,
-            wallet=self.app.wallet,
-            clock=self.clock,
-            proof_window=self.proof_window,
-            invoice_skew=self.invoice_skew,
-            local=self.address,
-            proof_key=proof_key.key if proof_key is not None else None,
-            binding=self.proof_binding,
-        )
-
-    async def _unusable(
-        self, message: Message, work: Work, code: OopsCode | None, proof_key: ProofKey | None, now: datetime
-    ) -> Mapping[str, Any] | None:
-        """A PAY refused for its amount: its money back, when it reached us (engine/unusable.py)."""
-        if code is not OopsCode.AMOUNT_MISMATCH:
-            return None
-        return await refund_unusable(
-            message, work, self.app, rails=self.rails, wallet=self.app.wallet, local=self.address,
-            proof_key=proof_key.key if proof_key is not None else None, now=now,
-            proof_window=self.proof_window, invoice_skew=self.invoice_skew,
-        )
-
-    async def _ask(self, fn: Callable[[], Awaitable[Any]]) -> Any:
-        try:
-            return await fn()
-        except Exception as exc:
-            _log.exception("application handler raised")
-            return Refuse(OopsCode.TASK_FAILED, f"handler raised {type(exc).__name__}")
-
-    async def _run_actions(
-        self,
-        parsed: Parsed,
-        message: Message,
-        step: Step,
-        work: Work,
-        proof_key: ProofKey | None,
-        now: datetime,
-    ) -> None:
-        before = work.fs
-        work.fs = FlowState(before.kind, before.side, step.state, step.data)
-        if not isinstance(message, Oops):
-            # Our later sends in this flow reply to its latest substantive message.
-            data = dict(step.data)
-            data["last_in"] = {"message_id": parsed.message_id, "references": list(reply_headers(parsed)[1])}
-            work.fs = replace(work.fs, data=data)
-        work.start = before
-        for action in step.actions:
-            decision: Any = None
-            if action is Action.VERIFY_PROOF:
-                failed = await self._verify(message, step, work, proof_key)
-                if failed is not None:
-                    work.oops, work.detail = failed
-                    work.persist = False  # the message did not happen, as far as the flow goes
-                    work.oops_extra = await self._unusable(message, work, work.oops, proof_key, now)
-                    return
-                await refund_excess(message, work, self.app, local=self.address,
-                                    proof_key=proof_key.key if proof_key is not None else None)
-                continue
-            if action is Action.VERIFY_REFUND:
-                await check_refund(message, work, rails=self.rails, wallet=self.app.wallet)
-                continue
-            if action is Action.NOTIFY:
-                work.notices.append(
-                    Notice(
-                        work.flow_id,
-                        work.fs.kind,
-                        work.fs.side,
-                        work.fs.state,
-                        work.peer,
-                        message,
-                        parsed.message_id,
-                        work.verdict,
-                    )
-                )
-                continue
-            ctx = self._ctx(work, now)
-            if action is Action.DECIDE_METHODS:
-                assert isinstance(message, Which)
-                decision = await self._ask(partial(self.app.methods, message, ctx))
-            elif action is Action.DECIDE_ORDER:
-                assert isinstance(message, Order)
-                paid = work.verdict.observed_amount if work.verdict is not None else None
-                decision = await self._ask(partial(self.app.order, message, ctx, paid=paid))
-            elif action is Action.FULFILL:
-                assert isinstance(message, Pay)
-                order = order_of(work.fs.data)
-                if order is None:
-                    decision = Refuse(OopsCode.TASK_FAILED, "no ORDER recorded in this flow")
-                else:
-                    decision = await self._ask(partial(self.app.fulfill, order, message, ctx))
-            elif action is Action.DECIDE_OFFER:
-                assert isinstance(message, Offer)
-                decision = await self._ask(partial(self.app.offer, message, ctx))
-            if isinstance(decision, Enqueue):  # no answer now: the job runner's, later
-                work.job = job_of(decision, message, work, parsed.message_id, self.address, now)
-                work.notices.append(Notice(work.flow_id, work.fs.kind, work.fs.side, work.fs.state, work.peer,
-                                           message, parsed.message_id, work.verdict, work.job.job_id))
-                self.tell_accepted(parsed, message, work, now)  # WAIT queued, to a buyer that asked for it
-                continue
-            self._apply_decision(parsed, decision, work, now)
-
-    def _apply_decision(self, parsed: Parsed, decision: Any, work: Work, now: datetime) -> None:
-        if decision is None:
-            return  # silence is always valid
-        if isinstance(decision, OopsCode):
-            decision = Refuse(decision)
-        if isinstance(decision, Refuse):
-            oops = self._oops(decision.code, decision.note, parsed.id, decision.extra)
-            work.replies.append(self._reply(parsed, work.peer, oops, now))
-            work.oops, work.detail = decision.code, decision.note
-            return
-        decision = self.bind_proof(decision, work.peer)  # an ACCEPT's counter-payment
-        if isinstance(decision, Invoice | Methods) and decision.binding is None:
-            # Tell the payer what binding its proof must carry (SPEC.md "Proof binding").
-            decision = decision.model_copy(update={"binding": BINDING_SCHEME})
-        out_step = flows.step(work.fs, decision, Direction.OUT)
-        if not out_step.ok:
-            _log.error(
-                "application answered %s, which the %s table refuses in state %s",
-                decision.type,
-                work.fs.kind,
-                work.fs.state,
-            )
-            oops = self._oops(OopsCode.TASK_FAILED, "the worker could not answer", parsed.id)
-            work.replies.append(self._reply(parsed, work.peer, oops, now))
-            work.oops, work.detail = OopsCode.TASK_FAILED, f"illegal reply {decision.type}"
-            return
-        data = stamp_invoice(decision, out_step.data, now)
-        work.fs = FlowState(work.fs.kind, work.fs.side, out_step.state, data)
-        work.replies.append(self._reply(parsed, work.peer, decision, now))
-
-    async def _commit_work(
-        self,
-        parsed: Parsed,
-        message: Message,
-        message_id: str,
-        sender: str,
-        work: Work,
-        step: Step,
-        proof_key: ProofKey | None,
-        in_entry: LogEntry,
-        now: datetime,
-    ) -> Outcome | None:
-        verdict_json = work.verdict.to_json() if work.verdict is not None else None
-        if not work.persist:
-            # Verification failed: OOPS, no state change; the proof's fate is recorded.
-            assert work.oops is not None
-            as_read = work.start if work.start is not None else work.fs  # nothing was written
-            return self._commit_refused(
-                parsed, message_id, sender, work, in_entry, now,
-                state=as_read.state, oops=work.oops, detail=work.detail, answer=True,
-                proof=proof_key, proof_fate=work.proof_fate, replay_fate=work.replay_fate,
-                verdict=verdict_json, extra=work.oops_extra,
-            )
-
-        unchanged = work.version > 0 and work.fs == work.start
-        record = FlowRecord(
-            flow_id=work.flow_id,
-            local=self.address,
-            peer=sender,
-            kind=work.fs.kind.value,
-            side=work.fs.side.value,
-            state=work.fs.state,
-            version=work.version,
-            data=work.fs.data,
-            created_at=now,
-            updated_at=now,
-        )
-        refs: list[tuple[str, str, str, str]] = []
-        if parsed.id is not None:
-            refs.append((sender, sender, parsed.id, work.flow_id))
-        msgids = [(message_id, work.flow_id)]
-        for r in work.replies:
-            rid = getattr(r.message, "id", None)
-            if isinstance(rid, str):
-                refs.append((sender, self.address, rid, work.flow_id))
-            msgids.append((r.message_id, work.flow_id))
-        outcome = Outcome(
-            "processed",
-            message_id,
-            flow_id=work.flow_id,
-            state=work.fs.state,
-            oops=work.oops,
-            detail=work.detail,
-            outbox=tuple(r.message_id for r in work.replies),
-            verdict=verdict_json,
-        )
-        log = [replace(in_entry, verdict=verdict_json)]
-        log += [out_entry(work.flow_id, r, now) for r in work.replies]
-        commit = Commit(
-            local=self.address,
-            now=now,
-            outcome=outcome.to_json(),
-            message_id=message_id,
-            worker=self.worker_id,
-            flow=None if unchanged else FlowWrite(record),  # e.g. an OOPS: logged only
-            log=tuple(log),
-            refs=tuple(refs),
-            message_ids=tuple(msgids),
-            outbox=tuple((r, work.flow_id) for r in work.replies),
-            proof=proof_key,
-            proof_fate=work.proof_fate if proof_key is not None else None,
-            proof_verdict=verdict_json,
-            sender=sender,
-            protocol_id=parsed.id,
-            replay_fate="done",
-            job_new=work.job,
-        )
-        result = self._finish(commit, outcome, message_id, parsed)
+        planned = decide.settle(self.settings, mail, work, proof_key, in_entry, now)
+        if isinstance(planned, FlowRefusal):
+            return self.refusals.in_flow(mail, work, in_entry, now, planned)
+        commit, outcome = planned
+        result = self.recorder.finish(commit, outcome, mail)
         if result is not None and result.repeat is None:
-            for notice in work.notices:
-                notice = replace(notice, state=work.fs.state)
-                try:
-                    await self.app.notify(notice)
-                except Exception:
-                    _log.exception("application notify raised")
+            await self._tell(work)
         return result
+
+    async def _tell(self, work: Work) -> None:
+        """The application hears what this step committed (its notices)."""
+        for notice in work.notices:
+            try:
+                await self.app.notify(replace(notice, state=work.fs.state))
+            except Exception:
+                _log.exception("application notify raised")

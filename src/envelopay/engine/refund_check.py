@@ -7,26 +7,24 @@ OOPS takes it (the refund kept, marked unverified, with the rail's reason)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
 
 from envelopay import flows
 from envelopay.engine.records import Work
+from envelopay.engine.settings import EngineSettings
 from envelopay.flows import Direction, Event, FlowState
 from envelopay.protocol.messages import Message
-from envelopay.rails.interface import Expectation, Rail, Verdict
+from envelopay.rails.interface import Expectation, Verdict
 
 __all__ = ["check_refund"]
 
 _log = logging.getLogger(__name__)
 
 
-async def check_refund(
-    message: Message, work: Work, *, rails: Mapping[str, Rail], wallet: Callable[[str, str], str | None]
-) -> bool:
+async def check_refund(message: Message, work: Work, settings: EngineSettings) -> bool:
     """Verify the refund `work`'s step recorded; on failure step the flow as a plain OOPS."""
     refund = dict(work.fs.data.get("refund") or {})
     chain, token = str(refund.get("chain", "")), str(refund.get("token", ""))
-    rail, ours = rails.get(chain), wallet(chain, token)
+    rail, ours = settings.rails.get(chain), settings.wallet(chain, token)
     verdict: Verdict
     if rail is None or ours is None:
         verdict = Verdict.unavailable(f"no rail or wallet of ours for {token} on {chain}")

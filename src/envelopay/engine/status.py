@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
+from envelopay.engine.inbound_mail import InboundMail
 from envelopay.engine.outcome import Outcome, Repeat, Sent
+from envelopay.engine.recorder import Recorder
 from envelopay.engine.records import Work, content_hash, out_entry
 from envelopay.engine.refusals import Refusals
 from envelopay.errors import UsageError
@@ -23,7 +25,6 @@ from envelopay.ledger.store import Claim, Commit, FlowRecord, LogEntry
 from envelopay.protocol.codes import OopsCode
 from envelopay.protocol.messages import Message, Oops, Order, Wait, Whatsup, Which
 from envelopay.protocol.outbound import Outbound
-from envelopay.protocol.parsed import Parsed
 from envelopay.protocol.status import STATUS, body_advertises, wait_message
 
 __all__ = ["JobReport", "JobSource", "StatusDesk", "accepted_wait", "flow_report", "store_jobs"]
@@ -79,8 +80,9 @@ def store_jobs(store: Any) -> JobSource:
     return report
 
 
-def accepted_wait(order_body: Mapping[str, Any] | None, *, new_id: Callable[[str], str], now: datetime
-                  ) -> Wait | None:
+def accepted_wait(
+    order_body: Mapping[str, Any] | None, *, new_id: Callable[[str], str], now: datetime
+) -> Wait | None:
     """The WAIT (`queued`) told unasked when a job is accepted; None when the ORDER did
     not advertise `status` (a strict peer gets nothing it cannot read)."""
     if order_body is None or not body_advertises(order_body):
@@ -88,28 +90,37 @@ def accepted_wait(order_body: Mapping[str, Any] | None, *, new_id: Callable[[str
     order_ref = order_body.get("id")
     if not isinstance(order_ref, str):
         return None
-    return wait_message(id=new_id("wait"), order_ref=order_ref, state="queued", times={"queued": now},
-                        note="received, working on it")
+    return wait_message(
+        id=new_id("wait"),
+        order_ref=order_ref,
+        state="queued",
+        times={"queued": now},
+        note="received, working on it",
+    )
 
 
-class StatusDesk(Refusals):
-    """The extension half of an Engine; `Engine.__init__` sets `job_source`."""
+class StatusDesk:
+    """The extension's part of an engine: a collaborator holding the engine's recorder,
+    its refusals and where a job's state is read (`job_source`)."""
 
-    job_source: JobSource
-    extensions: frozenset[str]  # what the mailbox's parser reads (node wiring: `[agent] extensions`)
+    def __init__(self, recorder: Recorder, refusals: Refusals, job_source: JobSource) -> None:
+        self.recorder = recorder
+        self.refusals = refusals
+        self.settings = recorder.settings
+        self.job_source = job_source
 
     @property
     def speaks_status(self) -> bool:
         """The mailbox reads WAIT and WHATSUP, and so tells and asks."""
-        return STATUS in self.extensions
+        return STATUS in self.settings.extensions
 
-    def tell_accepted(self, parsed: Parsed, message: Message, work: Work, now: datetime) -> None:
+    def tell_accepted(self, mail: InboundMail, message: Message, work: Work, now: datetime) -> None:
         """A job was taken on in this step: its WAIT `queued` joins the step's replies, so
         it is written in the same commit as the job (at most once, like the job row)."""
         order = message.model_dump(mode="json") if isinstance(message, Order) else work.fs.data.get("order")
-        wait = accepted_wait(order, new_id=self.new_id, now=now) if self.speaks_status else None
+        wait = accepted_wait(order, new_id=self.settings.new_id, now=now) if self.speaks_status else None
         if wait is not None:
-            work.replies.append(self._reply(parsed, work.peer, wait, now))
+            work.replies.append(self.recorder.reply(mail, work.peer, wait, now))
 
     def advertise(self, message: Message) -> Message:
         """A WHICH or ORDER we send names `status` when we speak it: the worker may then
@@ -129,28 +140,38 @@ class StatusDesk(Refusals):
         recorded in its flow, which it does not move (an OOPS answering a PAY would)."""
         if not isinstance(message, Oops) or message.ref is None:
             return False
-        flow = self.store.flow_for_ref(self.address, sender, self.address, message.ref)
+        store, address = self.settings.store, self.settings.address
+        flow = store.flow_for_ref(address, sender, address, message.ref)
         return flow is not None and any(
             e.direction == "out" and e.type == "whatsup" and e.protocol_id == message.ref
-            for e in self.store.flow_log(flow.flow_id)
+            for e in store.flow_log(flow.flow_id)
         )
 
     def _status_flow(self, message: Wait | Whatsup | Oops, sender: str) -> FlowRecord | None:
+        store, address = self.settings.store, self.settings.address
         if isinstance(message, Oops):  # its `ref` is our WHATSUP's id (answers_our_whatsup)
-            return self.store.flow_for_ref(self.address, sender, self.address, message.ref or "")
+            return store.flow_for_ref(address, sender, address, message.ref or "")
         # The buyer wrote the ORDER: its id is the buyer's (author = the buyer).
-        author = sender if isinstance(message, Whatsup) else self.address
-        flow = self.store.flow_for_ref(self.address, sender, author, message.order_ref)
+        author = sender if isinstance(message, Whatsup) else address
+        flow = store.flow_for_ref(address, sender, author, message.order_ref)
         return flow if flow is not None and flow.peer == sender else None
 
-    async def _status(self, parsed: Parsed, message_id: str, sender: str) -> Outcome:
-        now = self.clock()
-        message = parsed.message
-        assert isinstance(message, Wait | Whatsup | Oops)
-        claim = Claim(local=self.address, message_id=message_id, content_hash=content_hash(parsed),
-                      worker=self.worker_id, now=now, lease_until=now + self.lease,
-                      sender=sender, protocol_id=parsed.id)
-        begin = self.store.begin_step(claim)
+    async def handle(self, mail: InboundMail) -> Outcome:
+        """A WAIT, a WHATSUP, or an OOPS answering our WHATSUP: claimed, then recorded."""
+        s, message_id, sender, message = self.settings, mail.message_id, mail.sender, mail.message
+        assert message_id is not None and sender is not None and isinstance(message, Wait | Whatsup | Oops)
+        now = s.clock()
+        claim = Claim(
+            local=s.address,
+            message_id=message_id,
+            content_hash=content_hash(mail.parsed),
+            worker=s.worker_id,
+            now=now,
+            lease_until=now + s.lease,
+            sender=sender,
+            protocol_id=mail.protocol_id,
+        )
+        begin = s.store.begin_step(claim)
         if begin.status in ("seen", "retransmission"):
             assert begin.outcome is not None
             repeat: Repeat = "message_id" if begin.status == "seen" else "retransmission"
@@ -159,75 +180,107 @@ class StatusDesk(Refusals):
             return Outcome("busy", message_id, detail="claimed by another worker")
         if begin.status == "duplicate_id":
             reused = (OopsCode.DUPLICATE_ID, "id reused with other content")
-            refused = await self._refuse_early(parsed, message_id, sender, reused, False, now)
+            refused = await self.refusals.early(mail, reused, False, now)
             return refused or Outcome("busy", message_id, detail="claim lost")
         flow = self._status_flow(message, sender)
         if flow is None:
             assert not isinstance(message, Oops)  # answers_our_whatsup found its flow
-            return await self._status_unknown(parsed, message, message_id, sender, now)
+            return await self._unknown(mail, message, now)
         if isinstance(message, Wait | Oops):  # told, or our question refused: nothing to answer
-            return self._status_record(parsed, message, message_id, sender, flow, now, ())
+            return self._record(mail, flow, now, ())
         report = self.job_source(flow) or flow_report(flow) or JobReport("unknown", {})
-        wait = wait_message(id=self.new_id("wait"), order_ref=message.order_ref, state=report.state,
-                            times=report.times, ref=message.id)
-        return self._status_record(parsed, message, message_id, sender, flow, now, (wait,))
+        wait = wait_message(
+            id=s.new_id("wait"),
+            order_ref=message.order_ref,
+            state=report.state,
+            times=report.times,
+            ref=message.id,
+        )
+        return self._record(mail, flow, now, (wait,))
 
-    async def _status_unknown(
-        self, parsed: Parsed, message: Wait | Whatsup, message_id: str, sender: str, now: datetime
-    ) -> Outcome:
+    async def _unknown(self, mail: InboundMail, message: Wait | Whatsup, now: datetime) -> Outcome:
         """A WHATSUP about no ORDER of this peer: OOPS unknown_ref (the asker reads OOPS,
         one of the nine). A WAIT about none: recorded, never answered (it answers nothing)."""
-        detail = f"no ORDER {message.order_ref[:80]!r} from {sender}"
+        assert mail.message_id is not None
+        detail = f"no ORDER {message.order_ref[:80]!r} from {mail.sender}"
         if isinstance(message, Wait):
-            outcome = Outcome("ignored", message_id, detail=f"WAIT: {detail}")
-            commit = self._flowless_commit(parsed, outcome, message_id, sender, True, None, now)
-            return self._finish(commit, outcome, message_id) or outcome
-        unknown = (OopsCode.UNKNOWN_REF, detail)
-        refused = await self._refuse_early(parsed, message_id, sender, unknown, True, now)
-        return refused or Outcome("busy", message_id, detail="claim lost")
+            outcome = Outcome("ignored", mail.message_id, detail=f"WAIT: {detail}")
+            commit = self.recorder.flowless(mail, outcome, True, None, now)
+            return self.recorder.finish(commit, outcome, mail) or outcome
+        refused = await self.refusals.early(mail, (OopsCode.UNKNOWN_REF, detail), True, now)
+        return refused or Outcome("busy", mail.message_id, detail="claim lost")
 
-    def _status_record(
-        self, parsed: Parsed, message: Wait | Whatsup | Oops, message_id: str, sender: str,
-        flow: FlowRecord, now: datetime, answers: tuple[Wait, ...],
+    def _record(
+        self, mail: InboundMail, flow: FlowRecord, now: datetime, answers: tuple[Wait, ...]
     ) -> Outcome:
         """Log the message (and its answer) in the flow, leaving the flow as it is."""
-        replies = tuple(self._reply(parsed, sender, w, now) for w in answers)
+        s, message_id, sender, message = self.settings, mail.message_id, mail.sender, mail.message
+        assert message_id is not None and sender is not None and isinstance(message, Wait | Whatsup | Oops)
+        replies = tuple(self.recorder.reply(mail, sender, w, now) for w in answers)
         oops = message.error.code if isinstance(message, Oops) and message.error is not None else None
-        in_entry = LogEntry(flow.flow_id, now, "in", message.type, message_id, message.id, sender,
-                            self.address, message.model_dump(mode="json"), oops=oops)
+        in_entry = LogEntry(
+            flow.flow_id,
+            now,
+            "in",
+            message.type,
+            message_id,
+            message.id,
+            sender,
+            s.address,
+            message.model_dump(mode="json"),
+            oops=oops,
+        )
         detail = f"{message.type.upper()} {getattr(message, 'state', '')}".strip()
         if isinstance(message, Oops):
             detail = f"OOPS {oops or '?'} answering our WHATSUP"
-        outcome = Outcome("processed", message_id, flow_id=flow.flow_id, state=flow.state, detail=detail,
-                          outbox=tuple(r.message_id for r in replies))
+        outcome = Outcome(
+            "processed",
+            message_id,
+            flow_id=flow.flow_id,
+            state=flow.state,
+            detail=detail,
+            outbox=tuple(r.message_id for r in replies),
+        )
         commit = Commit(
-            local=self.address, now=now, outcome=outcome.to_json(), message_id=message_id,
-            worker=self.worker_id,
+            local=s.address,
+            now=now,
+            outcome=outcome.to_json(),
+            message_id=message_id,
+            worker=s.worker_id,
             log=(in_entry, *(out_entry(flow.flow_id, r, now) for r in replies)),
             message_ids=((message_id, flow.flow_id), *((r.message_id, flow.flow_id) for r in replies)),
             outbox=tuple((r, flow.flow_id) for r in replies),
-            sender=sender, protocol_id=parsed.id, replay_fate="done",
+            sender=sender,
+            protocol_id=mail.protocol_id,
+            replay_fate="done",
         )
-        return self._finish(commit, outcome, message_id, parsed) or outcome
+        return self.recorder.finish(commit, outcome, mail) or outcome
 
     def send_whatsup(self, flow_id: str, note: str | None = None) -> Sent:
         """Ask the worker of our order flow `flow_id` how its job goes: a WHATSUP logged
         in the flow (its state unchanged) and written to the outbox in one commit."""
-        flow = self.store.get_flow(flow_id)
+        s = self.settings
+        flow = s.store.get_flow(flow_id)
         order = flow.data.get("order") if flow is not None else None
         if flow is None or flow.side != "payer" or not isinstance(order, Mapping):
             raise UsageError(f"no order flow {flow_id!r} of ours to ask about")
-        now = self.clock()
+        now = s.clock()
         last = flow.data.get("last_in")
         irt, refs = (None, ())
         if isinstance(last, Mapping) and isinstance(last.get("message_id"), str):
             irt, refs = last["message_id"], tuple(last.get("references", ()))
-        ask = Whatsup(id=self.new_id("wsup"), order_ref=str(order.get("id")), note=note)
-        ob = Outbound(self.address, flow.peer, ask, self.new_message_id(), now, irt, refs)
+        ask = Whatsup(id=s.new_id("wsup"), order_ref=str(order.get("id")), note=note)
+        ob = Outbound(s.address, flow.peer, ask, s.new_message_id(), now, irt, refs)
         outcome = {"status": "sent", "flow_id": flow_id, "message_id": ob.message_id}
-        commit = Commit(local=self.address, now=now, outcome=outcome, log=(out_entry(flow_id, ob, now),),
-                        refs=((flow.peer, self.address, ask.id, flow_id),),
-                        message_ids=((ob.message_id, flow_id),), outbox=((ob, flow_id),))
-        if self.store.commit_step(commit) != "ok":
+        commit = Commit(
+            local=s.address,
+            now=now,
+            outcome=outcome,
+            log=(out_entry(flow_id, ob, now),),
+            refs=((flow.peer, s.address, ask.id, flow_id),),
+            message_ids=((ob.message_id, flow_id),),
+            outbox=((ob, flow_id),),
+        )
+        if s.store.commit_step(commit) != "ok":
             raise RuntimeError("the WHATSUP could not be recorded")
         return Sent(flow_id, flow.state, ob.message_id, ob)

@@ -13,15 +13,16 @@ proof that shows no transfer to us, leaves the refusal as it was.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
 from envelopay.engine.records import Work
+from envelopay.engine.settings import EngineSettings
 from envelopay.engine.verify import not_before
 from envelopay.protocol.messages import Message, Pay
-from envelopay.rails.interface import Expectation, Rail, Reason
+from envelopay.rails.interface import Expectation, Reason
 
 __all__ = ["RefundsUnusable", "Unusable", "refund_excess", "refund_unusable"]
 
@@ -57,24 +58,15 @@ class RefundsUnusable(Protocol):
 
 
 async def refund_unusable(
-    message: Message,
-    work: Work,
-    app: object,
-    *,
-    rails: Mapping[str, Rail],
-    wallet: Callable[[str, str], str | None],
-    local: str,
-    proof_key: str | None,
-    now: datetime,
-    proof_window: timedelta | None,
-    invoice_skew: timedelta | None,
+    message: Message, work: Work, settings: EngineSettings, proof_key: str | None, now: datetime
 ) -> Mapping[str, Any] | None:
     """For a PAY refused for its amount: the refund's OOPS fields (and the proof spent), or None."""
+    app = settings.app
     if not isinstance(message, Pay) or not isinstance(app, RefundsUnusable) or proof_key is None:
         return None
     data = (work.start or work.fs).data
     invoice = data.get("invoice")
-    rail, ours = rails.get(message.chain), wallet(message.chain, message.token)
+    rail, ours = settings.rails.get(message.chain), settings.wallet(message.chain, message.token)
     if not isinstance(invoice, Mapping) or rail is None or ours is None:
         return None
     verdict = work.verdict
@@ -83,7 +75,8 @@ async def refund_unusable(
     seen = verdict.observed_amount if verdict is not None and mismatch else None
     paid = seen if seen is not None else message.amount
     expect = Expectation(chain=message.chain, token=message.token, amount=paid, recipient=ours,
-                         not_before=not_before(message, data, now, proof_window, invoice_skew))
+                         not_before=not_before(message, data, now, settings.proof_window,
+                                               settings.invoice_skew))
     try:
         shown = await rail.verify(message.proof, expect)
     except Exception:  # a broken transport: refuse as before; a redelivery may refund
@@ -91,7 +84,7 @@ async def refund_unusable(
         return None
     if not shown.ok or not shown.payer or paid <= 0:
         return None
-    money = Unusable(local=local, peer=work.peer, flow_id=work.flow_id, chain=message.chain,
+    money = Unusable(local=settings.address, peer=work.peer, flow_id=work.flow_id, chain=message.chain,
                      token=message.token, amount=paid, expected=int(invoice.get("amount", 0)),
                      payer=shown.payer, proof=message.proof, proof_key=proof_key)
     fields = await app.refund_unusable(money)
@@ -100,12 +93,13 @@ async def refund_unusable(
     return fields
 
 
-async def refund_excess(message: Message, work: Work, app: object, *, local: str,
-                        proof_key: str | None) -> None:
+async def refund_excess(
+    message: Message, work: Work, settings: EngineSettings, proof_key: str | None
+) -> None:
     """For a PAY accepted for more than its INVOICE asks: the excess offered back to the
     application (which returns it above the operator's tolerance); what went back is kept in
     the flow's data (`refund`), beside the payment it belongs to."""
-    verdict = work.verdict
+    verdict, app = work.verdict, settings.app
     if not isinstance(message, Pay) or not isinstance(app, RefundsUnusable) or proof_key is None:
         return
     invoice = work.fs.data.get("invoice")
@@ -114,7 +108,7 @@ async def refund_excess(message: Message, work: Work, app: object, *, local: str
     paid, asked = verdict.observed_amount or message.amount, int(invoice.get("amount", 0))
     if paid <= asked:
         return
-    money = Unusable(local=local, peer=work.peer, flow_id=work.flow_id, chain=message.chain,
+    money = Unusable(local=settings.address, peer=work.peer, flow_id=work.flow_id, chain=message.chain,
                      token=message.token, amount=paid - asked, expected=asked, payer=verdict.payer,
                      proof=message.proof, proof_key=proof_key, reason="overpaid")
     fields = await app.refund_unusable(money)

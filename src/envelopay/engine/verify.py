@@ -16,12 +16,13 @@ is left unjudged (retry later, never spent).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Any
 
 from envelopay.engine.records import INVOICE_ISSUED_AT, Work
-from envelopay.flows import Step
+from envelopay.engine.settings import EngineSettings, ProofBinding
+from envelopay.flows import ProofCheck, Step
 from envelopay.protocol.codes import OopsCode
 from envelopay.protocol.messages import Accept, Message, Offer, Pay
 from envelopay.rails.binding import BindingRail, declared_binding, statement
@@ -29,39 +30,24 @@ from envelopay.rails.interface import Expectation, Rail, Reason, Verdict
 
 __all__ = ["ProofBinding", "binding_check", "not_before", "verify_proof"]
 
-ProofBinding = Literal["required", "solicited"]
-
 _log = logging.getLogger(__name__)
 
 
 async def verify_proof(
-    message: Message,
-    step: Step,
-    work: Work,
-    *,
-    rails: Mapping[str, Rail],
-    wallet: Callable[[str, str], str | None],
-    clock: Callable[[], datetime],
-    proof_window: timedelta | None,
-    invoice_skew: timedelta | None,
-    local: str = "",
-    proof_key: str | None = None,
-    binding: ProofBinding = "solicited",
+    message: Message, step: Step, work: Work, settings: EngineSettings, proof_key: str | None
 ) -> tuple[OopsCode, str] | None:
     """The VerifyProof action: check the binding, ask the rail, record the verdict and
     the proof's fate on `work`; None when the proof pays, else the OOPS code and detail."""
     check = step.proof
     assert check is not None
-    rail = rails.get(check.chain)
+    rail = settings.rails.get(check.chain)
     if rail is None:
         return OopsCode.UNSUPPORTED_RAIL, f"no rail for chain {check.chain!r}"
-    payer, refused = binding_check(
-        message, work, rail, local=local, chain=check.chain, proof=check.proof, key=proof_key, policy=binding
-    )
+    payer, refused = binding_check(message, work, rail, settings, check, proof_key)
     if refused is not None:
         work.proof_fate = "release"  # not the presenter's to burn
         return refused
-    ours = wallet(check.chain, check.token)
+    ours = settings.wallet(check.chain, check.token)
     recipient = check.recipient
     if recipient is None:
         if ours is None:
@@ -70,14 +56,14 @@ async def verify_proof(
     elif isinstance(message, Offer) and recipient != ours:
         # The give leg must have paid us, not someone else.
         return OopsCode.RECIPIENT_MISMATCH, "the OFFER's give leg did not pay our wallet"
-    now = clock()
+    now = settings.clock()
     expectation = Expectation(
         chain=check.chain,
         token=check.token,
         amount=check.amount,
         recipient=recipient,
         payer=payer,
-        not_before=not_before(message, work.fs.data, now, proof_window, invoice_skew),
+        not_before=not_before(message, work.fs.data, now, settings.proof_window, settings.invoice_skew),
     )
     try:
         verdict = await rail.verify(check.proof, expectation)
@@ -109,28 +95,20 @@ def _solicited(message: Message, data: Mapping[str, Any]) -> bool:
 
 
 def binding_check(
-    message: Message,
-    work: Work,
-    rail: Rail,
-    *,
-    local: str,
-    chain: str,
-    proof: Mapping[str, Any],
-    key: str | None,
-    policy: ProofBinding,
+    message: Message, work: Work, rail: Rail, settings: EngineSettings, check: ProofCheck, key: str | None
 ) -> tuple[str | None, tuple[OopsCode, str] | None]:
     """(the payer wallet the rail must see authorise the transfer, or None for an
     accepted unbound proof; the refusal when the binding is missing or wrong)."""
-    declared = declared_binding(proof)
+    declared = declared_binding(check.proof)
     pid = getattr(message, "id", None)
     if declared is not None and isinstance(rail, BindingRail) and key is not None and isinstance(pid, str):
         wallet, sig = declared
-        said = statement(payee=local, payer=work.peer, message_id=pid, chain=chain, tx=key)
+        said = statement(payee=settings.address, payer=work.peer, message_id=pid, chain=check.chain, tx=key)
         if not rail.check_payer_sig(wallet, said, sig):
             detail = "payer_sig is not the payer wallet's signature of this presentation"
             return None, (OopsCode.PAYER_MISMATCH, detail)
         return wallet, None
-    if policy == "solicited" and _solicited(message, work.fs.data):
+    if settings.proof_binding == "solicited" and _solicited(message, work.fs.data):
         return None, None
     return None, (
         OopsCode.PAYER_MISMATCH,

@@ -13,33 +13,24 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from envelopay.engine.inbound_mail import InboundMail
 from envelopay.engine.outcome import Outcome
 from envelopay.engine.records import Work
+from envelopay.engine.settings import EngineSettings
 from envelopay.flows import Step
-from envelopay.ledger.store import Store
 from envelopay.ledger.waiting import WaitingMessage, WaitingStore
-from envelopay.rails.finality import WaitPolicy
 
 __all__ = ["park"]
 
 
 def park(
-    store: Store,
-    policy: WaitPolicy | None,
-    *,
-    local: str,
-    worker: str,
-    message_id: str,
-    raw: bytes | None,
-    step: Step,
-    work: Work,
-    existed: bool,
-    now: datetime,
+    settings: EngineSettings, mail: InboundMail, step: Step, work: Work, now: datetime
 ) -> Outcome | None:
     """Park the message if its verdict may still change and its window is open: the
     `waiting` Outcome. None: answer now (nothing to wait for, or the window is over)."""
-    verdict = work.verdict
-    if (policy is None or raw is None or verdict is None or step.proof is None
+    store, policy, raw, message_id = settings.store, settings.wait, mail.raw, mail.message_id
+    local, existed, verdict = settings.address, work.version > 0, work.verdict
+    if (policy is None or raw is None or message_id is None or verdict is None or step.proof is None
             or verdict.status not in ("pending", "unavailable") or not isinstance(store, WaitingStore)):
         return None
     before = store.waiting_get(local, message_id)
@@ -51,7 +42,7 @@ def park(
     deadline = first_seen + policy.window(step.proof.chain)
     waiting = WaitingMessage(local, message_id, raw, first_seen, next_at, deadline, attempts, verdict.status,
                         verdict.detail)
-    if not store.waiting_put(waiting, worker=worker, now=now):
+    if not store.waiting_put(waiting, worker=settings.worker_id, now=now):
         return Outcome("busy", message_id, detail="claim lost to another worker")
     return Outcome("waiting", message_id, flow_id=work.flow_id if existed else None,
                    state=work.start.state if existed and work.start is not None else None,

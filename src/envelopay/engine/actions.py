@@ -1,0 +1,200 @@
+"""The driver of a step's actions: the I/O the flow table's plan asks for.
+
+`flows.step` says what a message sets in motion (`Step.actions`): verify its proof, ask
+the application a question (METHODS, an ORDER, a FULFILL, an OFFER), tell it after the
+commit (NOTIFY), verify a refund. `ActionDriver.run` does each in order and records the
+result on the step's `Work`; nothing is written until the one commit (engine/inbound.py).
+No write transaction is open while a rail verifies or the application decides.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from datetime import datetime
+from functools import partial
+from typing import Any
+
+from envelopay import flows
+from envelopay.engine.application import Context, Enqueue, Notice, Refuse
+from envelopay.engine.inbound_mail import InboundMail
+from envelopay.engine.jobs import job_of
+from envelopay.engine.recorder import Recorder
+from envelopay.engine.records import Work, order_of, reply_headers, stamp_invoice
+from envelopay.engine.refund_check import check_refund
+from envelopay.engine.status import StatusDesk
+from envelopay.engine.unusable import refund_excess, refund_unusable
+from envelopay.engine.verify import verify_proof
+from envelopay.flows import Action, Direction, FlowState, Step
+from envelopay.ledger.store import ProofKey
+from envelopay.protocol.codes import OopsCode
+from envelopay.protocol.messages import Invoice, Message, Methods, Offer, Oops, Order, Pay, Which
+from envelopay.rails.binding import BINDING_SCHEME
+
+__all__ = ["ActionDriver"]
+
+_log = logging.getLogger(__name__)
+
+
+class ActionDriver:
+    def __init__(
+        self, recorder: Recorder, status: StatusDesk, bind_proof: Callable[[Message, str], Message]
+    ) -> None:
+        self.recorder = recorder
+        self.settings = recorder.settings
+        self.status = status
+        self.bind_proof = bind_proof
+
+    async def run(
+        self,
+        mail: InboundMail,
+        message: Message,
+        step: Step,
+        work: Work,
+        proof_key: ProofKey | None,
+        now: datetime,
+    ) -> None:
+        """Do the step's actions; a proof that fails stops here (`work.persist` False)."""
+        before = work.fs
+        work.fs = FlowState(before.kind, before.side, step.state, step.data)
+        if not isinstance(message, Oops):
+            # Our later sends in this flow reply to its latest substantive message.
+            last_in = {
+                "message_id": mail.parsed.message_id,
+                "references": list(reply_headers(mail.parsed)[1]),
+            }
+            work.fs = replace(work.fs, data={**step.data, "last_in": last_in})
+        work.start = before
+        key = proof_key.key if proof_key is not None else None
+        for action in step.actions:
+            if action is Action.VERIFY_PROOF:
+                if not await self._verify(message, step, work, key, now):
+                    return
+            elif action is Action.VERIFY_REFUND:
+                await check_refund(message, work, self.settings)
+            elif action is Action.NOTIFY:
+                work.notices.append(self._notice(mail, message, work))
+            else:
+                await self._decide(action, mail, message, work, now)
+
+    async def unusable(
+        self, message: Message, work: Work, code: OopsCode | None, key: str | None, now: datetime
+    ) -> None:
+        """A PAY refused for its amount: its money back, when it reached us (engine/unusable.py)."""
+        if code is OopsCode.AMOUNT_MISMATCH:
+            work.oops_extra = await refund_unusable(message, work, self.settings, key, now)
+
+    async def _verify(self, message: Message, step: Step, work: Work, key: str | None, now: datetime) -> bool:
+        failed = await verify_proof(message, step, work, self.settings, key)
+        if failed is not None:
+            work.oops, work.detail = failed
+            work.persist = False  # the message did not happen, as far as the flow goes
+            await self.unusable(message, work, work.oops, key, now)
+            return False
+        await refund_excess(message, work, self.settings, key)
+        return True
+
+    def _notice(self, mail: InboundMail, message: Message, work: Work, job_id: str | None = None) -> Notice:
+        fs = work.fs
+        return Notice(
+            work.flow_id,
+            fs.kind,
+            fs.side,
+            fs.state,
+            work.peer,
+            message,
+            mail.parsed.message_id,
+            work.verdict,
+            job_id,
+        )
+
+    def _ctx(self, work: Work, now: datetime) -> Context:
+        return Context(
+            local=self.settings.address,
+            peer=work.peer,
+            flow_id=work.flow_id,
+            kind=work.fs.kind,
+            state=work.fs.state,
+            data=work.fs.data,
+            now=now,
+            new_id=self.settings.new_id,
+            verdict=work.verdict,
+        )
+
+    async def _ask(self, fn: Callable[[], Awaitable[Any]]) -> Any:
+        try:
+            return await fn()
+        except Exception as exc:
+            _log.exception("application handler raised")
+            return Refuse(OopsCode.TASK_FAILED, f"handler raised {type(exc).__name__}")
+
+    def _question(
+        self, action: Action, message: Message, work: Work, now: datetime
+    ) -> Callable[[], Awaitable[Any]]:
+        """The application's question this action asks (a call not made yet)."""
+        app, ctx = self.settings.app, self._ctx(work, now)
+        if action is Action.DECIDE_METHODS:
+            assert isinstance(message, Which)
+            return partial(app.methods, message, ctx)
+        if action is Action.DECIDE_ORDER:
+            assert isinstance(message, Order)
+            paid = work.verdict.observed_amount if work.verdict is not None else None
+            return partial(app.order, message, ctx, paid=paid)
+        if action is Action.FULFILL:
+            assert isinstance(message, Pay)
+            order = order_of(work.fs.data)
+            if order is None:
+                return partial(_refused, Refuse(OopsCode.TASK_FAILED, "no ORDER recorded in this flow"))
+            return partial(app.fulfill, order, message, ctx)
+        if action is Action.DECIDE_OFFER:
+            assert isinstance(message, Offer)
+            return partial(app.offer, message, ctx)
+        return partial(_refused, None)
+
+    async def _decide(
+        self, action: Action, mail: InboundMail, message: Message, work: Work, now: datetime
+    ) -> None:
+        decision = await self._ask(self._question(action, message, work, now))
+        if isinstance(decision, Enqueue):  # no answer now: the job runner's, later
+            work.job = job_of(decision, message, work, mail.parsed.message_id, self.settings.address, now)
+            work.notices.append(self._notice(mail, message, work, work.job.job_id))
+            self.status.tell_accepted(mail, message, work, now)  # WAIT queued, to a buyer that asked for it
+            return
+        self.apply(mail, decision, work, now)
+
+    def apply(self, mail: InboundMail, decision: Any, work: Work, now: datetime) -> None:
+        """The application's answer in the flow: an OOPS, silence, or a reply its table takes."""
+        if decision is None:
+            return  # silence is always valid
+        rec = self.recorder
+        if isinstance(decision, OopsCode):
+            decision = Refuse(decision)
+        if isinstance(decision, Refuse):
+            oops = rec.oops(decision.code, decision.note, mail.protocol_id, decision.extra)
+            work.replies.append(rec.reply(mail, work.peer, oops, now))
+            work.oops, work.detail = decision.code, decision.note
+            return
+        decision = self.bind_proof(decision, work.peer)  # an ACCEPT's counter-payment
+        if isinstance(decision, Invoice | Methods) and decision.binding is None:
+            # Tell the payer what binding its proof must carry (SPEC.md "Proof binding").
+            decision = decision.model_copy(update={"binding": BINDING_SCHEME})
+        out_step = flows.step(work.fs, decision, Direction.OUT)
+        if not out_step.ok:
+            _log.error(
+                "application answered %s, which the %s table refuses in state %s",
+                decision.type,
+                work.fs.kind,
+                work.fs.state,
+            )
+            oops = rec.oops(OopsCode.TASK_FAILED, "the worker could not answer", mail.protocol_id)
+            work.replies.append(rec.reply(mail, work.peer, oops, now))
+            work.oops, work.detail = OopsCode.TASK_FAILED, f"illegal reply {decision.type}"
+            return
+        data = stamp_invoice(decision, out_step.data, now)
+        work.fs = FlowState(work.fs.kind, work.fs.side, out_step.state, data)
+        work.replies.append(rec.reply(mail, work.peer, decision, now))
+
+
+async def _refused(decision: Refuse | None) -> Refuse | None:
+    return decision
