@@ -12,11 +12,11 @@ from envelopay.ledger.postgres import PostgresStore
 from envelopay.ledger.sqlite import SqliteStore
 from envelopay.ledger.store import Store
 
-# The helper modules the tests here import by name: _engines (this folder) and _kit
-# (tests/ledger). Loaded before any test module of this folder is collected.
-for _folder in (Path(__file__).resolve().parent, Path(__file__).resolve().parents[1] / "ledger"):
-    if str(_folder) not in sys.path:
-        sys.path.insert(0, str(_folder))
+# The helper modules the tests here import by name (_engines, _served: this folder; the
+# rails mock kit is envelopay.testing.mock_rail). Loaded before this folder's tests.
+_folder = Path(__file__).resolve().parent
+if str(_folder) not in sys.path:
+    sys.path.insert(0, str(_folder))
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
