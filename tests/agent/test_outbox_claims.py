@@ -25,6 +25,7 @@ from envelopay.ledger.store import Store
 from envelopay.mail.garden import GardenServer
 from envelopay.mail.transport.garden import GardenTransport
 from envelopay.protocol.messages import Which
+from envelopay.testing import MockTransport
 from envelopay.testing import mock_rail as k
 from envelopay.testing.mock_worker import WorkerApp
 
@@ -110,19 +111,6 @@ async def test_a_dead_drainers_claim_runs_out_then_the_row_goes(open_store: Call
     assert len(sent) == 1
 
 
-class Capture:
-    """A transport that keeps the exact bytes handed to it (the next hop's view)."""
-
-    def __init__(self, into: list[bytes]) -> None:
-        self.into = into
-
-    async def send(self, raw: bytes, sender: str, recipient: str) -> None:
-        self.into.append(raw)
-
-    async def close(self) -> None:
-        return None
-
-
 async def test_a_resend_is_the_same_bytes(open_store: Callable[[], Store], tmp_path: Path) -> None:
     clock = Clock()
     store = open_store()
@@ -134,19 +122,19 @@ async def test_a_resend_is_the_same_bytes(open_store: Callable[[], Store], tmp_p
     assert first.outbox
     for signing_key in (key, rsa):
         signer = DkimSigner("s1", "garden.test", signing_key, clock)
-        got: list[bytes] = []
-
-        drainer = OutboxDrainer(store, DirectHook(Capture(got), signer), clock=clock)
+        mock = MockTransport()  # keeps the exact bytes handed to it (the next hop's view)
+        drainer = OutboxDrainer(store, DirectHook(mock, signer), clock=clock)
         clock.now += timedelta(minutes=3)
         store.mark_failed(first.outbox[0], clock.now, "again", retry_at=clock.now)  # pending again
         await drainer.drain()
         clock.now += timedelta(hours=2)
         # A retransmission of the WHICH queues the recorded reply again.
         again = await worker.handle(
-            k.raw(Which(id="w1"), message_id=f"<w1-{len(got)}-{id(signer)}@client.test>")
+            k.raw(Which(id="w1"), message_id=f"<w1-{len(mock.sent)}-{id(signer)}@client.test>")
         )
         assert again.repeat == "retransmission" and again.outbox == first.outbox
         await drainer.drain()
+        got = [m.raw for m in mock.sent]
         assert len(got) == 2 and got[0] == got[1]
         row = store.outbox_get(first.outbox[0])
         assert row is not None

@@ -56,17 +56,12 @@ async def test_the_served_node_settles_its_own_calls_reply(tmp_path: Path) -> No
 
     from envelopay.endpoints.calls import LedgerCalls
     from envelopay.node.wiring import build_node
+    from envelopay.testing import MockTransport
 
-    class Nowhere:  # nothing is sent here: the node only reads
-        async def send(self, raw: bytes, sender: str, recipient: str) -> None:
-            raise AssertionError("nothing is sent")
-
-        async def close(self) -> None:
-            return None
-
+    nowhere = MockTransport()  # nothing is sent here: the node only reads
     init_agent(tmp_path, address=WORKER)
     cfg = load_config(tmp_path / "envelopay.toml")
-    node = build_node(cfg, transport=Nowhere())
+    node = build_node(cfg, transport=nowhere)
     try:
         calls = LedgerCalls(node.store, local=WORKER)
         now = datetime.now(UTC)
@@ -85,5 +80,6 @@ async def test_the_served_node_settles_its_own_calls_reply(tmp_path: Path) -> No
         # Mail that answers no call of ours still goes to the engine.
         other = reply.replace(b"<q1@garden.local>", b"<nobody@garden.local>").replace(b"<r1@", b"<r2@")
         assert (await node.receive(other)).detail != "the reply to a call of ours: settled"
+        assert nowhere.attempts == 0
     finally:
         node.store.close()
