@@ -94,3 +94,29 @@ async def test_smtp_connections_are_reused_and_failures_fall_back_to_send_raw(
         assert d.status == "failed" and "554" in d.reason and len(sink.fail_next) == 1
     finally:
         await deliverer.close()
+
+
+async def test_the_enforcer_sends_through_the_seam_and_its_mock(store: EnforcerStore, clock: Clock) -> None:
+    """The enforcer's transport is the outbound seam: MockTransport stands in for the next hop.
+    A recipient refused for good fails the send as the peer's doing (exit 1); a failure for
+    now as the environment's (exit 3)."""
+    from envelopay.cli.output import delivery_exit
+    from envelopay.testing import MockTransport
+
+    mock = MockTransport(refuse=["gone@shop.test"])
+    enforcer = Enforcer(store, mock, clock=clock)
+    _, token = await enforcer.create_agent("buyer", "buyer@agents.test", allow=("shop.test",))
+
+    def which(to: str, note: str) -> dict[str, object]:
+        return {"to": to, "from": "buyer@agents.test", "type": "which", "body": {"v": "0.1.0", "note": note}}
+
+    ok = await enforcer.send(token, which("worker@shop.test", "first"))
+    assert ok.status == "sent"
+    assert [(m.sender, m.recipient) for m in mock.sent] == [("buyer@agents.test", "worker@shop.test")]
+    assert isinstance(parse(mock.sent[0].raw).message, Which)
+    gone = await enforcer.send(token, which("gone@shop.test", "second"))
+    assert gone.status == "failed" and "no such mailbox" in gone.reason and delivery_exit(gone.reason) == 1
+    mock.fail_next()
+    busy = await enforcer.send(token, which("worker@shop.test", "third"))
+    assert busy.status == "failed" and "try again later" in busy.reason and delivery_exit(busy.reason) == 3
+    assert len(mock.sent) == 1 and mock.attempts == 3
