@@ -19,6 +19,7 @@ import hashlib
 import json
 import secrets
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from email import policy as email_policy
 from email.message import EmailMessage
@@ -29,11 +30,11 @@ from envelopay.enforcer.send.enforcer import Enforcer
 from envelopay.enforcer.send.mime import compose_request
 from envelopay.enforcer.send.model import Decision, QueueRow
 from envelopay.enforcer.spend.intent import Intent
-from envelopay.enforcer.spend.policy import SpendLimit, asset_key
+from envelopay.enforcer.spend.policy import SpendLimit, SpendPolicy, asset_key
 from envelopay.rails.amounts import amount_with_units, human_amount
 
 __all__ = [
-    "CONTENT_CHANGED", "Balances", "approval_view", "binding_conflict", "content_hash", "mail_view",
+    "CONTENT_CHANGED", "Balances", "Binding", "approval_view", "bind_decision", "content_hash", "mail_view",
     "payment_view",
 ]
 
@@ -106,9 +107,13 @@ def _mail_content(row: QueueRow, agent_name: str, now: float) -> dict[str, Any]:
 def mail_view(row: QueueRow, *, now: float) -> dict[str, Any]:
     """A queued (or sent) mail: the queue row's fields and what leaves."""
     content = _mail_content(row, row.agent_name, now)
-    bound = {"id": row.id, "agent": row.agent_name, "request": row.request.to_json()}
     return {**row.to_json(), "kind": "mail", "subject": content["subject"], "content": content,
-            "content_hash": content_hash(bound)}
+            "content_hash": _mail_hash(row)}
+
+
+def _mail_hash(row: QueueRow) -> str:
+    # The id, the agent's name and the request: none of them is ever updated.
+    return content_hash({"id": row.id, "agent": row.agent_name, "request": row.request.to_json()})
 
 
 # -- held payment ------------------------------------------------------------------------
@@ -187,6 +192,7 @@ async def payment_view(
     pending = i.state == "PENDING"
     policy = await payments.store.policy(i.agent_id)
     limit = policy.limits.get(asset_key(i.chain, i.token))
+    shown_policy, bound = _payment_bound(i, policy)
     mail = i.request.get("mail") if isinstance(i.request, dict) else None
     content: dict[str, Any] = {
         "operation": i.kind, "amount": str(i.amount), "decimals": i.decimals,
@@ -201,6 +207,18 @@ async def payment_view(
                      "verified by the enforcer when the payment was bound)"}
                     if i.invoice_ref else None),
     }
+    return {
+        **i.to_json(), "content": content, "policy": shown_policy,
+        "caps": await _caps_left(enforcer, payments, i, limit) if pending else [],
+        "balance": await _balance(payments, i, {} if seen is None else seen) if pending else None,
+        "content_hash": content_hash(bound),
+    }
+
+
+def _payment_bound(i: Intent, policy: SpendPolicy) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the policy as shown, what the content hash covers): what would leave and the policy
+    it is judged by."""
+    limit = policy.limits.get(asset_key(i.chain, i.token))
     shown_policy = {
         "limit": _limit_json(limit, i.token, i.decimals), "payees": list(policy.payees),
         "wallets": list(policy.wallets), "require_invoice": policy.require_invoice,
@@ -208,12 +226,7 @@ async def payment_view(
     bound = {"id": i.id, "agent": i.agent_name, "request": i.request, "amount": str(i.amount),
              "chain": i.chain, "token": i.token, "payee": i.payee, "wallet": i.wallet,
              "invoice": i.invoice_ref, "policy": shown_policy}
-    return {
-        **i.to_json(), "content": content, "policy": shown_policy,
-        "caps": await _caps_left(enforcer, payments, i, limit) if pending else [],
-        "balance": await _balance(payments, i, {} if seen is None else seen) if pending else None,
-        "content_hash": content_hash(bound),
-    }
+    return shown_policy, bound
 
 
 async def approval_view(enforcer: Enforcer, payments: Any, approval_id: str) -> dict[str, Any] | None:
@@ -228,17 +241,38 @@ async def approval_view(enforcer: Enforcer, payments: Any, approval_id: str) -> 
     return None
 
 
-async def binding_conflict(
+@dataclass(frozen=True, slots=True)
+class Binding:
+    """A decision bound to the content the operator was shown. `conflict`: refused now,
+    nothing decided. `policy`: a held payment's spend policy as stored when its hash
+    matched; the approving statement requires it unchanged, so the check and the approval
+    see one content (a held mail's hashed fields are never updated)."""
+
+    conflict: Decision | None = None
+    policy: str | None = None
+
+
+async def bind_decision(
     enforcer: Enforcer, payments: Any, approval_id: str, shown_hash: str | None
-) -> Decision | None:
-    """A 409-shaped refusal when `shown_hash` is not the approval's content hash now:
-    the operator decided on content that is no longer what would leave. None: go on
-    (no hash given, or no such approval — the decision itself answers MISSING)."""
+) -> Binding:
+    """Whether `shown_hash` is the approval's content hash now (no hash, or no such
+    approval: an unbound decision, which answers MISSING itself)."""
     if shown_hash is None:
-        return None
-    view = await approval_view(enforcer, payments, approval_id)
-    if view is None or secrets.compare_digest(view["content_hash"], shown_hash):
-        return None
-    return Decision(ok=False, state=str(view["state"]), detail=(
-        f"{CONTENT_CHANGED}: the approval is not what was shown (shown {shown_hash[:19]}…, "
-        f"now {view['content_hash'][:19]}…); nothing was decided — look again"))
+        return Binding()
+    row = await enforcer.store.get_send(approval_id)
+    if row is not None:
+        return _bound(shown_hash, _mail_hash(row), row.state)
+    intent = await payments.store.get(approval_id) if payments is not None else None
+    if intent is None:
+        return Binding()
+    text = await payments.store.policy_text(intent.agent_id)
+    now = content_hash(_payment_bound(intent, payments.store.parse_policy(text))[1])
+    return _bound(shown_hash, now, intent.state, policy=text)
+
+
+def _bound(shown: str, now: str, state: str, policy: str | None = None) -> Binding:
+    if secrets.compare_digest(now, shown):
+        return Binding(policy=policy)
+    return Binding(conflict=Decision(ok=False, state=state, detail=(
+        f"{CONTENT_CHANGED}: the approval is not what was shown (shown {shown[:19]}…, "
+        f"now {now[:19]}…); nothing was decided — look again")))

@@ -24,7 +24,7 @@ from envelopay.enforcer.service.appkeys import ENFORCER
 from envelopay.enforcer.service.approval_view import (
     Balances,
     approval_view,
-    binding_conflict,
+    bind_decision,
     mail_view,
     payment_view,
 )
@@ -220,10 +220,10 @@ async def _decide(request: web.Request, action: str, target: str) -> str:
     approval's content now (a console click always carries one)."""
     enforcer, payments = request.app[ENFORCER], request.app.get(PAYMENTS)
     shown = str((await request.post()).get("content_hash", ""))
-    conflict = await binding_conflict(enforcer, payments, target, shown)
-    if conflict is not None:
-        return f"{action} {target} refused: {conflict.detail}"
-    paid = await decide_payment(request.app, target, action, "console")
+    binding = await bind_decision(enforcer, payments, target, shown)
+    if binding.conflict is not None:
+        return f"{action} {target} refused: {binding.conflict.detail}"
+    paid = await decide_payment(request.app, target, action, "console", binding.policy)
     if paid is not None:
         return f"{action} {target}: {paid.state}" + (f" ({paid.detail})" if paid.detail else "")
     decision = await (enforcer.approve(target, "console") if action == "approve"

@@ -147,14 +147,15 @@ def read_key_file(path: str) -> bytes:
 
 
 async def decide_payment(
-    app: web.Application, intent_id: str, action: str, by: str
+    app: web.Application, intent_id: str, action: str, by: str, policy: str | None = None
 ) -> PaymentDecision | None:
-    """The decision on a held payment, or None when `intent_id` is not a payment."""
+    """The decision on a held payment, or None when `intent_id` is not a payment. `policy`:
+    the spend policy the shown content hash covered (approval_view.bind_decision)."""
     payments = app.get(PAYMENTS)
     if payments is None or await payments.store.get(intent_id) is None:
         return None
     if action == "approve":
-        return await approve(payments, intent_id, by)
+        return await approve(payments, intent_id, by, policy)
     if action == "reject":
         return await reject(payments, intent_id, by)
     return PaymentDecision(ok=False, state="MISSING", detail=f"unknown action {action!r}")

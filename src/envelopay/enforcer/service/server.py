@@ -21,8 +21,9 @@ from envelopay.enforcer.send.model import Decision, Disposition
 from envelopay.enforcer.service.appkeys import ENFORCER
 from envelopay.enforcer.service.approval_view import (
     Balances,
+    Binding,
     approval_view,
-    binding_conflict,
+    bind_decision,
     mail_view,
     payment_view,
 )
@@ -184,11 +185,12 @@ async def _decide(request: web.Request) -> web.Response:
     shown = await _shown_hash(request)
     if isinstance(shown, web.Response):
         return shown
+    binding = Binding()
     if action in ("approve", "reject"):
-        conflict = await binding_conflict(enforcer, request.app.get(PAYMENTS), send_id, shown)
-        if conflict is not None:  # decided on content that is no longer what would leave
-            return _decision(conflict)
-    paid = await decide_payment(request.app, send_id, action, "operator-api")
+        binding = await bind_decision(enforcer, request.app.get(PAYMENTS), send_id, shown)
+        if binding.conflict is not None:  # decided on content that is no longer what would leave
+            return _decision(binding.conflict)
+    paid = await decide_payment(request.app, send_id, action, "operator-api", binding.policy)
     if paid is not None:  # a held payment: same queue, same answers
         return _decision(paid)  # type: ignore[arg-type]  # same shape: ok, state, disposition
     if action == "approve":

@@ -417,20 +417,32 @@ async def _deliver(
 # -- approvals and recovery -------------------------------------------------------------
 
 
-async def approve(p: Payments, intent_id: str, by: str = "operator") -> PaymentDecision:
-    """PENDING → APPROVED (one conditional UPDATE that also requires an ACTIVE agent),
-    then execute. A second approve finds the row no longer PENDING: it pays once."""
+async def approve(
+    p: Payments, intent_id: str, by: str = "operator", policy: str | None = None
+) -> PaymentDecision:
+    """PENDING → APPROVED (one conditional UPDATE that also requires an ACTIVE agent and,
+    with `policy`, the spend policy the operator was shown), then execute. A second
+    approve finds the row no longer PENDING: it pays once."""
     i = await p.store.get(intent_id)
     if i is None:
         return PaymentDecision(ok=False, state="MISSING", detail="no such approval")
     agent = await p.enforcer.store.agent_by_id(i.agent_id)
     if agent is None or agent.killed:
         return PaymentDecision(ok=False, state=i.state, detail="agent is killed: approval refused")
-    if not await p.store.approve(intent_id, by, p.clock()):
+    if not await p.store.approve(intent_id, by, p.clock(), policy):
         seen = await _reread(p, i)
-        detail = "agent is killed: approval refused" if seen.state == "PENDING" else "not pending"
-        return PaymentDecision(ok=False, state=seen.state, detail=detail)
+        return PaymentDecision(ok=False, state=seen.state, detail=await _not_approved(p, seen, policy))
     return await execute(p, intent_id, agent)
+
+
+async def _not_approved(p: Payments, seen: Intent, policy: str | None) -> str:
+    if seen.state != "PENDING":
+        return "not pending"
+    agent = await p.enforcer.store.agent_by_id(seen.agent_id)
+    if policy is None or agent is None or agent.killed:
+        return "agent is killed: approval refused"
+    return ("content_changed: the spend policy changed after the approval was shown; nothing "
+            "was decided — look again")
 
 
 async def execute(p: Payments, intent_id: str, agent: Agent | None = None) -> PaymentDecision:

@@ -210,6 +210,13 @@ SQL = {
     " ORDER BY p.created_at DESC, p.id DESC LIMIT ?",
     "approve": "UPDATE enf_payments SET state = 'APPROVED', decided_by = ?, decided_at = ?, updated_at = ?"
     f" WHERE id = ? AND state = 'PENDING'{_ACTIVE} RETURNING id",
+    # An approval bound to what the operator was shown: the spend policy its content hash
+    # covered must still be the stored one, in the same statement that approves (a policy
+    # changed between the check and the approval finds no row; nothing is decided).
+    "approve_bound": "UPDATE enf_payments SET state = 'APPROVED', decided_by = ?, decided_at = ?,"
+    f" updated_at = ? WHERE id = ? AND state = 'PENDING'{_ACTIVE}"
+    " AND COALESCE((SELECT sp.policy FROM enf_spend_policies sp WHERE sp.agent_id = enf_payments.agent_id),"
+    " '') = ? RETURNING id",
     "reject": "UPDATE enf_payments SET state = 'REJECTED', decided_by = ?, decided_at = ?, updated_at = ?,"
     " reason = ? WHERE id = ? AND state = 'PENDING' RETURNING id",
     # The transitions toward money moving require the agent to be ACTIVE in the same

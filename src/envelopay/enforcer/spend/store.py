@@ -39,7 +39,7 @@ class PaymentStore:
             # it. FOR SHARE makes a concurrent kill wait for this statement (or this
             # statement wait for the kill, then see KILLED). SQLite runs one writer at a
             # time, so its statements are already ordered.
-            for name in ("approve", "claim", "signed", "signed_broadcast", "broadcast"):
+            for name in ("approve", "approve_bound", "claim", "signed", "signed_broadcast", "broadcast"):
                 self._sql[name] = self._sql[name].replace(ACTIVE_SUB, ACTIVE_SUB + " FOR SHARE")
 
     async def open(self) -> None:
@@ -114,6 +114,14 @@ class PaymentStore:
     async def policy(self, agent_id: str) -> SpendPolicy:
         rows = await self._x("policy", (agent_id,))
         return self._policy(rows[0]["policy"] if rows else None)
+
+    async def policy_text(self, agent_id: str) -> str:
+        """The agent's spend policy as stored ("" when it has none), for `approve`."""
+        rows = await self._x("policy", (agent_id,))
+        return str(rows[0]["policy"]) if rows else ""
+
+    def parse_policy(self, text: str) -> SpendPolicy:
+        return self._policy(text or None)
 
     # -- spend counters -----------------------------------------------------------------
 
@@ -204,8 +212,12 @@ class PaymentStore:
                 break
         return out
 
-    async def approve(self, intent_id: str, by: str, now: float) -> bool:
-        return bool(await self._x("approve", (by, now, now, intent_id)))
+    async def approve(self, intent_id: str, by: str, now: float, policy: str | None = None) -> bool:
+        """PENDING → APPROVED; with `policy` (policy_text's answer when the content hash
+        was checked) only while that is still the agent's stored spend policy."""
+        if policy is None:
+            return bool(await self._x("approve", (by, now, now, intent_id)))
+        return bool(await self._x("approve_bound", (by, now, now, intent_id, policy)))
 
     async def reject(self, intent_id: str, by: str, reason: str, now: float) -> bool:
         return bool(await self._x("reject", (by, now, now, reason, intent_id)))
