@@ -7,7 +7,11 @@ and says what to do. The driver (engine/inbound.py, engine/actions.py) does the 
     admit(mail, policy, rails)      → Admission: defer, refuse early (with what), the
                                       status extension's, or go (with the proof key)
     claim_of(settings, mail, adm…)  → the ledger Claim begin_step takes
-    join(mail, message, begin, id)  → Joined: the flow's Work, or the refusal
+    plan(settings, mail, adm…, begin, now)
+                                    → Plan: the outcome already recorded (Recorded), a
+                                      refusal before any flow (RefuseEarly), a message its
+                                      flow's table refuses (Misfit), or the step to take
+                                      (StepFlow: its Work, flows.step's Step, its log line)
     settle(settings, mail, work…)   → the one Commit (and its Outcome), or a FlowRefusal
 
 The plan of the step itself — which proof to verify, which application question to
@@ -19,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
+from functools import partial
 from typing import Literal
 
 from envelopay import flows
@@ -30,7 +35,7 @@ from envelopay.engine.poison import unstorable_body
 from envelopay.engine.records import Work, content_hash, out_entry, proof_of, typed_refs
 from envelopay.engine.refusals import FlowRefusal
 from envelopay.engine.settings import DkimPolicy, EngineSettings
-from envelopay.flows import Direction, FlowKind, FlowState, Side
+from envelopay.flows import Direction, FlowKind, FlowState, Side, Step
 from envelopay.ledger.store import Begin, Claim, Commit, FlowRecord, FlowWrite, LogEntry, ProofKey
 from envelopay.protocol.codes import OopsCode
 from envelopay.protocol.messages import Message, Oops, is_proof_carrying
@@ -40,11 +45,17 @@ __all__ = [
     "BEGIN_REFUSALS",
     "Admission",
     "Joined",
+    "Misfit",
+    "Plan",
+    "Recorded",
+    "RefuseEarly",
+    "StepFlow",
     "admit",
     "claim_of",
     "in_entry_of",
     "join",
     "misfit",
+    "plan",
     "proof_key_of",
     "settle",
 ]
@@ -188,6 +199,74 @@ def _refused(message: Message, problem: Problem) -> Joined:
     return Joined(None, None if isinstance(message, Oops) else problem)
 
 
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """The ledger already holds this message's outcome, or another worker its claim."""
+
+    outcome: Outcome
+
+
+@dataclass(frozen=True, slots=True)
+class RefuseEarly:
+    """Refuse before any flow is touched: `problem` (None: silence), whether the message
+    owns its (sender, id), and a proof it reserved, to release unjudged."""
+
+    problem: Problem | None
+    owns_replay: bool
+    release: ProofKey | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Misfit:
+    """The flow's table refuses the message (`step.ok` is False): its code or silence."""
+
+    work: Work
+    step: Step
+    in_entry: LogEntry
+
+
+@dataclass(frozen=True, slots=True)
+class StepFlow:
+    """The step to take: the flow's `work`, the table's `step` (its actions are what the
+    driver does next) and the log line of the message received."""
+
+    work: Work
+    step: Step
+    in_entry: LogEntry
+
+
+Plan = Recorded | RefuseEarly | Misfit | StepFlow
+
+
+def plan(
+    settings: EngineSettings, mail: InboundMail, admission: Admission, begin: Begin, now: datetime
+) -> Plan:
+    """What to do with the ledger's answer to the claim (`begin`)."""
+    assert mail.message_id is not None
+    if begin.status == "seen":
+        assert begin.outcome is not None
+        return Recorded(Outcome.from_json(begin.outcome, repeat="message_id"))
+    if begin.status == "busy":
+        return Recorded(Outcome("busy", mail.message_id, detail="claimed by another worker"))
+    if begin.status == "retransmission":
+        assert begin.outcome is not None
+        repeated = Outcome.from_json(begin.outcome, repeat="retransmission")
+        return Recorded(replace(repeated, message_id=mail.message_id, outbox=begin.requeued))
+    message = admission.message
+    if not admission.claimable or message is None:
+        return RefuseEarly(admission.early, admission.claimable)
+    if begin.status in BEGIN_REFUSALS:
+        problem, owns_replay = BEGIN_REFUSALS[begin.status]
+        return RefuseEarly(problem, owns_replay)
+    joined = join(mail, message, begin, partial(settings.new_id, "flow"))
+    if joined.work is None:
+        return RefuseEarly(joined.problem, True, admission.proof_key)
+    work = joined.work
+    step = flows.step(work.fs, message, Direction.IN)
+    in_entry = in_entry_of(mail, message, work, settings.address, now)
+    return StepFlow(work, step, in_entry) if step.ok else Misfit(work, step, in_entry)
+
+
 def in_entry_of(mail: InboundMail, message: Message, work: Work, local: str, now: datetime) -> LogEntry:
     """The flow log's line for the message received."""
     assert mail.message_id is not None and mail.sender is not None
@@ -204,7 +283,7 @@ def in_entry_of(mail: InboundMail, message: Message, work: Work, local: str, now
     )
 
 
-def misfit(work: Work, step: flows.Step, proof_key: ProofKey | None, answer: bool) -> FlowRefusal:
+def misfit(work: Work, step: Step, proof_key: ProofKey | None, answer: bool) -> FlowRefusal:
     """A message the flow's table does not accept: its code (or silence), the state as it
     was; its proof never judged (so not spent, unless its money went back)."""
     fate: Literal["spend", "release"] | None = (

@@ -29,7 +29,6 @@ from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Generic, TypeVar, overload
 
-from envelopay import flows
 from envelopay.dkim import DkimResult
 from envelopay.engine import decide
 from envelopay.engine.actions import ActionDriver
@@ -45,9 +44,8 @@ from envelopay.engine.send import Addressing, Sender
 from envelopay.engine.settings import DkimPolicy, EngineSettings, ProofBinding
 from envelopay.engine.status import JobSource, StatusDesk, store_jobs
 from envelopay.engine.waiting import park
-from envelopay.flows import Direction
 from envelopay.ledger.jobs import JobMove
-from envelopay.ledger.store import AnswerLimits, Begin, Store
+from envelopay.ledger.store import AnswerLimits, ProofKey, Store
 from envelopay.protocol.lenient import lenient_warnings
 from envelopay.protocol.messages import Message, Oops
 from envelopay.protocol.parse import ParseOptions, parse, parser_options
@@ -261,50 +259,43 @@ class Engine:
 
     async def _attempt(self, mail: InboundMail, admission: decide.Admission) -> Outcome | None:
         """One try at the step; None when the flow changed under it (try again)."""
-        assert mail.message_id is not None
         now = self.clock()
         begin = self.store.begin_step(decide.claim_of(self.settings, mail, admission, now))
-        if begin.status == "seen":
-            assert begin.outcome is not None
-            return Outcome.from_json(begin.outcome, repeat="message_id")
-        if begin.status == "busy":
-            return Outcome("busy", mail.message_id, detail="claimed by another worker")
-        if begin.status == "retransmission":
-            assert begin.outcome is not None
-            repeated = Outcome.from_json(begin.outcome, repeat="retransmission")
-            return replace(repeated, message_id=mail.message_id, outbox=begin.requeued)
-        if not admission.claimable or admission.message is None:
-            return await self.refusals.early(mail, admission.early, admission.claimable, now)
-        if begin.status in decide.BEGIN_REFUSALS:
-            problem, owns_replay = decide.BEGIN_REFUSALS[begin.status]
-            return await self.refusals.early(mail, problem, owns_replay, now)
-        return await self._step(mail, admission.message, begin, admission, now)
-
-    async def _step(
-        self, mail: InboundMail, message: Message, begin: Begin, admission: decide.Admission, now: datetime
-    ) -> Outcome | None:
-        proof_key = admission.proof_key
-        joined = decide.join(mail, message, begin, partial(self.new_id, "flow"))
-        if joined.work is None:
-            return await self.refusals.early(mail, joined.problem, True, now, release=proof_key)
-        work = joined.work
-        step = flows.step(work.fs, message, Direction.IN)
-        in_entry = decide.in_entry_of(mail, message, work, self.address, now)
-        if not step.ok:
+        plan = decide.plan(self.settings, mail, admission, begin, now)
+        if isinstance(plan, decide.Recorded):
+            return plan.outcome
+        if isinstance(plan, decide.RefuseEarly):
+            return await self.refusals.early(mail, plan.problem, plan.owns_replay, now, plan.release)
+        assert admission.message is not None
+        message, proof_key, work = admission.message, admission.proof_key, plan.work
+        if isinstance(plan, decide.Misfit):
             # A message that does not fit: its code (or silence), the state as it was. It is
             # logged in an existing flow; a flow it would have opened is not created.
             key = proof_key.key if proof_key is not None else None
-            await self.actions.unusable(message, work, step.oops, key, now)
-            refusal = decide.misfit(work, step, proof_key, answer=not isinstance(message, Oops))
-            return self.refusals.in_flow(mail, work, in_entry, now, refusal)
-        await self.actions.run(mail, message, step, work, proof_key, now)
-        parked = park(self.settings, mail, step, work, now)
+            await self.actions.unusable(message, work, plan.step.oops, key, now)
+            refusal = decide.misfit(work, plan.step, proof_key, answer=not isinstance(message, Oops))
+            return self.refusals.in_flow(mail, work, plan.in_entry, now, refusal)
+        return await self._step(mail, message, plan, proof_key, now)
+
+    async def _step(
+        self,
+        mail: InboundMail,
+        message: Message,
+        plan: decide.StepFlow,
+        proof_key: ProofKey | None,
+        now: datetime,
+    ) -> Outcome | None:
+        """The driver of a step that fits: the table's actions, a proof parked to wait, or the
+        one commit the plan settles on, then the application's notices."""
+        work = plan.work
+        await self.actions.run(mail, message, plan.step, work, proof_key, now)
+        parked = park(self.settings, mail, plan.step, work, now)
         if parked is not None:
             return parked
-        planned = decide.settle(self.settings, mail, work, proof_key, in_entry, now)
-        if isinstance(planned, FlowRefusal):
-            return self.refusals.in_flow(mail, work, in_entry, now, planned)
-        commit, outcome = planned
+        settled = decide.settle(self.settings, mail, work, proof_key, plan.in_entry, now)
+        if isinstance(settled, FlowRefusal):
+            return self.refusals.in_flow(mail, work, plan.in_entry, now, settled)
+        commit, outcome = settled
         result = self.recorder.finish(commit, outcome, mail)
         if result is not None and result.repeat is None:
             await self._tell(work)
