@@ -11,53 +11,78 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import heapq
-import json
 import logging
-import os
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from envelopay import dkim
 from envelopay.config import WorkerConfig
-from envelopay.devnet.registry import devnet_dns
-from envelopay.devnet.state import devnet_home as home_of
-from envelopay.dkim import DkimResult, DkimSigner, DnsLookup, dkim_signer
+from envelopay.dkim import DkimResult, DnsLookup
 from envelopay.endpoints.calls import LedgerCalls, settle_reply
 from envelopay.engine import Application, Engine, Outcome, Sent
-from envelopay.engine.outbox import DirectHook, DrainReport, EnforcerHook, OutboxDrainer, SendHook
+from envelopay.engine.outbox import DirectHook, DrainReport, OutboxDrainer, SendHook
 from envelopay.errors import ConfigError
 from envelopay.ledger.evidence import EvidenceLog
 from envelopay.ledger.sqlite import SqliteStore
-from envelopay.ledger.store import AnswerLimits, Store
-from envelopay.mail.garden_auth import read_secret
-from envelopay.mail.imap import ImapConfig, ImapMessage, ImapSource
+from envelopay.ledger.store import Store
+from envelopay.mail.imap import ImapMessage, ImapSource
 from envelopay.mail.maildir import mailbox_path
 from envelopay.mail.transport import Transport
-from envelopay.mail.transport.garden import GardenPool, GardenTransport
-from envelopay.mail.transport.smtp import SmtpConfig
-from envelopay.mail.transport.submission import SmtpTransport
+from envelopay.mail.transport.garden import GardenPool
 from envelopay.node.deferrals import serve_deferrals
 from envelopay.node.evidence_tap import keep_evidence, keep_received
+from envelopay.node.from_config import (
+    Clock,
+    answer_limits,
+    config_signer,
+    counterpay_path,
+    dns_for,
+    dns_setup,
+    enforced_payer,
+    enforcer_hook,
+    garden_credential,
+    garden_endpoint_file,
+    garden_transport,
+    imap_config,
+    judge_accepted,
+    rail_options,
+    served_garden,
+    smtp_transport,
+    wait_policy,
+    worker_refunder,
+)
 from envelopay.node.observe import CURRENT, Observer, Seen, tap_parser, timed_rail
 from envelopay.node.runtime import pump
 from envelopay.protocol.messages import Message
 from envelopay.protocol.parse import ParseOptions, parse
-from envelopay.rails.finality import WaitPolicy
 from envelopay.rails.interface import Rail
-from envelopay.rails.registry import judge_terms, load_rails
+from envelopay.rails.registry import load_rails
 from envelopay.worker.app import WorkerApp, WorkerApplication
 from envelopay.worker.counterpay import CounterPayments
-from envelopay.worker.refunds import Refunder, refunder_for
 
-__all__ = ["AgentNode", "build_node", "open_store"]
+# The parts a config names are made in node/from_config.py; those other rooms import
+# from the node's one door are named here too.
+__all__ = [
+    "AgentNode",
+    "answer_limits",
+    "build_node",
+    "config_signer",
+    "dns_setup",
+    "garden_credential",
+    "garden_endpoint_file",
+    "garden_transport",
+    "imap_config",
+    "open_store",
+    "served_garden",
+    "smtp_transport",
+]
 
-Clock = Callable[[], datetime]
 RECENT = 10_000
 _log = logging.getLogger(__name__)
 
@@ -255,6 +280,16 @@ class AgentNode:
                 await closer()
 
 
+@dataclass
+class _Closing:
+    """Adapts a plain close() to the aclose() the node calls on shutdown."""
+
+    close: Callable[[], None]
+
+    async def aclose(self) -> None:
+        self.close()
+
+
 def open_store(url: str, base: Path) -> Store:
     """A ledger from the config's `ledger` value: a SQLite path or a postgresql:// DSN."""
     if url.startswith(("postgresql://", "postgres://")):
@@ -269,52 +304,6 @@ def open_store(url: str, base: Path) -> Store:
         store = SqliteStore(str(path))
     store.migrate()
     return store
-
-
-def dns_for(cfg: WorkerConfig) -> DnsLookup:
-    home = cfg.path(cfg.agent.devnet_home) if cfg.agent.devnet_home else None
-    return dns_setup(cfg.agent.dkim_dns, dict(cfg.dkim_records), devnet_home=home)
-
-
-def dns_setup(kind: str, table: Mapping[str, str], *, devnet_home: Path | None = None) -> DnsLookup:
-    """The DKIM key lookup every verifier on this machine uses — the node's inbound path
-    and the spend enforcer's INVOICE check alike: "resolver" (DNS), "table" (the given
-    records), or "devnet" (those, then every agent registered with the devnet)."""
-    if kind == "resolver":
-        return dkim.resolver_dns()
-    fixed = dkim.table_dns(dict(table))
-    if kind != "devnet":
-        return fixed
-
-    registered = devnet_dns(home_of(devnet_home))
-
-    async def lookup(name: str) -> str | None:
-        return await fixed(name) or await registered(name)
-
-    return lookup
-
-
-def wait_policy(cfg: WorkerConfig) -> WaitPolicy:
-    try:
-        return WaitPolicy.from_options(cfg.wait)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"config field wait: {exc}") from exc
-
-
-def answer_limits(cfg: WorkerConfig) -> AnswerLimits:
-    """The `[answers]` section as the ledger counts it."""
-    a = cfg.answers
-    return AnswerLimits(per_peer=a.per_peer, per_thread=a.per_thread, window=timedelta(seconds=a.window),
-                        help=a.help)
-
-
-def _judge_accepted(cfg: WorkerConfig, rails: Mapping[str, Rail]) -> None:
-    """Every [[accept]] rail (what METHODS offers, where INVOICEs ask to be paid) is one
-    our rails can verify: a served chain, a known asset, a wallet spelled for its chain."""
-    for i, acc in enumerate(cfg.accept):
-        problem = judge_terms(rails, acc.chain, acc.token, wallet=acc.wallet)
-        if problem is not None:
-            raise ConfigError(f"config field accept.{i}.{problem.part}: {problem.detail}")
 
 
 def build_node(
@@ -335,8 +324,8 @@ def build_node(
     if store is None:
         store = open_store(cfg.agent.ledger, base)
     if rails is None:
-        rails = load_rails({name: _rail_options(cfg, opts) for name, opts in cfg.rails.items()})
-        _judge_accepted(cfg, rails)
+        rails = load_rails({name: rail_options(cfg, opts) for name, opts in cfg.rails.items()})
+        judge_accepted(cfg, rails)
     if app is None:
         kw: dict[str, Any] = {"rails": rails, "clock": clock, "counterpayments": CounterPayments(
             counterpay_path(cfg))}
@@ -391,173 +380,6 @@ def build_node(
     node = AgentNode(engine, drainer, dns, maildir, transport, rails, closers=closers)
     keep_evidence(node)  # raw mails and DKIM keys as seen, for `envelopay evidence` (issue 31)
     return node
-
-
-def worker_refunder(
-    cfg: WorkerConfig, store: Store, rails: Mapping[str, Rail], counter_payer: Any, clock: Clock
-) -> Refunder | None:
-    """Refunds from the rail keys of `[rails.NAME] keypair`, or through the enforcer."""
-    keys = {n: cfg.path(k) if isinstance(k, str) else k for n, o in cfg.rails.items()
-            if isinstance(k := o.get("keypair"), str | bytes)}
-    try:
-        return refunder_for(store, rails=rails, keys=keys, counter_payer=counter_payer,
-                            owner=cfg.agent.worker_id or cfg.agent.address, clock=clock)
-    except ConfigError:  # a ledger of another kind keeps no refunds: the money stays, as before
-        return None
-
-
-def counterpay_path(cfg: WorkerConfig) -> Path:
-    """Beside a SQLite ledger (`x.db` → `x.offers.db`); for PostgreSQL under var/."""
-    ledger = cfg.agent.ledger
-    if ledger.startswith(("postgresql://", "postgres://")):
-        path = cfg.path("var") / "offers.db"
-    else:
-        path = cfg.path(ledger.removeprefix("sqlite:///")).with_suffix(".offers.db")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-@dataclass
-class _Closing:
-    """Adapts a plain close() to the aclose() the node calls on shutdown."""
-
-    close: Callable[[], None]
-
-    async def aclose(self) -> None:
-        self.close()
-
-
-def _enforcer_where(cfg: WorkerConfig) -> tuple[str, str]:
-    token = os.environ.get(cfg.transport.enforcer_token_env)
-    if not cfg.transport.enforcer:
-        raise ConfigError("transport.payments = \"enforcer\" needs transport.enforcer")
-    if not token:
-        raise ConfigError(f"transport.enforcer is set but ${cfg.transport.enforcer_token_env} holds no token")
-    where = cfg.transport.enforcer
-    return (where if where.startswith(("http://", "https://")) else str(cfg.path(where))), token
-
-
-def enforced_payer(cfg: WorkerConfig) -> Any:
-    """The OFFER counter-legs paid by the spend enforcer (same URL and token as the mail)."""
-    # lazy: keeps httpx off this module's import
-    from envelopay.enforcer.client.enforced_payer import EnforcedPayer
-
-    where, token = _enforcer_where(cfg)
-    return EnforcedPayer(where, token)
-
-
-def enforcer_hook(cfg: WorkerConfig) -> EnforcerHook:
-    # lazy: keeps httpx off this module's import
-    from envelopay.enforcer.client.http_client import EnforcerClient
-
-    token = os.environ.get(cfg.transport.enforcer_token_env)
-    if not token:
-        raise ConfigError(f"transport.enforcer is set but ${cfg.transport.enforcer_token_env} holds no token")
-    assert cfg.transport.enforcer is not None
-    where = cfg.transport.enforcer
-    if not where.startswith(("http://", "https://")):
-        where = str(cfg.path(where))
-    return EnforcerHook(EnforcerClient(where, token))
-
-
-def _secret(env: str | None, what: str) -> str | None:
-    if env is None:
-        return None
-    value = os.environ.get(env)
-    if not value:
-        raise ConfigError(f"{what}: ${env} is not set")
-    return value
-
-
-def smtp_transport(cfg: WorkerConfig) -> Transport:
-    t = cfg.transport
-    if not t.smtp_host:
-        raise ConfigError("transport.smtp_host: required when transport.kind is 'smtp'")
-    # No pool: each message on a fresh connection with send_raw's retries (the outbox
-    # drainer retries a row itself, with its backoff).
-    return SmtpTransport(SmtpConfig(
-        t.smtp_host, t.smtp_port, security=t.smtp_security, username=t.smtp_username,
-        password=_secret(t.smtp_password_env, "transport.smtp_password_env"),
-    ), pool_size=0)
-
-
-def imap_config(cfg: WorkerConfig) -> Any:
-    t = cfg.transport
-    if not t.imap_host or not t.imap_user:
-        raise ConfigError("transport.imap_host and imap_user: required when transport.kind is 'smtp'")
-    password = _secret(t.imap_password_env, "transport.imap_password_env") or ""
-    return ImapConfig(t.imap_host, t.imap_port, t.imap_user, password, mailbox=t.imap_mailbox, tls=t.imap_tls)
-
-
-def garden_transport(cfg: WorkerConfig, connections: int = 4) -> GardenPool:
-    t = cfg.transport
-    if t.kind != "garden":
-        raise ConfigError("transport.kind: this needs the garden (kind = 'garden')")
-    endpoint: tuple[str, int] | Path
-    if t.garden_socket:
-        endpoint = cfg.path(t.garden_socket)
-    elif t.lmtp_port is not None:
-        endpoint = (t.lmtp_host, t.lmtp_port)
-    else:
-        endpoint = served_garden(cfg)
-    auth = garden_credential(cfg)
-    return GardenPool([GardenTransport(endpoint, auth=auth) for _ in range(connections)])
-
-
-def config_signer(
-    cfg: WorkerConfig, clock: Clock = lambda: datetime.now(UTC)
-) -> DkimSigner | None:
-    """The DKIM signer every path that sends this agent's mail uses (the engine's outbox,
-    `call`, the responders, `mail reply`) when the config names a `dkim_key`; None without
-    one. AgentMail composes and signs what it sends: a signature of ours would not be sent."""
-    if not cfg.agent.dkim_key or cfg.transport.kind == "agentmail":
-        return None
-    key_pem = cfg.path(cfg.agent.dkim_key).read_bytes()
-    return dkim_signer(key_pem, selector=cfg.agent.dkim_selector, domain=cfg.agent.domain, clock=clock)
-
-
-def garden_endpoint_file(cfg: WorkerConfig) -> Path:
-    """Where `worker serve --garden` writes the loopback address of the garden it runs when
-    the config names neither garden_socket nor lmtp_port: beside the garden root, so every
-    config sharing that garden (a plain `init`'s included) finds it."""
-    root = cfg.path(cfg.transport.garden_root)
-    return root.parent / f"{root.name}.endpoint"
-
-
-def served_garden(cfg: WorkerConfig) -> tuple[str, int]:
-    """The (host, port) a running `worker serve --garden` recorded; a ConfigError (exit 3)
-    that says how to get one when none is running."""
-    where = garden_endpoint_file(cfg)
-    try:
-        doc = json.loads(where.read_text())
-        return str(doc["host"]), int(doc["port"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ConfigError(
-            f"transport: no garden to reach — set garden_socket or lmtp_port, or run `envelopay worker "
-            f"serve --garden` with this config (it records where its garden listens in {where})"
-        ) from exc
-
-
-def garden_credential(cfg: WorkerConfig) -> tuple[str, str] | None:
-    """(agent address, secret) from `transport.garden_secret_file` (what `init` writes)
-    or the env var `transport.garden_secret_env` names; None when neither is set (a
-    garden that authenticates then answers 530)."""
-    t = cfg.transport
-    if t.garden_secret_file:
-        return cfg.agent.address, read_secret(cfg.path(t.garden_secret_file))
-    if not t.garden_secret_env:
-        return None
-    secret = _secret(t.garden_secret_env, "transport.garden_secret_env")
-    assert secret is not None  # _secret raises when the variable is unset or empty
-    return cfg.agent.address, secret
-
-
-def _rail_options(cfg: WorkerConfig, opts: Mapping[str, Any]) -> dict[str, Any]:
-    out = dict(opts)
-    key = out.get("keypair")
-    if isinstance(key, str):
-        out["keypair"] = str(cfg.path(key))
-    return out
 
 
 async def _end_beside(task: asyncio.Task[None], stop: asyncio.Event) -> None:
