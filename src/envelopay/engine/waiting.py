@@ -5,7 +5,7 @@ A proof whose verdict is `pending` (found, below the required commitment or dept
 (`rails.finality.WaitPolicy`) the engine parks the message in the ledger
 (`ledger.waiting`): it is neither answered nor spent — its claim stays open, its
 (sender, id) and its proof stay held by it — and the node hands it back when it is due
-(node/deferrals.py). When the window ends, the last verdict is answered as before: the
+(node/waiting.py). When the window ends, the last verdict is answered as before: the
 OOPS (`not_final` / `rail_unavailable`), with the proof released.
 """
 

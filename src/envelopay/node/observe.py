@@ -6,7 +6,7 @@ message's type and sender, and the metrics want how long DKIM and the rail took.
 come from the engine's own seams, without a second parse: the Engine's injectable
 parser is tapped (`tap_parser`) and its rails are timed (`timed_rail`). Each records
 into the `Seen` of the message being handled, found through a ContextVar that
-`AgentNode.receive` sets, so concurrent receives (the Maildir pump and the deferral
+`AgentNode.receive` sets, so concurrent receives (the Maildir pump and the waiting
 loop) never see each other's.
 """
 

@@ -35,7 +35,6 @@ from envelopay.mail.imap import ImapMessage, ImapSource
 from envelopay.mail.maildir import mailbox_path
 from envelopay.mail.transport import Transport
 from envelopay.mail.transport.garden import GardenPool
-from envelopay.node.deferrals import serve_deferrals
 from envelopay.node.evidence_tap import keep_evidence, keep_received
 from envelopay.node.from_config import (
     Clock,
@@ -59,6 +58,7 @@ from envelopay.node.from_config import (
 )
 from envelopay.node.observe import CURRENT, Observer, Seen, tap_parser, timed_rail
 from envelopay.node.runtime import pump
+from envelopay.node.waiting import serve_waiting
 from envelopay.protocol.messages import Message
 from envelopay.protocol.parse import ParseOptions, parse
 from envelopay.rails.interface import Rail
@@ -111,7 +111,7 @@ class AgentNode:
     _draining: set[asyncio.Task[Any]] = field(default_factory=set)
     # Every look again this node asked for (a min-heap): the wait loop wakes at the earliest,
     # and a later one is not forgotten when an earlier one is served.
-    deferral_hints: list[datetime] = field(default_factory=list)
+    waiting_hints: list[datetime] = field(default_factory=list)
     # Told of every message handled (`watch`): the serve log and the metrics of worker serve.
     observers: list[Observer] = field(default_factory=list)
     # Where received mail is kept byte for byte (node/evidence_tap.py); None: not kept.
@@ -157,7 +157,7 @@ class AgentNode:
             else:
                 await self.drainer.drain()
         if outcome.status == "waiting" and outcome.retry_at is not None:
-            heapq.heappush(self.deferral_hints, outcome.retry_at)
+            heapq.heappush(self.waiting_hints, outcome.retry_at)
         if outcome.message_id is not None and outcome.status not in ("busy", "deferred", "waiting"):
             self._seen[outcome.message_id] = outcome
             if len(self._seen) > RECENT:
@@ -240,7 +240,7 @@ class AgentNode:
         async def consume(_: Path, raw: bytes) -> bool:
             # busy/deferred: try again shortly (another worker's lease, a DNS hiccup);
             # still not handled: leave it in new/ (handled again at the next start).
-            # waiting: in the ledger now; serve_deferrals hands it back.
+            # waiting: in the ledger now; serve_waiting hands it back.
             for delay in self.retry_delays:
                 if delay:
                     await asyncio.sleep(delay)
@@ -249,7 +249,7 @@ class AgentNode:
                     return True
             return False
 
-        waiting = asyncio.create_task(serve_deferrals(self, stop))
+        waiting = asyncio.create_task(serve_waiting(self, stop))
         try:
             await pump([self.maildir], consume, stop=stop)
         finally:
@@ -263,7 +263,7 @@ class AgentNode:
             outcome = await self.receive(msg.raw)
             return outcome.status not in ("busy", "deferred")
 
-        waiting = asyncio.create_task(serve_deferrals(self, stop))
+        waiting = asyncio.create_task(serve_waiting(self, stop))
         try:
             await ImapSource(config).run(consume, stop)
         finally:
@@ -383,7 +383,7 @@ def build_node(
 
 
 async def _end_beside(task: asyncio.Task[None], stop: asyncio.Event) -> None:
-    """End the deferral loop beside a serving loop: wait for it after a clean stop, cancel
+    """End the waiting loop beside a serving loop: wait for it after a clean stop, cancel
     it when the serving loop ended on its own (an error), so that error reaches serve_worker
     instead of hanging behind a loop that only stops with `stop`."""
     if not stop.is_set():

@@ -1,8 +1,8 @@
-"""The node's deferral loop wakes for every look again it was asked for.
+"""The node's waiting loop wakes for every look again it was asked for.
 
 Regression (issue 13, p99 of the added latency at 1.1 s): the node kept only the earliest
-hint and forgot it when that one was served, so a deferral due a little later waited for
-the next full ledger scan. Here the scan is an hour away: each deferral must still be
+hint and forgot it when that one was served, so a message due a little later waited for
+the next full ledger scan. Here the scan is an hour away: each waiting message must still be
 handed back when its own hint comes due, on a real SQLite ledger."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from envelopay.engine import Outcome
 from envelopay.ledger.sqlite import SqliteStore
 from envelopay.ledger.store import Claim, ProofKey
 from envelopay.ledger.waiting import WaitingMessage
-from envelopay.node.deferrals import serve_deferrals
+from envelopay.node.waiting import serve_waiting
 from envelopay.testing.store import T0
 
 LOCAL = "worker@x.test"
@@ -38,13 +38,13 @@ class Engine:
 
 @dataclass
 class Node:
-    """What serve_deferrals uses of an AgentNode: its store, its engine's clock, the hints
+    """What serve_waiting uses of an AgentNode: its store, its engine's clock, the hints
     and receive (which records the raw messages handed back)."""
 
     store: SqliteStore
     engine: Engine
     address: str = LOCAL
-    deferral_hints: list[datetime] = field(default_factory=list)
+    waiting_hints: list[datetime] = field(default_factory=list)
     handed_back: list[bytes] = field(default_factory=list)
 
     async def receive(self, raw: bytes, *, drain_behind: bool = False) -> Outcome:
@@ -68,11 +68,11 @@ async def test_each_hint_is_served_without_waiting_for_a_scan(tmp_path: Path) ->
     first, second = T0 + timedelta(milliseconds=100), T0 + timedelta(milliseconds=300)
     park(store, 1, first)
     park(store, 2, second)
-    node.deferral_hints.extend([first, second])
+    node.waiting_hints.extend([first, second])
     stop = asyncio.Event()
     # First pass scans (as at start); afterwards only hints can wake the loop.
     clock.now = T0
-    loop = asyncio.create_task(serve_deferrals(node, stop, scan=3600.0, tick=0.005))
+    loop = asyncio.create_task(serve_waiting(node, stop, scan=3600.0, tick=0.005))
     try:
         async def handed(n: int) -> None:
             while len(node.handed_back) < n:
@@ -81,11 +81,11 @@ async def test_each_hint_is_served_without_waiting_for_a_scan(tmp_path: Path) ->
         clock.now = first
         await asyncio.wait_for(handed(1), 5)
         assert node.handed_back == [b"<pay1@peer>"]
-        assert node.deferral_hints == [second]  # the later hint is kept
+        assert node.waiting_hints == [second]  # the later hint is kept
         clock.now = second
         await asyncio.wait_for(handed(2), 5)  # an hour's scan away, if the hint were lost
         assert node.handed_back == [b"<pay1@peer>", b"<pay2@peer>"]
-        assert node.deferral_hints == []
+        assert node.waiting_hints == []
     finally:
         stop.set()
         await loop

@@ -1,11 +1,11 @@
 """The worker that waits: messages whose proof is not final yet come back for another look.
 
 The engine parks such a message in the ledger (`ledger.waiting`): unanswered, its
-proof held, with the time to look again. `serve_deferrals` takes due deferrals and hands
+proof held, with the time to look again. `serve_waiting` takes due waiting messages and hands
 each raw message to the node again, until the engine answers it (FULFILL when the proof
 became final, the OOPS when its window ended). It looks at the ledger when the earliest
-deferral this process made is due, and every `scan` seconds for deferrals other
-processes made or a restart left (the deferral survives a restart: it is in the ledger).
+message this process parked is due, and every `scan` seconds for those other processes
+parked or a restart left (a waiting message survives a restart: it is in the ledger).
 """
 
 from __future__ import annotations
@@ -22,24 +22,24 @@ from envelopay.ledger.waiting import WaitingStore
 if TYPE_CHECKING:
     from envelopay.node.wiring import AgentNode
 
-__all__ = ["serve_deferrals"]
+__all__ = ["serve_waiting"]
 
 _log = logging.getLogger(__name__)
-HOLD = timedelta(seconds=30)  # a taken deferral's next look, should this process die with it
+HOLD = timedelta(seconds=30)  # a taken waiting message's next look, should this process die with it
 
 
-async def serve_deferrals(node: AgentNode, stop: asyncio.Event, *, scan: float = 1.0,
+async def serve_waiting(node: AgentNode, stop: asyncio.Event, *, scan: float = 1.0,
                           tick: float = 0.02) -> None:
     store = node.store
     if not isinstance(store, WaitingStore):
-        return  # a ledger without deferrals: the engine answers at once
+        return  # a ledger that keeps no waiting messages: the engine answers at once
     clock = node.engine.clock
     loop = asyncio.get_running_loop()
     last_scan = -scan
     running: set[asyncio.Task[Any]] = set()
     while not stop.is_set():
         now = clock()
-        hints = node.deferral_hints
+        hints = node.waiting_hints
         due_hint = bool(hints) and hints[0] <= now
         if due_hint or loop.time() - last_scan >= scan:
             last_scan = loop.time()
