@@ -4,8 +4,9 @@ A command builds its message here (validated before any I/O), picks the action t
 sends it (paying first where the protocol says so), and `run` does the rest: build the
 node from the config, act, note whether the mail left or waits in the outbox, and follow
 the flow for the answer. `call_endpoint` calls a tool endpoint; what the reading commands
-read from the ledger is in client/ledger_reads.py (re-exported here, the CLI's one door). Every refusal is a UsageError or ConfigError naming the option,
-raised before anything is paid or sent.
+read from the ledger is in client/ledger_reads.py (re-exported here, the CLI's one door).
+Every refusal is a UsageError or ConfigError naming the option, raised before anything is
+paid or sent.
 """
 
 from __future__ import annotations
@@ -290,7 +291,8 @@ def pay_the_invoice(to: str, max_amount: int | None) -> Then:
 async def take_in(node: AgentNode) -> int:
     """Handle the mail already waiting in our Maildir (what arrived since the last command,
     e.g. the OFFER to accept), oldest first. Returns how many;
-    a message another process holds (busy) or that must wait (deferred) stays in new/."""
+    a message another process holds (busy) or whose DKIM key lookup failed for now
+    (deferred) stays in new/."""
     if node.maildir is None:
         return 0
     handled = 0

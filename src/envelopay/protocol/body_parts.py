@@ -49,7 +49,7 @@ class _Payload:
             part = leaf if isinstance(leaf, _Part) else _Part(*_leaf_split(leaf[0]))
             mtype, _ = _content_type(part.headers)
             if mtype.startswith("multipart/") and not isinstance(leaf, _Part):
-                inner = _Payload()  # a deferred container: walk it now, for its text
+                inner = _Payload()  # a container left for later: walk it now, for its text
                 _collect(part.headers, part.body, inner, leaf[1])
                 more_plain, more_html = inner.text_parts()
                 plain += more_plain
