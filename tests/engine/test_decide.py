@@ -16,7 +16,7 @@ import pytest
 from envelopay.dkim import DkimResult
 from envelopay.engine import Engine, decide
 from envelopay.engine.inbound_mail import InboundMail, fallback_id
-from envelopay.engine.records import Work
+from envelopay.engine.step_facts import Work
 from envelopay.flows import FlowKind, FlowState, Side
 from envelopay.ledger.sqlite import SqliteStore
 from envelopay.ledger.store import Begin, FlowRecord, ProofKey

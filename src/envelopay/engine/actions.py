@@ -21,9 +21,9 @@ from envelopay.engine.application import Context, Enqueue, Notice, Refuse
 from envelopay.engine.inbound_mail import InboundMail
 from envelopay.engine.jobs import job_of
 from envelopay.engine.recorder import Recorder
-from envelopay.engine.records import Work, order_of, reply_headers, stamp_invoice
 from envelopay.engine.refund_check import check_refund
 from envelopay.engine.status import StatusDesk
+from envelopay.engine.step_facts import Work, order_of, reply_headers, stamp_invoice
 from envelopay.engine.unusable import refund_excess, refund_unusable
 from envelopay.engine.verify import verify_proof
 from envelopay.flows import Action, Direction, FlowState, Step

@@ -32,9 +32,9 @@ from envelopay.engine.alignment import acted_on
 from envelopay.engine.inbound_mail import InboundMail
 from envelopay.engine.outcome import Outcome
 from envelopay.engine.poison import unstorable_body
-from envelopay.engine.records import Work, content_hash, out_entry, proof_of, typed_refs
 from envelopay.engine.refusals import FlowRefusal
 from envelopay.engine.settings import DkimPolicy, EngineSettings
+from envelopay.engine.step_facts import Work, content_hash, out_entry, proof_of, typed_refs
 from envelopay.flows import Direction, FlowKind, FlowState, Side, Step
 from envelopay.ledger.store import Begin, Claim, Commit, FlowRecord, FlowWrite, LogEntry, ProofKey
 from envelopay.protocol.codes import OopsCode

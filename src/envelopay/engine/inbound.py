@@ -38,11 +38,11 @@ from envelopay.engine.inbound_mail import InboundMail, fallback_id
 from envelopay.engine.not_protocol import NotProtocol
 from envelopay.engine.outcome import Outcome, Sent
 from envelopay.engine.recorder import Recorder
-from envelopay.engine.records import INVOICE_SKEW, MAX_CONFLICT_RETRIES, Work
 from envelopay.engine.refusals import FlowRefusal, Refusals
 from envelopay.engine.send import Addressing, Sender
 from envelopay.engine.settings import DkimPolicy, EngineSettings, ProofBinding
 from envelopay.engine.status import JobSource, StatusDesk, store_jobs
+from envelopay.engine.step_facts import INVOICE_SKEW, MAX_CONFLICT_RETRIES, Work
 from envelopay.engine.waiting import park
 from envelopay.ledger.jobs import JobMove
 from envelopay.ledger.store import AnswerLimits, ProofKey, Store

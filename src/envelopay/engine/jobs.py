@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from envelopay.engine.application import Enqueue
-from envelopay.engine.records import Work, order_of
+from envelopay.engine.step_facts import Work, order_of
 from envelopay.ledger.jobs import Job, job_id_for
 from envelopay.protocol.messages import Message, Order, Pay
 

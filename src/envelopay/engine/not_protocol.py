@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from envelopay.engine.inbound_mail import InboundMail
 from envelopay.engine.outcome import Outcome
 from envelopay.engine.recorder import Recorder
-from envelopay.engine.records import content_hash
+from envelopay.engine.step_facts import content_hash
 from envelopay.ledger.store import AnswerLimits, Claim
 from envelopay.protocol.codes import OopsCode
 from envelopay.protocol.grammar import classify_subject, is_plain_reply

@@ -17,8 +17,8 @@ from typing import Any
 from envelopay.engine.inbound_mail import InboundMail
 from envelopay.engine.outcome import Outcome
 from envelopay.engine.poison import storable
-from envelopay.engine.records import reply_headers
 from envelopay.engine.settings import EngineSettings
+from envelopay.engine.step_facts import reply_headers
 from envelopay.ledger.store import Claim, Commit, ProofKey
 from envelopay.protocol.autosubmit import AUTO_REPLIED
 from envelopay.protocol.codes import OopsCode

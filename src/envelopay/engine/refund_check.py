@@ -9,8 +9,8 @@ from __future__ import annotations
 import logging
 
 from envelopay import flows
-from envelopay.engine.records import Work
 from envelopay.engine.settings import EngineSettings
+from envelopay.engine.step_facts import Work
 from envelopay.flows import Direction, Event, FlowState
 from envelopay.protocol.messages import Message
 from envelopay.rails.interface import Expectation, Verdict

@@ -19,7 +19,7 @@ from typing import Any, Literal
 from envelopay.engine.inbound_mail import InboundMail
 from envelopay.engine.outcome import Outcome
 from envelopay.engine.recorder import Recorder
-from envelopay.engine.records import Work, out_entry
+from envelopay.engine.step_facts import Work, out_entry
 from envelopay.ledger.store import Commit, LogEntry, ProofKey
 from envelopay.protocol.codes import OopsCode
 from envelopay.protocol.messages import MessageType

@@ -15,8 +15,8 @@ from datetime import datetime
 from envelopay import flows
 from envelopay.engine.outcome import Sent
 from envelopay.engine.poison import unstorable_body
-from envelopay.engine.records import MAX_CONFLICT_RETRIES, REF_FIELDS, out_entry, stamp_invoice, typed_refs
 from envelopay.engine.settings import EngineSettings
+from envelopay.engine.step_facts import MAX_CONFLICT_RETRIES, REF_FIELDS, out_entry, stamp_invoice, typed_refs
 from envelopay.errors import UsageError
 from envelopay.flows import Direction, FlowKind, FlowState, Side, Step
 from envelopay.ledger.jobs import JobMove

@@ -18,8 +18,8 @@ from typing import Any, Protocol
 from envelopay.engine.inbound_mail import InboundMail
 from envelopay.engine.outcome import Outcome, Repeat, Sent
 from envelopay.engine.recorder import Recorder
-from envelopay.engine.records import Work, content_hash, out_entry
 from envelopay.engine.refusals import Refusals
+from envelopay.engine.step_facts import Work, content_hash, out_entry
 from envelopay.errors import UsageError
 from envelopay.ledger.store import Claim, Commit, FlowRecord, LogEntry
 from envelopay.protocol.codes import OopsCode

@@ -18,8 +18,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
-from envelopay.engine.records import Work
 from envelopay.engine.settings import EngineSettings
+from envelopay.engine.step_facts import Work
 from envelopay.engine.verify import not_before
 from envelopay.protocol.messages import Message, Pay
 from envelopay.rails.interface import Expectation, Reason

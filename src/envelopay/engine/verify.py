@@ -20,8 +20,8 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from envelopay.engine.records import INVOICE_ISSUED_AT, Work
 from envelopay.engine.settings import EngineSettings, ProofBinding
+from envelopay.engine.step_facts import INVOICE_ISSUED_AT, Work
 from envelopay.flows import ProofCheck, Step
 from envelopay.protocol.codes import OopsCode
 from envelopay.protocol.messages import Accept, Message, Offer, Pay

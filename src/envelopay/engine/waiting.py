@@ -15,8 +15,8 @@ from datetime import datetime
 
 from envelopay.engine.inbound_mail import InboundMail
 from envelopay.engine.outcome import Outcome
-from envelopay.engine.records import Work
 from envelopay.engine.settings import EngineSettings
+from envelopay.engine.step_facts import Work
 from envelopay.flows import Step
 from envelopay.ledger.waiting import WaitingMessage, WaitingStore
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Protocol
 
-from envelopay.engine.records import out_entry
+from envelopay.engine.step_facts import out_entry
 from envelopay.ledger.jobs import Job
 from envelopay.ledger.store import Commit, FlowRecord, Store
 from envelopay.protocol.autosubmit import AUTO_GENERATED

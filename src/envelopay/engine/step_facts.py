@@ -1,4 +1,5 @@
-"""What the engine writes and reads beside a step: its working state, log lines, flow facts.
+"""The facts a step records and reads beside its state change: its working state (`Work`),
+log lines, flow facts (an INVOICE's issue time), the references a message carries.
 
 Shared by the inbound path (envelopay.engine.inbound) and the outbound send
 (envelopay.engine.send), so both record a message the same way.
