@@ -14,7 +14,8 @@ import pytest
 from envelopay.mail.mailbox import CheckFilter, Mailbox
 from envelopay.mail.mailbox import scan as scan_module
 from envelopay.mail.mailbox import storage as storage_module
-from envelopay.mail.mailbox.index import HEAD, _ws
+from envelopay.mail.mailbox.fts import starts_a_word
+from envelopay.mail.mailbox.index import HEAD
 from envelopay.mail.maildir import deliver_file
 
 ME = "agent@garden.test"
@@ -134,7 +135,7 @@ def test_a_selective_filter_runs_its_python_test_on_the_instr_survivors_only(box
 
     def counting(needle: str, text: str) -> bool:
         calls.append(text)
-        return _ws(needle, text)
+        return starts_a_word(needle, text)
 
     box._index.db.create_function("ws", 2, counting, deterministic=True)  # the same test, counted
     got = box.check(flt=CheckFilter(from_="peer7@", subject="order"))

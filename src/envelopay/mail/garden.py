@@ -12,7 +12,8 @@ layer (LMTP/Maildir, no public MX), not by obscurity of the address". So:
   sends a single reply by itself), each reply given only after that recipient's copy
   is safely in its Maildir's new/ (see envelopay.mail.maildir for the layout).
 
-`LmtpClient` / `deliver()` (mail.lmtp_client, re-exported here) is the sending side.
+`LmtpClient` / `deliver()` (mail.transport.lmtp_client, re-exported here) is the sending
+side; the LMTP session itself is `mail.garden_lmtp`, its reply texts `mail.garden_replies`.
 """
 
 from __future__ import annotations
@@ -22,11 +23,10 @@ import contextlib
 import ipaddress
 import logging
 import os
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, AnyStr
+from typing import Any
 
 from envelopay.errors import ConfigError
 from envelopay.mail.addresses import Address, parse_address, require_address
@@ -38,9 +38,10 @@ from envelopay.mail.garden_auth import (
     stamp,
     stamp_prepend,
 )
+from envelopay.mail.garden_replies import BUSY, shown
 from envelopay.mail.maildir import UnsafeMaildir, deliver_file, ensure_maildir, mailbox_path
 
-# The client side lives in mail.lmtp_client; these names stay importable from here.
+# The client side lives in mail.transport.lmtp_client; these names stay importable from here.
 from envelopay.mail.transport.lmtp_client import DeliveryResult, Endpoint, LmtpClient, Reply, deliver
 from envelopay.protocol.headers import HeaderRefusal, read_headers
 
@@ -61,13 +62,6 @@ def peer_allowed(peer: Any) -> bool:
             return ip.ipv4_mapped.is_loopback
         return ip.is_loopback
     return False
-
-
-def shown(text: str) -> str:
-    """`text` as printable ASCII for a reply line: anything else escaped (\\u200b, \\udcff,
-    \\r). A reply is ASCII (RFC 5321 4.2; this garden offers no SMTPUTF8), and an address
-    quoted back must not break it into lines."""
-    return "".join(c if " " <= c <= "~" else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 def _bare(addr: str) -> Address | None:
@@ -118,7 +112,7 @@ class _GardenHandler:
             # handled=False: aiosmtpd answers 535 (handled=True would answer nothing).
             return AuthResult(success=False, handled=False)
         if not server.log_in():
-            return AuthResult(success=False, handled=False, message=_BUSY)
+            return AuthResult(success=False, handled=False, message=BUSY)
         return AuthResult(success=True, auth_data=account)
 
     async def handle_MAIL(
@@ -213,174 +207,6 @@ class _GardenHandler:
         server.progress()
         # One complete reply line per accepted recipient, in RCPT order (RFC 2033 4.2).
         return "\r\n".join(replies)
-
-
-# `<local@domain>` with both parts dot-atoms (RFC 5322 3.2.3): the form our own
-# clients send, then parameters. For it the address is the text between the brackets
-# and the parameters follow the white space: exactly what aiosmtpd's full parser
-# returns. Anything else (comments included) goes through that parser.
-_ATEXT = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
-_SIMPLE_ANGLE_ADDR = re.compile(rf"<({_ATEXT}(?:\.{_ATEXT})*@{_ATEXT}(?:\.{_ATEXT})*)>(.*)", re.DOTALL)
-
-
-# aiosmtpd's answer to a command line that is not ASCII (it offers no SMTPUTF8 here), read
-# before any hook runs. RFC 6531 gives such addresses X.6.7 ("Non-ASCII addresses not
-# permitted for that sender/recipient"); 501 is a syntax error in the parameters (RFC 5321 4.2.3).
-_STRICT_ASCII = "500 Error: strict ASCII mode"
-_BUSY = "421 4.7.0 too many connections, try again later"
-_NON_ASCII_COMMAND = "501 5.6.7 non-ASCII in a command: this garden takes ASCII addresses only (no SMTPUTF8)"
-
-
-class _QuietLegacyLogin(logging.Filter):
-    """aiosmtpd sets its deprecated Session.login_data on every successful AUTH and logs
-    a warning each time; with AUTH the default, that is one warning per connection."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "Session.login_data is deprecated" not in record.getMessage()
-
-
-_QUIET = _QuietLegacyLogin()
-
-
-def _lmtp_class() -> type[Any]:
-    from aiosmtpd.lmtp import LMTP  # lazy: keeps aiosmtpd off this module's import
-
-    aiosmtpd_log = logging.getLogger("mail.log")
-    if _QUIET not in aiosmtpd_log.filters:
-        aiosmtpd_log.addFilter(_QUIET)
-
-    class GardenLMTP(LMTP):
-        """Refuses peers that are not loopback / Unix before saying anything else."""
-
-        def _getaddr(self, arg: str) -> tuple[str | None, str | None]:
-            # aiosmtpd's parser (email._header_value_parser, plus a class built per call)
-            # costs more than the rest of a garden transaction; the common form is cheap.
-            m = _SIMPLE_ANGLE_ADDR.fullmatch(arg)
-            rest = m.group(2) if m is not None else ""
-            if rest[:1] in (" ", "\t"):
-                rest = rest.lstrip()  # the parser's folding white space, as it strips it
-            if m is None or rest.startswith("("):
-                result: tuple[str | None, str | None] = super()._getaddr(arg)
-                return result
-            addr = m.group(1)
-            if self.local_part_limit and len(addr.rpartition("@")[0]) > self.local_part_limit:
-                return None, None
-            return addr, rest
-
-        _refused = False
-
-        async def push(self, status: AnyStr) -> None:
-            if isinstance(status, str) and status == _STRICT_ASCII:
-                await super().push(_NON_ASCII_COMMAND)
-            elif isinstance(status, str) and not status.isascii():
-                # aiosmtpd would raise UnicodeEncodeError and answer "500 Error: (...)".
-                await super().push("\r\n".join(shown(line) for line in status.split("\r\n")))
-            else:
-                await super().push(status)
-            if self._close_after_reply and self.transport is not None:
-                self.transport.close()
-
-        _logged_in = False  # authenticated (an open garden: from the start)
-        _close_after_reply = False
-
-        def connection_made(self, transport: asyncio.BaseTransport) -> None:
-            peer = transport.get_extra_info("peername")
-            garden: GardenServer = self.event_handler._server
-            garden.stats.connections += 1
-            refusal = b""
-            if not garden.peer_filter(peer):
-                garden.stats.refused_peers += 1
-                refusal = b"421 4.7.0 connections are accepted from inside the garden only\r\n"
-                _log.warning("garden: refused a connection from %r (not loopback or a Unix socket)", peer)
-            elif not garden.requires_auth and garden.active >= garden.max_connections:
-                garden.stats.refused_busy += 1
-                refusal = _BUSY.encode() + b"\r\n"
-                _log.warning("garden: refused a connection: %d open (max_connections)", garden.active)
-            if refusal:
-                self._refused = True
-                if isinstance(transport, asyncio.WriteTransport):
-                    transport.write(refusal)
-                transport.close()
-                return
-            if garden.requires_auth:
-                garden._pending_add(self)  # its own budget: logged-in agents keep theirs
-            else:
-                garden.active += 1  # an open garden has no login: every connection counts
-                self._logged_in = True
-            super().connection_made(transport)
-
-        def log_in(self) -> bool:
-            """AUTH succeeded: take a logged-in slot (False when all are taken: 421)."""
-            garden: GardenServer = self.event_handler._server
-            if garden.active >= garden.max_connections:
-                garden.stats.refused_busy += 1
-                _log.warning("garden: refused a login: %d logged in (max_connections)", garden.active)
-                self._close_after_reply = True
-                return False
-            garden._pending.pop(self, None)
-            garden.active += 1
-            self._logged_in = True
-            self.progress()
-            return True
-
-        # aiosmtpd calls _reset_timeout on connect and again before every command it
-        # recognises, NOOP and RSET included, so a connection could hold its slot forever
-        # by chattering. Here only the first call sets a deadline (the login deadline for
-        # a connection that has not logged in); after that only progress moves it.
-        def _reset_timeout(self, duration: float | None = None) -> None:
-            if self._timeout_handle is None:
-                garden: GardenServer = self.event_handler._server
-                first = garden.idle_timeout if self._logged_in else min(garden.login_timeout,
-                                                                        garden.idle_timeout)
-                super()._reset_timeout(first)
-
-        def progress(self) -> None:
-            """The session moved on (AUTH, MAIL, RCPT, DATA): a fresh idle deadline."""
-            super()._reset_timeout(self.event_handler._server.idle_timeout)
-
-        async def smtp_DATA(self, arg: str) -> None:
-            if self.envelope is not None and self.envelope.rcpt_tos:  # the upload: its own idle period
-                self.progress()
-            await super().smtp_DATA(arg)
-
-        def _timeout_cb(self) -> None:
-            # Say why before hanging up (RFC 5321 4.2.2: 421 closes the channel).
-            self._hang_up(b"421 4.4.2 timeout, closing connection\r\n")
-
-        def evict(self) -> None:
-            """Closed to make room: the oldest connection that has not logged in."""
-            self._hang_up(b"421 4.7.0 too many connections not logged in, closing the oldest\r\n")
-
-        def _hang_up(self, reply: bytes) -> None:
-            transport = self.transport
-            if isinstance(transport, asyncio.WriteTransport):
-                transport.write(reply)
-            if transport is not None:
-                transport.close()
-
-        # A refused connection never started an aiosmtpd session: its callbacks must not
-        # run (they assert a session exists, and each refusal logged a traceback).
-        def connection_lost(self, error: Exception | None) -> None:
-            if self._refused:
-                return
-            garden: GardenServer = self.event_handler._server
-            if self._logged_in:
-                garden.active -= 1
-            else:
-                garden._pending.pop(self, None)
-            super().connection_lost(error)
-
-        def data_received(self, data: bytes) -> None:
-            if not self._refused:
-                super().data_received(data)
-
-        def eof_received(self) -> bool | None:
-            if self._refused:
-                return None
-            result: bool | None = super().eof_received()
-            return result
-
-    return GardenLMTP
 
 
 class GardenServer:
@@ -530,7 +356,9 @@ class GardenServer:
             except UnsafeMaildir as exc:  # one tampered folder must not keep the garden down
                 _log.warning("garden: %s: %s; deliveries to it are refused (451) until it is fixed",
                              exc.filename, exc.strerror)
-        cls = _lmtp_class()
+        from envelopay.mail.garden_lmtp import GardenLMTP  # lazy: keeps aiosmtpd off this module's import
+
+        cls = GardenLMTP
         handler = _GardenHandler(self)
         loop = asyncio.get_running_loop()
 

@@ -38,17 +38,22 @@ from typing import Any
 
 from envelopay.errors import ConfigError, TransportError
 from envelopay.mail.atomic import atomic_write_json
+from envelopay.mail.imap_responses import parse_fetch, search_uids, uidvalidity
 
-__all__ = ["Consumer", "ImapConfig", "ImapMessage", "ImapSource", "ImapStats", "Processed", "SyncState"]
+__all__ = [
+    "Consumer",
+    "ImapConfig",
+    "ImapMessage",
+    "ImapSource",
+    "ImapStats",
+    "Processed",
+    "SyncState",
+    "parse_fetch",
+]
 
 log = logging.getLogger(__name__)
 
 _FLAG_RE = re.compile(r"^\$?[A-Za-z0-9_.-]{1,64}$")
-_FETCH_HEAD = re.compile(rb"^(\d+) FETCH \((.*)$", re.S)
-_UID = re.compile(rb"\bUID (\d+)")
-_FLAGS = re.compile(rb"\bFLAGS \(([^)]*)\)")
-_LITERAL = re.compile(rb"\{(\d+)\}$")
-_UIDVALIDITY = re.compile(rb"\[UIDVALIDITY (\d+)\]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,13 +265,13 @@ class ImapSource:
         if resp.result != "OK":
             await self._close(client)
             raise TransportError(f"IMAP SELECT {cfg.mailbox} failed: {_text(resp)}")
-        uidvalidity = _uidvalidity(resp.lines)
-        if uidvalidity is None:
+        validity = uidvalidity(resp.lines)
+        if validity is None:
             await self._close(client)
             raise TransportError("IMAP server sent no UIDVALIDITY on SELECT")
-        if self.state.observe_uidvalidity(uidvalidity):
+        if self.state.observe_uidvalidity(validity):
             self.stats.full_resyncs += 1
-            log.info("IMAP %s: UIDVALIDITY changed to %d; full resync", cfg.mailbox, uidvalidity)
+            log.info("IMAP %s: UIDVALIDITY changed to %d; full resync", cfg.mailbox, validity)
         self.connected.set()
         return client
 
@@ -369,7 +374,7 @@ class ImapSource:
                 criteria = f"UID {self.state.last_uid + 1}:* {criteria}"
             resp = await self._io(client.uid_search(criteria, charset=None))
             _check(resp, "UID SEARCH")
-            uids = sorted(_search_uids(resp.lines))
+            uids = sorted(search_uids(resp.lines))
             if not full:
                 # `n:*` always matches the highest UID, even when it is below n.
                 uids = [u for u in uids if u > self.state.last_uid]
@@ -452,53 +457,6 @@ class ImapSource:
             return
         resp = await self._io(client.expunge())
         _check(resp, "EXPUNGE")
-
-
-# -- response parsing (pure) ------------------------------------------------------------
-def parse_fetch(lines: list[Any]) -> list[tuple[int, frozenset[str], bytes]]:
-    """(uid, flags, raw) for each FETCH response in aioimaplib's line list.
-
-    aioimaplib yields the line that opens a FETCH (ending in a ``{n}`` literal marker),
-    then the literal as a bytearray, then the closing line (which may carry more items)."""
-    out: list[tuple[int, frozenset[str], bytes]] = []
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        head = _FETCH_HEAD.match(bytes(line)) if isinstance(line, bytes | bytearray) else None
-        if head is None or _LITERAL.search(bytes(line)) is None:
-            i += 1
-            continue
-        meta = bytes(line)
-        raw = bytes(lines[i + 1]) if i + 1 < len(lines) else b""
-        tail = bytes(lines[i + 2]) if i + 2 < len(lines) and isinstance(lines[i + 2], bytes) else b""
-        meta_all = meta + b" " + tail
-        uid_m = _UID.search(meta_all)
-        if uid_m is not None:
-            flags_m = _FLAGS.search(meta_all)
-            flags = frozenset(flags_m.group(1).decode(errors="replace").split()) if flags_m else frozenset()
-            out.append((int(uid_m.group(1)), flags, raw))
-        i += 3
-    return out
-
-
-def _search_uids(lines: list[Any]) -> list[int]:
-    # aioimaplib strips "* SEARCH"; the last line is the tagged completion text.
-    uids: list[int] = []
-    for line in lines[:-1]:
-        words = bytes(line).split()
-        if words and words[0].upper() == b"SEARCH":
-            words = words[1:]
-        if words and all(w.isdigit() for w in words):
-            uids.extend(int(w) for w in words)
-    return uids
-
-
-def _uidvalidity(lines: list[Any]) -> int | None:
-    for line in lines:
-        m = _UIDVALIDITY.search(bytes(line))
-        if m:
-            return int(m.group(1))
-    return None
 
 
 def _quote(name: str) -> str:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import re
 import unicodedata
+import zlib
 from collections.abc import Callable
 from re import _constants as sre  # type: ignore[attr-defined]
 from re import _parser as sre_parse  # type: ignore[attr-defined]
@@ -33,6 +34,7 @@ from typing import NamedTuple
 __all__ = [
     "EXPANDED",
     "PREFIX",
+    "SEPARATE",
     "WHOLE",
     "Expand",
     "Rendered",
@@ -44,6 +46,9 @@ __all__ = [
     "narrow",
     "nfc",
     "render",
+    "starts_a_word",
+    "starts_a_word_z",
+    "successor",
     "word_start",
     "words_terms",
 ]
@@ -190,3 +195,29 @@ def word_start(needle: str) -> re.Pattern[str]:
     (anywhere, when it begins with another character)."""
     lead = "(?<![^\\W_])" if needle[:1].isalnum() else ""
     return re.compile(lead + re.escape(needle))
+
+
+# The unicode61 tokenizer always separates on ASCII non-alphanumerics: so the UTF-8 text,
+# those bytes made spaces, splits into runs where an all-ASCII run is one token
+# (lowercased) and any other run goes through SQLite's own tokenizer (`index.MailIndex._tokens`):
+# the vocabulary folds exactly as the index does.
+SEPARATE = bytes(c if chr(c).isalnum() or c >= 0x80 else 0x20 for c in range(256))
+
+
+def starts_a_word(needle: str, text: str) -> bool:
+    """Whether `needle` starts a word of `text`, folded (the SQL function ws)."""
+    return word_start(needle).search(fold(text)) is not None
+
+
+def starts_a_word_z(needle: str, head: str, z: bytes) -> bool:
+    """starts_a_word over a body kept as `head` and the zlib-compressed rest `z` (wsz)."""
+    return starts_a_word(needle, head + zlib.decompress(z).decode())
+
+
+def successor(prefix: str) -> str | None:
+    """The least string above every string that starts with `prefix` (code point order,
+    which is SQLite's BINARY order of UTF-8); None after U+10FFFF (no token has it)."""
+    nxt = ord(prefix[-1]) + 1
+    if 0xD800 <= nxt <= 0xDFFF:  # no string holds a surrogate
+        nxt = 0xE000
+    return prefix[:-1] + chr(nxt) if nxt <= 0x10FFFF else None

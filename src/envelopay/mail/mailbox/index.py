@@ -39,7 +39,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from envelopay.mail.mailbox import index_upgrade
-from envelopay.mail.mailbox.fts import Expand, fold, word_start
+from envelopay.mail.mailbox.fts import SEPARATE, Expand, fold, starts_a_word, starts_a_word_z, successor
 from envelopay.mail.mailbox.index_schema import _VERSION  # noqa: F401  (read as index._VERSION)
 from envelopay.mail.mailbox.interpret import Interpretation
 from envelopay.mail.mailbox.queries import COLS, check_query, record
@@ -54,12 +54,6 @@ EXPAND_CAP = 16  # a prefix covering more tokens than this is queried as a prefi
 TERM_KEEP = 200  # characters of a token the vocabulary keeps (a longer one: no expansion)
 PENDING_CAP = 256  # texts held for the full-text index before a write (one sorted insert)
 
-# The unicode61 tokenizer always separates on ASCII non-alphanumerics: so the UTF-8 text,
-# those bytes made spaces, splits into runs where an all-ASCII run is one token
-# (lowercased) and any other run goes through SQLite's own tokenizer (`MailIndex._tokens`):
-# the vocabulary folds exactly as the index does.
-_SEPARATE = bytes(c if chr(c).isalnum() or c >= 0x80 else 0x20 for c in range(256))
-
 # (folder, base name, file as last seen) -> the text body from the Maildir file, or None
 BodyOf = Callable[[str, str, str], str | None]
 
@@ -70,14 +64,6 @@ _SCRATCH = """
 CREATE VIRTUAL TABLE IF NOT EXISTS temp.scratch USING fts5(t, content='');
 CREATE VIRTUAL TABLE IF NOT EXISTS temp.scratch_tokens USING fts5vocab(temp, scratch, instance);
 """
-
-
-def _ws(needle: str, text: str) -> bool:
-    return word_start(needle).search(fold(text)) is not None
-
-
-def _wsz(needle: str, head: str, z: bytes) -> bool:
-    return _ws(needle, head + zlib.decompress(z).decode())
 
 
 FtsRow = tuple[int, str, str, str]  # (rowid = -seq, from_addr, subject, body)
@@ -101,8 +87,8 @@ class MailIndex:
         self._new_runs: set[bytes] = set()  # the texts of this transaction, split for `terms`
         self._pending: list[FtsRow] = []  # full-text rows of this transaction, not yet written
         self._scratch = False
-        self.db.create_function("ws", 2, _ws, deterministic=True)
-        self.db.create_function("wsz", 3, _wsz, deterministic=True)
+        self.db.create_function("ws", 2, starts_a_word, deterministic=True)
+        self.db.create_function("wsz", 3, starts_a_word_z, deterministic=True)
         self.db.create_function("fold", 1, fold, deterministic=True)
         if not index_upgrade.current(self.db):
             version = self.db.execute("PRAGMA user_version").fetchone()["user_version"]
@@ -196,7 +182,7 @@ class MailIndex:
 
     def note_tokens(self, from_addr: str, subject: str, body: str) -> None:
         """This text's tokens go to the vocabulary (`terms`) at the transaction's end."""
-        self._new_runs.update(f"{from_addr} {subject} {body}".encode().translate(_SEPARATE).split())
+        self._new_runs.update(f"{from_addr} {subject} {body}".encode().translate(SEPARATE).split())
 
     def _add_text(self, seq: int, from_addr: str, subject: str, body: str) -> None:
         self.note_tokens(from_addr, subject, body)
@@ -254,7 +240,7 @@ class MailIndex:
             folded = self._tokens(word) if not word.isascii() else [word.lower()] if word.isalnum() else []
             if len(folded) != 1 or len(folded[0]) >= TERM_KEEP:
                 return None
-            lo, hi = folded[0], _successor(folded[0])
+            lo, hi = folded[0], successor(folded[0])
             if hi is None:
                 return None
             rows = self.db.execute(
@@ -500,11 +486,3 @@ class MailIndex:
         ).fetchall()
         return [record(r, truncate) for r in rows]
 
-
-def _successor(prefix: str) -> str | None:
-    """The least string above every string that starts with `prefix` (code point order,
-    which is SQLite's BINARY order of UTF-8); None after U+10FFFF (no token has it)."""
-    nxt = ord(prefix[-1]) + 1
-    if 0xD800 <= nxt <= 0xDFFF:  # no string holds a surrogate
-        nxt = 0xE000
-    return prefix[:-1] + chr(nxt) if nxt <= 0x10FFFF else None

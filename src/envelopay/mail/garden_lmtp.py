@@ -1,0 +1,165 @@
+"""The garden's LMTP session: aiosmtpd's LMTP with the garden's rules — peers that are not
+loopback or a Unix socket refused before anything else is said, a bounded number of
+connections (logged-in ones apart from those still to log in), an idle deadline that only
+progress moves, non-ASCII commands answered in ASCII, the common address form parsed
+cheaply. `mail.garden.GardenServer` imports this module when it starts (so aiosmtpd loads
+only then).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, AnyStr
+
+from aiosmtpd.lmtp import LMTP
+
+from envelopay.mail.garden_replies import BUSY, NON_ASCII_COMMAND, SIMPLE_ANGLE_ADDR, STRICT_ASCII, shown
+
+__all__ = ["GardenLMTP"]
+
+_log = logging.getLogger("envelopay.garden")
+
+
+class _QuietLegacyLogin(logging.Filter):
+    """aiosmtpd sets its deprecated Session.login_data on every successful AUTH and logs
+    a warning each time; with AUTH the default, that is one warning per connection."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Session.login_data is deprecated" not in record.getMessage()
+
+
+_QUIET = _QuietLegacyLogin()
+logging.getLogger("mail.log").addFilter(_QUIET)  # aiosmtpd's logger
+
+
+class GardenLMTP(LMTP):
+    """Refuses peers that are not loopback / Unix before saying anything else."""
+
+    def _getaddr(self, arg: str) -> tuple[str | None, str | None]:
+        # aiosmtpd's parser (email._header_value_parser, plus a class built per call)
+        # costs more than the rest of a garden transaction; the common form is cheap.
+        m = SIMPLE_ANGLE_ADDR.fullmatch(arg)
+        rest = m.group(2) if m is not None else ""
+        if rest[:1] in (" ", "\t"):
+            rest = rest.lstrip()  # the parser's folding white space, as it strips it
+        if m is None or rest.startswith("("):
+            result: tuple[str | None, str | None] = super()._getaddr(arg)
+            return result
+        addr = m.group(1)
+        if self.local_part_limit and len(addr.rpartition("@")[0]) > self.local_part_limit:
+            return None, None
+        return addr, rest
+
+    _refused = False
+
+    async def push(self, status: AnyStr) -> None:
+        if isinstance(status, str) and status == STRICT_ASCII:
+            await super().push(NON_ASCII_COMMAND)
+        elif isinstance(status, str) and not status.isascii():
+            # aiosmtpd would raise UnicodeEncodeError and answer "500 Error: (...)".
+            await super().push("\r\n".join(shown(line) for line in status.split("\r\n")))
+        else:
+            await super().push(status)
+        if self._close_after_reply and self.transport is not None:
+            self.transport.close()
+
+    _logged_in = False  # authenticated (an open garden: from the start)
+    _close_after_reply = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        peer = transport.get_extra_info("peername")
+        garden: Any = self.event_handler._server  # the GardenServer
+        garden.stats.connections += 1
+        refusal = b""
+        if not garden.peer_filter(peer):
+            garden.stats.refused_peers += 1
+            refusal = b"421 4.7.0 connections are accepted from inside the garden only\r\n"
+            _log.warning("garden: refused a connection from %r (not loopback or a Unix socket)", peer)
+        elif not garden.requires_auth and garden.active >= garden.max_connections:
+            garden.stats.refused_busy += 1
+            refusal = BUSY.encode() + b"\r\n"
+            _log.warning("garden: refused a connection: %d open (max_connections)", garden.active)
+        if refusal:
+            self._refused = True
+            if isinstance(transport, asyncio.WriteTransport):
+                transport.write(refusal)
+            transport.close()
+            return
+        if garden.requires_auth:
+            garden._pending_add(self)  # its own budget: logged-in agents keep theirs
+        else:
+            garden.active += 1  # an open garden has no login: every connection counts
+            self._logged_in = True
+        super().connection_made(transport)
+
+    def log_in(self) -> bool:
+        """AUTH succeeded: take a logged-in slot (False when all are taken: 421)."""
+        garden: Any = self.event_handler._server  # the GardenServer
+        if garden.active >= garden.max_connections:
+            garden.stats.refused_busy += 1
+            _log.warning("garden: refused a login: %d logged in (max_connections)", garden.active)
+            self._close_after_reply = True
+            return False
+        garden._pending.pop(self, None)
+        garden.active += 1
+        self._logged_in = True
+        self.progress()
+        return True
+
+    # aiosmtpd calls _reset_timeout on connect and again before every command it
+    # recognises, NOOP and RSET included, so a connection could hold its slot forever
+    # by chattering. Here only the first call sets a deadline (the login deadline for
+    # a connection that has not logged in); after that only progress moves it.
+    def _reset_timeout(self, duration: float | None = None) -> None:
+        if self._timeout_handle is None:
+            garden: Any = self.event_handler._server  # the GardenServer
+            first = garden.idle_timeout if self._logged_in else min(garden.login_timeout,
+                                                                    garden.idle_timeout)
+            super()._reset_timeout(first)
+
+    def progress(self) -> None:
+        """The session moved on (AUTH, MAIL, RCPT, DATA): a fresh idle deadline."""
+        super()._reset_timeout(self.event_handler._server.idle_timeout)
+
+    async def smtp_DATA(self, arg: str) -> None:
+        if self.envelope is not None and self.envelope.rcpt_tos:  # the upload: its own idle period
+            self.progress()
+        await super().smtp_DATA(arg)
+
+    def _timeout_cb(self) -> None:
+        # Say why before hanging up (RFC 5321 4.2.2: 421 closes the channel).
+        self._hang_up(b"421 4.4.2 timeout, closing connection\r\n")
+
+    def evict(self) -> None:
+        """Closed to make room: the oldest connection that has not logged in."""
+        self._hang_up(b"421 4.7.0 too many connections not logged in, closing the oldest\r\n")
+
+    def _hang_up(self, reply: bytes) -> None:
+        transport = self.transport
+        if isinstance(transport, asyncio.WriteTransport):
+            transport.write(reply)
+        if transport is not None:
+            transport.close()
+
+    # A refused connection never started an aiosmtpd session: its callbacks must not
+    # run (they assert a session exists, and each refusal logged a traceback).
+    def connection_lost(self, error: Exception | None) -> None:
+        if self._refused:
+            return
+        garden: Any = self.event_handler._server  # the GardenServer
+        if self._logged_in:
+            garden.active -= 1
+        else:
+            garden._pending.pop(self, None)
+        super().connection_lost(error)
+
+    def data_received(self, data: bytes) -> None:
+        if not self._refused:
+            super().data_received(data)
+
+    def eof_received(self) -> bool | None:
+        if self._refused:
+            return None
+        result: bool | None = super().eof_received()
+        return result
