@@ -211,6 +211,10 @@ class TaskConfig(_Section):
     attempts: int = Field(default=1, ge=1, le=100)
     idempotent: bool = False
     on_failure: Literal["refund", "hold"] = "refund"
+    # A Python handler in a process of its own (envelopay.worker.pyproc), run as a command
+    # is: killed with its group at the time limit, under memory_mb, with env (and the
+    # worker's import path); off, it runs on the event loop (async) or in a thread.
+    process: bool = False
     # A command's limits: its address space in MiB, its environment (nothing else is
     # passed), and the folder its per-job working folders are made in (default: the
     # system's temporary folder).

@@ -95,3 +95,30 @@ async def test_a_missing_program_is_a_value_and_config_wants_one_handler() -> No
         config({"name": "t", "schema": "_jobs_kit:Nap"})
     assert json.dumps(config({"name": "t", "command": ["/bin/true"], "schema": "_jobs_kit:Nap"}).tasks[0]
                       .command) == '["/bin/true"]'
+
+
+async def test_a_python_handler_in_a_process_of_its_own_is_killed_at_its_limit() -> None:
+    """`process = true`: the handler runs as a command does — answers its JSON, and a
+    sync handler that sleeps past its limit is killed (a thread could not be)."""
+    from _jobs_kit import config
+
+    from envelopay.worker.execute import execute
+    from envelopay.worker.tasks import TaskBook
+
+    def nap(limit: float) -> TaskBook:
+        return TaskBook.from_config(config({"name": "nap", "handler": "_jobs_kit:nap_sync",
+                                            "schema": "_jobs_kit:Nap", "process": True, "time_limit": limit}))
+
+    quick = nap(60).resolve({"name": "nap", "seconds": 0.1})  # the limit covers a fresh interpreter's start
+    assert not isinstance(quick, TaskError)
+    assert await execute(quick) == {"slept": 0.1}
+    stuck = nap(2).resolve({"name": "nap", "seconds": 60})
+    assert not isinstance(stuck, TaskError)
+    started = time.monotonic()
+    out = await execute(stuck)
+    assert isinstance(out, TaskError) and "time limit" in out.detail and time.monotonic() - started < 15
+    boom = {"name": "nap", "handler": "_jobs_kit:boom", "schema": "_jobs_kit:Nap", "process": True}
+    broken = TaskBook.from_config(config(boom)).resolve({"name": "nap"})
+    assert not isinstance(broken, TaskError)
+    failed = await execute(broken)
+    assert isinstance(failed, TaskError) and "exit status 1" in failed.detail

@@ -3,14 +3,17 @@
 A Python handler that is a coroutine function runs on the loop and is cancelled at the
 limit; a plain function runs in a thread (a thread cannot be killed: at the limit the
 attempt is failed and its thread left to finish on its own, its result ignored). A
-command (envelopay.worker.command) runs as its own process group and is killed at the
-limit. Whatever comes back is checked as data (JSON, bounded) before it is a result.
+command (envelopay.worker.command), or a Python handler declared `process = true`
+(envelopay.worker.pyproc), runs as its own process group and is killed at the limit.
+Whatever comes back is checked as data (JSON, bounded) before it is a result.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import os
+import sys
 from concurrent.futures import Executor
 from typing import Any
 
@@ -23,8 +26,12 @@ __all__ = ["command_spec", "execute"]
 
 def command_spec(request: TaskRequest) -> CommandSpec:
     cfg = request.task.config
-    return CommandSpec(argv=tuple(cfg.command), time_limit=cfg.time_limit, memory_mb=cfg.memory_mb,
-                       env=dict(cfg.env), workdir=cfg.workdir)
+    argv, env = tuple(cfg.command), dict(cfg.env)
+    if not argv:  # a Python handler in a process of its own: the worker's interpreter, its import path
+        argv = (sys.executable, "-m", "envelopay.worker.pyproc", cfg.handler, cfg.schema_ref)
+        env.setdefault("PYTHONPATH", os.pathsep.join(p for p in sys.path if p))
+    return CommandSpec(argv=argv, time_limit=cfg.time_limit, memory_mb=cfg.memory_mb, env=env,
+                       workdir=cfg.workdir)
 
 
 async def _python(request: TaskRequest, threads: Executor | None) -> Any:
@@ -43,7 +50,7 @@ async def execute(request: TaskRequest, threads: Executor | None = None) -> Any 
     function runs on `threads` (the runner gives each task a pool of its concurrency, so
     sleeping handlers never take the threads the ledger calls use), else the loop's default."""
     name = request.task.name
-    if request.task.config.command:
+    if request.task.config.command or request.task.config.process:
         fields = request.params.model_dump(mode="json")
         return check_result(name, await run_command(command_spec(request), fields, name))
     limit = request.task.config.time_limit
