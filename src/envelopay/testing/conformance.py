@@ -163,7 +163,11 @@ def engine_parse(raw: bytes, options: Mapping[str, Any]) -> Mapping[str, Any]:
     profile = options.get("profile", "strict")
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r}")
-    opts = ParseOptions(re_prefix=cast(Literal["v0.1", "v0.2"], re_prefix), profile=cast(Profile, profile))
+    extensions = options.get("extensions", [])
+    if not isinstance(extensions, list) or not all(isinstance(e, str) for e in extensions):
+        raise ValueError(f"extensions option must be a list of names, not {extensions!r}")
+    opts = ParseOptions(re_prefix=cast(Literal["v0.1", "v0.2"], re_prefix), profile=cast(Profile, profile),
+                        extensions=frozenset(extensions))
     return parse(raw, options=opts).to_json()
 
 
