@@ -12,7 +12,7 @@ import json
 import os
 import signal
 import sys
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from envelopay.ledger.jobs import Job
 from envelopay.ledger.postgres import PostgresStore
@@ -26,7 +26,9 @@ async def main(ledger: str, chain: str, options: str, key: str, payer: str, amou
     store = PostgresStore(ledger, max_size=1) if ledger.startswith("postgresql://") else SqliteStore(ledger)
     rail = make(chain.split("-")[0], json.loads(options))
     keys = {rail.name: bytes.fromhex(key)}
-    refunder = refunder_for(store, rails={chain: rail}, keys=keys, owner="worker-1")
+    # A short lease: the next process recovers what this one leaves at once.
+    refunder = refunder_for(store, rails={chain: rail}, keys=keys, owner="worker-1",
+                            lease=timedelta(seconds=1))
 
     def die(point: str) -> None:
         if point == crash:

@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import sys
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +51,8 @@ async def main(where: str, chain: str, options: str, key: str, wallet: str, cras
     store = PostgresStore(where, max_size=2) if where.startswith("postgresql://") else SqliteStore(where)
     rail = make(chain.split("-")[0], json.loads(options))
     worker = engine(store, chain, rail, wallet)
-    refunder = refunder_for(store, rails={chain: rail}, keys={rail.name: bytes.fromhex(key)}, owner="w1")
+    keys = {rail.name: bytes.fromhex(key)}
+    refunder = refunder_for(store, rails={chain: rail}, keys=keys, owner="w1", lease=timedelta(seconds=1))
 
     def die(point: str) -> None:
         if point == crash:

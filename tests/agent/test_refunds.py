@@ -43,7 +43,7 @@ def chain(request: pytest.FixtureRequest) -> LocalWorld:
 
 
 def _refunder(world: LocalWorld, book: RefundBook, key: bytes, *, crash: str | None = None,
-              owner: str = "worker-1") -> Refunder:
+              owner: str = "worker-1", lease: timedelta = timedelta(minutes=2)) -> Refunder:
     rail = make(world.chain.split("-")[0], world.rail_options(key))
     payer = own_key_payer({world.chain: rail}, {world.chain: key})
 
@@ -51,7 +51,7 @@ def _refunder(world: LocalWorld, book: RefundBook, key: bytes, *, crash: str | N
         if point == crash:
             raise Crash(point)
 
-    return Refunder(book, payer, owner=owner, crash=hook)
+    return Refunder(book, payer, owner=owner, crash=hook, lease=lease)
 
 
 def _order(world: LocalWorld, to: str, amount: int, key: str = "job:job_1") -> RefundOrder:
@@ -89,11 +89,11 @@ async def test_a_refund_in_doubt_is_recovered_without_a_second_transfer(
 ) -> None:
     key, balance, to = _funded(chain)
     book = RefundBook(ledger, now=datetime.now(UTC))
-    with pytest.raises(Crash):
-        await _refunder(chain, book, key, crash=point).refund(_order(chain, to, USDC))
+    with pytest.raises(Crash):  # a short lease: the next process takes it over at once
+        await _refunder(chain, book, key, crash=point, lease=timedelta(0)).refund(_order(chain, to, USDC))
     row = book.get("job:job_1")
     assert row is not None and row.status in ("paying", "signed")
-    # The same worker restarted: it recovers its own rows at once, asking the chain first.
+    # The worker restarted: it recovers the dead process's row, asking the chain first.
     done = await _refunder(chain, book, key).recover("worker@garden.local")
     assert [r.status for r in done] == ["paid"]
     assert balance() == USDC
@@ -101,14 +101,14 @@ async def test_a_refund_in_doubt_is_recovered_without_a_second_transfer(
     assert balance() == USDC
 
 
-async def test_a_live_refund_is_busy_for_another_worker_until_its_lease_runs_out(
+async def test_a_live_refund_is_busy_for_another_process_until_its_lease_runs_out(
     ledger: SqliteStore | PostgresStore, chain: LocalWorld
 ) -> None:
     key, balance, to = _funded(chain)
     book = RefundBook(ledger, now=datetime.now(UTC))
     with pytest.raises(Crash):
         await _refunder(chain, book, key, crash="after_sign").refund(_order(chain, to, USDC))
-    other = _refunder(chain, book, key, owner="worker-2")
+    other = _refunder(chain, book, key)  # the same worker's next process, the first one's lease alive
     busy = await other.refund(_order(chain, to, USDC))
     assert busy.status == "pending" and balance() in (None, 0)
     later = datetime.now(UTC) + timedelta(minutes=6)  # past the first owner's lease

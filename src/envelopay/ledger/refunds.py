@@ -154,14 +154,15 @@ class RefundBook:
             )
             if got is not None:
                 return "new", self._row(got)
-            # Unsettled and nobody alive on it (the lease ran out, or it is our own row from
-            # before a restart), or failed with nothing moved: ours to recover or redo.
+            # Unsettled and nobody alive on it (released, or its owner's lease ran out: a process
+            # that died), or failed with nothing moved: ours to recover or redo. Owners are one
+            # per process, so two live processes never work one refund at once.
             got = x.one(
                 "UPDATE ep_refunds SET owner = ?, lease_until = ?, attempts = attempts + 1, updated_at = ?,"
                 " status = CASE WHEN status = 'failed' THEN 'paying' ELSE status END"
                 " WHERE refund_key = ? AND (status = 'failed' OR (status IN ('paying', 'signed')"
-                " AND (lease_until IS NULL OR lease_until < ? OR owner = ?))) RETURNING " + _COLS,
-                (owner, s.t(lease_until), s.t(now), o.key, s.t(now), owner),
+                " AND (lease_until IS NULL OR lease_until < ?))) RETURNING " + _COLS,
+                (owner, s.t(lease_until), s.t(now), o.key, s.t(now)),
             )
             if got is not None:
                 return "retake", self._row(got)

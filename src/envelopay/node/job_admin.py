@@ -10,6 +10,7 @@ the runner) never act twice on one job; the refund itself is the worker's Refund
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -19,7 +20,8 @@ from typing import Any
 from envelopay.config import WorkerConfig
 from envelopay.errors import ConfigError, UsageError
 from envelopay.ledger.jobs import Job, JobMove
-from envelopay.node.wiring import build_node, open_store
+from envelopay.ledger.store import Store
+from envelopay.node.agent_node import build_node, open_store
 from envelopay.worker.app import WorkerApplication
 from envelopay.worker.refund_policy import RefundOnFailure
 from envelopay.worker.runner import settle_job
@@ -83,12 +85,24 @@ async def refund_job(cfg: WorkerConfig, job_id: str, now: datetime) -> JobAct:
         assert moving is not None
         settled = await settle_job(node.engine, store, moving, RefundOnFailure(refunder), lambda: now)
         await node.drain()  # the OOPS leaves now, not at the serving worker's next drain
-        after = settled or store.job_get(job_id) or moving
+        after = await _settled(store, job_id, settled or moving)
         refund = dict(after.refund or {})
         return JobAct(after, after.state == "refunded", str(refund.get("error") or ""))
     finally:
         await node.close()
         node.engine.store.close()
+
+
+async def _settled(store: Store, job_id: str, job: Job, wait: float = 30.0) -> Job:
+    """The job once its refund is settled: a serving worker's runner may be the one paying
+    it (it scans refunding jobs too; one of them holds the refund's lease), so a job still
+    `refunding` is read again for a while."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait
+    while job.state == "refunding" and loop.time() < deadline:
+        await asyncio.sleep(0.25)
+        job = store.job_get(job_id) or job
+    return job
 
 
 def retry_job(cfg: WorkerConfig, job_id: str, now: datetime) -> JobAct:

@@ -50,6 +50,10 @@ __all__ = [
     "refunder_for",
 ]
 
+# How long a refund is its worker's alone: past it, a worker that died is taken over (a
+# payment's broadcast waits at most a minute for its confirmation).
+LEASE = timedelta(minutes=2)
+
 # Where a crash test stops the process (the hook is a no-op in production).
 CRASH_POINTS = ("after_claim", "after_sign", "after_broadcast")
 
@@ -202,13 +206,16 @@ class Refunder:
         payer: RefundPayer,
         *,
         owner: str = "",
-        lease: timedelta = timedelta(minutes=5),
+        lease: timedelta = LEASE,
         clock: Clock = lambda: datetime.now(UTC),
         crash: Callable[[str], None] = lambda point: None,
     ) -> None:
         self.book = book
         self.payer = payer
-        self.owner = owner or f"refunder-{_secrets.token_hex(4)}"
+        # One owner per Refunder (per process): a second process of the same worker, or an
+        # operator's command, never takes a refund that a live one is paying; a dead one's
+        # rows are recovered when their lease runs out.
+        self.owner = f"{owner or 'refunder'}/{_secrets.token_hex(4)}"
         self.lease = lease
         self.clock = clock
         self.crash = crash
@@ -275,6 +282,7 @@ def refunder_for(
     counter_payer: CounterPayer | None = None,
     owner: str = "",
     clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    lease: timedelta = LEASE,
 ) -> Refunder:
     """The refunder a worker serves with: through the enforcer when it pays there, else from
     its own rail keys (`keys[rail name]`, as its `[rails.NAME] keypair`: bytes or a file)."""
@@ -284,4 +292,4 @@ def refunder_for(
     else:
         raw = {name: (k if isinstance(k, bytes) else key_bytes(k)) for name, k in (keys or {}).items()}
         payer = own_key_payer(rails, {c: raw[r.name] for c, r in rails.items() if r.name in raw})
-    return Refunder(RefundBook(store, now=clock()), payer, owner=owner, clock=clock)
+    return Refunder(RefundBook(store, now=clock()), payer, owner=owner, clock=clock, lease=lease)
