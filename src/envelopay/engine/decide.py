@@ -20,11 +20,11 @@ ask, what to send — is the flow table's (`flows.step(...).actions`), read by t
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import partial
-from typing import Literal
+from typing import Any, Literal
 
 from envelopay import flows
 from envelopay.dkim import DkimResult, apply_policy
@@ -313,19 +313,7 @@ def settle(
     assert mail.message_id is not None and mail.sender is not None
     verdict_json = work.verdict.to_json() if work.verdict is not None else None
     if not work.persist:  # verification failed: OOPS, no state change; the proof's fate recorded
-        assert work.oops is not None
-        as_read = work.start if work.start is not None else work.fs  # nothing was written
-        return FlowRefusal(
-            state=as_read.state,
-            oops=work.oops,
-            detail=work.detail,
-            answer=True,
-            proof=proof_key,
-            proof_fate=work.proof_fate,
-            replay_fate=work.replay_fate,
-            verdict=verdict_json,
-            extra=work.oops_extra,
-        )
+        return _proof_failed(work, proof_key, verdict_json)
     sender, fid = mail.sender, work.flow_id
     unchanged = work.version > 0 and work.fs == work.start
     record = FlowRecord(
@@ -340,13 +328,6 @@ def settle(
         created_at=now,
         updated_at=now,
     )
-    refs: list[tuple[str, str, str, str]] = []
-    if mail.protocol_id is not None:
-        refs.append((sender, sender, mail.protocol_id, fid))
-    for r in work.replies:
-        rid = getattr(r.message, "id", None)
-        if isinstance(rid, str):
-            refs.append((sender, settings.address, rid, fid))
     outcome = Outcome(
         "processed",
         mail.message_id,
@@ -366,7 +347,7 @@ def settle(
         worker=settings.worker_id,
         flow=None if unchanged else FlowWrite(record),  # e.g. an OOPS: logged only
         log=tuple(log),
-        refs=tuple(refs),
+        refs=_refs(mail, work, settings.address),
         message_ids=((mail.message_id, fid), *((r.message_id, fid) for r in work.replies)),
         outbox=tuple((r, fid) for r in work.replies),
         proof=proof_key,
@@ -378,3 +359,35 @@ def settle(
         job_new=work.job,
     )
     return commit, outcome
+
+
+def _proof_failed(work: Work, proof_key: ProofKey | None, verdict: Mapping[str, Any] | None) -> FlowRefusal:
+    """A proof that did not pay: the OOPS, the flow as it was read (nothing was written)."""
+    assert work.oops is not None
+    as_read = work.start if work.start is not None else work.fs
+    return FlowRefusal(
+        state=as_read.state,
+        oops=work.oops,
+        detail=work.detail,
+        answer=True,
+        proof=proof_key,
+        proof_fate=work.proof_fate,
+        replay_fate=work.replay_fate,
+        verdict=verdict,
+        extra=work.oops_extra,
+    )
+
+
+def _refs(mail: InboundMail, work: Work, local: str) -> tuple[tuple[str, str, str, str], ...]:
+    """The protocol ids the commit files under the flow: (peer, author, id, flow): the
+    sender's message's id and the ids of our replies."""
+    assert mail.sender is not None
+    sender, fid = mail.sender, work.flow_id
+    refs: list[tuple[str, str, str, str]] = []
+    if mail.protocol_id is not None:
+        refs.append((sender, sender, mail.protocol_id, fid))
+    for r in work.replies:
+        rid = getattr(r.message, "id", None)
+        if isinstance(rid, str):
+            refs.append((sender, local, rid, fid))
+    return tuple(refs)
