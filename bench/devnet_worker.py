@@ -57,7 +57,7 @@ async def _flows(work: Path, env: dict[str, str], flows: int, concurrency: int) 
     from envelopay.config import load_config
     from envelopay.devnet.state import read_state
     from envelopay.engine import Notice
-    from envelopay.node.wiring import build_node
+    from envelopay.node.agent_node import build_node
     from envelopay.protocol.messages import Fulfill, Invoice, Message, Order, Pay
 
     class Waiting(ClientApp):

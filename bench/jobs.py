@@ -97,8 +97,8 @@ async def worker_role(setup: dict[str, Any]) -> None:
     """The worker: the node as `worker serve` builds it, the garden, the job runner."""
     from envelopay.config import config_from_dict
     from envelopay.mail.garden import GardenServer
+    from envelopay.node.agent_node import build_node
     from envelopay.node.jobs import job_runner
-    from envelopay.node.wiring import build_node
 
     workdir = Path(setup["workdir"])
     garden = GardenServer(workdir / "garden", [BUYER, WORKER], fsync=True, open_garden=True)
@@ -165,7 +165,7 @@ async def run(root: Path, orders: int, concurrency: int, nap_s: float) -> dict[s
 
     from envelopay import dkim
     from envelopay.config import config_from_dict
-    from envelopay.node.wiring import build_node
+    from envelopay.node.agent_node import build_node
 
     (root / "keys").mkdir(parents=True)
     records: dict[str, str] = {}

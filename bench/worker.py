@@ -268,7 +268,7 @@ async def worker_role(setup: dict[str, Any]) -> None:
     JSON-RPC) + the garden unless it runs in a process of its own."""
     from envelopay.config import config_from_dict
     from envelopay.mail.garden import GardenServer
-    from envelopay.node.wiring import build_node
+    from envelopay.node.agent_node import build_node
 
     workdir = Path(setup["workdir"])
     port = setup["garden_port"]
@@ -367,7 +367,7 @@ async def split_paid_flows(
 
     from envelopay import dkim
     from envelopay.config import config_from_dict
-    from envelopay.node.wiring import build_node
+    from envelopay.node.agent_node import build_node
 
     workdir = root / "worker"
     tmp = str(workdir)

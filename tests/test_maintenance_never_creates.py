@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 from envelopay.cli.app import app
 from envelopay.config import load_config
 from envelopay.enforcer.send.backends import open_store as open_enforcer_store
+from envelopay.node.agent_node import open_store as open_ledger
 from envelopay.node.init import init_agent
-from envelopay.node.wiring import open_store as open_ledger
 
 runner = CliRunner()
 

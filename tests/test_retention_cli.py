@@ -16,8 +16,8 @@ from envelopay.cli.app import app
 from envelopay.config import load_config
 from envelopay.enforcer.send.backends import open_store as open_enforcer_store
 from envelopay.mail.maildir import deliver_file, ensure_maildir
+from envelopay.node.agent_node import open_store
 from envelopay.node.init import init_agent
-from envelopay.node.wiring import open_store
 from envelopay.testing.fill import LOCAL, fill_ledger
 
 runner = CliRunner()

@@ -29,7 +29,7 @@ ROOMS = {
     "envelopay.endpoints.responders": ["Responder", "ResponderError"],
     "envelopay.endpoints.reference": ["kv_get", "KvGet", "reference_responder"],
     "envelopay.endpoints.calls": ["CallClient", "LedgerCalls"],
-    "envelopay.node.wiring": ["AgentNode", "build_node", "open_store", "garden_transport"],
+    "envelopay.node.agent_node": ["AgentNode", "build_node", "open_store", "garden_transport"],
     "envelopay.node.runtime": ["pump", "serve_responders", "serve_call_replies"],
     "envelopay.node.keys": ["generate_keys", "GeneratedKeys"],
     "envelopay.node.init": ["init_agent", "InitResult"],

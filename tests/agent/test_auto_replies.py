@@ -335,7 +335,7 @@ async def test_non_protocol_mail_with_two_froms_is_still_ignored(store: Store) -
 def test_the_limits_come_from_the_worker_config() -> None:
     from envelopay.config import config_from_dict
     from envelopay.errors import ConfigError
-    from envelopay.node.wiring import answer_limits
+    from envelopay.node.agent_node import answer_limits
 
     agent = {"address": "worker@garden.test", "domain": "garden.test"}
     assert answer_limits(config_from_dict({"agent": agent})) == AnswerLimits()

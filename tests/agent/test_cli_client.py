@@ -16,9 +16,9 @@ from typer.testing import CliRunner
 
 from envelopay.cli.app import app
 from envelopay.config import load_config
+from envelopay.node.agent_node import open_store
 from envelopay.node.init import admit_agent, init_agent
 from envelopay.node.serve import serve_worker
-from envelopay.node.wiring import open_store
 
 runner = CliRunner()
 WORKER = "worker@garden.local"

@@ -144,7 +144,7 @@ def test_config_picks_the_enforcer_hook(tmp_path: Path, monkeypatch: pytest.Monk
     from envelopay.config import config_from_dict
     from envelopay.engine.outbox import EnforcerHook
     from envelopay.errors import ConfigError
-    from envelopay.node.wiring import build_node
+    from envelopay.node.agent_node import build_node
 
     cfg = config_from_dict({
         "agent": {"address": "a@garden.local", "domain": "garden.local", "ledger": str(tmp_path / "a.db")},
@@ -165,7 +165,7 @@ def test_config_picks_the_enforcer_hook(tmp_path: Path, monkeypatch: pytest.Monk
 
 def test_node_keeps_recent_outcomes_only() -> None:
     from envelopay.engine import Outcome
-    from envelopay.node import wiring as node_mod
+    from envelopay.node import agent_node as node_mod
 
     n = node_mod.AgentNode(engine=None, drainer=None, dns=None)  # type: ignore[arg-type]
     cursor = n.received
@@ -221,7 +221,7 @@ async def test_parallel_drain_keeps_each_flows_rows_in_order(tmp_path: Path) -> 
 
 
 async def test_garden_pool_delivers_over_several_connections(tmp_path: Path) -> None:
-    from envelopay.node.wiring import GardenPool
+    from envelopay.node.agent_node import GardenPool
 
     clock = Clock()
     store, mids = await _queue(tmp_path, 24, clock)

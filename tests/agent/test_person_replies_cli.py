@@ -15,7 +15,7 @@ from envelopay.cli.app import app
 from envelopay.config import load_config
 from envelopay.ledger.sqlite import SqliteStore
 from envelopay.mail.maildir import deliver_file, ensure_maildir, mailbox_path
-from envelopay.node.wiring import answer_limits
+from envelopay.node.agent_node import answer_limits
 from envelopay.testing import mock_rail as k
 
 runner = CliRunner()

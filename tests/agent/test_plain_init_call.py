@@ -12,9 +12,9 @@ from typer.testing import CliRunner
 
 from envelopay.cli.app import app
 from envelopay.config import load_config
+from envelopay.node.agent_node import garden_endpoint_file
 from envelopay.node.init import init_agent
 from envelopay.node.serve import serve_worker
-from envelopay.node.wiring import garden_endpoint_file
 
 runner = CliRunner()
 WORKER = "worker@garden.local"
@@ -55,7 +55,7 @@ async def test_the_served_node_settles_its_own_calls_reply(tmp_path: Path) -> No
     from datetime import UTC, datetime, timedelta
 
     from envelopay.endpoints.calls import LedgerCalls
-    from envelopay.node.wiring import build_node
+    from envelopay.node.agent_node import build_node
     from envelopay.testing import MockTransport
 
     nowhere = MockTransport()  # nothing is sent here: the node only reads

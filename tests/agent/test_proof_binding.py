@@ -240,8 +240,8 @@ async def test_a_thiefs_presentation_in_flight_never_answers_the_owner_replayed(
 
 def test_the_config_chooses_the_binding_policy(tmp_path: Path) -> None:
     from envelopay.config import load_config
+    from envelopay.node.agent_node import build_node
     from envelopay.node.init import init_agent
-    from envelopay.node.wiring import build_node
 
     init_agent(tmp_path, address="w@garden.local")
     toml = tmp_path / "envelopay.toml"

@@ -18,8 +18,8 @@ from envelopay.client.report import client_report
 from envelopay.config import load_config
 from envelopay.engine import BaseApplication, Engine
 from envelopay.engine.outcome import Outcome, Sent
+from envelopay.node.agent_node import open_store
 from envelopay.node.init import init_agent
-from envelopay.node.wiring import open_store
 from envelopay.protocol import compose_message
 from envelopay.protocol.messages import Invoice, Pay
 from envelopay.rails.amounts import Decimals

@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 
 from envelopay.cli.app import app
 from envelopay.config import load_config
+from envelopay.node.agent_node import open_store
 from envelopay.node.serve import serve_worker
-from envelopay.node.wiring import open_store
 
 runner = CliRunner()
 

@@ -10,8 +10,8 @@ from envelopay.client.buyer import ClientApp
 from envelopay.client.commands import take_in
 from envelopay.config import load_config
 from envelopay.mail.maildir import deliver_file
+from envelopay.node.agent_node import build_node
 from envelopay.node.init import init_agent
-from envelopay.node.wiring import build_node
 from envelopay.protocol import compose_message
 from envelopay.protocol.messages import Invoice
 

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from envelopay.cli.app import app
 from envelopay.config import load_config
-from envelopay.node.wiring import open_store
+from envelopay.node.agent_node import open_store
 
 from .conftest import WORKER, World
 

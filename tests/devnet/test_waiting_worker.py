@@ -32,8 +32,8 @@ from envelopay.devnet.rpc_server import JsonRpcServer
 from envelopay.devnet.state import BaseEndpoint, DevnetState, SolanaEndpoint, write_state
 from envelopay.engine import Outcome
 from envelopay.ledger.store import ProofKey
+from envelopay.node.agent_node import AgentNode, build_node
 from envelopay.node.init import init_agent
-from envelopay.node.wiring import AgentNode, build_node
 from envelopay.protocol.messages import Fulfill, Invoice, Oops, Order, Pay
 
 WORKER, BUYER = "worker@garden.local", "buyer@garden.local"

@@ -23,8 +23,8 @@ from envelopay.client.demo import PRICE, DemoWorld
 from envelopay.client.evidence import read_folder, write_evidence
 from envelopay.client.evidence_check import check_evidence
 from envelopay.config import WorkerConfig
+from envelopay.node.agent_node import AgentNode
 from envelopay.node.jobs import job_runner
-from envelopay.node.wiring import AgentNode
 from envelopay.protocol.messages import Invoice, Order, Pay
 
 runner = CliRunner()

@@ -16,7 +16,7 @@ import _kimjune01 as them
 from envelopay.config import config_from_dict
 from envelopay.engine import Outcome
 from envelopay.errors import ConfigError
-from envelopay.node.wiring import AgentNode, build_node
+from envelopay.node.agent_node import AgentNode, build_node
 from envelopay.protocol.compose import compose
 from envelopay.protocol.messages import Invoice
 from envelopay.testing import mock_rail as k

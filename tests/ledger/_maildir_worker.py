@@ -23,7 +23,7 @@ from _worker import open_store
 from envelopay.engine import Engine
 from envelopay.engine.outbox import DirectHook, OutboxDrainer
 from envelopay.mail.maildir import deliver_file
-from envelopay.node.wiring import AgentNode
+from envelopay.node.agent_node import AgentNode
 from envelopay.testing import mock_rail as k
 from envelopay.testing.mock_worker import WorkerApp
 

@@ -34,8 +34,8 @@ from envelopay.config import config_from_dict
 from envelopay.mail.agentmail.client import API_BASE
 from envelopay.mail.agentmail.inbox import LABEL_PROCESSED
 from envelopay.mail.agentmail.webhook import sign_delivery
+from envelopay.node.agent_node import build_node
 from envelopay.node.serve import serve_worker
-from envelopay.node.wiring import build_node
 from envelopay.protocol.messages import Fulfill, Methods, Order, Which
 from envelopay.protocol.parse import parse
 

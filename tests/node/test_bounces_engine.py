@@ -11,8 +11,8 @@ import pytest
 
 from envelopay.config import config_from_dict
 from envelopay.ledger.store import Commit
+from envelopay.node.agent_node import build_node
 from envelopay.node.agentmail import disposition
-from envelopay.node.wiring import build_node
 from envelopay.protocol.codes import OopsCode
 from envelopay.protocol.messages import Fulfill
 from envelopay.protocol.outbound import Outbound

@@ -152,7 +152,7 @@ async def test_a_watched_node_reports_what_the_engine_parsed_and_survives_a_brok
     from envelopay.engine.outbox import DirectHook, OutboxDrainer
     from envelopay.mail.garden import GardenServer
     from envelopay.mail.transport.garden import GardenTransport
-    from envelopay.node.wiring import AgentNode
+    from envelopay.node.agent_node import AgentNode
     from envelopay.protocol.compose import compose
     from envelopay.protocol.outbound import Outbound
 

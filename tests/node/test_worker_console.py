@@ -26,8 +26,8 @@ from tests.node.test_worker_serve_says import BUYER, WORKER, devnet, serve_once,
 
 from envelopay.client.buyer import ClientApp, follow
 from envelopay.config import load_config
+from envelopay.node.agent_node import AgentNode, build_node
 from envelopay.node.init import init_agent
-from envelopay.node.wiring import AgentNode, build_node
 from envelopay.protocol.messages import Methods, Which
 
 

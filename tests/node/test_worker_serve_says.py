@@ -37,8 +37,8 @@ from envelopay.devnet import registry
 from envelopay.devnet.fund import fund, plan_funding
 from envelopay.devnet.rpc_server import JsonRpcServer
 from envelopay.devnet.state import BaseEndpoint, DevnetState, SolanaEndpoint, write_state
+from envelopay.node.agent_node import AgentNode, build_node
 from envelopay.node.init import init_agent
-from envelopay.node.wiring import AgentNode, build_node
 from envelopay.protocol.messages import Fulfill, Invoice, Methods, Oops, Order, Pay, Which
 
 WORKER, BUYER = "worker@garden.local", "buyer@garden.local"

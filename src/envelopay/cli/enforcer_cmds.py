@@ -126,7 +126,7 @@ def serve(
     # lazy: keeps cryptography, httpx off this module's import
     from envelopay.enforcer.service.launch import prepare, serve
     from envelopay.enforcer.service.spend_launch import prepare_spend
-    from envelopay.node.wiring import dns_setup
+    from envelopay.node.agent_node import dns_setup
 
     _store(db)  # not opened: a URL of no store we know is refused first, as by compact
     # Its configuration is its flags: a ConfigError here names one (bad input, exit 2).

@@ -40,7 +40,7 @@ def register(app: typer.Typer) -> None:
         from envelopay.config import load_config
         from envelopay.ledger._sql import SqlStore
         from envelopay.ledger.retention import compact_ledger
-        from envelopay.node.wiring import open_store
+        from envelopay.node.agent_node import open_store
 
         with answers(as_json=keep.as_json):
             cfg = load_config(config)

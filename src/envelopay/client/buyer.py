@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from envelopay.engine import BaseApplication, Notice, Outcome, Sent
 from envelopay.errors import RailError, UsageError
 from envelopay.mail.addresses import require_address
-from envelopay.node.wiring import AgentNode
+from envelopay.node.agent_node import AgentNode
 from envelopay.protocol import outside_json
 from envelopay.protocol.fields import wanted
 from envelopay.protocol.messages import Message, MessageType, Wait, Whatsup, model_for

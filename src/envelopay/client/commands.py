@@ -52,8 +52,8 @@ from envelopay.config import WorkerConfig
 from envelopay.endpoints.calls import CallClient, LedgerCalls
 from envelopay.errors import Refused, UsageError
 from envelopay.mail.maildir import Pickup, mailbox_path
+from envelopay.node.agent_node import build_node, config_signer, garden_transport, open_store
 from envelopay.node.runtime import serve_call_replies
-from envelopay.node.wiring import build_node, config_signer, garden_transport, open_store
 from envelopay.protocol.messages import Invoice, MessageType, Which, model_for
 
 if TYPE_CHECKING:
@@ -61,7 +61,7 @@ if TYPE_CHECKING:
     from envelopay.endpoints.calls import CallResult
     from envelopay.engine import Sent
     from envelopay.engine.outbox import DrainReport
-    from envelopay.node.wiring import AgentNode
+    from envelopay.node.agent_node import AgentNode
     from envelopay.protocol.messages import Accept, Invoice, Message, Offer, Pay
 
 __all__ = [

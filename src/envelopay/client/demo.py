@@ -38,7 +38,7 @@ from envelopay.engine import BaseApplication, Notice, Outcome
 from envelopay.mail.garden import GardenServer, deliver
 from envelopay.mail.garden_auth import account_with, load_accounts, put_account, write_secret
 from envelopay.mail.maildir import mailbox_path
-from envelopay.node.wiring import build_node
+from envelopay.node.agent_node import build_node
 from envelopay.protocol.compose import compose_message
 from envelopay.protocol.messages import (
     Fulfill,

@@ -26,7 +26,7 @@ from envelopay.errors import TransportError, UsageError
 from envelopay.flows.core import payee_wallet
 from envelopay.ledger.evidence import EvidenceLog, KeptMail, SeenKey
 from envelopay.ledger.store import FlowRecord, LogEntry, Store
-from envelopay.node.wiring import build_node
+from envelopay.node.agent_node import build_node
 from envelopay.protocol.headers import HeaderBlock, read_headers
 from envelopay.rails.interface import Expectation, Rail
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from envelopay.config import WorkerConfig
 from envelopay.errors import UsageError
-from envelopay.node.wiring import open_store
+from envelopay.node.agent_node import open_store
 from envelopay.rails.amounts import decimals_in
 from envelopay.rails.registry import make
 

@@ -238,7 +238,7 @@ def run_live(target: str, config: str, *, timeout: float = 120.0, echo: Callable
     """`envelopay conformance --target` (exit code: 0 all passed, 1 some failed, 2 bad input)."""
     # lazy: keeps cryptography off this module's import
     from envelopay.dkim import dkim_signer
-    from envelopay.node.wiring import garden_transport
+    from envelopay.node.agent_node import garden_transport
 
     try:
         to = require_address(target, field="--target").lower()

@@ -36,7 +36,7 @@ class PayTerms:
 
 
 def _open(cfg: WorkerConfig) -> Store:
-    from envelopay.node.wiring import open_store  # lazy: keeps cryptography off this module's import
+    from envelopay.node.agent_node import open_store  # lazy: keeps cryptography off this module's import
 
     return open_store(cfg.agent.ledger, Path(cfg.base_dir))
 

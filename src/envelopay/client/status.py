@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from envelopay.client.report import ENVIRONMENT, FAILED, OK, Report
 from envelopay.errors import UsageError
 from envelopay.ledger.store import FlowRecord, LogEntry, Store
-from envelopay.node.wiring import open_store
+from envelopay.node.agent_node import open_store
 from envelopay.protocol.messages import Wait
 from envelopay.protocol.status import STATUS, body_advertises, state_line
 
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from envelopay.client.commands import ClientRun
     from envelopay.config import WorkerConfig
     from envelopay.engine import Sent
-    from envelopay.node.wiring import AgentNode
+    from envelopay.node.agent_node import AgentNode
 
 __all__ = ["last_wait", "peer_speaks_status", "status", "status_report"]
 

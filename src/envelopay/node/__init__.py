@@ -1,6 +1,6 @@
 """A running agent: its config, keys and transports, wired to an engine and served.
 
-    wiring.py      AgentNode (receive, send, drain) and build_node(config)
+    agent_node.py  AgentNode (receive, send, drain) and build_node(config)
     transports.py  the garden's LMTP and SMTP submission, behind engine.transport
     runtime.py     pumps: a Maildir into a node, responders, call replies
     serve.py       serve_worker: the `envelopay agent serve` loop

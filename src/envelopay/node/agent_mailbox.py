@@ -66,7 +66,7 @@ def mailbox_signer(
     except ConfigError as exc:
         raise refused(f"config: {exc}", "config") from exc
     # lazy: the wiring (rails, engine, transports) loads only when mail is signed
-    from envelopay.node.wiring import config_signer
+    from envelopay.node.agent_node import config_signer
 
     return config_signer(cfg)
 
@@ -99,7 +99,7 @@ def worker_outcomes(
     if not url.startswith(("postgresql://", "postgres://")) and not cfg.path(url.removeprefix("sqlite:///")).is_file():
         return None
     # lazy: the wiring (rails, engine, transports) loads only when a ledger is read
-    from envelopay.node.wiring import open_store
+    from envelopay.node.agent_node import open_store
 
     store = open_store(url, Path(cfg.base_dir))
     try:

@@ -30,7 +30,7 @@ Clock = Callable[[], datetime]
 
 
 class InboundNode(Protocol):
-    """What the inbound side needs of a node (`node.wiring.AgentNode` is one): the
+    """What the inbound side needs of a node (`node.agent_node.AgentNode` is one): the
     wiring imports this module, so this module does not import the wiring."""
 
     @property

@@ -36,7 +36,7 @@ class _Sends(Protocol):
 
 
 class _Node(Protocol):
-    """What of an AgentNode the taps wire (node/wiring.py builds it; no import back)."""
+    """What of an AgentNode the taps wire (node/agent_node.py builds it; no import back)."""
 
     @property
     def store(self) -> Any: ...

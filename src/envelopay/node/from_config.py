@@ -1,7 +1,7 @@
 """What a config names, made into the parts a node is wired from: the DKIM key lookup,
 the wait policy and answer limits, the rails' options, the transports (SMTP, IMAP, the
 garden: its endpoint file and credential), the signer, the enforcer's hook and payer, the
-refunder. Each reads the config and returns one part; `node/wiring.py` assembles them.
+refunder. Each reads the config and returns one part; `node/agent_node.py` assembles them.
 """
 
 from __future__ import annotations

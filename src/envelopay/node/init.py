@@ -245,7 +245,8 @@ def admit_agent(accounts: Path, config: Path, *, take: Iterable[str] = ()) -> Gr
     responders') is added or replaced. The config is the agent's own word, so an address
     another account holds is refused (AddressTaken) unless `take` names it. Returns what
     was granted; the secret itself never leaves the agent's file."""
-    from envelopay.node.wiring import garden_credential  # lazy: keeps cryptography off this module's import
+    # lazy: keeps cryptography off this module's import
+    from envelopay.node.agent_node import garden_credential
 
     cfg = load_config(config)
     credential = garden_credential(cfg)

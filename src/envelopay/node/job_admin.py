@@ -21,7 +21,7 @@ from envelopay.config import WorkerConfig
 from envelopay.errors import ConfigError, UsageError
 from envelopay.ledger.jobs import Job, JobMove
 from envelopay.ledger.store import Store
-from envelopay.node.wiring import build_node, open_store
+from envelopay.node.agent_node import build_node, open_store
 from envelopay.worker.app import WorkerApplication
 from envelopay.worker.refund_policy import RefundOnFailure
 from envelopay.worker.runner import settle_job

@@ -9,7 +9,7 @@ Answers are drained as soon as they are committed.
 from __future__ import annotations
 
 from envelopay.config import WorkerConfig
-from envelopay.node.wiring import AgentNode
+from envelopay.node.agent_node import AgentNode
 from envelopay.worker.app import WorkerApplication
 from envelopay.worker.refund_policy import RefundOnFailure
 from envelopay.worker.runner import JobRunner

@@ -19,10 +19,7 @@ from envelopay.mail.garden_auth import AccountsFile, new_account
 from envelopay.mail.maildir import mailbox_path
 from envelopay.mail.transport import Transport
 from envelopay.mail.transport.garden import GardenTransport
-from envelopay.node.jobs import job_runner
-from envelopay.node.runtime import serve_responders
-from envelopay.node.serve_log import LogFormat, ServeLog
-from envelopay.node.wiring import (
+from envelopay.node.agent_node import (
     AgentNode,
     build_node,
     config_signer,
@@ -30,6 +27,9 @@ from envelopay.node.wiring import (
     garden_transport,
     imap_config,
 )
+from envelopay.node.jobs import job_runner
+from envelopay.node.runtime import serve_responders
+from envelopay.node.serve_log import LogFormat, ServeLog
 from envelopay.rails.amounts import asset_decimals
 
 __all__ = ["serve_worker"]

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from envelopay.ledger.waiting import WaitingStore
 
 if TYPE_CHECKING:
-    from envelopay.node.wiring import AgentNode
+    from envelopay.node.agent_node import AgentNode
 
 __all__ = ["serve_waiting"]
 

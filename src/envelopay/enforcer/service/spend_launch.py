@@ -46,7 +46,7 @@ def prepare_spend(
     dns: DnsLookup | None = None,
     env: Mapping[str, str] = os.environ,
 ) -> SpendLaunch | None:
-    """`dns` is the DKIM key lookup for INVOICEs (the node's set-up: node.wiring.dns_setup);
+    """`dns` is the DKIM key lookup for INVOICEs (the node's set-up: node.agent_node.dns_setup);
     DNS when not given."""
     secret = env.get(VAULT_ENV) or None
     if vault_key_file is None and secret is None and not pay_rails and inbox_root is None:
