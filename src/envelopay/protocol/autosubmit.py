@@ -42,7 +42,7 @@ def no_answer_reason(headers: Mapping[str, Sequence[str]], sender: str | None) -
     them); `sender` is the From address a reply would go to. The signals that say where
     an answer would go (a list, nowhere, a robot) are read before Auto-Submitted, so
     `auto_submitted` is the reason only when it is the mail's one signal (the engine
-    still sends an OOPS then: engine/refusals.py)."""
+    still sends an OOPS then: engine/recorder.py Recorder.unanswered)."""
     # RFC 3834 §2: a responder may decline to answer "a subject message which contains a
     # 'Precedence:' header field with a value of 'list', 'junk', or 'bulk'" (sent by a
     # list or other bulk mailer: an answer to it is not useful).
