@@ -8,6 +8,8 @@
     decide.py        the path's decisions as pure functions returning plans (admit, claim,
                      join a flow, settle the one commit)
     actions.py       ActionDriver: the flow table's actions (rail.verify, the application)
+    answers.py       the application's question an action asks, and what its answer becomes
+                     in the flow (a reply the table takes, an OOPS, silence): no I/O
     settings.py      EngineSettings: what every part holds; ids are minted here
     recorder.py      Recorder: answers composed, held back (RFC 3834, limits), committed
     refusals.py      Refusals: every way the path says no (OOPS or silence), in one commit

@@ -10,27 +10,25 @@ No write transaction is open while a rail verifies or the application decides.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
-from functools import partial
 from typing import Any
 
-from envelopay import flows
-from envelopay.engine.application import Context, Enqueue, Notice, Refuse
+from envelopay.engine import answers
+from envelopay.engine.application import Enqueue, Notice, Refuse
 from envelopay.engine.inbound_mail import InboundMail
 from envelopay.engine.jobs import job_of
 from envelopay.engine.recorder import Recorder
 from envelopay.engine.refund_check import check_refund
 from envelopay.engine.status import StatusDesk
-from envelopay.engine.step_facts import Work, order_of, reply_headers, stamp_invoice
+from envelopay.engine.step_facts import Work, reply_headers
 from envelopay.engine.unusable import refund_excess, refund_unusable
 from envelopay.engine.verify import verify_proof
-from envelopay.flows import Action, Direction, FlowState, Step
+from envelopay.flows import Action, FlowState, Step
 from envelopay.ledger.store import ProofKey
 from envelopay.protocol.codes import OopsCode
-from envelopay.protocol.messages import Invoice, Message, Methods, Offer, Oops, Order, Pay, Which
-from envelopay.rails.binding import BINDING_SCHEME
+from envelopay.protocol.messages import Message, Oops
 
 __all__ = ["ActionDriver"]
 
@@ -109,92 +107,24 @@ class ActionDriver:
             job_id,
         )
 
-    def _ctx(self, work: Work, now: datetime) -> Context:
-        return Context(
-            local=self.settings.address,
-            peer=work.peer,
-            flow_id=work.flow_id,
-            kind=work.fs.kind,
-            state=work.fs.state,
-            data=work.fs.data,
-            now=now,
-            new_id=self.settings.new_id,
-            verdict=work.verdict,
-        )
-
-    async def _ask(self, fn: Callable[[], Awaitable[Any]]) -> Any:
+    async def _ask(self, call: answers.Call) -> Any:
+        """The application's answer; a handler that raises is a refusal, task_failed."""
         try:
-            return await fn()
+            return await call(self.settings.app)
         except Exception as exc:
             _log.exception("application handler raised")
             return Refuse(OopsCode.TASK_FAILED, f"handler raised {type(exc).__name__}")
 
-    def _question(
-        self, action: Action, message: Message, work: Work, now: datetime
-    ) -> Callable[[], Awaitable[Any]]:
-        """The application's question this action asks (a call not made yet)."""
-        app, ctx = self.settings.app, self._ctx(work, now)
-        if action is Action.DECIDE_METHODS:
-            assert isinstance(message, Which)
-            return partial(app.methods, message, ctx)
-        if action is Action.DECIDE_ORDER:
-            assert isinstance(message, Order)
-            paid = work.verdict.observed_amount if work.verdict is not None else None
-            return partial(app.order, message, ctx, paid=paid)
-        if action is Action.FULFILL:
-            assert isinstance(message, Pay)
-            order = order_of(work.fs.data)
-            if order is None:
-                return partial(_refused, Refuse(OopsCode.TASK_FAILED, "no ORDER recorded in this flow"))
-            return partial(app.fulfill, order, message, ctx)
-        if action is Action.DECIDE_OFFER:
-            assert isinstance(message, Offer)
-            return partial(app.offer, message, ctx)
-        return partial(_refused, None)
-
     async def _decide(
         self, action: Action, mail: InboundMail, message: Message, work: Work, now: datetime
     ) -> None:
-        decision = await self._ask(self._question(action, message, work, now))
+        asked = answers.question(action, message, work, answers.context(self.settings, work, now))
+        decision = await self._ask(asked) if callable(asked) else asked
         if isinstance(decision, Enqueue):  # no answer now: the job runner's, later
             work.job = job_of(decision, message, work, mail.parsed.message_id, self.settings.address, now)
             work.notices.append(self._notice(mail, message, work, work.job.job_id))
             self.status.tell_accepted(mail, message, work, now)  # WAIT queued, to a buyer that asked for it
             return
-        self.apply(mail, decision, work, now)
-
-    def apply(self, mail: InboundMail, decision: Any, work: Work, now: datetime) -> None:
-        """The application's answer in the flow: an OOPS, silence, or a reply its table takes."""
-        if decision is None:
-            return  # silence is always valid
-        rec = self.recorder
-        if isinstance(decision, OopsCode):
-            decision = Refuse(decision)
-        if isinstance(decision, Refuse):
-            oops = rec.oops(decision.code, decision.note, mail.protocol_id, decision.extra)
-            work.replies.append(rec.reply(mail, work.peer, oops, now))
-            work.oops, work.detail = decision.code, decision.note
-            return
-        decision = self.bind_proof(decision, work.peer)  # an ACCEPT's counter-payment
-        if isinstance(decision, Invoice | Methods) and decision.binding is None:
-            # Tell the payer what binding its proof must carry (SPEC.md "Proof binding").
-            decision = decision.model_copy(update={"binding": BINDING_SCHEME})
-        out_step = flows.step(work.fs, decision, Direction.OUT)
-        if not out_step.ok:
-            _log.error(
-                "application answered %s, which the %s table refuses in state %s",
-                decision.type,
-                work.fs.kind,
-                work.fs.state,
-            )
-            oops = rec.oops(OopsCode.TASK_FAILED, "the worker could not answer", mail.protocol_id)
-            work.replies.append(rec.reply(mail, work.peer, oops, now))
-            work.oops, work.detail = OopsCode.TASK_FAILED, f"illegal reply {decision.type}"
-            return
-        data = stamp_invoice(decision, out_step.data, now)
-        work.fs = FlowState(work.fs.kind, work.fs.side, out_step.state, data)
-        work.replies.append(rec.reply(mail, work.peer, decision, now))
-
-
-async def _refused(decision: Refuse | None) -> Refuse | None:
-    return decision
+        if isinstance(decision, Message):
+            decision = self.bind_proof(decision, work.peer)  # an ACCEPT's counter-payment
+        answers.apply(self.recorder, mail, decision, work, now)
