@@ -79,7 +79,8 @@ def test_enforcer_and_garden_compact(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     assert json.loads(res.output) | {"cutoff": 0} == {"command": "enforcer compact", "ok": True, "exit": 0,
                                                        "cutoff": 0, "sends": 0, "outcomes": 0, "counters": 0,
-                                                       "claims": 0, "spend_counters": 0, "payments": 0}
+                                                       "claims": 0, "spend_counters": 0, "payments": 0,
+                                                       "refusals": 0}
     short = runner.invoke(app, ["enforcer", "compact", "--db", str(db), "--older-than", "0.001"])
     assert short.exit_code == 2 and "duplicate window" in short.output
 

@@ -126,8 +126,8 @@ async def test_an_old_database_is_adopted_in_place(where: tuple[str, str]) -> No
         await p.open()
         versions = await store.fetch("SELECT component, version FROM ep_versions ORDER BY 1, 2", ())
         assert [(r["component"], r["version"]) for r in versions] == [
-            ("enforcer_send", 1), ("enforcer_send", 2), ("enforcer_spend", 1), ("enforcer_spend", 2),
-            ("enforcer_spend", 3),
+            ("enforcer_send", 1), ("enforcer_send", 2), ("enforcer_send", 3),
+            ("enforcer_spend", 1), ("enforcer_spend", 2), ("enforcer_spend", 3),
         ]
         agent = await store.agent_by_token("h1")
         assert agent is not None and agent.name == "old"

@@ -18,7 +18,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from envelopay.enforcer.send.mime import compose_request
 from envelopay.enforcer.send.model import (
@@ -27,10 +27,10 @@ from envelopay.enforcer.send.model import (
     Agent,
     Decision,
     Disposition,
-    DispositionStatus,
     Policy,
     QueueRow,
     QueueState,
+    RefusedRequest,
     SendRequest,
 )
 from envelopay.enforcer.send.policy import (
@@ -40,6 +40,7 @@ from envelopay.enforcer.send.policy import (
     fingerprint,
     valid_address,
 )
+from envelopay.enforcer.send.refusals import Refused, send_summary
 from envelopay.enforcer.send.store import EnforcerStore, QueueCursor
 from envelopay.errors import StoreError, TransportError, UsageError
 from envelopay.mail.transport import Envelope, Transport
@@ -48,21 +49,11 @@ from envelopay.protocol.headers import HeaderRefusal, read_headers
 if TYPE_CHECKING:
     from envelopay.dkim import Signer  # the module loads cryptography: for types only
 
-__all__ = ["Enforcer", "hash_token"]
+__all__ = ["KILLED", "Enforcer", "hash_token"]
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 _DOMAIN = re.compile(rf"@?{_LABEL}(?:\.{_LABEL})+")
-_QUEUE_STATUS: dict[str, DispositionStatus] = {
-    "PENDING": "pending_approval",
-    "APPROVED": "pending_approval",
-    "REJECTED": "blocked",
-    "SENT": "sent",
-    "FAILED": "failed",
-}
-_STATE_NAMES = {"PENDING": "pending", "APPROVED": "approved", "REJECTED": "rejected", "SENT": "sent",
-                "FAILED": "failed"}
-
 
 # The reason recorded when the kill switch stopped a send right before delivery.
 KILLED = "agent killed before delivery"
@@ -127,9 +118,11 @@ class Enforcer:
 
         Nothing is consumed by a refusal: the message is composed (exactly as it will be
         sent) before any claim or cap is taken; claims are released and cap slots given
-        back when a later step refuses."""
+        back when a later step refuses. An identified agent's refused request is kept for
+        the activity page (`note_refusal`)."""
         checked = check_request(raw)  # 1-2: shape, headers, content: no I/O yet
         if isinstance(checked, Disposition):
+            await self.note_refusal(token, "send", "send", send_summary(raw), checked)
             return checked
         req = checked
         try:
@@ -138,6 +131,30 @@ class Enforcer:
             return Disposition(status="failed", reason=f"store error: {exc}")
         if agent is None:
             return Disposition(status="blocked", reason="unknown agent")
+        d = await self._send_as(agent, req)
+        if d.status == "blocked" and d.id is None:  # refused outright: no send row says so
+            await self.note_refusal(agent, "send", "send", send_summary(raw), d)
+        return d
+
+    async def note_refusal(
+        self, who: Agent | str | None, side: Literal["send", "spend"], operation: str, summary: str,
+        d: Refused,
+    ) -> None:
+        """Keep an identified agent's refused request (`who`: the agent, or the token it
+        gave); an unknown token is not an agent's request and is not kept. A store that
+        cannot keep it changes nothing of the answer."""
+        try:
+            agent = who if isinstance(who, Agent) else await self.agent_for(who)
+            if agent is None:
+                return
+            await self.store.record_refusal(RefusedRequest(
+                id=self.new_id(), agent_id=agent.id, side=side, operation=operation,
+                code=d.code or "invalid_request", reason=d.reason, summary=summary, created_at=self.clock(),
+            ))
+        except StoreError:
+            return
+
+    async def _send_as(self, agent: Agent, req: SendRequest) -> Disposition:
         if agent.killed:
             return Disposition(status="blocked", reason="killed", code="killed")
         refused = check_sender(req, agent)  # 4: sender pin
@@ -185,13 +202,13 @@ class Enforcer:
         """None when this send now holds the Message-ID; else the answer to give."""
         prior = await self.store.send_by_message_id(agent.id, message_id)
         if prior is not None and prior.state != "FAILED":
-            return self._disposition(prior)
+            return prior.disposition()
         if await self.store.claim(agent.id, "msgid", message_id, send_id, now, now - self.claim_timeout):
             return None
         holder = await self.store.claim_holder(agent.id, "msgid", message_id)
         row = await self.store.get_send(holder) if holder is not None else None
         if row is not None and row.state != "FAILED":
-            return self._disposition(row)
+            return row.disposition()
         # Another executor holds it and has not recorded an outcome yet (or just failed).
         return Disposition(status="failed", reason="a send with this Message-ID is in flight; ask again",
                            code="in_flight")
@@ -337,21 +354,7 @@ class Enforcer:
             return Disposition(status="failed", reason=f"store error: {exc}")
         if agent is None or row is None or row.agent_id != agent.id:
             return Disposition(status="unknown", id=send_id)
-        return self._disposition(row)
-
-    @staticmethod
-    def _disposition(row: QueueRow) -> Disposition:
-        state = _STATE_NAMES[row.state]
-        approval = row.id if row.decided_at is not None or row.state == "PENDING" else None
-        status = _QUEUE_STATUS[row.state]
-        return Disposition(
-            status=status,
-            reason=row.reason,
-            message_id=row.message_id if row.state == "SENT" else None,
-            approval_id=approval,
-            id=row.id,
-            state=state,
-        )
+        return row.disposition()
 
     # -- operators ----------------------------------------------------------------------
 
@@ -480,4 +483,4 @@ class Enforcer:
             return Decision(ok=False, state=observed, detail="finished by another executor")
         done = await self.store.get_send(send_id)
         assert done is not None
-        return Decision(ok=final == "SENT", state=final, detail=detail, disposition=self._disposition(done))
+        return Decision(ok=final == "SENT", state=final, detail=detail, disposition=done.disposition())

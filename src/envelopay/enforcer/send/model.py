@@ -112,6 +112,15 @@ class Agent:
         }
 
 
+_QUEUE_STATUS: dict[str, DispositionStatus] = {
+    "PENDING": "pending_approval",
+    "APPROVED": "pending_approval",
+    "REJECTED": "blocked",
+    "SENT": "sent",
+    "FAILED": "failed",
+}
+
+
 @dataclass(frozen=True, slots=True)
 class QueueRow:
     """One recorded send: a queued approval or a direct send (status SENT/FAILED)."""
@@ -126,6 +135,15 @@ class QueueRow:
     decided_at: float | None = None
     decided_by: str | None = None
     agent_name: str = ""
+
+    def disposition(self) -> Disposition:
+        """The answer this row gives an agent asking about its send."""
+        approval = self.id if self.decided_at is not None or self.state == "PENDING" else None
+        return Disposition(
+            status=_QUEUE_STATUS[self.state], reason=self.reason,
+            message_id=self.message_id if self.state == "SENT" else None, approval_id=approval,
+            id=self.id, state=self.state.lower(),
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -147,3 +165,21 @@ class QueueRow:
 @dataclass(frozen=True, slots=True)
 class Decision(Decided[Disposition]):
     """The answer to an operator decision on a held send."""
+
+
+@dataclass(frozen=True, slots=True)
+class RefusedRequest:
+    """A request the enforcer refused outright, as the activity page lists it: which side
+    (send, spend) and operation, the code, the reason, and a short summary of what was
+    asked (recipient and subject, or amount and payee)."""
+
+    id: str
+    agent_id: str
+    side: Literal["send", "spend"]
+    operation: str
+    code: str
+    reason: str
+    summary: str
+    created_at: float
+    agent_name: str = ""
+

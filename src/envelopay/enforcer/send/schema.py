@@ -7,7 +7,7 @@ from __future__ import annotations
 from envelopay.persist import Migrations
 from envelopay.persist import Step as MigrationStep
 
-__all__ = ["AGENT_COLS", "PG_SQL", "SEND_COLS", "SEND_MIGRATIONS", "SQL"]
+__all__ = ["AGENT_COLS", "PG_SQL", "REFUSALS", "SEND_COLS", "SEND_MIGRATIONS", "SQL"]
 
 SCHEMA = [
     """CREATE TABLE IF NOT EXISTS enf_agents (
@@ -76,6 +76,24 @@ ACTIVITY_INDEXES = (
     "CREATE INDEX IF NOT EXISTS enf_sends_agent_activity ON enf_sends (agent_id, created_at, id)",
 )
 
+# Requests the enforcer refused outright (an identified agent's: a shape it does not
+# accept, killed, not composable, a duplicate, a spend check), kept for the console's
+# activity: what was asked, the code and the reason. Nothing else reads them; retention
+# removes them with the finished sends.
+REFUSALS = (
+    """CREATE TABLE IF NOT EXISTS enf_refusals (
+        id TEXT PRIMARY KEY,
+        agent_id TEXT NOT NULL,
+        side TEXT NOT NULL CHECK (side IN ('send', 'spend')),
+        operation TEXT NOT NULL,
+        code TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        summary TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS enf_refusals_activity ON enf_refusals (created_at, id)",
+    "CREATE INDEX IF NOT EXISTS enf_refusals_agent_activity ON enf_refusals (agent_id, created_at, id)",
+)
+
 # The send side's schema, one migrator step per change (envelopay.persist). Step 1 is the
 # schema as every release before the migrator made it, all IF NOT EXISTS: a database one of
 # them created is adopted by running it again.
@@ -86,10 +104,14 @@ SEND_MIGRATIONS = Migrations(
             1, "agents, counters, sends, claims, outcomes", {"sqlite": SCHEMA, "postgres": SCHEMA}
         ),
         MigrationStep(2, "activity indexes", {"sqlite": ACTIVITY_INDEXES, "postgres": ACTIVITY_INDEXES}),
+        MigrationStep(3, "refused requests", {"sqlite": REFUSALS, "postgres": REFUSALS}),
     ),
 )
 
 AGENT_COLS = "id, name, address, status, hourly_cap, daily_cap, allow"
+REFUSAL_COLS = (
+    "r.id, r.agent_id, r.side, r.operation, r.code, r.reason, r.summary, r.created_at, a.name AS agent_name"
+)
 SEND_COLS = (
     "s.id, s.agent_id, s.state, s.reason, s.request, s.message_id, s.created_at, s.decided_at,"
     " s.decided_by, a.name AS agent_name"
@@ -124,6 +146,12 @@ SQL = {
     " WHERE (s.decided_at IS NOT NULL OR s.state = 'PENDING') AND s.state = ?"
     " ORDER BY s.created_at DESC, s.id DESC LIMIT ?",
     # The console's activity: every recorded send, newest first, before a (time, id).
+    "insert_refusal": "INSERT INTO enf_refusals (id, agent_id, side, operation, code, reason, summary,"
+    " created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+    "refusals": f"SELECT {REFUSAL_COLS} FROM enf_refusals r LEFT JOIN enf_agents a ON a.id = r.agent_id"
+    " WHERE (r.created_at, r.id) < (?, ?) ORDER BY r.created_at DESC, r.id DESC LIMIT ?",
+    "refusals_of": f"SELECT {REFUSAL_COLS} FROM enf_refusals r LEFT JOIN enf_agents a ON a.id = r.agent_id"
+    " WHERE (r.created_at, r.id) < (?, ?) AND r.agent_id = ? ORDER BY r.created_at DESC, r.id DESC LIMIT ?",
     "activity": f"SELECT {SEND_COLS} FROM enf_sends s LEFT JOIN enf_agents a ON a.id = s.agent_id"
     " WHERE (s.created_at, s.id) < (?, ?) ORDER BY s.created_at DESC, s.id DESC LIMIT ?",
     "activity_of": f"SELECT {SEND_COLS} FROM enf_sends s LEFT JOIN enf_agents a ON a.id = s.agent_id"

@@ -18,7 +18,7 @@ from typing import Any
 
 from envelopay.enforcer.common.batch import Batch, Step
 from envelopay.enforcer.common.rows import first
-from envelopay.enforcer.send.model import Agent, Policy, QueueRow, QueueState, SendRequest
+from envelopay.enforcer.send.model import Agent, Policy, QueueRow, QueueState, RefusedRequest, SendRequest
 from envelopay.enforcer.send.schema import SQL
 from envelopay.persist import Migrations, NamedRow
 
@@ -70,6 +70,24 @@ def _row(row: NamedRow) -> QueueRow:
         decided_by=row["decided_by"],
         agent_name=row["agent_name"] or "",
     )
+
+
+def _refusal(row: NamedRow) -> RefusedRequest:
+    return RefusedRequest(
+        id=row["id"], agent_id=row["agent_id"], side=row["side"], operation=row["operation"],
+        code=row["code"], reason=row["reason"], summary=row["summary"],
+        created_at=float(row["created_at"]), agent_name=row["agent_name"] or "",
+    )
+
+
+REFUSAL_TEXT = 300  # characters of a refusal's reason and summary kept
+
+
+def _storable(text: str, limit: int) -> str:
+    """Text from a refused request as both databases store it: a lone surrogate or a NUL
+    (what some refusals are about) written as its escape, cut to `limit` characters."""
+    clean = text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
+    return clean[:limit]
 
 
 QUEUE_ORDER: tuple[QueueState, ...] = ("PENDING", "APPROVED", "FAILED", "REJECTED", "SENT")
@@ -256,6 +274,25 @@ class EnforcerStore(ABC):
         else:
             rows = await self.execute("activity_of", (at, ident, agent_id, limit))
         return [_row(r) for r in rows]
+
+    async def record_refusal(self, r: RefusedRequest) -> None:
+        """Keep a refused request for the activity page (the side that refused writes it)."""
+        await self.execute(
+            "insert_refusal",
+            (r.id, r.agent_id, r.side, _storable(r.operation, 64), _storable(r.code, 64),
+             _storable(r.reason, REFUSAL_TEXT), _storable(r.summary, REFUSAL_TEXT), r.created_at),
+        )
+
+    async def refusals(
+        self, agent_id: str | None, limit: int, before: tuple[float, str] | None = None
+    ) -> list[RefusedRequest]:
+        """Refused requests, newest first, optionally one agent's; `before` as activity's."""
+        at, ident = before if before is not None else (float("inf"), "")
+        if agent_id is None:
+            rows = await self.execute("refusals", (at, ident, limit))
+        else:
+            rows = await self.execute("refusals_of", (at, ident, agent_id, limit))
+        return [_refusal(r) for r in rows]
 
     async def approve(self, send_id: str, by: str, now: float) -> bool:
         return bool(await self.execute("approve", (by, now, now, send_id)))

@@ -166,12 +166,13 @@ def _next(query: dict[str, str], key: str, rows: list[Any]) -> str | None:
 
 
 async def _activity(request: web.Request) -> web.Response:
-    """Sends and payments in every state, newest first, filterable by agent, paged."""
+    """Sends and payments in every state, and the requests refused outright, newest
+    first, filterable by agent, each table paged."""
     if _session(request) is None:
         return _html("login.html", title="envelopay enforcer — sign in")
     enforcer, payments = request.app[ENFORCER], request.app.get(PAYMENTS)
     name = request.query.get("agent", "").strip() or None
-    context: dict[str, Any] = {"agent": name, "sends": [], "payments": [], "problem": ""}
+    context: dict[str, Any] = {"agent": name, "sends": [], "payments": [], "refused": [], "problem": ""}
     try:
         agent = await enforcer.store.agent_by_name(name) if name else None
         if name and agent is None:
@@ -181,12 +182,15 @@ async def _activity(request: web.Request) -> web.Response:
         sends = await enforcer.store.activity(agent_id, want, _before(query.get("sends_before")))
         paid = ([] if payments is None else
                 await payments.store.activity(agent_id, want, _before(query.get("payments_before"))))
+        refused = await enforcer.store.refusals(agent_id, want, _before(query.get("refused_before")))
     except UsageError as exc:
         context["problem"] = str(exc)
     else:
         context.update(sends=sends[:ACTIVITY_PAGE], payments=paid[:ACTIVITY_PAGE],
+                       refused=refused[:ACTIVITY_PAGE],
                        sends_next=_next(dict(query), "sends_before", sends),
-                       payments_next=_next(dict(query), "payments_before", paid))
+                       payments_next=_next(dict(query), "payments_before", paid),
+                       refused_next=_next(dict(query), "refused_before", refused))
     return _html("activity.html", title="envelopay enforcer — activity", **context)
 
 

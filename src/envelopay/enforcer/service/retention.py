@@ -12,6 +12,7 @@
   a duplicate guard's fingerprint claim (it is taken over after `dedupe_window`), and a
   Message-ID claim whose send has been deleted (taken over after `claim_timeout`).
 - Spend counters (`enf_spend_counters`) go as the mail cap counters do.
+- Refused requests (`enf_refusals`, the activity page's) older than the window go.
 - Payment intents are kept, in their smallest form: a finished one (SENT, FAILED,
   REJECTED) not updated within the window keeps every column an answer reads — its key,
   invoice, state, code, amount, asset, payee, tx id and PAY Message-ID, so a retried call
@@ -49,6 +50,7 @@ class EnforcerCompactReport:
     claims: int = 0
     spend_counters: int = 0
     payments: int = 0  # intents compacted
+    refusals: int = 0  # refused requests kept for the activity page
 
     def to_json(self) -> dict[str, float | int]:
         return {
@@ -59,6 +61,7 @@ class EnforcerCompactReport:
             "claims": self.claims,
             "spend_counters": self.spend_counters,
             "payments": self.payments,
+            "refusals": self.refusals,
         }
 
 
@@ -98,7 +101,21 @@ async def compact_enforcer(
             store, "enf_spend_counters", "agent_id, asset, win, slot", win, bound, batch
         )
     report.payments = await _compact_intents(store, report.cutoff, now, batch)
+    report.refusals = await _old_refusals(store, report.cutoff, batch)
     return report
+
+
+async def _old_refusals(store: EnforcerStore, cutoff: float, batch: int) -> int:
+    """Delete refused requests older than `cutoff`, oldest first (the activity index)."""
+    gone = 0
+    rows_of = _batch(store, "enf_refusals", "id", "created_at < ?", "created_at")
+    while True:
+        rows = await store.execute_sql(
+            f"DELETE FROM enf_refusals WHERE {rows_of} RETURNING 1", (cutoff, batch)
+        )
+        gone += len(rows)
+        if len(rows) < batch:
+            return gone
 
 
 def _batch(store: EnforcerStore, table: str, key: str, where: str, order: str) -> str:

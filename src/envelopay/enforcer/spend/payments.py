@@ -44,7 +44,7 @@ from envelopay.errors import StoreError, UsageError
 from envelopay.rails.amounts import human_amount
 from envelopay.rails.custodial import CustodialPayer
 
-__all__ = ["CRASH_ENV", "Payments", "crash_hook_from_env"]
+__all__ = ["CRASH_ENV", "Payments", "crash_hook_from_env", "payment_summary"]
 
 CRASH_ENV = "ENVELOPAY_ENFORCER_CRASH_AT"
 CRASH_POINTS = ("after_intent", "after_sign", "after_broadcast", "after_record")
@@ -61,6 +61,18 @@ def crash_hook_from_env(env: Mapping[str, str] = os.environ) -> Callable[[str], 
 
     return hook
 
+
+
+def payment_summary(raw: Mapping[str, Any]) -> str:
+    """What a payment call asked, in a line for the activity page (read loosely: it may be
+    the malformed call being refused)."""
+    if raw.get("invoice"):
+        return f"INVOICE {str(raw.get('invoice'))[:120]}"
+    amount, token, chain = (str(raw.get(k) or "") for k in ("amount", "token", "chain"))
+    to = raw.get("to")
+    to_text = ", ".join(str(x) for x in to) if isinstance(to, list) else str(to or "")
+    asked = " ".join(x for x in (amount, token, f"on {chain}" if chain else "") if x)
+    return " — ".join(x for x in (asked, f"to {to_text}" if to_text else "") if x)
 
 
 class Payments:
@@ -97,10 +109,13 @@ class Payments:
     # -- the agent's operations -----------------------------------------------------------
 
     async def submit(self, kind: str, token: str | None, raw: Mapping[str, Any]) -> PaymentDisposition:
-        """pay | pay_invoice | offer | accept. Never raises for a verdict."""
+        """pay | pay_invoice | offer | accept. Never raises for a verdict. An identified
+        agent's refused call is kept for the activity page (the send side's note_refusal)."""
         checked = check_payment_request(kind, raw)
         if isinstance(checked, Refusal):
-            return blocked(checked.code, checked.detail)
+            d = blocked(checked.code, checked.detail)
+            await self.enforcer.note_refusal(token, "spend", kind, payment_summary(raw), d)
+            return d
         try:
             # One read: the agent (identity from the token only), its spend policy, the
             # intent already under this key, and its wallet on this chain.
@@ -108,11 +123,12 @@ class Payments:
             ctx = await self.store.context(hash_token(token), checked.chain, key) if token else None
             if ctx is None:
                 return blocked("unknown_agent")
-            if ctx.agent.killed:
-                return blocked("killed")
-            return await decide(self, ctx, checked)
+            d = blocked("killed") if ctx.agent.killed else await decide(self, ctx, checked)
         except StoreError as exc:
             return PaymentDisposition(status="failed", code="store_error", reason=f"store error: {exc}")
+        if d.status == "blocked" and d.id is None:  # refused outright: no intent says so
+            await self.enforcer.note_refusal(ctx.agent, "spend", kind, payment_summary(raw), d)
+        return d
 
     async def _give_back(self, agent_id: str, taken: list[list[Any]]) -> None:
         for entry in taken:
