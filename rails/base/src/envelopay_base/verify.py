@@ -163,6 +163,70 @@ def _malformed_is_unavailable(check: Callable[_NodeCheck, Verdict]) -> Callable[
     return guarded
 
 
+def _paid(
+    tx: Mapping[str, Any], receipt: Mapping[str, Any], expectation: Expectation, asset: AssetInfo
+) -> Verdict | tuple[int, str]:
+    """What the transaction paid the recipient and who paid it (ETH: the value sent;
+    a token: its Transfer logs to the recipient), or the refusal."""
+    sender = _address(tx["from"], "tx.from")
+    recipient = norm_address(expectation.recipient)
+    payer = norm_address(expectation.payer) if expectation.payer else None
+    if asset.address is None:
+        calldata = _data_bytes(tx.get("input", tx.get("data")))
+        if calldata:
+            return Verdict.rejected(Reason.TOKEN_MISMATCH, "calldata present: not a plain ETH transfer")
+        to = tx.get("to")
+        if to is None or _address(to, "tx.to") != recipient:
+            return Verdict.rejected(Reason.RECIPIENT_MISMATCH, f"ETH sent to {to}, expected {recipient}")
+        if payer is not None and sender != payer:
+            return Verdict.rejected(Reason.PAYER_MISMATCH, f"sent by {sender}, expected {payer}")
+        return quantity(tx["value"], "tx.value"), sender
+    logs: Sequence[Mapping[str, Any]] = receipt.get("logs") or []
+    contract = asset.address.lower()
+    matches = matching_transfers(logs, contract, recipient)
+    if not matches:
+        seen = _transfer_logs(logs)
+        if any(to == recipient for _, to in seen):
+            return Verdict.rejected(
+                Reason.TOKEN_MISMATCH, f"transfer to the recipient is not from contract {contract}"
+            )
+        if any(c == contract for c, _ in seen):
+            return Verdict.rejected(Reason.RECIPIENT_MISMATCH, f"no {asset.symbol} transfer to {recipient}")
+        return Verdict.rejected(Reason.TOKEN_MISMATCH, f"no Transfer log from {contract}")
+    if payer is not None and sender != payer:
+        # Bound through the log's `from` topic when the sender is e.g. a relayer.
+        bound = [m for m in matches if m.sender == payer]
+        if not bound:
+            return Verdict.rejected(
+                Reason.PAYER_MISMATCH, f"neither the sender {sender} nor a Transfer's from is {payer}"
+            )
+        matches = bound
+    senders = {m.sender for m in matches}
+    return sum(m.amount for m in matches), senders.pop() if len(senders) == 1 else sender
+
+
+def _block_time(block: Mapping[str, Any] | None, block_number: int) -> datetime:
+    """The mining time of the transaction's block (a missing or mismatched block answer
+    is malformed)."""
+    if block is None:
+        raise MalformedAnswer(f"block {block_number} missing")
+    if quantity(block["number"], "block.number") != block_number:
+        raise MalformedAnswer("block answer is for another height")
+    try:
+        return datetime.fromtimestamp(quantity(block["timestamp"], "block.timestamp"), UTC)
+    except (OverflowError, OSError, ValueError) as exc:
+        raise MalformedAnswer(f"block timestamp out of range: {exc}") from exc
+
+
+def _stale(tx_time: datetime, expectation: Expectation) -> Verdict | None:
+    """The freshness window: mined before it opened or after it closed."""
+    if expectation.not_before is not None and tx_time < _utc(expectation.not_before):
+        return Verdict.rejected(Reason.STALE, f"mined at {tx_time.isoformat()}, before the window opens")
+    if expectation.not_after is not None and tx_time > _utc(expectation.not_after):
+        return Verdict.rejected(Reason.STALE, f"mined at {tx_time.isoformat()}, after the window closed")
+    return None
+
+
 @_malformed_is_unavailable
 def check_payment(
     *,
@@ -202,47 +266,10 @@ def check_payment(
     if quantity(receipt["status"], "receipt.status") != 1:
         return Verdict.rejected(Reason.TX_FAILED, "transaction reverted (receipt status 0)")
 
-    sender = _address(tx["from"], "tx.from")
-    recipient = norm_address(expectation.recipient)
-    payer = norm_address(expectation.payer) if expectation.payer else None
-    logs: Sequence[Mapping[str, Any]] = receipt.get("logs") or []
-
-    if asset.address is None:
-        calldata = _data_bytes(tx.get("input", tx.get("data")))
-        if calldata:
-            return Verdict.rejected(Reason.TOKEN_MISMATCH, "calldata present: not a plain ETH transfer")
-        to = tx.get("to")
-        if to is None or _address(to, "tx.to") != recipient:
-            return Verdict.rejected(Reason.RECIPIENT_MISMATCH, f"ETH sent to {to}, expected {recipient}")
-        if payer is not None and sender != payer:
-            return Verdict.rejected(Reason.PAYER_MISMATCH, f"sent by {sender}, expected {payer}")
-        observed = quantity(tx["value"], "tx.value")
-        observed_payer = sender
-    else:
-        contract = asset.address.lower()
-        matches = matching_transfers(logs, contract, recipient)
-        if not matches:
-            seen = _transfer_logs(logs)
-            if any(to == recipient for _, to in seen):
-                return Verdict.rejected(
-                    Reason.TOKEN_MISMATCH, f"transfer to the recipient is not from contract {contract}"
-                )
-            if any(c == contract for c, _ in seen):
-                return Verdict.rejected(
-                    Reason.RECIPIENT_MISMATCH, f"no {asset.symbol} transfer to {recipient}"
-                )
-            return Verdict.rejected(Reason.TOKEN_MISMATCH, f"no Transfer log from {contract}")
-        if payer is not None and sender != payer:
-            # Bound through the log's `from` topic when the sender is e.g. a relayer.
-            bound = [m for m in matches if m.sender == payer]
-            if not bound:
-                return Verdict.rejected(
-                    Reason.PAYER_MISMATCH, f"neither the sender {sender} nor a Transfer's from is {payer}"
-                )
-            matches = bound
-        observed = sum(m.amount for m in matches)
-        senders = {m.sender for m in matches}
-        observed_payer = senders.pop() if len(senders) == 1 else sender
+    paid = _paid(tx, receipt, expectation, asset)
+    if isinstance(paid, Verdict):
+        return paid
+    observed, observed_payer = paid
 
     if not _amount_ok(observed, expectation):
         word = "at least " if expectation.amount_policy == "at_least" else ""
@@ -252,18 +279,10 @@ def check_payment(
         )
 
     block_number = quantity(tx["blockNumber"], "tx.blockNumber")
-    if block is None:
-        raise MalformedAnswer(f"block {block_number} missing")
-    if quantity(block["number"], "block.number") != block_number:
-        raise MalformedAnswer("block answer is for another height")
-    try:
-        tx_time = datetime.fromtimestamp(quantity(block["timestamp"], "block.timestamp"), UTC)
-    except (OverflowError, OSError, ValueError) as exc:
-        raise MalformedAnswer(f"block timestamp out of range: {exc}") from exc
-    if expectation.not_before is not None and tx_time < _utc(expectation.not_before):
-        return Verdict.rejected(Reason.STALE, f"mined at {tx_time.isoformat()}, before the window opens")
-    if expectation.not_after is not None and tx_time > _utc(expectation.not_after):
-        return Verdict.rejected(Reason.STALE, f"mined at {tx_time.isoformat()}, after the window closed")
+    tx_time = _block_time(block, block_number)
+    stale = _stale(tx_time, expectation)
+    if stale is not None:
+        return stale
 
     if head is None:
         raise MalformedAnswer("no head block number")

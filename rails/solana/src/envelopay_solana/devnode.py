@@ -91,116 +91,126 @@ class SlotClock:
 
 def solana_rpc_handler(chain: LocalSolana, clock: SlotClock | None = None) -> Callable[[str, list[Any]], Any]:
     """A JSON-RPC handler answering from `chain` (see JsonRpcServer), timed by `clock` if given."""
+    return _SolanaRpc(chain, clock).handle
 
-    def context() -> dict[str, Any]:
-        return {"slot": chain.svm.get_clock().slot, "apiVersion": "2.1.0"}
 
-    def config(params: list[Any], index: int) -> dict[str, Any]:
+class _SolanaRpc:
+    """The JSON-RPC methods the devnet's Solana node answers, one method each."""
+
+    def __init__(self, chain: LocalSolana, clock: SlotClock | None) -> None:
+        self.chain = chain
+        self.clock = clock
+
+    def context(self) -> dict[str, Any]:
+        return {"slot": self.chain.svm.get_clock().slot, "apiVersion": "2.1.0"}
+
+    def config(self, params: list[Any], index: int) -> dict[str, Any]:
         value = params[index] if len(params) > index else {}
         return value if isinstance(value, dict) else {}
 
-    def pubkey(value: Any) -> Pubkey:
+    def pubkey(self, value: Any) -> Pubkey:
         try:
             return Pubkey.from_string(str(value))
         except ValueError as exc:
             raise JsonRpcFault(INVALID_PARAMS, f"Invalid param: {exc}") from exc
 
-    def get_transaction(params: list[Any]) -> Any:
-        doc, reached = chain.lookup(str(params[0]))
-        wanted = config(params, 1).get("commitment", "finalized")
+    def get_transaction(self, params: list[Any]) -> Any:
+        doc, reached = self.chain.lookup(str(params[0]))
+        wanted = self.config(params, 1).get("commitment", "finalized")
         if doc is None or reached is None or COMMITMENT_RANK[reached] < COMMITMENT_RANK.get(wanted, 2):
             return None
         return doc
 
-    def get_signature_statuses(params: list[Any]) -> Any:
+    def get_signature_statuses(self, params: list[Any]) -> Any:
         out: list[dict[str, Any] | None] = []
         for sig in params[0]:
-            doc, reached = chain.lookup(str(sig))
+            doc, reached = self.chain.lookup(str(sig))
             if doc is None:
                 out.append(None)
                 continue
-            depth = None if clock is None else clock.confirmations(str(sig))
+            depth = None if self.clock is None else self.clock.confirmations(str(sig))
             out.append({"slot": doc["slot"],
                         "confirmations": None if reached == "finalized" else (depth or 0),
                         "err": doc["meta"]["err"], "status": doc["meta"]["status"],
                         "confirmationStatus": reached})
-        return {"context": context(), "value": out}
+        return {"context": self.context(), "value": out}
 
-    def get_balance(params: list[Any]) -> Any:
-        return {"context": context(), "value": chain.balance(pubkey(params[0]))}
+    def get_balance(self, params: list[Any]) -> Any:
+        return {"context": self.context(), "value": self.chain.balance(self.pubkey(params[0]))}
 
-    def get_token_account_balance(params: list[Any]) -> Any:
-        address = pubkey(params[0])
-        amount = chain.token_balance(address)
+    def get_token_account_balance(self, params: list[Any]) -> Any:
+        address = self.pubkey(params[0])
+        amount = self.chain.token_balance(address)
         if amount is None:
             raise JsonRpcFault(INVALID_PARAMS, "Invalid param: could not find account")
-        with chain._lock:
-            parsed = chain._token_account(address)
-            decimals = chain._decimals(parsed[0]) if parsed else 0
-        return {"context": context(), "value": _ui_amount(amount, decimals)}
+        with self.chain._lock:
+            parsed = self.chain._token_account(address)
+            decimals = self.chain._decimals(parsed[0]) if parsed else 0
+        return {"context": self.context(), "value": _ui_amount(amount, decimals)}
 
-    def get_account_info(params: list[Any]) -> Any:
-        with chain._lock:
-            acct = chain.svm.get_account(pubkey(params[0]))
+    def get_account_info(self, params: list[Any]) -> Any:
+        with self.chain._lock:
+            acct = self.chain.svm.get_account(self.pubkey(params[0]))
         if acct is None or acct.lamports == 0:
-            return {"context": context(), "value": None}
-        return {"context": context(), "value": {
+            return {"context": self.context(), "value": None}
+        return {"context": self.context(), "value": {
             "lamports": acct.lamports, "owner": str(acct.owner), "executable": acct.executable,
             "rentEpoch": 18446744073709551615, "space": len(acct.data),
             "data": [base64.b64encode(bytes(acct.data)).decode(), "base64"]}}
 
-    def get_latest_blockhash(params: list[Any]) -> Any:
-        return {"context": context(), "value": {"blockhash": str(chain.latest_blockhash()),
-                                                "lastValidBlockHeight": chain.svm.get_clock().slot + 150}}
+    def get_latest_blockhash(self, params: list[Any]) -> Any:
+        value = {"blockhash": str(self.chain.latest_blockhash()),
+                 "lastValidBlockHeight": self.chain.svm.get_clock().slot + 150}
+        return {"context": self.context(), "value": value}
 
-    def send_transaction(params: list[Any]) -> Any:
-        opts = config(params, 1)
+    def send_transaction(self, params: list[Any]) -> Any:
+        opts = self.config(params, 1)
         try:
             tx = Transaction.from_bytes(base64.b64decode(str(params[0]), validate=True))
         except (binascii.Error, ValueError) as exc:
             raise JsonRpcFault(INVALID_PARAMS, f"failed to deserialize transaction: {exc}") from exc
         if not opts.get("skipPreflight", False):
-            with chain._lock:
-                sim = chain.svm.simulate_transaction(tx)
+            with self.chain._lock:
+                sim = self.chain.svm.simulate_transaction(tx)
             if isinstance(sim, FailedTransactionMetadata):
                 logs = list(sim.meta().logs())
                 raise JsonRpcFault(PREFLIGHT_FAILURE, f"Transaction simulation failed: {sim.err()}",
                                    {"err": str(sim.err()), "logs": logs})
-        return chain.send(tx).signature if clock is None else clock.send(tx)
+        return self.chain.send(tx).signature if self.clock is None else self.clock.send(tx)
 
-    def request_airdrop(params: list[Any]) -> Any:
-        wallet = pubkey(params[0])
-        chain.airdrop(wallet, int(params[1]))
+    def request_airdrop(self, params: list[Any]) -> Any:
+        wallet = self.pubkey(params[0])
+        self.chain.airdrop(wallet, int(params[1]))
         return str(wallet)  # LiteSVM airdrops carry no signature to report
 
-    def mint_tokens(params: list[Any]) -> Any:
+    def mint_tokens(self, params: list[Any]) -> Any:
         symbol = str(params[1]).upper()
-        if symbol not in chain.mints:
+        if symbol not in self.chain.mints:
             raise JsonRpcFault(INVALID_PARAMS, f"Invalid param: no local mint {symbol}")
-        return str(chain.mint_tokens(pubkey(params[0]), symbol, int(params[2])))
+        return str(self.chain.mint_tokens(self.pubkey(params[0]), symbol, int(params[2])))
 
-    def get_slot(params: list[Any]) -> Any:
-        return chain.slot()
+    def get_slot(self, params: list[Any]) -> Any:
+        return self.chain.slot()
 
-    methods: dict[str, Callable[[list[Any]], Any]] = {
-        "getTransaction": get_transaction,
-        "getSignatureStatuses": get_signature_statuses,
-        "getBalance": get_balance,
-        "getTokenAccountBalance": get_token_account_balance,
-        "getAccountInfo": get_account_info,
-        "getLatestBlockhash": get_latest_blockhash,
-        "sendTransaction": send_transaction,
-        "requestAirdrop": request_airdrop,
-        "envelopay_mintTokens": mint_tokens,
-        "getSlot": get_slot,
-    }
+    def methods(self) -> dict[str, Callable[[list[Any]], Any]]:
+        return {
+            "getTransaction": self.get_transaction,
+            "getSignatureStatuses": self.get_signature_statuses,
+            "getBalance": self.get_balance,
+            "getTokenAccountBalance": self.get_token_account_balance,
+            "getAccountInfo": self.get_account_info,
+            "getLatestBlockhash": self.get_latest_blockhash,
+            "sendTransaction": self.send_transaction,
+            "requestAirdrop": self.request_airdrop,
+            "envelopay_mintTokens": self.mint_tokens,
+            "getSlot": self.get_slot,
+        }
 
-    def handle(method: str, params: list[Any]) -> Any:
-        fn = methods.get(method)
+    def handle(self, method: str, params: list[Any]) -> Any:
+        fn = self.methods().get(method)
         if fn is None:
             raise JsonRpcFault(-32601, "Method not found")
         if method not in ("getLatestBlockhash", "getSlot") and not params:
             raise JsonRpcFault(INVALID_PARAMS, "Invalid params")
         return fn(params)
 
-    return handle
