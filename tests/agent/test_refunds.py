@@ -18,7 +18,7 @@ from envelopay.ledger.refunds import RefundBook, RefundOrder
 from envelopay.ledger.sqlite import SqliteStore
 from envelopay.rails.registry import make
 from envelopay.worker.refund_policy import RefundOnFailure
-from envelopay.worker.refunds import CRASH_POINTS, Refunder, own_key_payer, refund_fields
+from envelopay.worker.refunds import CRASH_POINTS, Refunder, own_key_payer, refund_fields, refunder_for
 
 USDC = 1_000_000
 
@@ -189,3 +189,16 @@ async def test_a_refund_that_cannot_be_made_holds_the_job_for_the_operator(
     assert poor.state == "held" and not poor.answer
     assert poor.fields["refund"]["status"] == "failed" and "insufficient" in poor.fields["refund"]["error"]
     assert balance() in (None, 0)
+
+
+async def test_the_refund_note_a_person_reads_says_the_amount_in_the_assets_units(
+    ledger: SqliteStore | PostgresStore, chain: LocalWorld
+) -> None:
+    # The note is the OOPS's subject: `refunded 1 USDC`, never the smallest units (issue 30).
+    key, _balance, to = _funded(chain)
+    rail = make(chain.chain.split("-")[0], chain.rail_options(key))
+    refunder = refunder_for(ledger, rails={chain.chain: rail}, keys={rail.name: key})
+    done = await RefundOnFailure(refunder).on_failed(_job(chain, to))
+    assert done.state == "refunded"
+    assert f"refunded 1 USDC on {chain.chain} to {to}" in (done.note or "")
+    assert str(USDC) not in (done.note or "") and done.oops["refund"]["amount"] == str(USDC)

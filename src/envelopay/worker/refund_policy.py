@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from envelopay.ledger.jobs import Job
 from envelopay.ledger.refunds import RefundOrder
+from envelopay.rails.amounts import amount_text
 from envelopay.worker.refunds import Refunder, refund_fields
 from envelopay.worker.settle import Settlement
 
@@ -55,7 +56,9 @@ class RefundOnFailure:
         row = result.refund
         if result.status == "paid" and row is not None:
             extra = refund_fields(row)
-            note = f"{why}; refunded {order.amount} {order.token} on {order.chain} to {order.recipient}"
+            # A person reads the note (the OOPS's subject): the asset's units, `0.25 USDC`.
+            amount = amount_text(order.amount, order.token, self.refunder.decimals(order.chain, order.token))
+            note = f"{why}; refunded {amount} on {order.chain} to {order.recipient}"
             return Settlement("refunded", oops=extra, fields=extra, note=note[:200])
         body = refund_fields(row, result.status)["refund"] if row is not None else {"status": result.status}
         body["error"] = result.detail[:200]

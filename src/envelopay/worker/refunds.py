@@ -33,6 +33,7 @@ from typing import Any, Literal, Protocol
 
 from envelopay.errors import ConfigError, RailError, TransportError, UsageError
 from envelopay.ledger.refunds import Refund, RefundBook, RefundOrder
+from envelopay.rails.amounts import Decimals, asset_decimals, no_decimals
 from envelopay.rails.custodial import CustodialPayer, SignedPayment
 from envelopay.rails.interface import Rail
 from envelopay.rails.registry import discover
@@ -209,9 +210,11 @@ class Refunder:
         lease: timedelta = LEASE,
         clock: Clock = lambda: datetime.now(UTC),
         crash: Callable[[str], None] = lambda point: None,
+        decimals: Decimals = no_decimals,
     ) -> None:
         self.book = book
         self.payer = payer
+        self.decimals = decimals  # for the notes a person reads: `0.25 USDC`, not 250000
         # One owner per Refunder (per process): a second process of the same worker, or an
         # operator's command, never takes a refund that a live one is paying; a dead one's
         # rows are recovered when their lease runs out.
@@ -292,4 +295,5 @@ def refunder_for(
     else:
         raw = {name: (k if isinstance(k, bytes) else key_bytes(k)) for name, k in (keys or {}).items()}
         payer = own_key_payer(rails, {c: raw[r.name] for c, r in rails.items() if r.name in raw})
-    return Refunder(RefundBook(store, now=clock()), payer, owner=owner, clock=clock, lease=lease)
+    return Refunder(RefundBook(store, now=clock()), payer, owner=owner, clock=clock, lease=lease,
+                    decimals=asset_decimals(rails))
