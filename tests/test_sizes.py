@@ -1,5 +1,6 @@
 """Small modules and short functions (issue 28, "Done when"): no module of src/envelopay
-over 500 lines and no function over 80, tables excepted (a table is data, read as one).
+or of the rail distributions (rails/*/src) over 500 lines and no function over 80, tables
+excepted (a table is data, read as one).
 
 A module or function that outgrows its bound is split by role, into parts whose names say
 what they do; a table that must stay whole is named in TABLES with why."""
@@ -9,11 +10,12 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "envelopay"
+ROOT = Path(__file__).resolve().parents[1]
+SOURCES = [ROOT / "src" / "envelopay", ROOT / "rails" / "solana" / "src", ROOT / "rails" / "base" / "src"]
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 80
 
-# module path (under src/envelopay) -> why it may be longer: a table, read as one
+# module path (under its source root) -> why it may be longer: a table, read as one
 TABLES: dict[str, str] = {}
 
 
@@ -37,7 +39,7 @@ def oversized(src: Path) -> list[str]:
 
 
 def test_no_module_or_function_outgrows_its_bound() -> None:
-    found = oversized(SRC)
+    found = [f"{src.relative_to(ROOT)}/{line}" for src in SOURCES for line in oversized(src)]
     assert found == [], "\n" + "\n".join(found)
 
 
