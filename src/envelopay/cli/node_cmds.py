@@ -143,6 +143,11 @@ _Console = Annotated[str | None, typer.Option(
     "OOPS; read only) at http://HOST:PORT/console, said on stderr at start (HOST defaults to 127.0.0.1; "
     "PORT 0: any free port). Off by default.")]
 
+_MailConcurrency = Annotated[int, typer.Option(
+    "--mail-concurrency", metavar="N", min=1, max=256, help="Messages the mailbox serves at once (those of "
+    "one thread in their arrival order, other threads beside them), so a WHICH or a new ORDER does not "
+    "wait behind a burst of PAYs verifying on their chains. 1: one at a time.")]
+
 
 def _load(config: Path) -> WorkerConfig:
     from envelopay.config import load_config  # lazy: the command's room loads when it runs, not at CLI start
@@ -157,6 +162,7 @@ worker_app = typer.Typer(help="Run a paid worker mailbox.", no_args_is_help=True
 def worker_serve(
     config: _Config = Path("envelopay.toml"), garden: _Garden = False, log_format: _LogFormat = "text",
     metrics: _Metrics = None, console: _Console = None, as_json: JsonOpt = False,
+    mail_concurrency: _MailConcurrency = 8,  # node.runtime.MAIL_CONCURRENCY (the CLI starts without node/)
 ) -> None:
     """Answer WHICH, ORDER, PAY and OFFER at the configured address until interrupted.
     Each message handled is one line on stderr, and a summary at stop.
@@ -196,7 +202,8 @@ def worker_serve(
                                          log=lambda line: typer.echo(line, err=True),
                                          log_format="json" if log_format == "json" else "text",
                                          metrics_at=where, metrics_ready=scraped.append,
-                                         console_at=pages_at, console_ready=console_ready))
+                                         console_at=pages_at, console_ready=console_ready,
+                                         mail_concurrency=mail_concurrency))
         except OSError as exc:  # the metrics or console port in use, an address we cannot bind
             option = "--console" if scraped or where is None else "--metrics"  # metrics start first
             fail(f"cannot listen for {option}: {exc.strerror or exc}", ENVIRONMENT)

@@ -57,7 +57,7 @@ from envelopay.node.from_config import (
     worker_refunder,
 )
 from envelopay.node.observe import CURRENT, Observer, Seen, tap_parser, timed_rail
-from envelopay.node.runtime import pump
+from envelopay.node.runtime import MAIL_CONCURRENCY, pump
 from envelopay.node.waiting import serve_waiting
 from envelopay.protocol.messages import Message
 from envelopay.protocol.parse import ParseOptions, parse
@@ -232,8 +232,9 @@ class AgentNode:
     async def drain(self) -> DrainReport:
         return await self.drainer.drain()
 
-    async def serve(self, stop: asyncio.Event) -> None:
-        """Handle every message landing in this agent's Maildir until `stop` is set."""
+    async def serve(self, stop: asyncio.Event, *, concurrency: int = MAIL_CONCURRENCY) -> None:
+        """Handle every message landing in this agent's Maildir until `stop` is set, up to
+        `concurrency` at once (one thread's in turn: node/runtime.py `pump`)."""
         if self.maildir is None:
             raise ConfigError(f"{self.address}: no Maildir to serve")
 
@@ -251,7 +252,7 @@ class AgentNode:
 
         waiting = asyncio.create_task(serve_waiting(self, stop))
         try:
-            await pump([self.maildir], consume, stop=stop)
+            await pump([self.maildir], consume, stop=stop, concurrency=concurrency)
         finally:
             await _end_beside(waiting, stop)
             await self.settle()

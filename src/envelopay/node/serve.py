@@ -28,7 +28,7 @@ from envelopay.node.agent_node import (
     imap_config,
 )
 from envelopay.node.jobs import job_runner
-from envelopay.node.runtime import serve_responders
+from envelopay.node.runtime import MAIL_CONCURRENCY, serve_responders
 from envelopay.node.serve_log import LogFormat, ServeLog
 from envelopay.rails.amounts import asset_decimals
 
@@ -51,6 +51,7 @@ async def serve_worker(
     metrics_ready: Callable[[str], None] | None = None,
     console_at: tuple[str, int] | None = None,
     console_ready: Callable[[str], None] | None = None,
+    mail_concurrency: int = MAIL_CONCURRENCY,
 ) -> None:
     """Serve until `stop` is set (or SIGINT/SIGTERM when no event is given).
 
@@ -58,7 +59,8 @@ async def serve_worker(
     when a serving loop died). With `metrics_at` (host, port), GET /metrics answers
     there; `metrics_ready` is told its URL before `ready` is called. With `console_at`,
     the worker's console (node/console.py) answers there; `console_ready` is told its URL
-    (else `echo` says it)."""
+    (else `echo` says it). The Maildir serves up to `mail_concurrency` messages at once
+    (node/runtime.py `pump`)."""
     stop = stop or _signal_stop()
     responders = [Responder.from_config(r) for r in cfg.responders]
     garden, recorded, transport = await _start_garden(cfg, responders, echo) if embedded_garden \
@@ -70,7 +72,8 @@ async def serve_worker(
         node.watch(serve_log)
     runners = await _start_pages(node, garden, recorded, echo, metrics=(metrics_at, metrics_ready),
                                  console=(console_at, console_ready))
-    tasks = _serving_tasks(node, cfg, responders, transport, stop, echo=echo, retry_interval=retry_interval)
+    tasks = _serving_tasks(node, cfg, responders, transport, stop, echo=echo, retry_interval=retry_interval,
+                           mail_concurrency=mail_concurrency)
     echo(
         f"{cfg.agent.address} serving {len(cfg.tasks)} task(s), {len(responders)} responder(s); "
         f"ledger {cfg.agent.ledger}"
@@ -154,7 +157,7 @@ async def _start_page(
 
 def _serving_tasks(
     node: AgentNode, cfg: WorkerConfig, responders: list[Responder], transport: Transport | None,
-    stop: asyncio.Event, *, echo: Callable[[str], Any], retry_interval: float,
+    stop: asyncio.Event, *, echo: Callable[[str], Any], retry_interval: float, mail_concurrency: int,
 ) -> list[asyncio.Task[Any]]:
     """The loops a worker runs: its inbound transport, its responders (in the garden),
     the outbox's retries and the job runner."""
@@ -166,7 +169,7 @@ def _serving_tasks(
 
         tasks = [asyncio.create_task(serve_agentmail(node, cfg, stop, echo=echo))]
     else:
-        tasks = [asyncio.create_task(node.serve(stop))]
+        tasks = [asyncio.create_task(node.serve(stop, concurrency=mail_concurrency))]
     if responders and cfg.transport.kind == "garden":
         root = cfg.path(cfg.transport.garden_root)
         mapping = {mailbox_path(root, r.address): r for r in responders}
