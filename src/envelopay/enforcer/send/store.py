@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from envelopay.enforcer.common.batch import Batch, Step
-from envelopay.enforcer.common.rows import first
+from envelopay.enforcer.common.rows import first, newest_first
 from envelopay.enforcer.send.model import Agent, Policy, QueueRow, QueueState, RefusedRequest, SendRequest
 from envelopay.enforcer.send.schema import SQL
 from envelopay.persist import Migrations, NamedRow
@@ -268,12 +268,7 @@ class EnforcerStore(ABC):
     ) -> list[QueueRow]:
         """Recorded sends (queued, sent, failed, rejected), newest first, optionally one
         agent's; `before` is the (created_at, id) of the previous page's last row."""
-        at, ident = before if before is not None else (float("inf"), "")
-        if agent_id is None:
-            rows = await self.execute("activity", (at, ident, limit))
-        else:
-            rows = await self.execute("activity_of", (at, ident, agent_id, limit))
-        return [_row(r) for r in rows]
+        return [_row(r) for r in await self.execute(*newest_first("activity", agent_id, limit, before))]
 
     async def record_refusal(self, r: RefusedRequest) -> None:
         """Keep a refused request for the activity page (the side that refused writes it)."""
@@ -287,12 +282,7 @@ class EnforcerStore(ABC):
         self, agent_id: str | None, limit: int, before: tuple[float, str] | None = None
     ) -> list[RefusedRequest]:
         """Refused requests, newest first, optionally one agent's; `before` as activity's."""
-        at, ident = before if before is not None else (float("inf"), "")
-        if agent_id is None:
-            rows = await self.execute("refusals", (at, ident, limit))
-        else:
-            rows = await self.execute("refusals_of", (at, ident, agent_id, limit))
-        return [_refusal(r) for r in rows]
+        return [_refusal(r) for r in await self.execute(*newest_first("refusals", agent_id, limit, before))]
 
     async def approve(self, send_id: str, by: str, now: float) -> bool:
         return bool(await self.execute("approve", (by, now, now, send_id)))

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from envelopay.enforcer.common.batch import Batch, Step
-from envelopay.enforcer.common.rows import first
+from envelopay.enforcer.common.rows import first, newest_first
 from envelopay.enforcer.send.backends import PostgresStore
 from envelopay.enforcer.send.store import EnforcerStore, agent_row
 from envelopay.enforcer.spend.intent import Context, Intent, IntentState, intent_row, wallet_row
@@ -188,12 +188,7 @@ class PaymentStore:
     ) -> list[Intent]:
         """Payment intents in every state, newest first, optionally one agent's; `before`
         is the (created_at, id) of the previous page's last row."""
-        at, ident = before if before is not None else (float("inf"), "")
-        if agent_id is None:
-            rows = await self._x("activity", (at, ident, limit))
-        else:
-            rows = await self._x("activity_of", (at, ident, agent_id, limit))
-        return [intent_row(r) for r in rows]
+        return [intent_row(r) for r in await self._x(*newest_first("activity", agent_id, limit, before))]
 
     async def in_flight(self) -> list[Intent]:
         return [intent_row(r) for r in await self._x("in_flight", ())]
