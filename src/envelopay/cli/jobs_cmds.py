@@ -18,6 +18,7 @@ import typer
 
 from envelopay.cli.options import JsonOpt
 from envelopay.cli.output import FAILED, OK, answers, finish, ran, table
+from envelopay.rails.amounts import Decimals, amount_text, no_decimals
 
 __all__ = ["jobs_list", "jobs_refund", "jobs_retry", "register"]
 
@@ -33,33 +34,48 @@ def jobs_list(config: _Config = Path("envelopay.toml"), state: _State = None, li
               as_json: JsonOpt = False) -> None:
     """The worker's jobs, newest first: state, task, what was paid, and any refund."""
     # lazy: the node and its ledger load only when the command runs
+    from envelopay.client.ledger_reads import config_decimals
     from envelopay.config import load_config
     from envelopay.node.job_admin import job_doc, list_jobs
 
     with answers(as_json=as_json):
-        jobs = list_jobs(load_config(config), state or (), limit)
+        cfg = load_config(config)
+        jobs = list_jobs(cfg, state or (), limit)
     doc = ran("jobs list", jobs=[job_doc(j) for j in jobs])
     if not as_json:
-        rows = [(j.job_id, j.state, j.task, f"{j.amount} {j.token or ''}".strip(), j.peer,
+        decimals = config_decimals(cfg) if any(j.token for j in jobs) else no_decimals
+        rows = [(j.job_id, j.state, j.task, _paid(j.amount, j.token, j.chain, decimals), j.peer,
                  str((j.refund or {}).get("status") or ""), (j.error or "")[:40]) for j in jobs]
-        table(("JOB", "STATE", "TASK", "PAID", "PEER", "REFUND", "ERROR"), rows)
+        # The id whole: the operator copies it into `jobs refund JOB` / `jobs retry JOB`.
+        table(("JOB", "STATE", "TASK", "PAID", "PEER", "REFUND", "ERROR"), rows, overflow=True,
+              whole=("JOB", "STATE", "PAID"))
     finish(as_json, doc)
+
+
+def _paid(amount: int | str | None, token: str | None, chain: str | None, decimals: Decimals) -> str:
+    """What a person reads of a job's or a refund's amount: `0.25 USDC` (the JSON keeps 250000)."""
+    if not token or amount is None:
+        return "free" if not amount or str(amount) == "0" else str(amount)
+    return amount_text(int(amount), token, decimals(chain or "", token))
 
 
 def jobs_refund(job: _Job, config: _Config = Path("envelopay.toml"), as_json: JsonOpt = False) -> None:
     """Refund a held paid job to the wallet that paid it, once, and tell the buyer (OOPS
     task_failed with the refund)."""
     # lazy: the node, its rails and the ledger load only when the command runs
+    from envelopay.client.ledger_reads import config_decimals
     from envelopay.config import load_config
     from envelopay.node.job_admin import job_doc, refund_job
 
     with answers(as_json=as_json):
-        act = asyncio.run(refund_job(load_config(config), job, datetime.now(UTC)))
+        cfg = load_config(config)
+        act = asyncio.run(refund_job(cfg, job, datetime.now(UTC)))
     code = OK if act.done else FAILED
     doc = ran("jobs refund", code, **job_doc(act.job), detail=act.detail)
     refund = dict(act.job.refund or {})
-    line = (f"{job}: refunded {refund.get('amount')} {refund.get('token')} on {refund.get('chain')} "
-            f"to {refund.get('wallet')}" if act.done
+    amount = _paid(refund.get("amount"), refund.get("token"), refund.get("chain"),
+                   config_decimals(cfg) if act.done else no_decimals)
+    line = (f"{job}: refunded {amount} on {refund.get('chain')} to {refund.get('wallet')}" if act.done
             else f"{job}: {act.job.state}, not refunded: {act.detail}")
     finish(as_json, doc, [line])
 

@@ -161,22 +161,27 @@ def table(
     overflow: bool = False,
     width: int | None = None,
     empty: str | None = None,
+    whole: Sequence[str] = (),
 ) -> None:
-    """A rich table on stdout; `overflow` folds long cells instead of cutting them."""
+    """A rich table on stdout; `overflow` folds long cells instead of cutting them; the
+    `whole` columns (ids a person copies into the next command) are never folded or cut."""
     # lazy: keeps rich off this module's import
     from rich.console import Console
     from rich.table import Table
 
+    cells = [tuple(row) for row in rows]
     out = Table(title=title)
-    for col in columns:
-        if overflow:
+    for i, col in enumerate(columns):
+        if col in whole:
+            wide = max((len(row[i]) for row in cells), default=len(col))
+            out.add_column(col, no_wrap=True, min_width=max(wide, len(col)))
+        elif overflow:
             out.add_column(col, overflow="fold")
         else:
             out.add_column(col)
-    count = 0
-    for row in rows:
+    for row in cells:
         out.add_row(*row)
-        count += 1
+    count = len(cells)
     console = Console(soft_wrap=False, width=width) if width is not None else Console()
     console.print(out)
     if empty is not None and count == 0:
