@@ -23,19 +23,18 @@ doubt or being paid elsewhere: ask again later) or failed (nothing moved).
 from __future__ import annotations
 
 import asyncio
-import json
 import secrets as _secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from envelopay.errors import ConfigError, RailError, TransportError, UsageError
+from envelopay.errors import RailError, TransportError, UsageError
 from envelopay.ledger.refunds import Refund, RefundBook, RefundOrder
 from envelopay.rails.amounts import Decimals, asset_decimals, no_decimals
 from envelopay.rails.custodial import CustodialPayer, SignedPayment
 from envelopay.rails.interface import Rail
+from envelopay.rails.key_file import read_key_file
 from envelopay.rails.registry import discover
 from envelopay.worker.counterpay import CounterPayer
 
@@ -45,7 +44,6 @@ __all__ = [
     "RefundPayer",
     "RefundResult",
     "Refunder",
-    "key_bytes",
     "own_key_payer",
     "refund_fields",
     "refunder_for",
@@ -256,27 +254,6 @@ class Refunder:
         return out
 
 
-def key_bytes(path: str | Path) -> bytes:
-    """A rail key file as the custodial payers take it: a Solana CLI keypair (a JSON array
-    of bytes) or a hex key (Base). Errors name the file, never its contents."""
-    try:
-        text = Path(path).read_text().strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read key file {path}: {type(exc).__name__}") from None
-    if text.startswith("["):
-        try:
-            data = json.loads(text)
-        except ValueError:
-            data = None
-        if isinstance(data, list) and all(isinstance(b, int) and 0 <= b < 256 for b in data):
-            return bytes(data)
-        raise ConfigError(f"{path}: not a JSON array of bytes")
-    try:
-        return bytes.fromhex(text.removeprefix("0x").removeprefix("0X"))
-    except ValueError:
-        raise ConfigError(f"{path}: neither a JSON byte array nor hex") from None
-
-
 def refunder_for(
     store: object,
     *,
@@ -293,7 +270,7 @@ def refunder_for(
     if counter_payer is not None:
         payer = EnforcerPayer(counter_payer)
     else:
-        raw = {name: (k if isinstance(k, bytes) else key_bytes(k)) for name, k in (keys or {}).items()}
+        raw = {name: (k if isinstance(k, bytes) else read_key_file(k)) for name, k in (keys or {}).items()}
         payer = own_key_payer(rails, {c: raw[r.name] for c, r in rails.items() if r.name in raw})
     return Refunder(RefundBook(store, now=clock()), payer, owner=owner, clock=clock, lease=lease,
                     decimals=asset_decimals(rails))

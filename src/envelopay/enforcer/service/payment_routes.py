@@ -13,8 +13,6 @@ No route ever returns key material: wallets are shown as id, chain, address and 
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -27,6 +25,7 @@ from envelopay.enforcer.spend.payments import Payments
 from envelopay.enforcer.spend.payments_exec import approve, reject
 from envelopay.enforcer.spend.policy import SpendPolicy
 from envelopay.errors import ConfigError, UsageError
+from envelopay.rails.key_file import read_key_file
 
 __all__ = ["PAYMENTS", "add_disabled_payment_routes", "add_payment_routes", "decide_payment"]
 
@@ -122,28 +121,6 @@ async def _add_wallet(request: web.Request) -> web.Response:
     except (UsageError, ConfigError) as exc:
         return web.json_response({"error": str(exc)}, status=400)
     return web.json_response({"wallet": record.to_json()}, status=201)
-
-
-def read_key_file(path: str) -> bytes:
-    """A Solana CLI keypair file (JSON array of bytes) or a hex key (Base): the bytes.
-    Errors name the file, never its contents."""
-    try:
-        text = Path(path).read_text().strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read key file {path}: {type(exc).__name__}") from None
-    if text.startswith("["):
-        try:
-            data = json.loads(text)
-        except ValueError:
-            raise UsageError(f"{path}: not a JSON array of bytes") from None
-        if isinstance(data, list) and all(isinstance(b, int) and 0 <= b < 256 for b in data):
-            return bytes(data)
-        raise UsageError(f"{path}: not a JSON array of bytes")
-    hex_text = text[2:] if text[:2] in ("0x", "0X") else text
-    try:
-        return bytes.fromhex(hex_text)
-    except ValueError:
-        raise UsageError(f"{path}: neither a JSON byte array nor hex") from None
 
 
 async def decide_payment(
