@@ -1,9 +1,12 @@
-"""envelopay.enforcer: the send enforcer (issue 7).
+"""envelopay.enforcer: the send enforcer (issue 7), in rooms (docs/DESIGN.md): send/,
+spend/, service/, client/ and what both sides share in common/.
 
 Per-agent identities from tokens, the ordered policy checks, race-free caps, the approval
-queue and the kill switch (`core.Enforcer`), on SQLite or PostgreSQL (`store`), served over
-HTTP/JSON with an operator console (`server`), reached through `client.EnforcerClient`
-(the engine outbox's send hook) and the agents' MCP front (`mcp_server`).
+queue and the kill switch (`send.enforcer.Enforcer`), on SQLite or PostgreSQL
+(`send.store`, `send.backends`), served over HTTP/JSON with an operator console
+(`service.server`), reached through `client.http_client.EnforcerClient` (the engine
+outbox's send hook) and the agents' MCP front (`client.mcp_server`). The names below are
+the public API, re-exported from their rooms.
 """
 
 from envelopay.enforcer.client.http_client import EnforcerClient, OperatorClient, request_from_outbound

@@ -1,5 +1,5 @@
 """The pure half of the send policy: request shape, header fields, content, sender pin,
-allowlist. No I/O here; `core.Enforcer` runs these in order around its store reads.
+allowlist. No I/O here; `send.enforcer.Enforcer` runs these in order around its store reads.
 
 Order (issue 7, cheapest and most terminal first): recipient shape, header fields (and
 content: body cap, simple content only, a valid protocol message) before any I/O; then

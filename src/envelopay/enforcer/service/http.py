@@ -1,5 +1,5 @@
 """What every enforcer route reads from a request the same way: the Bearer token, and a
-JSON object under the send path's limits (requests.decode_send_body: size, depth, huge
+JSON object under the send path's limits (request_bodies.decode_send_body: size, depth, huge
 numbers, lone surrogates)."""
 
 from __future__ import annotations

@@ -149,7 +149,7 @@ async def serve(
     """Serve the enforcer until SIGINT or SIGTERM, then close the server, the SMTP link
     and the store, and tell `stopped` the summary of what it answered. With the spend
     enforcer, in-flight payments are finished every `finish_every` seconds meanwhile
-    (payment_finisher)."""
+    (spend/finisher.py)."""
     # lazy: keeps aiohttp, cryptography, prometheus_client off this module's import
     from envelopay.enforcer.service.server import METRICS, listen_tcp, start_server
 

@@ -40,7 +40,7 @@ _TYPES = frozenset(t.value for t in MessageType)
 # SENT, FAILED or REJECTED, is history: counting those would scan every payment ever made).
 OPEN_STATES = ("PENDING", "APPROVED", *IN_FLIGHT)
 # The predicates of the store's partial indexes, spelled as the store spells them, so the
-# planner reads the index (enforcer/send/store.py enf_sends_queue; payment_store.py
+# planner reads the index (send/schema.py enf_sends_queue; spend/schema.py
 # enf_payments_decided and enf_payments_in_flight).
 _QUEUED = "(decided_at IS NOT NULL OR state = 'PENDING')"
 _MOVING = f"state IN ({', '.join(repr(s) for s in ('APPROVED', *IN_FLIGHT))})"
@@ -147,7 +147,7 @@ class StateCollector(Collector):
         self.snapshot = Snapshot()
 
     async def refresh(self) -> None:
-        hour = time.strftime("%Y-%m-%dT%H", time.gmtime(self.clock()))  # the slots core.py counts in
+        hour = time.strftime("%Y-%m-%dT%H", time.gmtime(self.clock()))  # the slots send/enforcer.py counts in
         day = hour[:10]
         snap = Snapshot()
         snap.approvals["mail"] = await self._count("mail_pending")

@@ -242,7 +242,7 @@ async def _drive_broadcast(r: _Run, i: Intent) -> tuple[Intent, bool]:
     return i, i.state != "BROADCAST"
 
 
-# The intent states an executor drives (intent_states.DRIVEN), each to its driver; every
+# The intent states an executor drives (states.DRIVEN), each to its driver; every
 # other state is at rest (held, decided, PAID awaiting its email, or final).
 _DRIVERS: dict[str, _Driver] = {
     "RESERVED": _drive_reserved,

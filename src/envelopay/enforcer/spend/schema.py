@@ -147,7 +147,7 @@ _COLS = (
 _FROM = " FROM enf_payments p LEFT JOIN enf_agents a ON a.id = p.agent_id"
 # The intent's own agent, by its key: a subquery over every ACTIVE agent costs SQLite a
 # pass over the whole table per statement (8.6 ms at 10,000 agents, against 0.01 ms).
-# FAILED only from the states the intent table allows it from (intent_states.INTENTS).
+# FAILED only from the states the intent table allows it from (states.INTENTS).
 _FAILABLE = sql_list(INTENTS.sources(Move.FAIL))
 ACTIVE_SUB = "SELECT 1 FROM enf_agents a WHERE a.id = enf_payments.agent_id AND a.status = 'ACTIVE'"
 _ACTIVE = f" AND EXISTS ({ACTIVE_SUB})"
