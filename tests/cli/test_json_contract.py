@@ -66,6 +66,10 @@ def _which_flow(w: World, doc: dict[str, Any]) -> None:
     w.saved["flow"] = doc["flow"]["id"]
 
 
+def _done_job(w: World, doc: Any) -> None:
+    w.saved["job"] = next(j["job"] for j in doc["jobs"] if j["state"] == "done" and j["task"] == "digest")
+
+
 def _first_mail(w: World, doc: Any) -> None:
     w.saved["mail"] = next(r["id"] for r in doc if r["subject"] == "contract")
 
@@ -161,6 +165,14 @@ STEPS: list[Step] = [
     ("mail contacts remove", lambda w: ["peer@garden.local", "--config", str(w.ccfg)], 0, "mail_action"),
     ("ledger compact", lambda w: _c(w), 0, "ledger_compact"),
     ("evidence", lambda w: [w.saved["flow"], "--out", str(w.tmp / "evidence"), *_c(w)], 0, "evidence"),
+    # The world has no chain, so no job here was paid and none is held: the ORDER's free job
+    # is listed, and refunding or retrying it (done, not held) is bad input, exit 2. A held
+    # paid job refunded and retried for real: tests/worker/test_refund_served.py.
+    ("jobs list", lambda w: ["-c", str(w.wcfg)], 0, "jobs_list"),
+    ("jobs refund", lambda w: [w.saved["job"], "-c", str(w.wcfg)], 2, "error"),
+    ("jobs retry", lambda w: [w.saved["job"], "-c", str(w.wcfg)], 2, "error"),
+    ("refunds list", lambda w: ["--all", "-c", str(w.wcfg)], 0, "refunds_list"),
+    ("refunds retry", lambda w: ["pay:solana-local:none", "-c", str(w.wcfg)], 2, "error"),
     ("agent create", lambda w: ["sdr", "--address", "sdr@agents.test", *w.operator], 0, "agent_create"),
     ("agent list", lambda w: w.operator, 0, "agent_list"),
     ("agent policy set", lambda w: ["sdr", "--payee", "partner.test", *w.operator], 0, "agent_policy_set"),
@@ -181,6 +193,7 @@ STEPS: list[Step] = [
 AFTER: dict[str, Callable[[World, Any], None]] = {
     "order": lambda w, doc: w.saved.update(order=doc["flow"]["id"]),
     "which": _which_flow,
+    "jobs list": _done_job,
     "mail search": _first_mail,
     "agent create": lambda w, doc: w.saved.update(agent_token=doc["token"]),
     "agent list": lambda w, doc: w.saved.update(pending=asyncio.run(_pending_sends(w))),
@@ -199,6 +212,9 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "ledger compact": ("which",),
     "status": ("which", "order"),
     "evidence": ("which",),
+    "jobs list": ("order",),
+    "jobs refund": ("jobs list",),
+    "jobs retry": ("jobs list",),
     "mail contacts edit": ("mail contacts add",),
     "mail contacts remove": ("mail contacts add",),
     **{c: ("agent create",) for c in ("agent list", "agent policy set", "agent balances", "agent wallet add",

@@ -28,6 +28,7 @@ from envelopay.cli import (
     node_cmds,
     protocol_cmds,
     rails_cmds,
+    refunds_cmds,
     status_cmds,
 )
 from envelopay.cli.options import JsonOpt
@@ -128,7 +129,8 @@ def version(as_json: JsonOpt = False) -> None:
 
 # Each command module mounts its commands; this order is the order `--help` lists them.
 for _module in (protocol_cmds, rails_cmds, mail_cmds, garden_cmds, node_cmds, client_cmds, enforcer_cmds,
-                agent_cmds, approvals_cmds, ledger_cmds, jobs_cmds, devnet_cmds, evidence_cmds, status_cmds):
+                agent_cmds, approvals_cmds, ledger_cmds, jobs_cmds, refunds_cmds, devnet_cmds, evidence_cmds,
+                status_cmds):
     _module.register(app)
 
 

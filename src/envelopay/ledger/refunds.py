@@ -221,6 +221,16 @@ class RefundBook:
             )
         return [self._row(r) for r in rows]
 
+    def recent(self, local: str, limit: int = 100) -> list[Refund]:
+        """Every refund of `local`, newest first (the operator's `envelopay refunds list --all`)."""
+        with self.store.read() as x:
+            rows: Sequence[Row] = x.all(
+                f"SELECT {_COLS} FROM ep_refunds WHERE local = ?"
+                " ORDER BY created_at DESC, refund_key LIMIT ?",
+                (local, limit),
+            )
+        return [self._row(r) for r in rows]
+
     def unsettled(self, local: str, limit: int = 100) -> list[Refund]:
         """Refunds not paid: in doubt (paying, signed) or failed; oldest first."""
         with self.store.read() as x:
