@@ -37,7 +37,7 @@ def test_detached_devnet_status_fund_down(tmp_path: Path) -> None:
         assert "garden: ok" in status.stdout
         wallet = str(Keypair().pubkey())
         funded = run("fund", wallet, "--sol", "2", "--usdc", "5", home=home)
-        assert f"solana-local {wallet}: +2000000000 lamports, +5000000 USDC units" in funded.stdout
+        assert f"solana-local {wallet}: +2 SOL (2000000000 units), +5 USDC (5000000 units)" in funded.stdout
         bad = run("fund", wallet, "--usdc", "1.0000001", home=home, check=False)
         assert bad.returncode == 2 and "at most 6 decimals" in bad.stderr
     finally:

@@ -123,7 +123,7 @@ def fund_cmd(
 ) -> None:
     """Fund a wallet from the devnet's faucet (the devnet only; never a real chain)."""
     # lazy: the command's room loads when it runs, not at CLI start
-    from envelopay.devnet.fund import fund, plan_funding
+    from envelopay.devnet.fund import fund, funded_text, plan_funding
     from envelopay.devnet.state import devnet_home, read_state
 
     where = devnet_home(home)
@@ -133,9 +133,7 @@ def fund_cmd(
         done = asyncio.run(fund(state, plan))
     funded = [{"chain": i.chain, "wallet": i.wallet, "native": str(i.native), "usdc": str(i.usdc)}
               for i in done]
-    finish(as_json, ran("fund", funded=funded),
-           [f"{i.chain} {i.wallet}: +{i.native} {'lamports' if i.chain.startswith('solana') else 'wei'}, "
-            f"+{i.usdc} USDC units" for i in done])
+    finish(as_json, ran("fund", funded=funded), [funded_text(i) for i in done])
 
 
 def register(app: typer.Typer) -> None:

@@ -18,8 +18,9 @@ from envelopay.devnet import registry
 from envelopay.devnet.plugins import dev_chain
 from envelopay.devnet.state import DevnetState, pid_alive
 from envelopay.errors import ConfigError, UsageError
+from envelopay.rails.amounts import amount_with_units
 
-__all__ = ["FundPlan", "Funded", "fund", "plan_funding", "to_units"]
+__all__ = ["FundPlan", "Funded", "fund", "funded_text", "plan_funding", "to_units"]
 
 FEE_SOL = 10_000_000  # 0.01 SOL in lamports
 FEE_ETH = 10**16  # 0.01 ETH in wei
@@ -58,6 +59,14 @@ class Funded:
     wallet: str
     native: int
     usdc: int
+
+
+def funded_text(item: Funded) -> str:
+    """What a person reads of one funded wallet: `+1 SOL (1000000000 units), +100 USDC
+    (100000000 units)` — the coins as typed (`--sol 1`), the smallest units beside them."""
+    coin, places = ("SOL", 9) if item.chain.startswith("solana") else ("ETH", 18)
+    return (f"{item.chain} {item.wallet}: +{amount_with_units(item.native, coin, places)}, "
+            f"+{amount_with_units(item.usdc, 'USDC', 6)}")
 
 
 def plan_funding(

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from envelopay.config import WorkerConfig, load_config
 from envelopay.devnet.fund import fund as give
-from envelopay.devnet.fund import plan_funding
+from envelopay.devnet.fund import funded_text, plan_funding
 from envelopay.devnet.registry import AgentEntry, register_agent
 from envelopay.devnet.state import devnet_home, read_state
 from envelopay.errors import ConfigError, UsageError
@@ -275,6 +275,5 @@ def init_devnet_agent(directory: Path, *, address: str, force: bool = False, fun
     if fund:
         plan = plan_funding(where, address, chain=None, **DEVNET_FUNDS)
         for item in asyncio.run(give(state, plan)):
-            lines.append(f"funded {item.chain} {item.wallet}: {item.native} native units, "
-                         f"{item.usdc} USDC units")
+            lines.append(f"funded {funded_text(item)}")
     return result, lines
