@@ -14,9 +14,14 @@ TRANSITIONS: Table = (
     Row(
         "offered", Event.ACCEPT, IN, PAYER, "accepted", (A.OFFER_REF, A.OFFER_TERMS, A.VERIFY_PROOF, A.NOTIFY)
     ),
+    # Their OOPS says our give leg went back (SPEC.md "Refunds"): `refunded` once the rail
+    # shows the refund paid our wallet; else it is the plain OOPS (to `refused`).
+    Row("offered", Event.REFUND, IN, PAYER, "refunded",
+        (A.RECORD_REFUSAL, A.RECORD_REFUND, A.VERIFY_REFUND, A.NOTIFY)),
+    Row("refunded", Event.OFFER, OUT, PAYER, "offered", (A.RECORD_OFFER, A.RECORD_PAYMENT)),
     # An OOPS answering the payment we just made: the offerer may send a new OFFER from
     # `refused`; the accepter is back at `offered`, where a new ACCEPT (proof) fits.
-    *oops_rows(["offered", "accepted", "refused"],
+    *oops_rows(["offered", "accepted", "refused", "refunded"],
               back={("offered", PAYER): "refused", ("accepted", PAYEE): "offered"}),
 )
 

@@ -55,6 +55,13 @@ __all__ = ["FreeResult", "Refusal", "WorkerApp", "WorkerApplication"]
 
 RAIL_KEY = "rail"
 
+# A counter-leg refused in a way that shows nothing moved (its own rail's, the enforcer's
+# reasons): the give leg may go back. Any other (the RPC lost mid-payment, the enforcer
+# holding the payment for approval) may still pay.
+_NOTHING_MOVED = frozenset({"insufficient_funds", "tx_failed"})
+_ENFORCER_NOTHING_MOVED = frozenset({"insufficient_funds", "spend_refused"})
+STAYS = "; the give leg stays with the worker until the operator settles it"
+
 
 @dataclass(frozen=True, slots=True)
 class Refusal:
@@ -63,6 +70,9 @@ class Refusal:
     code: OopsCode
     note: str
     field: str | None = None
+    # An OFFER's counter-leg that may have paid (its outcome unknown): the give leg is not
+    # refunded, it stays for the operator (SPEC.md "Refunds").
+    in_doubt: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,8 +289,8 @@ class WorkerApp:
                 return Accept.model_validate(recorded, strict=False)
             if state == "in_doubt":
                 return Refusal(OopsCode.RAIL_UNAVAILABLE,
-                               "a counter-payment for this OFFER was started and its outcome is unknown; "
-                               "the operator will settle it")
+                               "a counter-payment for this OFFER was started and its outcome is unknown"
+                               + STAYS, in_doubt=True)
         rail = self.rails[offer.want.chain]
         try:
             w = offer.want
@@ -290,7 +300,9 @@ class WorkerApp:
                 book.failed(peer, offer.id)  # the rail refused: nothing moved
             poor = exc.reason == "insufficient_funds"
             code = OopsCode.INSUFFICIENT_FUNDS if poor else OopsCode.RAIL_UNAVAILABLE
-            return Refusal(code, f"counter-payment failed: {exc.reason}")
+            doubt = exc.reason not in _NOTHING_MOVED
+            return Refusal(code, f"counter-payment failed: {exc.reason}" + (STAYS if doubt else ""),
+                           in_doubt=doubt)
         accept = Accept(
             id=self.new_id("acc"),
             offer_ref=offer.id,
@@ -315,9 +327,12 @@ class WorkerApp:
         except RailError as exc:
             poor = exc.reason == "insufficient_funds"
             code = OopsCode.INSUFFICIENT_FUNDS if poor else OopsCode.RAIL_UNAVAILABLE
-            return Refusal(code, f"counter-payment not made: {exc.reason}")
-        except TransportError as exc:
-            return Refusal(OopsCode.RAIL_UNAVAILABLE, f"the enforcer is unreachable: {exc}"[:200])
+            doubt = exc.reason not in _ENFORCER_NOTHING_MOVED
+            return Refusal(code, f"counter-payment not made: {exc.reason}" + (STAYS if doubt else ""),
+                           in_doubt=doubt)
+        except TransportError as exc:  # it may have paid before the line went
+            return Refusal(OopsCode.RAIL_UNAVAILABLE, f"the enforcer is unreachable: {exc}"[:120] + STAYS,
+                           in_doubt=True)
         return Accept(
             # The same OFFER always gets the same ACCEPT id: a redo answers alike.
             id=f"acc_{offer.id}"[:64], offer_ref=offer.id, amount=w.amount, token=w.token, chain=w.chain,
@@ -349,7 +364,6 @@ class WorkerApplication(RefundsMoney):
         self.jobs = jobs
         self.on_job = on_job
 
-
     def wallet(self, chain: str, token: str) -> str | None:
         return self.app.wallet_for(chain, token)
 
@@ -377,7 +391,6 @@ class WorkerApplication(RefundsMoney):
     async def order(
         self, order: Order, ctx: Context, *, paid: int | None
     ) -> Invoice | Fulfill | Enqueue | Refuse | None:
-
         if order.prepaid:
             # v0.2 prepaid: the engine verified the proof for order.amount to our wallet.
             terms = self.app.prepaid_terms(order)
@@ -405,7 +418,18 @@ class WorkerApplication(RefundsMoney):
 
     async def offer(self, offer: Offer, ctx: Context) -> Accept | Refuse | None:
         out = await self.app.accept_offer(offer, ctx.peer)
-        return _refuse(out) if isinstance(out, Refusal) else out
+        if not isinstance(out, Refusal):
+            return out
+        # The give leg verified (the engine asks only then) and buys nothing: it goes back,
+        # unless the counter-leg may have paid (SPEC.md "Refunds").
+        back = None if out.in_doubt else await self.refund_offer(offer, ctx)
+        refund = back.get("refund") if back else None
+        if isinstance(refund, Mapping) and refund.get("status") == "paid":
+            g = offer.give
+            back_text = self.app.amount(int(refund["amount"]), g.chain, g.token)
+            note = f"{out.note}; the give leg, {back_text}, went back"
+            return Refuse(out.code, note[:200], back)
+        return Refuse(out.code, out.note, back)
 
     async def notify(self, notice: Notice) -> None:
         if notice.job_id is not None and self.on_job is not None:

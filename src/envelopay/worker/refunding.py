@@ -1,7 +1,8 @@
 """The worker's answer to money it cannot use (engine/unusable.py asks): an underpaid or
 otherwise refused PAY is refunded in full; an overpayment's excess above the operator's
-tolerance (`[refunds] overpay_tolerance`) is returned. Keyed by the proof (`pay:<chain>:<proof
-key>`), so a redo of the step pays nothing twice (envelopay.worker.refunds)."""
+tolerance (`[refunds] overpay_tolerance`) is returned; an OFFER's give leg refused after it
+verified goes back in full. Keyed by the proof (`pay:<chain>:<proof key>`), so a redo of
+the step pays nothing twice (envelopay.worker.refunds)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 from envelopay.engine import Context
 from envelopay.engine.unusable import Unusable
 from envelopay.ledger.refunds import RefundOrder
-from envelopay.protocol.messages import Order
+from envelopay.protocol.messages import Offer, Order
 from envelopay.worker.refunds import Refunder, refund_fields
 
 __all__ = ["RefundsMoney", "excess_kept", "parse_tolerance"]
@@ -80,3 +81,19 @@ class RefundsMoney:
                          token=order.token or "", amount=amount, expected=price, payer=v.payer,
                          proof=order.proof, proof_key=key, reason=reason)
         return await self.refund_unusable(money)
+
+    async def refund_offer(self, offer: Offer, ctx: Context) -> Mapping[str, Any] | None:
+        """An OFFER refused after its give leg verified (the pair or rate, the counter-leg
+        refused, no wallet to pay from): all the give leg paid goes back to the wallet that
+        paid it (`ctx.verdict`), keyed by its proof like any money we cannot use. The
+        caller never asks for a counter-leg in doubt: that one may have paid."""
+        v, give = ctx.verdict, offer.give
+        if v is None or not v.ok or not v.payer:
+            return None
+        paid = v.observed_amount if v.observed_amount is not None else give.amount
+        key = v.proof_key or json.dumps(give.proof, sort_keys=True, separators=(",", ":"))
+        money = Unusable(local=ctx.local, peer=ctx.peer, flow_id=ctx.flow_id, chain=give.chain,
+                         token=give.token, amount=paid, expected=give.amount, payer=v.payer,
+                         proof=give.proof, proof_key=key, reason="offer_refused")
+        return await self.refund_unusable(money)
+

@@ -1,0 +1,189 @@
+"""An OFFER's give leg goes back when the worker will not or cannot pay the counter-leg
+(issue 31 item 3), through the real path (garden, DKIM, LiteSVM and eth-tester, the worker's
+ledger on SQLite and on PostgreSQL): refused after the give leg verified — the rate asked
+is above the pair's, or the worker's wallet is short of the want asset — the give leg is
+refunded in full, once, and the OOPS carries the refund; the buyer's exchange flow is
+`refunded`. A redelivered OFFER, a redo of the step and a new OFFER citing the same give
+proof pay nothing twice. A counter-leg in doubt is not refunded: it may have paid."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from envelopay import dkim
+from envelopay.client.demo import BUYER, DOMAIN, WORKER, DemoWorld
+from envelopay.config import ExchangePair, WorkerConfig
+from envelopay.engine import Context
+from envelopay.flows import FlowKind
+from envelopay.mail.garden import deliver
+from envelopay.protocol.compose import compose_message
+from envelopay.protocol.messages import Give, Message, Offer, Oops, Want, Which
+from envelopay.rails.interface import Expectation
+from envelopay.worker.app import WorkerApplication
+from envelopay.worker.refunds import refunder_for
+
+SOL, USDC = 10**9, 10**6
+# Each give leg, the pair it is offered under, and the want each refusal asks: over the
+# pair's rate, or within it but more than the worker's wallet holds.
+GIVE = {
+    # The demo's pair: 1 SOL buys at most 30 USDC (at most 100 per OFFER); the worker's
+    # Base wallet is emptied for `short`.
+    "solana-local": ("SOL", SOL, "base-local", "USDC", {"rate": 31 * USDC, "short": 30 * USDC}),
+    # Ours: 1 USDC buys at most 1 SOL; the worker holds 2 SOL.
+    "base-local": ("USDC", 5 * USDC, "solana-local", "SOL", {"rate": 6 * SOL, "short": 5 * SOL}),
+}
+BUYER_WALLET = {"solana-local": "buyer_sol", "base-local": "buyer_base"}
+
+
+class OfferWorld(DemoWorld):
+    """The demo world whose worker also trades Base USDC for Solana SOL, its ledger where
+    the test says."""
+
+    def __init__(self, workdir: Path, ledger: str | None) -> None:
+        super().__init__(workdir, None)
+        self.ledger = ledger
+
+    def _configs(self, records: dict[str, str], port: int | None) -> tuple[WorkerConfig, WorkerConfig]:
+        worker, buyer = super()._configs(records, port)
+        pair = ExchangePair(give="base-local/USDC", want="solana-local/SOL", give_unit=str(USDC),
+                            want_per_unit=str(SOL))
+        agent = worker.agent
+        if self.ledger is not None:
+            agent = agent.model_copy(update={"ledger": self.ledger})
+        return worker.model_copy(update={"agent": agent, "exchange": [*worker.exchange, pair]}), buyer
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def world(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[OfferWorld]:
+    dsn = request.getfixturevalue("pg_dsn") if request.param == "postgres" else None
+    w = OfferWorld(tmp_path, dsn)
+    await w.setup()
+    try:
+        app = w.worker.engine.app
+        assert isinstance(app, WorkerApplication)
+        rails = w.worker.engine.rails
+        keys = {r.name: _key(r) for r in rails.values()}
+        app.refunder = refunder_for(w.worker.store, rails=rails, keys=keys, owner="worker")
+        yield w
+    finally:
+        await w.teardown()
+
+
+def _key(rail: Any) -> bytes:
+    """The worker's own rail key, as its config's keypair file holds it."""
+    kp = getattr(rail, "keypair", None)
+    return bytes(kp) if kp is not None else bytes(rail._key)
+
+
+def _app(w: OfferWorld) -> WorkerApplication:
+    app = w.worker.engine.app
+    assert isinstance(app, WorkerApplication)
+    return app
+
+
+def _held(w: OfferWorld, chain: str, token: str, who: str) -> int:
+    """`who`'s balance of the give asset (SOL in lamports, USDC in its units)."""
+    address = w.wallets[who]
+    if token == "SOL":
+        chain_world: Any = w.sol  # the LiteSVM under the dev chain: native balances
+        return int(chain_world.sol.balance(address))
+    world = w.sol if chain.startswith("solana") else w.base
+    return world.usdc_balance(address) or 0
+
+
+async def _offer(w: OfferWorld, chain: str, oid: str, want_amount: int) -> Offer:
+    token, amount, want_chain, want_token, _ = GIVE[chain]
+    to = w.worker.engine.app.wallet(chain, token)
+    assert to is not None
+    proof = await w.pay(w.buyer_rails, chain, token, amount, to)
+    buyer_want = w.wallets[BUYER_WALLET[want_chain]]
+    return Offer(id=oid, give=Give(amount=amount, token=token, chain=chain, to=to, proof=proof),
+                 want=Want(amount=want_amount, token=want_token, chain=want_chain), wallet=buyer_want)
+
+
+def _refund(reply: Message | None) -> dict[str, Any] | None:
+    assert isinstance(reply, Oops) and reply.error is not None, reply
+    refund = (reply.error.model_extra or {}).get("refund")
+    return refund if isinstance(refund, dict) else None
+
+
+async def _redeliver(w: OfferWorld, offer: Offer, message_id: str) -> None:
+    """The same mail (its Message-ID) delivered again, then a WHICH behind it: once the
+    WHICH is answered the worker has taken the redelivery in."""
+    raw, _ = compose_message(offer, sender=BUYER, recipient=WORKER, domain=DOMAIN,
+                             now=datetime.now(UTC), message_id=message_id)
+    signed = dkim.sign(raw, selector="buyer", domain=DOMAIN, key=w.buyer_key)
+    await deliver(signed, BUYER, [WORKER], w._endpoint(), auth=(BUYER, w.secrets[BUYER]))
+    await w.exchange(Which(id=f"w-after-{offer.id}"))
+
+
+async def _redo(w: OfferWorld, offer: Offer, flow_id: str) -> Any:
+    """The engine's redo of the step after a crash before its commit: the application asked
+    again, with the give leg's verdict as the rail gives it."""
+    g = offer.give
+    verdict = await w.worker.engine.rails[g.chain].verify(
+        g.proof, Expectation(chain=g.chain, token=g.token, amount=g.amount, recipient=g.to))
+    assert verdict.ok
+    ctx = Context(local=WORKER, peer=BUYER, flow_id=flow_id, kind=FlowKind.EXCHANGE, state="offered",
+                  data={}, now=datetime.now(UTC), new_id=lambda p: f"{p}_redo", verdict=verdict)
+    return await _app(w).offer(offer, ctx)
+
+
+@pytest.mark.parametrize("why", ["rate", "short"])
+@pytest.mark.parametrize("chain", ["solana-local", "base-local"])
+async def test_a_refused_offer_gives_its_give_leg_back_once(world: OfferWorld, chain: str, why: str) -> None:
+    w = world
+    token, amount, want_chain, _, wants = GIVE[chain]
+    if why == "short" and want_chain == "base-local":  # the worker's USDC goes elsewhere
+        left = w.base.usdc_balance(w.wallets["worker_base"]) or 0
+        await w.worker.engine.rails["base-local"].pay(chain="base-local", token="USDC", amount=left,
+                                                      recipient=w.base.new_wallet().address)
+    who = BUYER_WALLET[chain]
+    before = _held(w, chain, token, who)
+    offer = await _offer(w, chain, f"of-{why}", wants[why])
+    paid = _held(w, chain, token, who)
+    assert paid < before - amount + 1  # the give leg left the buyer's wallet (and a fee, for SOL)
+    out, reply, bflow = await w.exchange(offer)
+    code = "amount_mismatch" if why == "rate" else "insufficient_funds"
+    assert isinstance(reply, Oops) and reply.error is not None and reply.error.code == code
+    refund = _refund(reply)
+    assert refund is not None and refund["status"] == "paid" and refund["proof"]
+    assert refund["amount"] == str(amount) and refund["chain"] == chain and refund["token"] == token
+    assert refund["wallet"].lower() == w.wallets[who].lower() and refund["reason"] == "offer_refused"
+    assert "went back" in (reply.note or "")
+    assert _held(w, chain, token, who) == paid + amount  # all of it back, once
+    rec = w.buyer.store.get_flow(bflow)
+    assert rec is not None and rec.state == "refunded" and rec.data["refund"]["verified"] is True
+
+    # Nothing is paid twice: the same mail again, the step redone, the proof in a new OFFER.
+    assert out.message_id is not None
+    await _redeliver(w, offer, out.message_id)
+    redo = await _redo(w, offer, out.flow_id or "")
+    assert redo.extra["refund"]["proof"] == refund["proof"]  # the recorded refund, not a new one
+    _, again, _ = await w.exchange(offer.model_copy(update={"id": f"of-{why}-again"}))
+    assert isinstance(again, Oops) and _refund(again) is None
+    assert _held(w, chain, token, who) == paid + amount
+
+
+@pytest.mark.parametrize("chain", ["solana-local", "base-local"])
+async def test_a_counter_leg_in_doubt_keeps_the_give_leg_for_the_operator(
+    world: OfferWorld, chain: str
+) -> None:
+    w = world
+    token, _, _, _, wants = GIVE[chain]
+    offer = await _offer(w, chain, "of-doubt", wants["short"] // 5)  # within the rate and the wallet
+    book = _app(w).app.counterpayments
+    assert book is not None
+    assert book.begin(BUYER, offer.id) == ("new", None)  # a payment started and never recorded
+    who = BUYER_WALLET[chain]
+    paid = _held(w, chain, token, who)
+    _, reply, bflow = await w.exchange(offer)
+    assert isinstance(reply, Oops) and reply.error is not None and reply.error.code == "rail_unavailable"
+    assert _refund(reply) is None and "operator" in (reply.note or "")
+    assert _held(w, chain, token, who) == paid  # the give leg stays with the worker
+    assert w.buyer.store.get_flow(bflow).state == "refused"  # type: ignore[union-attr]
