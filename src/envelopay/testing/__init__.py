@@ -5,6 +5,8 @@
 - `check_send_store(factory)`: the enforcer's send store (envelopay.testing.send_store);
 - `check_payment_store(factory)`: the enforcer's spend store (envelopay.testing.payment_store);
 - `check_mailbox_store(factory)`: the agent mailbox index (envelopay.testing.mailbox_store);
+- `check_refund_book(factory)`: the ledger's refunds table, each refund paid at most
+  once, one owner at a time (envelopay.testing.refunds);
 - `check_summaries(factory)`: a ledger's read-only summaries, what the worker's console
   reads (envelopay.testing.summaries);
 - `MockTransport`: the outbound seam's stand-in — records what was sent, refuses a
@@ -29,6 +31,7 @@ __all__ = [
     "check_mailbox_store",
     "check_payment_store",
     "check_rail",
+    "check_refund_book",
     "check_send_store",
     "check_store",
     "check_summaries",
@@ -41,6 +44,7 @@ _HOME = {
     "check_payment_store": "envelopay.testing.payment_store",
     "check_mailbox_store": "envelopay.testing.mailbox_store",
     "check_summaries": "envelopay.testing.summaries",
+    "check_refund_book": "envelopay.testing.refunds",
     "MockTransport": "envelopay.mail.transport.mock",
     "DictRail": "envelopay.testing.mock_rail",
     "WorkerApp": "envelopay.testing.mock_worker",
