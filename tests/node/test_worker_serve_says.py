@@ -252,7 +252,7 @@ def _check_metrics(before: dict[Any, float], after: dict[Any, float], oops: str,
 
     names = {re.sub(r"_(bucket|count|sum|created)$", "", n) for n, _ in after}
     assert documented_worker_metrics() <= names, documented_worker_metrics() - names
-    assert len(documented_worker_metrics()) == 8
+    assert len(documented_worker_metrics()) == 10
     total = "envelopay_worker_messages_total"
     assert moved(total, type="which", outcome="processed") == 1
     assert moved(total, type="order", outcome="processed") == 2

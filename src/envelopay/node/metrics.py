@@ -7,8 +7,9 @@ Prometheus scrapes, by a collector (outbox depth and age): a scrape costs two in
 queries, a message costs nothing more for it.
 
 Each WorkerMetrics has its own CollectorRegistry, never the process-global one, so tests
-and several services in one process do not collide. Jobs are not exposed: the worker
-has none yet.
+and several services in one process do not collide. Jobs are read at scrape time too:
+those not finished, by state (queued, running, failed, held, refunding) and the age of
+the oldest queued one — a finished job (done, refunded) is history, not a gauge.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from envelopay.ledger.store import Store
 from envelopay.mail.transport.lmtp_client import tcp_port
 from envelopay.node.observe import Handled
 
-__all__ = ["WorkerMetrics", "metrics_endpoint", "start_metrics"]
+__all__ = ["WorkerMetrics", "jobs_state", "metrics_endpoint", "start_metrics"]
 
 # Latency buckets in seconds: a DKIM check from cache is sub-millisecond, a rail's RPC
 # round trip tens of milliseconds, a slow chain seconds.
@@ -57,6 +58,7 @@ class WorkerMetrics:
         self.proof = Histogram("envelopay_worker_proof_verification_seconds", "One payment proof verified"
                                " by its rail, by chain.", ["chain"], buckets=_BUCKETS, registry=r)
         r.register(OutboxCollector(store, address.lower(), clock))
+        r.register(JobsCollector(store, address.lower(), clock))
         # labels() takes the family's lock and builds its key at each call: the hot path
         # keeps each child it met (the label sets are few: types x outcomes, codes, chains).
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
@@ -119,6 +121,46 @@ def outbox_state(store: Store, sender: str) -> tuple[int, datetime | None]:
         first = x.one("SELECT created_at FROM ep_outbox WHERE status = 'pending' AND sender = ?"
                       " ORDER BY seq LIMIT 1", (sender,))
     return (int(row["n"]) if row else 0), (store.ut(first["created_at"]) if first else None)
+
+
+# The states a job leaves (SPEC "Jobs"); done and refunded are where it stays.
+UNFINISHED = ("queued", "running", "failed", "held", "refunding")
+
+
+class JobsCollector(Collector):
+    """Jobs not finished, by state, and the wait of the oldest queued one, read from the
+    ledger at scrape time (the state index: as large as the live jobs, not the history)."""
+
+    def __init__(self, store: Store, address: str, clock: Callable[[], datetime]) -> None:
+        self.store = store
+        self.address = address
+        self.clock = clock
+
+    def collect(self) -> Iterator[Metric]:
+        jobs = GaugeMetricFamily("envelopay_worker_jobs", "Jobs not finished, by state (queued, running,"
+                                 " failed, held, refunding).", labels=["state"])
+        wait = GaugeMetricFamily("envelopay_worker_jobs_oldest_queued_seconds", "Age of the oldest queued"
+                                 " job; 0 when none waits.")
+        counts, oldest = jobs_state(self.store, self.address)
+        for state in UNFINISHED:
+            jobs.add_metric([state], counts.get(state, 0))
+        wait.add_metric([], max(0.0, (self.clock() - oldest).total_seconds()) if oldest is not None else 0.0)
+        yield jobs
+        yield wait
+
+
+def jobs_state(store: Store, local: str) -> tuple[dict[str, int], datetime | None]:
+    """(unfinished jobs by state, created_at of the oldest queued) of `local`, on either
+    ledger backend (a PostgreSQL ledger may be shared by several workers)."""
+    if not isinstance(store, SqlBase):
+        raise TypeError(f"job metrics need a SQL ledger, not {type(store).__name__}")
+    marks = ", ".join("?" for _ in UNFINISHED)
+    with store.read() as x:
+        rows = x.all(f"SELECT state, COUNT(*) AS n FROM ep_jobs WHERE state IN ({marks}) AND local = ?"
+                     " GROUP BY state", (*UNFINISHED, local))
+        first = x.one("SELECT created_at FROM ep_jobs WHERE state = 'queued' AND local = ?"
+                      " ORDER BY created_at LIMIT 1", (local,))
+    return {r["state"]: int(r["n"]) for r in rows}, (store.ut(first["created_at"]) if first else None)
 
 
 # -- the listener ---------------------------------------------------------------------------
