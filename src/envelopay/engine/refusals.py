@@ -20,7 +20,7 @@ from envelopay.engine.inbound_mail import InboundMail
 from envelopay.engine.outcome import Outcome
 from envelopay.engine.recorder import Recorder
 from envelopay.engine.step_facts import Work, out_entry
-from envelopay.ledger.store import Commit, LogEntry, ProofKey
+from envelopay.ledger.store import Commit, FlowRecord, FlowWrite, LogEntry, ProofKey
 from envelopay.protocol.codes import OopsCode
 from envelopay.protocol.messages import MessageType
 from envelopay.protocol.outbound import Outbound
@@ -115,5 +115,18 @@ class Refusals:
             sender=mail.sender,
             protocol_id=mail.protocol_id,
             replay_fate=r.replay_fate,
+            flow=_with_refund(work, r, rec.settings.address, mail.sender, now) if existing else None,
         )
         return rec.finish(commit, outcome, mail)
+
+
+def _with_refund(work: Work, r: FlowRefusal, local: str, peer: str, now: datetime) -> FlowWrite | None:
+    """An underpayment paid back (the OOPS's `refund`) is kept in the flow's data too, its
+    state unchanged, so the worker's `show FLOW` and console list it (SPEC.md "Refunds")."""
+    refund = (r.extra or {}).get("refund")
+    if not isinstance(refund, Mapping):
+        return None
+    fs = work.start if work.start is not None else work.fs
+    record = FlowRecord(work.flow_id, local, peer, fs.kind.value, fs.side.value, fs.state, work.version,
+                        {**fs.data, "refund": dict(refund)}, now, now)
+    return FlowWrite(record)
