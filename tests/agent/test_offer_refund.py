@@ -4,10 +4,13 @@ ledger on SQLite and on PostgreSQL): refused after the give leg verified — the
 is above the pair's, or the worker's wallet is short of the want asset — the give leg is
 refunded in full, once, and the OOPS carries the refund; the buyer's exchange flow is
 `refunded`. A redelivered OFFER, a redo of the step and a new OFFER citing the same give
-proof pay nothing twice. A counter-leg in doubt is not refunded: it may have paid."""
+proof pay nothing twice. A counter-leg the spend enforcer refuses is refunded the same way;
+a counter-leg in doubt (its payment started and never recorded, the enforcer out of reach)
+is not: it may have paid."""
 
 from __future__ import annotations
 
+import socket
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,14 +21,24 @@ import pytest
 from envelopay import dkim
 from envelopay.client.demo import BUYER, DOMAIN, WORKER, DemoWorld
 from envelopay.config import ExchangePair, WorkerConfig
+from envelopay.enforcer.client.enforced_payer import EnforcedPayer
+from envelopay.enforcer.send.backends import SqliteStore as EnforcerStore
+from envelopay.enforcer.send.enforcer import Enforcer
+from envelopay.enforcer.service.server import start_server
+from envelopay.enforcer.spend.payments import Payments
+from envelopay.enforcer.spend.store import PaymentStore
+from envelopay.enforcer.spend.vault import Vault
 from envelopay.engine import Context
 from envelopay.flows import FlowKind
 from envelopay.mail.garden import deliver
+from envelopay.mail.transport.garden import GardenTransport
 from envelopay.protocol.compose import compose_message
 from envelopay.protocol.messages import Give, Message, Offer, Oops, Want, Which
 from envelopay.rails.interface import Expectation
 from envelopay.worker.app import WorkerApplication
 from envelopay.worker.refunds import refunder_for
+from envelopay_base.custody import BasePayer
+from envelopay_base.rail import make_rail
 
 SOL, USDC = 10**9, 10**6
 # Each give leg, the pair it is offered under, and the want each refusal asks: over the
@@ -187,3 +200,63 @@ async def test_a_counter_leg_in_doubt_keeps_the_give_leg_for_the_operator(
     assert _refund(reply) is None and "operator" in (reply.note or "")
     assert _held(w, chain, token, who) == paid  # the give leg stays with the worker
     assert w.buyer.store.get_flow(bflow).state == "refused"  # type: ignore[union-attr]
+
+
+async def _enforcer(w: OfferWorld, tmp_path: Path) -> tuple[Any, str, str, EnforcerStore]:
+    """A spend enforcer whose worker agent holds no wallet on Base: it refuses every
+    counter-leg there (`blocked`, nothing moved)."""
+    store = EnforcerStore(tmp_path / "enf.db")
+    await store.open()
+    enforcer = Enforcer(store, GardenTransport(tmp_path / "none.sock", reuse=False))
+    pstore = PaymentStore(store)
+    await pstore.open()
+    payer = BasePayer(make_rail({**w.base.rail_options(), "backend": "local", "confirm_timeout": 5,
+                                 "poll_interval": 0.01}))
+    payments = Payments(enforcer, pstore, Vault(b"test-vault-secret-0123456789abcdef"), {"base-local": payer})
+    _, token = await enforcer.create_agent("worker", WORKER)
+    runner, url = await start_server(enforcer, payments=payments)
+    return runner, url, token, store
+
+
+def _closed_port() -> int:
+    """A loopback port nothing listens on (bound, then let go)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize("enforcer", ["refuses", "unreachable"])
+async def test_a_counter_leg_through_the_enforcer_refused_refunds_and_one_out_of_reach_does_not(
+    world: OfferWorld, tmp_path: Path, enforcer: str
+) -> None:
+    w = world
+    runner = store = None
+    if enforcer == "refuses":
+        runner, url, token, store = await _enforcer(w, tmp_path)
+    else:  # the line to the enforcer is down: it may have paid before it went
+        url, token = f"http://127.0.0.1:{_closed_port()}", "epa_unknown"
+    try:
+        _app(w).app.counter_payer = EnforcedPayer(url, token, timeout=5)
+        paid_before = _held(w, "solana-local", "SOL", "buyer_sol")
+        offer = await _offer(w, "solana-local", f"of-enf-{enforcer}", 30 * USDC)  # within the rate
+        paid = _held(w, "solana-local", "SOL", "buyer_sol")
+        assert paid < paid_before - SOL + 1
+        _, reply, bflow = await w.exchange(offer)
+        assert isinstance(reply, Oops) and reply.error is not None
+        rec = w.buyer.store.get_flow(bflow)
+        assert rec is not None
+        if enforcer == "refuses":
+            refund = _refund(reply)
+            assert refund is not None and refund["status"] == "paid" and refund["amount"] == str(SOL)
+            assert _held(w, "solana-local", "SOL", "buyer_sol") == paid + SOL
+            assert rec.state == "refunded"
+        else:
+            assert _refund(reply) is None and "operator" in (reply.note or "")
+            assert _held(w, "solana-local", "SOL", "buyer_sol") == paid  # stays with the worker
+            assert rec.state == "refused"
+        assert (w.base.usdc_balance(w.wallets["buyer_base"]) or 0) == w.buyer_usdc  # no counter-leg
+    finally:
+        if runner is not None:
+            await runner.cleanup()
+        if store is not None:
+            await store.close()
