@@ -19,7 +19,10 @@ from typing import Any
 import pytest
 
 from envelopay import dkim
+from envelopay.client.buyer import Answer
+from envelopay.client.commands import ClientRun
 from envelopay.client.demo import BUYER, DOMAIN, WORKER, DemoWorld
+from envelopay.client.report import client_report
 from envelopay.config import ExchangePair, WorkerConfig
 from envelopay.enforcer.client.enforced_payer import EnforcedPayer
 from envelopay.enforcer.send.backends import SqliteStore as EnforcerStore
@@ -28,12 +31,14 @@ from envelopay.enforcer.service.server import start_server
 from envelopay.enforcer.spend.payments import Payments
 from envelopay.enforcer.spend.store import PaymentStore
 from envelopay.enforcer.spend.vault import Vault
-from envelopay.engine import Context
+from envelopay.engine import BaseApplication, Context, Engine
+from envelopay.engine.outcome import Outcome
 from envelopay.flows import FlowKind
+from envelopay.ledger.sqlite import SqliteStore
 from envelopay.mail.garden import deliver
 from envelopay.mail.transport.garden import GardenTransport
 from envelopay.protocol.compose import compose_message
-from envelopay.protocol.messages import Give, Message, Offer, Oops, Want, Which
+from envelopay.protocol.messages import Give, Message, Offer, Oops, OopsError, Want, Which
 from envelopay.rails.interface import Expectation
 from envelopay.worker.app import WorkerApplication
 from envelopay.worker.refunds import refunder_for
@@ -260,3 +265,23 @@ async def test_a_counter_leg_through_the_enforcer_refused_refunds_and_one_out_of
             await runner.cleanup()
         if store is not None:
             await store.close()
+
+
+async def test_the_buyers_summary_says_the_offer_was_refused_and_its_give_leg_went_back(
+    tmp_path: Path,
+) -> None:
+    store = SqliteStore(str(tmp_path / "client.db"))
+    store.migrate()
+    try:
+        engine = Engine(store, address=BUYER, domain=DOMAIN, rails={}, app=BaseApplication())
+        offer = Offer(id="of-sum", give=Give(amount=SOL, token="SOL", chain="solana-local", to="W1",
+                                             proof={"tx": "t1"}),
+                      want=Want(amount=USDC, token="USDC", chain="base-local"), wallet="0xB")
+        sent = await engine.send(offer, WORKER)
+    finally:
+        store.close()
+    oops = Oops(id="oops_s", ref="of-sum", note="amount_mismatch", error=OopsError(code="amount_mismatch"))
+    answer = Answer(message=oops, outcome=Outcome(status="processed", flow_id=sent.flow_id, state="refunded"))
+    lines = client_report("offer", ClientRun("OFFER", sent, answer=answer), timeout=5).lines
+    assert any("the OFFER was refused and the payment above was refunded" in line for line in lines)
+    assert not any("the work failed" in line for line in lines)
