@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from envelopay.enforcer.common.batch import Step
 from envelopay.enforcer.send.model import Agent, Disposition
@@ -18,6 +18,7 @@ from envelopay.enforcer.spend.intent import Context, Intent
 from envelopay.enforcer.spend.invoices import ALREADY_PAID, MISMATCH, NOT_FOUND, bind_invoice
 from envelopay.enforcer.spend.legs import leg_message
 from envelopay.enforcer.spend.model import PaymentDisposition
+from envelopay.enforcer.spend.parts import PaymentParts
 from envelopay.enforcer.spend.payments_exec import run
 from envelopay.enforcer.spend.policy import (
     PaymentRequest,
@@ -31,9 +32,6 @@ from envelopay.enforcer.spend.policy import (
 from envelopay.enforcer.spend.vault import WalletRecord
 from envelopay.protocol.compose import message_json
 from envelopay.rails.interface import AssetInfo
-
-if TYPE_CHECKING:
-    from envelopay.enforcer.spend.payments import Payments
 
 __all__ = ["blocked", "call_key", "decide"]
 
@@ -63,7 +61,7 @@ class _Ready:
     mail: dict[str, Any] | None
 
 
-async def decide(p: Payments, ctx: Context, req: PaymentRequest) -> PaymentDisposition:
+async def decide(p: PaymentParts, ctx: Context, req: PaymentRequest) -> PaymentDisposition:
     agent, policy = ctx.agent, ctx.policy
     invoice_key: str | None = None
     if req.kind == "pay_invoice" or (req.kind == "pay" and req.invoice):
@@ -94,7 +92,7 @@ async def decide(p: Payments, ctx: Context, req: PaymentRequest) -> PaymentDispo
 
 
 async def _prior(
-    p: Payments, ctx: Context, req: PaymentRequest, key: str, invoice_key: str | None
+    p: PaymentParts, ctx: Context, req: PaymentRequest, key: str, invoice_key: str | None
 ) -> PaymentDisposition | None:
     """The first outcome of a retried call, or a refusal of a second payment of the INVOICE."""
     if key == call_key(req):
@@ -112,7 +110,7 @@ async def _prior(
     return None
 
 
-async def _ready(p: Payments, ctx: Context, req: PaymentRequest) -> _Ready | PaymentDisposition:
+async def _ready(p: PaymentParts, ctx: Context, req: PaymentRequest) -> _Ready | PaymentDisposition:
     """S1 (the asset is known to the rail's registry), the agent's wallets, and the send
     checks on the email leg the call would send."""
     agent = ctx.agent
@@ -147,7 +145,7 @@ async def _ready(p: Payments, ctx: Context, req: PaymentRequest) -> _Ready | Pay
 
 
 def _intent(
-    p: Payments, agent: Agent, ready: _Ready, key: str, invoice_key: str | None, hold: Refusal | None,
+    p: PaymentParts, agent: Agent, ready: _Ready, key: str, invoice_key: str | None, hold: Refusal | None,
     taken: list[list[Any]],
 ) -> Intent:
     req = ready.req
@@ -164,7 +162,7 @@ def _intent(
 
 
 async def _record(
-    p: Payments, agent: Agent, intent: Intent, caps: _Caps, sealed: bytes | None
+    p: PaymentParts, agent: Agent, intent: Intent, caps: _Caps, sealed: bytes | None
 ) -> PaymentDisposition:
     steps, _taken, refusals = caps
     if intent.state == "RESERVED":
@@ -186,7 +184,7 @@ async def _record(
     return p.disposition(intent)
 
 
-async def _winner(p: Payments, agent_id: str, key: str) -> PaymentDisposition:
+async def _winner(p: PaymentParts, agent_id: str, key: str) -> PaymentDisposition:
     winner = await p.store.by_key(agent_id, key)
     if winner is None:
         return blocked(ALREADY_PAID, "this INVOICE already has a payment")
@@ -194,7 +192,7 @@ async def _winner(p: Payments, agent_id: str, key: str) -> PaymentDisposition:
 
 
 async def _bind(
-    p: Payments, agent: Agent, req: PaymentRequest
+    p: PaymentParts, agent: Agent, req: PaymentRequest
 ) -> tuple[PaymentRequest, str] | PaymentDisposition:
     if p.invoices is None or p.dns is None:
         return blocked(NOT_FOUND, "the enforcer reads no inbox for this agent")
@@ -229,7 +227,7 @@ async def _bind(
     ), bound.key
 
 
-async def _receive_wallet(p: Payments, agent: Agent, req: PaymentRequest) -> str | PaymentDisposition:
+async def _receive_wallet(p: PaymentParts, agent: Agent, req: PaymentRequest) -> str | PaymentDisposition:
     """Where the OFFER asks its want leg to be paid: the call's receive_wallet, else the
     agent's own wallet on the want leg's chain (not the give leg's: a Solana address
     cannot receive on Base), checked against that chain's address syntax."""
@@ -259,7 +257,7 @@ def leg_mail(agent: Agent, req: PaymentRequest, wallet: WalletRecord) -> dict[st
     return mail
 
 
-def cap_steps(p: Payments, agent: Agent, req: PaymentRequest, policy: SpendPolicy) -> _Caps:
+def cap_steps(p: PaymentParts, agent: Agent, req: PaymentRequest, policy: SpendPolicy) -> _Caps:
     """The conditional increments in order — the mail caps (one slot each), then the
     hourly, then the daily spend cap — with what each takes and the refusal if it does
     not fit. A cap of zero is a step that never fits: it holds every payment, and the

@@ -32,12 +32,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from envelopay.enforcer.spend.intent import IN_FLIGHT
+from envelopay.enforcer.spend.parts import PaymentParts
 from envelopay.enforcer.spend.payments_exec import execute, run
 from envelopay.errors import StoreError, TransportError
 
 if TYPE_CHECKING:
     from envelopay.enforcer.spend.intent import Intent
-    from envelopay.enforcer.spend.payments import Payments
 
 __all__ = ["Finisher"]
 
@@ -49,7 +49,7 @@ _MAYBE_LIVE = ("RESERVED", "SIGNED", "APPROVED")  # another process may be execu
 
 @dataclass
 class Finisher:
-    payments: Payments
+    payments: PaymentParts
     interval: float = 5.0
     max_wait: float = 300.0
     settle: float = 20.0

@@ -21,13 +21,14 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 from envelopay.enforcer.send.model import Agent, SendRequest
 from envelopay.enforcer.send.policy import fingerprint
 from envelopay.enforcer.spend.intent import Intent
 from envelopay.enforcer.spend.legs import bound_leg
 from envelopay.enforcer.spend.model import PaymentDecision, PaymentDisposition
+from envelopay.enforcer.spend.parts import PaymentParts
 from envelopay.enforcer.spend.states import DRIVEN, INTENTS, Move
 from envelopay.enforcer.spend.vault import VaultError
 from envelopay.errors import RailError, StoreError, TransportError, UsageError
@@ -36,14 +37,11 @@ from envelopay.protocol.compose import message_json
 from envelopay.rails.binding import StatementSigner
 from envelopay.rails.custodial import CustodialPayer, SignedPayment
 
-if TYPE_CHECKING:  # types only: payments.py calls this module, never the other way
-    from envelopay.enforcer.spend.payments import Payments
-
 __all__ = ["approve", "execute", "recover", "reject", "run"]
 
 
 async def run(
-    p: Payments,
+    p: PaymentParts,
     intent_id: str,
     *,
     live: bool,
@@ -94,7 +92,7 @@ async def run(
         )
 
 
-def _open_envelope(p: Payments, i: Intent) -> Envelope | None:
+def _open_envelope(p: PaymentParts, i: Intent) -> Envelope | None:
     """The PAY's SMTP transaction (MAIL FROM, RCPT TO, DATA), started while the payment is
     signed and broadcast: its envelope is decided with the payment; only the body waits for
     the tx id (_Staged writes it then), and its final dot goes only after the money moved
@@ -133,7 +131,7 @@ class _Staged:
 
 
 def _pay_mail(
-    p: Payments, i: Intent, payer: CustodialPayer, tx_id: str, agent: Agent, sign: StatementSigner
+    p: PaymentParts, i: Intent, payer: CustodialPayer, tx_id: str, agent: Agent, sign: StatementSigner
 ) -> tuple[SendRequest, bytes] | str:
     """The PAY (OFFER, ACCEPT, prepaid ORDER) carrying the proof of `tx_id`, bound to the
     paying wallet with `sign`, composed and DKIM-signed; or why it cannot be. The same
@@ -159,7 +157,7 @@ def _pay_mail(
     return signed if isinstance(signed, str) else (req, signed)
 
 
-async def _vault_signer(p: Payments, i: Intent, payer: CustodialPayer) -> StatementSigner | str:
+async def _vault_signer(p: PaymentParts, i: Intent, payer: CustodialPayer) -> StatementSigner | str:
     """The wallet's binding signer, its key opened from the vault (a PAY composed again
     after the signing call: recovery, or a delivery retried)."""
     sealed = await p.store.sealed(i.wallet_id, i.agent_id)
@@ -172,13 +170,13 @@ async def _vault_signer(p: Payments, i: Intent, payer: CustodialPayer) -> Statem
     return lambda message: payer.sign_statement(secret, message)
 
 
-async def _reread(p: Payments, i: Intent) -> Intent:
+async def _reread(p: PaymentParts, i: Intent) -> Intent:
     fresh = await p.store.get(i.id)
     assert fresh is not None  # intents are never deleted
     return fresh
 
 
-async def _fail(p: Payments, i: Intent, code: str, reason: str) -> Intent:
+async def _fail(p: PaymentParts, i: Intent, code: str, reason: str) -> Intent:
     """No money moved: FAILED, and the caps this intent took are handed back."""
     if INTENTS.may(i.state, Move.FAIL) and await p.store.fail(i.id, i.state, code, reason, p.clock()):
         await p._give_back(i.agent_id, i.taken)
@@ -189,7 +187,7 @@ async def _fail(p: Payments, i: Intent, code: str, reason: str) -> Intent:
 class _Run:
     """What one execution of an intent carries from step to step."""
 
-    p: Payments
+    p: PaymentParts
     payer: CustodialPayer | None
     live: bool
     sealed: bytes | None
@@ -253,7 +251,7 @@ assert tuple(_DRIVERS) == DRIVEN
 
 
 async def _advance(
-    p: Payments, i: Intent, live: bool, sealed: bytes | None = None, staged: _Staged | None = None,
+    p: PaymentParts, i: Intent, live: bool, sealed: bytes | None = None, staged: _Staged | None = None,
     agent: Agent | None = None,
 ) -> Intent:
     run_ = _Run(p, p.payers.get(i.chain), live, sealed, staged, agent)
@@ -265,7 +263,7 @@ async def _advance(
 
 
 async def _sign(
-    p: Payments, payer: CustodialPayer, i: Intent, live: bool, sealed: bytes | None,
+    p: PaymentParts, payer: CustodialPayer, i: Intent, live: bool, sealed: bytes | None,
     staged: _Staged | None = None, agent: Agent | None = None,
 ) -> tuple[Intent, bool]:
     """(intent, True) when the signed bytes were just recorded with the broadcast claimed.
@@ -313,7 +311,7 @@ async def _sign(
 
 
 async def _leg_for(
-    p: Payments, i: Intent, payer: CustodialPayer, tx_id: str, secret: bytes, agent: Agent | None
+    p: PaymentParts, i: Intent, payer: CustodialPayer, tx_id: str, secret: bytes, agent: Agent | None
 ) -> tuple[SendRequest, bytes] | str | None:
     """The email leg for the payment just signed (None for a counter-leg, whose email the
     caller sends), composed and bound before anything is broadcast."""
@@ -326,7 +324,7 @@ async def _leg_for(
     return _pay_mail(p, i, payer, tx_id, agent, lambda message: payer.sign_statement(secret, message))
 
 
-async def _broadcast(p: Payments, payer: CustodialPayer | None, i: Intent, live: bool) -> Intent:
+async def _broadcast(p: PaymentParts, payer: CustodialPayer | None, i: Intent, live: bool) -> Intent:
     assert payer is not None and i.tx_id is not None and i.tx_blob is not None
     try:
         outcome, detail = await payer.broadcast(SignedPayment(i.tx_id, i.tx_blob))
@@ -353,14 +351,14 @@ async def _broadcast(p: Payments, payer: CustodialPayer | None, i: Intent, live:
     return await _fail(p, i, code, detail or code)
 
 
-async def _paid(p: Payments, i: Intent) -> Intent:
+async def _paid(p: PaymentParts, i: Intent) -> Intent:
     if await p.store.mark_paid(i.id, p.clock()):
         return replace(i, state="PAID")
     return await _reread(p, i)
 
 
 async def _deliver(
-    p: Payments, i: Intent, live: bool, agent: Agent | None, envelope: Envelope | None = None,
+    p: PaymentParts, i: Intent, live: bool, agent: Agent | None, envelope: Envelope | None = None,
     staged: _Staged | None = None,
 ) -> Intent:
     """The email leg, after the money moved: at least once, with the intent's Message-ID."""
@@ -418,7 +416,7 @@ async def _deliver(
 
 
 async def approve(
-    p: Payments, intent_id: str, by: str = "operator", policy: str | None = None
+    p: PaymentParts, intent_id: str, by: str = "operator", policy: str | None = None
 ) -> PaymentDecision:
     """PENDING → APPROVED (one conditional UPDATE that also requires an ACTIVE agent and,
     with `policy`, the spend policy the operator was shown), then execute. A second
@@ -435,7 +433,7 @@ async def approve(
     return await execute(p, intent_id, agent)
 
 
-async def _not_approved(p: Payments, seen: Intent, policy: str | None) -> str:
+async def _not_approved(p: PaymentParts, seen: Intent, policy: str | None) -> str:
     if seen.state != "PENDING":
         return "not pending"
     agent = await p.enforcer.store.agent_by_id(seen.agent_id)
@@ -445,7 +443,7 @@ async def _not_approved(p: Payments, seen: Intent, policy: str | None) -> str:
             "was decided — look again")
 
 
-async def execute(p: Payments, intent_id: str, agent: Agent | None = None) -> PaymentDecision:
+async def execute(p: PaymentParts, intent_id: str, agent: Agent | None = None) -> PaymentDecision:
     i = await p.store.get(intent_id)
     if i is None:
         return PaymentDecision(ok=False, state="MISSING", detail="no such approval")
@@ -462,7 +460,7 @@ async def execute(p: Payments, intent_id: str, agent: Agent | None = None) -> Pa
 
 
 async def reject(
-    p: Payments, intent_id: str, by: str = "operator", reason: str = "rejected by operator"
+    p: PaymentParts, intent_id: str, by: str = "operator", reason: str = "rejected by operator"
 ) -> PaymentDecision:
     if not await p.store.reject(intent_id, by, reason, p.clock()):
         i = await p.store.get(intent_id)
@@ -472,7 +470,7 @@ async def reject(
     return PaymentDecision(ok=True, state="REJECTED", disposition=p.disposition(i))
 
 
-async def recover(p: Payments) -> int:
+async def recover(p: PaymentParts) -> int:
     """At start, before serving: finish every intent a crash left in flight."""
     count = 0
     for i in await p.store.in_flight():
