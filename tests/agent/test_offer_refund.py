@@ -177,6 +177,8 @@ async def test_a_refused_offer_gives_its_give_leg_back_once(world: OfferWorld, c
     assert _held(w, chain, token, who) == paid + amount  # all of it back, once
     rec = w.buyer.store.get_flow(bflow)
     assert rec is not None and rec.state == "refunded" and rec.data["refund"]["verified"] is True
+    ours = w.worker.store.get_flow(out.flow_id or "")  # the worker's show FLOW lists it too
+    assert ours is not None and ours.data["refund"]["proof"] == refund["proof"]
 
     # Nothing is paid twice: the same mail again, the step redone, the proof in a new OFFER.
     assert out.message_id is not None

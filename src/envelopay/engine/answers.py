@@ -11,7 +11,8 @@ the ledger, a rail or the clock.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -83,6 +84,9 @@ def apply(recorder: Recorder, mail: InboundMail, decision: Any, work: Work, now:
         oops = recorder.oops(decision.code, decision.note, mail.protocol_id, decision.extra)
         work.replies.append(recorder.reply(mail, work.peer, oops, now))
         work.oops, work.detail = decision.code, decision.note
+        refund = (decision.extra or {}).get("refund")
+        if isinstance(refund, Mapping):  # money paid back is kept in the flow (SPEC.md "Refunds")
+            work.fs = replace(work.fs, data={**work.fs.data, "refund": dict(refund)})
         return
     if isinstance(decision, Invoice | Methods) and decision.binding is None:
         # Tell the payer what binding its proof must carry (SPEC.md "Proof binding").
