@@ -52,7 +52,7 @@ async def served(demo_world: DemoWorld) -> AsyncIterator[Served]:
     rails = w.worker.engine.rails
     keys = {r.name: _key(r) for r in rails.values()}
     doc = app.app.config.model_dump()
-    doc["tasks"] = [_task("review", "refund"), _task("review_hold", "hold")]
+    doc["tasks"] = [_task("review", "refund"), _task("review_hold", "hold"), _task("review_hold2", "hold")]
     base = doc.pop("base_dir")
     cfg = config_from_dict(doc, base_dir=base)
     local = {"solana": w.sol, "base": w.base}
@@ -207,3 +207,32 @@ async def test_a_refund_the_rail_does_not_show_is_a_plain_oops_to_the_buyer(serv
     rec = w.buyer.store.get_flow(bflow)
     assert rec is not None and rec.state == "invoiced"  # the plain OOPS: back to the open INVOICE
     assert rec.data["refund"]["verified"] is False
+
+
+async def test_one_transfer_is_the_refund_of_one_payment_only(served: Served) -> None:
+    """A worker that shows one refund transfer for two flows (H11): the buyer reserves the
+    refund's proof as it reserves a PAY's, so the second OOPS is not believed — its flow is
+    not refunded, it reads as the plain OOPS, the refund kept with why (proof_replayed)."""
+    from envelopay.ledger.store import ProofKey
+    from envelopay.protocol.messages import Oops, OopsError
+
+    w, chain = served.w, "solana-local"
+    flows = [await _paid_order(w, name, chain) for name in ("review_hold", "review_hold2")]
+    for flow, _ in flows:
+        await _job_in(w, flow, "held")
+    back = await w.pay(w.worker.engine.rails, chain, "USDC", PRICE, w.wallets["buyer_sol"])  # one transfer
+    refund = {"chain": chain, "token": "USDC", "amount": str(PRICE), "wallet": w.wallets["buyer_sol"],
+              "proof": back, "status": "paid", "reason": "task_failed"}
+    for (flow, _), pid in zip(flows, ("p-review_hold", "p-review_hold2"), strict=True):
+        oops = Oops(note="task_failed", error=OopsError(code="task_failed", refund=refund), ref=pid)
+        sent = await w.worker.send(oops, "buyer@garden.local", flow_id=flow)
+        await w.worker.drain()
+        await w.buyer.wait_outcome(sent.message_id, 30)
+    first = w.buyer.store.get_flow(flows[0][1])
+    assert first is not None and first.state == "refunded" and first.data["refund"]["verified"] is True
+    rail = w.buyer.engine.rails[chain]
+    assert w.buyer.store.proof_status(ProofKey(chain, rail.proof_key(back))) == "spent"
+    second = w.buyer.store.get_flow(flows[1][1])
+    assert second is not None and second.state == "invoiced"  # the plain OOPS: back to the open INVOICE
+    assert second.data["refund"]["verified"] is False
+    assert second.data["refund"]["verdict"]["reason"] == "proof_replayed"

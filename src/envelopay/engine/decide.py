@@ -36,6 +36,7 @@ from envelopay.engine.refusals import FlowRefusal
 from envelopay.engine.settings import DkimPolicy, EngineSettings
 from envelopay.engine.step_facts import Work, content_hash, out_entry, proof_of, typed_refs
 from envelopay.flows import Direction, FlowKind, FlowState, Side, Step
+from envelopay.flows.core import refund_of
 from envelopay.ledger.store import Begin, Claim, Commit, FlowRecord, FlowWrite, LogEntry, ProofKey
 from envelopay.protocol.codes import OopsCode
 from envelopay.protocol.messages import Message, Oops, is_proof_carrying
@@ -88,7 +89,15 @@ class Admission:
 
 
 def proof_key_of(message: Message, rails: dict[str, Rail]) -> tuple[ProofKey | None, Problem | None]:
-    """The proof's replay key (chain and canonical key), or why it has none."""
+    """The proof's replay key (chain and canonical key), or why it has none. An OOPS's
+    refund proof is reserved too, so one transfer is the refund of one payment only."""
+    refund = refund_of(message)
+    if refund is not None:  # no rail or a bad proof: nothing to reserve, the OOPS is read plain
+        chain, rail = str(refund["chain"]), rails.get(str(refund["chain"]))
+        try:
+            return (ProofKey(chain, rail.proof_key(dict(refund["proof"]))) if rail else None), None
+        except ValueError:
+            return None, None
     if not is_proof_carrying(message):
         return None, None
     chain, proof = proof_of(message)

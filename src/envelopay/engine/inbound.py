@@ -261,7 +261,13 @@ class Engine:
         """One try at the step; None when the flow changed under it (try again)."""
         now = self.clock()
         begin = self.store.begin_step(decide.claim_of(self.settings, mail, admission, now))
+        replayed = begin.status == "proof_replayed" and isinstance(admission.message, Oops)
+        if replayed:  # its refund's transfer is spent elsewhere: the plain OOPS (refund_check.py)
+            admission = replace(admission, proof_key=None)
+            begin = self.store.begin_step(decide.claim_of(self.settings, mail, admission, now))
         plan = decide.plan(self.settings, mail, admission, begin, now)
+        if isinstance(plan, decide.StepFlow | decide.Misfit):
+            plan.work.refund_replayed = replayed
         if isinstance(plan, decide.Recorded):
             return plan.outcome
         if isinstance(plan, decide.RefuseEarly):

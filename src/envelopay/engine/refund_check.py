@@ -7,6 +7,7 @@ OOPS takes it (the refund kept, marked unverified, with the rail's reason)."""
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from envelopay import flows
 from envelopay.engine.settings import EngineSettings
@@ -23,6 +24,10 @@ _log = logging.getLogger(__name__)
 async def check_refund(message: Message, work: Work, settings: EngineSettings) -> bool:
     """Verify the refund `work`'s step recorded; on failure step the flow as a plain OOPS."""
     refund = dict(work.fs.data.get("refund") or {})
+    if work.refund_replayed:  # one transfer cannot be the refund of two payments
+        why = {"status": "rejected", "reason": "proof_replayed",
+               "detail": "this transfer was already shown for another payment (a refund or a PAY)"}
+        return _plain(message, work, {**refund, "verified": False, "verdict": why})
     chain, token = str(refund.get("chain", "")), str(refund.get("token", ""))
     rail, ours = settings.rails.get(chain), settings.wallet(chain, token)
     verdict: Verdict
@@ -37,8 +42,15 @@ async def check_refund(message: Message, work: Work, settings: EngineSettings) -
             verdict = Verdict.unavailable(f"rail raised {type(exc).__name__}")
     checked = {**refund, "verified": verdict.ok, "verdict": verdict.to_json()}
     if verdict.ok:
+        work.proof_fate = "spend"  # the refund's proof, reserved at the claim: never believed twice
         work.fs = FlowState(work.fs.kind, work.fs.side, work.fs.state, {**work.fs.data, "refund": checked})
         return True
+    return _plain(message, work, checked)
+
+
+def _plain(message: Message, work: Work, checked: dict[str, Any]) -> bool:
+    """Not believed: the step of the plain OOPS, the refund kept with why; its proof released."""
+    work.proof_fate = "release"
     start = work.start or work.fs
     plain = flows.step(start, message, Direction.IN, Event.OOPS)
     data = {**(plain.data if plain.ok else start.data), "refund": checked}

@@ -68,6 +68,9 @@ class Work:
     start: FlowState | None = None  # the flow as read, to skip a write that changes nothing
     oops_extra: Mapping[str, Any] | None = None  # extension fields of the OOPS (a refund)
     job: Job | None = None  # work taken on as a job: written with this step's commit
+    # The refund an OOPS cites is a transfer already spent (another flow's refund, a PAY):
+    # it is not believed, and the OOPS reads as the plain one (engine/refund_check.py).
+    refund_replayed: bool = False
 
 
 def content_hash(parsed: Parsed) -> str:
