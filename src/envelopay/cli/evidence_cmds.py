@@ -74,7 +74,7 @@ def _verify(folder: Path | None, as_json: bool) -> None:
     doc = ran("evidence verify", code, folder=str(folder), proven=report.ok, reason=report.reason,
               detail=report.detail, checked=report.checked, claims=report.proven,
               missing=list(report.missing))
-    finish(as_json, doc, _said(report))
+    finish(as_json, doc, () if as_json else _said(report))
 
 
 def _said(report: EvidenceReport) -> list[str]:
@@ -88,8 +88,15 @@ def _said(report: EvidenceReport) -> list[str]:
     if asked:
         lines.append(f"asked:     {asked['by']} ordered {asked['order']} (task {asked['task']}, "
                      f"sha256 {asked['task_sha256']}) on {asked['date']}")
-    for p in claims.get("paid") or []:
-        lines.append(f"paid:      {p['by']} paid {p['amount']} {p['token']} (smallest units) "
+    paid = claims.get("paid") or []
+    # lazy: the rails' asset registries (no config, no network) load only when money moved
+    from envelopay.client.ledger_reads import chain_decimals
+    from envelopay.rails.amounts import amount_with_units
+
+    decimals = chain_decimals(p["chain"] for p in paid)
+    for p in paid:
+        amount = amount_with_units(int(p["amount"]), p["token"], decimals(p["chain"], p["token"]))
+        lines.append(f"paid:      {p['by']} paid {amount} "
                      f"on {p['chain']}, "
                      f"tx {p['tx']}{_landed(p)}, from {p['payer']} to {p['payee']} at {p['tx_time']} "
                      f"(verified by {p['verified_by']} at {p['verified_at']})")

@@ -6,22 +6,26 @@ Each opens the ledger for one read and closes it."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from envelopay.config import WorkerConfig
 from envelopay.errors import UsageError
 from envelopay.node.agent_node import open_store
 from envelopay.rails.amounts import decimals_in
-from envelopay.rails.registry import make
+from envelopay.rails.registry import chain_network, make
 
 if TYPE_CHECKING:
     from envelopay.ledger.store import FlowRecord, LogEntry, OutboxRow
     from envelopay.rails.amounts import Decimals
     from envelopay.rails.interface import AssetInfo
 
-__all__ = ["config_decimals", "flow_of_ref", "flow_thread", "flows", "fulfill_flow", "oops_flow", "outbox"]
+__all__ = [
+    "chain_decimals", "config_decimals", "flow_of_ref", "flow_thread", "flows", "fulfill_flow", "oops_flow",
+    "outbox",
+]
 
 
 def flows(cfg: WorkerConfig, limit: int, after: str | None = None) -> tuple[list[FlowRecord], str | None]:
@@ -49,11 +53,29 @@ def config_decimals(cfg: WorkerConfig) -> Decimals:
     """The decimals of the assets this agent's rails know (the plugins' registries with the
     config's `assets` overrides), read without reaching a chain: each rail is made on a
     placeholder RPC address it never calls. A rail that cannot be made adds nothing."""
+    return _registry_decimals(list(cfg.rails.items()))
+
+
+def chain_decimals(chains: Iterable[str]) -> Decimals:
+    """The decimals the installed rails' own registries give the assets of `chains`
+    (`solana-local`, `base-sepolia`…), with no config and no network: for a reader with
+    nothing but a folder, as `evidence verify` is. An unknown chain adds nothing."""
+    rails: list[tuple[str, Mapping[str, Any]]] = []
+    for chain in set(chains):
+        try:
+            name, network = chain_network(chain)
+        except ValueError:
+            continue
+        rails.append((name, {"network": network}))
+    return _registry_decimals(rails)
+
+
+def _registry_decimals(rails: Iterable[tuple[str, Mapping[str, Any]]]) -> Decimals:
     # lazy: the rail plugins (and their chain libraries) load only when a flow moved money
     from envelopay.errors import EnvelopayError
 
     assets: list[AssetInfo] = []
-    for name, opts in cfg.rails.items():
+    for name, opts in rails:
         options = {"backend": "rpc", "rpc_url": "http://127.0.0.1:9/", "network": opts.get("network"),
                    "assets": opts.get("assets")}
         try:
