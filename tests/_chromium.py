@@ -1,7 +1,7 @@
 """A small Chrome DevTools Protocol driver for headless Debian Chromium: navigate, read
 the DOM, click/type with real input events (Input.dispatchMouseEvent / insertText), and
-take a screenshot of the page. Shared by the consoles' tests (tests/enforcer/cdp.py is the
-enforcer's copy, from which this one grew: the enforcer's tests may move here)."""
+take a screenshot of the page. The one driver of every console's tests (the enforcer's
+and the worker's)."""
 
 from __future__ import annotations
 

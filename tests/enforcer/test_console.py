@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import httpx
+from tests._chromium import chromium
 
 from envelopay.enforcer.send.enforcer import Enforcer
 
-from .cdp import chromium
 from .conftest import OPERATOR, Sink
 
 

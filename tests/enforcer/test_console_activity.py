@@ -7,11 +7,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from tests._chromium import chromium
+
 from envelopay.enforcer.send.backends import SqliteStore
 from envelopay.enforcer.service.console import ACTIVITY_PAGE
 from envelopay.enforcer.spend.policy import SpendLimit
 
-from .cdp import chromium
 from .conftest import Clock
 from .paykit import USDC, Kit, pay_req, payee_wallet
 from .test_console_approvals import _login, paid_service  # noqa: F401  (fixture)

@@ -12,12 +12,12 @@ from typing import Any
 
 import httpx
 import pytest
+from tests._chromium import Page, chromium
 
 from envelopay.enforcer.send.enforcer import Enforcer
 from envelopay.enforcer.service.server import start_server
 from envelopay.enforcer.spend.policy import SpendLimit, SpendPolicy
 
-from .cdp import Page, chromium
 from .conftest import OPERATOR, Sink
 from .paykit import CHAIN, USDC, Kit, make_kit, pay_req, payee_wallet
 
