@@ -12,8 +12,7 @@ from envelopay.ledger.postgres import PostgresStore
 from envelopay.ledger.sqlite import SqliteStore
 from envelopay.ledger.store import Store
 
-# The helper modules the tests here import by name (_engines, _served: this folder; the
-# rails mock kit is envelopay.testing.mock_rail). Loaded before this folder's tests.
+# _refund_tasks, named by the refund tests' task handlers. Loaded before this folder's tests.
 _folder = Path(__file__).resolve().parent
 if str(_folder) not in sys.path:
     sys.path.insert(0, str(_folder))

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _engines import worker
+from tests._engines import worker
 
 from envelopay import dkim
 from envelopay.engine import Engine, Outcome

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from _served import dkim_record, served, wire_garden
+from tests._served import dkim_record, served, wire_garden
 from typer.testing import CliRunner
 
 from envelopay.cli.app import app

@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from _engines import worker
+from tests._engines import worker
 
 from envelopay import dkim
 from envelopay.engine import Engine

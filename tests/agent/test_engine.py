@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from _engines import prepaid
+from tests._engines import prepaid
 
 from envelopay.dkim import DkimResult
 from envelopay.engine import Engine, Outcome

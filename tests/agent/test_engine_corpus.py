@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from _engines import worker
+from tests._engines import worker
 
 from envelopay.ledger.sqlite import SqliteStore
 from envelopay.protocol.codes import OopsCode

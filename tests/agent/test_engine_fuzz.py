@@ -2,7 +2,7 @@
 escapes, every input ends with an outcome, nothing is left half-claimed, and every
 reply the engine wrote composes.
 
-Seeded mutations of the conformance corpus (tests/agent/engine_fuzz.py), split over
+Seeded mutations of the conformance corpus (tests/engine/engine_fuzz.py), split over
 one process per core, each with its own in-memory SQLite ledger and the deterministic
 test rail (a few real transactions, so some proofs verify). ENVELOPAY_ENGINE_FUZZ sets
 the count (default 100,000). A PostgreSQL slice runs the same generator on a sample.
@@ -13,15 +13,11 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import os
-import sys
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import engine_fuzz as fz
-from _engines import worker
+from tests._engines import worker
+from tests.engine import engine_fuzz as fz
 
 from envelopay.ledger.sqlite import SqliteStore
 from envelopay.ledger.store import Store

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
-from _engines import prepaid, worker
+from tests._engines import prepaid, worker
 
 from envelopay import flows
 from envelopay.flows import ILLEGAL, Direction, FlowKind, FlowState, Side

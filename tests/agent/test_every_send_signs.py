@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from _served import served
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import Envelope
+from tests._served import served
 from typer.testing import CliRunner
 
 from envelopay import dkim

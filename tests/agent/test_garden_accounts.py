@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from _served import dkim_record, served
+from tests._served import dkim_record, served
 from typer.testing import CliRunner
 
 from envelopay.cli.app import app

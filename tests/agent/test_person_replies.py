@@ -19,7 +19,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from _engines import worker
+from tests._engines import worker
 
 from envelopay.engine import Engine, Outcome
 from envelopay.engine.outbox import DirectHook, OutboxDrainer

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from _engines import worker
+from tests._engines import worker
 from typer.testing import CliRunner
 
 from envelopay.cli.app import app

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from _served import served
+from tests._served import served
 from typer.testing import CliRunner
 
 from envelopay.cli.app import app

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from _engines import prepaid, worker
+from tests._engines import prepaid, worker
 
 from envelopay.engine import Engine
 from envelopay.engine.outbox import OutboxDrainer, SendResult

@@ -12,7 +12,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from _engines import prepaid, worker
+from tests._engines import prepaid, worker
 
 from envelopay.engine import BaseApplication, Context, Engine
 from envelopay.ledger.store import ProofKey, Store

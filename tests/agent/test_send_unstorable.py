@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from _engines import worker
+from tests._engines import worker
 
 from envelopay.errors import UsageError
 from envelopay.ledger.store import Store

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from _served import served
 from test_cli_client import CLIENT, WORKER, _agents
+from tests._served import served
 from typer.testing import CliRunner
 
 from envelopay.cli.app import app

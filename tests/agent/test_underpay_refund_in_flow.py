@@ -8,13 +8,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from tests._engines import worker
+
 from envelopay.engine.unusable import Unusable
 from envelopay.ledger.store import Store
 from envelopay.protocol.messages import Invoice, Oops
 from envelopay.testing import mock_rail as k
 from envelopay.testing.mock_worker import WorkerApp
-
-from ._engines import worker
 
 
 class PaysBack(WorkerApp):

@@ -19,11 +19,7 @@ from typing import Any
 
 import pytest
 from aiosmtpd.controller import Controller
-
-# The agent tests' helpers (tests/agent/_served.py): the garden wiring of `init` configs.
-if str(Path(__file__).resolve().parents[1] / "agent") not in sys.path:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agent"))
-from _served import dkim_record, wire_garden
+from tests._served import dkim_record, wire_garden
 
 from envelopay.mail.garden_auth import add_account
 from envelopay.node.init import admit_agent, init_agent

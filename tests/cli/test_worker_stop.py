@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from _served import wire_garden
+from tests._served import wire_garden
 
 from envelopay.node.init import init_agent
 

@@ -1,4 +1,4 @@
-"""Seeded hostile mail for the engine fuzz (tests/agent/test_engine_fuzz.py).
+"""Seeded hostile mail for the engine fuzz (tests/engine/test_engine_fuzz.py).
 
 Inputs come from the conformance corpus (fixtures/conformance) in three ways: byte
 mutations of a vector, structure mutations of a valid vector's JSON body (values
