@@ -156,7 +156,7 @@ async def _redo(w: OfferWorld, offer: Offer, flow_id: str) -> Any:
 @pytest.mark.parametrize("chain", ["solana-local", "base-local"])
 async def test_a_refused_offer_gives_its_give_leg_back_once(world: OfferWorld, chain: str, why: str) -> None:
     w = world
-    token, amount, want_chain, _, wants = GIVE[chain]
+    token, amount, want_chain, want_token, wants = GIVE[chain]
     if why == "short" and want_chain == "base-local":  # the worker's USDC goes elsewhere
         left = w.base.usdc_balance(w.wallets["worker_base"]) or 0
         await w.worker.engine.rails["base-local"].pay(chain="base-local", token="USDC", amount=left,
@@ -183,8 +183,16 @@ async def test_a_refused_offer_gives_its_give_leg_back_once(world: OfferWorld, c
     # Nothing is paid twice: the same mail again, the step redone, the proof in a new OFFER.
     assert out.message_id is not None
     await _redeliver(w, offer, out.message_id)
+    # The redo comes after the worker's wallet was filled again: the counter-leg it could now
+    # pay is never paid on top of the give leg that went back.
+    if want_chain == "base-local":
+        w.base.fund(w.wallets["worker_base"], usdc=100 * USDC)
+    else:
+        w.sol.fund(w.wallets["worker_sol"], native=10 * SOL)
+    wanted = _held(w, want_chain, want_token, BUYER_WALLET[want_chain])
     redo = await _redo(w, offer, out.flow_id or "")
     assert redo.extra["refund"]["proof"] == refund["proof"]  # the recorded refund, not a new one
+    assert _held(w, want_chain, want_token, BUYER_WALLET[want_chain]) == wanted
     _, again, _ = await w.exchange(offer.model_copy(update={"id": f"of-{why}-again"}))
     assert isinstance(again, Oops) and _refund(again) is None
     assert _held(w, chain, token, who) == paid + amount

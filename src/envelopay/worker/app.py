@@ -417,6 +417,9 @@ class WorkerApplication(RefundsMoney):
         return await self._fulfil(order, f"Paid {paid}; here is the result")
 
     async def offer(self, offer: Offer, ctx: Context) -> Accept | Refuse | None:
+        if self.give_leg_refunded(offer, ctx):  # asked again after a crash: never both legs
+            back = await self.refund_offer(offer, ctx)
+            return Refuse(OopsCode.PROOF_REPLAYED, "this OFFER's give leg was paid back already", back)
         out = await self.app.accept_offer(offer, ctx.peer)
         if not isinstance(out, Refusal):
             return out

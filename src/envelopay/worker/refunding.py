@@ -57,7 +57,7 @@ class RefundsMoney:
             return None
         m = money
         order = RefundOrder(
-            key=f"pay:{m.chain}:{m.proof_key}", local=m.local, peer=m.peer, flow_id=m.flow_id, chain=m.chain,
+            key=_key(m), local=m.local, peer=m.peer, flow_id=m.flow_id, chain=m.chain,
             token=m.token, amount=m.amount, recipient=m.payer, reason=m.reason,
         )
         result = await self.refunder.refund(order)
@@ -87,13 +87,30 @@ class RefundsMoney:
         refused, no wallet to pay from): all the give leg paid goes back to the wallet that
         paid it (`ctx.verdict`), keyed by its proof like any money we cannot use. The
         caller never asks for a counter-leg in doubt: that one may have paid."""
-        v, give = ctx.verdict, offer.give
-        if v is None or not v.ok or not v.payer:
-            return None
-        paid = v.observed_amount if v.observed_amount is not None else give.amount
-        key = v.proof_key or json.dumps(give.proof, sort_keys=True, separators=(",", ":"))
-        money = Unusable(local=ctx.local, peer=ctx.peer, flow_id=ctx.flow_id, chain=give.chain,
-                         token=give.token, amount=paid, expected=give.amount, payer=v.payer,
-                         proof=give.proof, proof_key=key, reason="offer_refused")
-        return await self.refund_unusable(money)
+        money = _give_leg(offer, ctx)
+        return None if money is None else await self.refund_unusable(money)
+
+    def give_leg_refunded(self, offer: Offer, ctx: Context) -> bool:
+        """Has this OFFER's give leg begun to go back? (A redo of the step after a crash
+        before its commit: then the counter-leg is never paid too, whatever changed since.)"""
+        money = _give_leg(offer, ctx)
+        if self.refunder is None or money is None:
+            return False
+        return self.refunder.book.get(_key(money)) is not None
+
+
+def _key(money: Unusable) -> str:
+    return f"pay:{money.chain}:{money.proof_key}"
+
+
+def _give_leg(offer: Offer, ctx: Context) -> Unusable | None:
+    """An OFFER's give leg as the engine verified it, all of it, as money to give back."""
+    v, give = ctx.verdict, offer.give
+    if v is None or not v.ok or not v.payer:
+        return None
+    paid = v.observed_amount if v.observed_amount is not None else give.amount
+    key = v.proof_key or json.dumps(give.proof, sort_keys=True, separators=(",", ":"))
+    return Unusable(local=ctx.local, peer=ctx.peer, flow_id=ctx.flow_id, chain=give.chain, token=give.token,
+                    amount=paid, expected=give.amount, payer=v.payer, proof=give.proof, proof_key=key,
+                    reason="offer_refused")
 
