@@ -12,6 +12,7 @@ flow meanwhile. Exit codes as README "Exit codes": 0 an answer or the ledger's v
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from datetime import UTC
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +52,30 @@ def last_wait(log: Sequence[LogEntry]) -> Wait | None:
     return waits[-1] if waits else None
 
 
+def _ending(log: Sequence[LogEntry], wait: Wait | None) -> dict[str, Any] | None:
+    """The job's end as the ledger knows it, when the worker told of a job (a WAIT) and a
+    FULFILL or OOPS task_failed came in after its last WAIT (whose state is then out of
+    date): done; refunded when the OOPS carries a refund; else failed — the states SPEC
+    "Status while working" names. Any other OOPS (one refusing a PAY) ends no job."""
+    if wait is None:
+        return None
+    last_wait_seq = max(e.seq for e in log if e.direction == "in" and e.type == "wait")
+    ends = [e for e in log if e.direction == "in" and e.seq > last_wait_seq and (
+        e.type == "fulfill" or (e.type == "oops" and _error(e).get("code") == "task_failed"))]
+    if not ends:
+        return None
+    end = ends[-1]
+    state = "done" if end.type == "fulfill" else ("refunded" if _error(end).get("refund") else "failed")
+    at = dict(wait.at)
+    at[state] = end.at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {"state": state, "at": at, "told": False}
+
+
+def _error(entry: LogEntry) -> dict[str, Any]:
+    error = (entry.body or {}).get("error")
+    return dict(error) if isinstance(error, dict) else {}
+
+
 def peer_speaks_status(store: Store, local: str, flow: FlowRecord, log: Sequence[LogEntry]) -> bool:
     """The worker said it speaks `status`: a WAIT in this flow, or a METHODS of its (in
     this flow or one of our recent flows with it) naming the extension."""
@@ -84,11 +109,15 @@ def status_report(
     timed_out = answer is not None and answer.timed_out
     wait = reply if isinstance(reply, Wait) else last_wait(log)
     state = answer.outcome.state if answer is not None and answer.outcome is not None else flow.state
+    # A FULFILL or OOPS after the last WAIT ended the job: not "running" any more.
+    ended = None if isinstance(reply, Wait) else _ending(log, wait)
+    told = None if wait is None else {"state": wait.state, "at": dict(wait.at), "told": wait is reply}
+    job = ended or told
     doc: dict[str, Any] = {
         "command": "status", "ok": not timed_out, "exit": FAILED if timed_out else OK,
         "flow": {"id": flow.flow_id, "state": state}, "peer": flow.peer,
         "asked": asked, "reason": reason,
-        "job": None if wait is None else {"state": wait.state, "at": dict(wait.at), "told": wait is reply},
+        "job": job,
         "answer": reply.model_dump(mode="json", exclude_none=True) if reply is not None else None,
         "timed_out": timed_out,
     }
@@ -99,7 +128,10 @@ def status_report(
         lines.append(f"not asked: {reason}")
     if reply is not None and not isinstance(reply, Wait):
         lines.append(f"the worker answered {reply.type.upper()}")
-    if wait is not None:
+    if ended is not None:
+        times = ", ".join(f"{k} {v}" for k, v in ended["at"].items())  # the WAIT's, then the end's
+        lines.append(f"ended: {ended['state']} ({times})")
+    elif wait is not None:
         lines.append(("the worker says: " if wait is reply else "last told: ") + state_line(wait))
     elif reply is None:
         lines.append("no WAIT from the worker in this flow")
