@@ -21,6 +21,7 @@ import typer
 
 from envelopay.cli.options import JsonOpt
 from envelopay.cli.output import FAILED, OK, answers, finish, ran, table
+from envelopay.rails.amounts import amount_text, no_decimals
 
 __all__ = ["refunds_list", "refunds_retry", "register"]
 
@@ -35,17 +36,23 @@ def refunds_list(config: _Config = Path("envelopay.toml"), everything: _All = Fa
                  as_json: JsonOpt = False) -> None:
     """The worker's refunds not paid (in doubt or failed), oldest first; --all: every one."""
     # lazy: the node and its ledger load only when the command runs
+    from envelopay.client.ledger_reads import config_decimals
     from envelopay.config import load_config
     from envelopay.node.refund_admin import list_refunds
 
     with answers(as_json=as_json):
-        rows = list_refunds(load_config(config), datetime.now(UTC), everything=everything, limit=limit)
+        cfg = load_config(config)
+        rows = list_refunds(cfg, datetime.now(UTC), everything=everything, limit=limit)
     doc = ran("refunds list", refunds=[r.to_json() for r in rows])
     if not as_json:
-        cells = [(r.order.key, r.status, r.order.reason, f"{r.order.amount} {r.order.token}", r.order.chain,
-                  r.order.recipient, (r.error or "")[:40]) for r in rows]
+        decimals = config_decimals(cfg) if rows else no_decimals
+        # What a person reads: `0.25 USDC` (the JSON keeps the smallest units, 250000).
+        cells = [(r.order.key, r.status, r.order.reason,
+                  amount_text(r.order.amount, r.order.token, decimals(r.order.chain, r.order.token)),
+                  r.order.chain, r.order.recipient, (r.error or "")[:40]) for r in rows]
+        # The key whole: the operator copies it into `refunds retry KEY`.
         table(("KEY", "STATUS", "REASON", "AMOUNT", "CHAIN", "TO", "ERROR"), cells, overflow=True,
-              empty="No refunds.")
+              whole=("KEY", "STATUS", "AMOUNT"), empty="No refunds.")
     finish(as_json, doc)
 
 
