@@ -25,6 +25,7 @@ from envelopay.mail.mailbox.index import HEAD, MailIndex
 from envelopay.mail.mailbox.inputs import MailboxError
 from envelopay.mail.mailbox.interpret import Interpretation
 from envelopay.mail.mailbox.records import Attachment, CheckFilter
+from envelopay.testing.kit import run_checks
 
 __all__ = ["MAILBOX_CHECKS", "check_mailbox_store"]
 
@@ -205,11 +206,4 @@ MAILBOX_CHECKS: tuple[Callable[[Factory], None], ...] = (
 
 def check_mailbox_store(factory: Factory) -> list[str]:
     """Run every mailbox index check against indexes made by `factory`; return their names."""
-    passed: list[str] = []
-    for check in MAILBOX_CHECKS:
-        try:
-            check(factory)
-        except AssertionError as exc:
-            raise AssertionError(f"{check.__name__}: {exc}") from exc
-        passed.append(check.__name__)
-    return passed
+    return run_checks(MAILBOX_CHECKS, factory)

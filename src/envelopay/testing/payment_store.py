@@ -30,6 +30,7 @@ from envelopay.enforcer.spend.policy import SpendLimit, SpendPolicy
 from envelopay.enforcer.spend.schema import SPEND_MIGRATIONS
 from envelopay.enforcer.spend.store import PaymentStore
 from envelopay.enforcer.spend.vault import WalletRecord
+from envelopay.testing.kit import run_async_checks
 
 __all__ = ["PAYMENT_CHECKS", "check_payment_store"]
 
@@ -299,11 +300,4 @@ PAYMENT_CHECKS: tuple[Callable[[Factory], Awaitable[None]], ...] = (
 
 async def check_payment_store(factory: Factory) -> list[str]:
     """Run every payment-store check against stores made by `factory`; return their names."""
-    passed: list[str] = []
-    for check in PAYMENT_CHECKS:
-        try:
-            await check(factory)
-        except AssertionError as exc:
-            raise AssertionError(f"{check.__name__}: {exc}") from exc
-        passed.append(check.__name__)
-    return passed
+    return await run_async_checks(PAYMENT_CHECKS, factory)

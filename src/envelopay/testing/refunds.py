@@ -18,6 +18,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from envelopay.ledger.refunds import RefundBook, RefundOrder
+from envelopay.testing.kit import run_checks
 
 __all__ = ["REFUND_CHECKS", "check_refund_book", "sample_refund"]
 
@@ -126,11 +127,4 @@ REFUND_CHECKS: tuple[Callable[[Callable[[], RefundBook]], None], ...] = (
 
 def check_refund_book(factory: Callable[[], RefundBook]) -> list[str]:
     """Run every refunds check against books made by `factory`; return their names."""
-    passed: list[str] = []
-    for check in REFUND_CHECKS:
-        try:
-            check(factory)
-        except AssertionError as exc:
-            raise AssertionError(f"{check.__name__}: {exc}") from exc
-        passed.append(check.__name__)
-    return passed
+    return run_checks(REFUND_CHECKS, factory)

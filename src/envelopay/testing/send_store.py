@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable
 from envelopay.enforcer.send.model import Agent, Policy, SendRequest
 from envelopay.enforcer.send.schema import SEND_MIGRATIONS
 from envelopay.enforcer.send.store import EnforcerStore, QueueCursor
+from envelopay.testing.kit import run_async_checks
 
 __all__ = ["SEND_CHECKS", "check_send_store"]
 
@@ -330,11 +331,4 @@ SEND_CHECKS: tuple[Callable[[Factory], Awaitable[None]], ...] = (
 
 async def check_send_store(factory: Factory) -> list[str]:
     """Run every send-store check against stores made by `factory`; return their names."""
-    passed: list[str] = []
-    for check in SEND_CHECKS:
-        try:
-            await check(factory)
-        except AssertionError as exc:
-            raise AssertionError(f"{check.__name__}: {exc}") from exc
-        passed.append(check.__name__)
-    return passed
+    return await run_async_checks(SEND_CHECKS, factory)

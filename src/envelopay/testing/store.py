@@ -31,6 +31,7 @@ from envelopay.ledger.store import (
 )
 from envelopay.protocol.messages import Invoice, Oops, OopsError
 from envelopay.protocol.outbound import Outbound
+from envelopay.testing.kit import run_checks
 from envelopay.testing.store_jobs import JOB_CHECKS
 
 __all__ = ["CHECKS", "check_store"]
@@ -460,11 +461,4 @@ CHECKS: tuple[Callable[[Callable[[], Store]], None], ...] = (
 
 def check_store(factory: Callable[[], Store]) -> list[str]:
     """Run every contract check against stores made by `factory`; return their names."""
-    passed: list[str] = []
-    for check in CHECKS:
-        try:
-            check(factory)
-        except AssertionError as exc:
-            raise AssertionError(f"{check.__name__}: {exc}") from exc
-        passed.append(check.__name__)
-    return passed
+    return run_checks(CHECKS, factory)

@@ -20,6 +20,7 @@ from envelopay.ledger.store import Commit, FlowRecord, FlowWrite, LogEntry, Stor
 from envelopay.ledger.summaries import FlowCount, FlowFilter, Summaries
 from envelopay.protocol.messages import Oops, OopsError
 from envelopay.protocol.outbound import Outbound
+from envelopay.testing.kit import run_checks
 
 __all__ = ["SUMMARY_CHECKS", "check_summaries"]
 
@@ -152,11 +153,4 @@ SUMMARY_CHECKS: tuple[Callable[[Callable[[], Store]], None], ...] = (
 
 def check_summaries(factory: Callable[[], Any]) -> list[str]:
     """Run every summary check against stores made by `factory`; return their names."""
-    passed: list[str] = []
-    for check in SUMMARY_CHECKS:
-        try:
-            check(factory)
-        except AssertionError as exc:
-            raise AssertionError(f"{check.__name__}: {exc}") from exc
-        passed.append(check.__name__)
-    return passed
+    return run_checks(SUMMARY_CHECKS, factory)
