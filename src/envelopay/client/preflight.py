@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from envelopay.ledger.store import FlowRecord, Store
 
 __all__ = ["FRESH", "PayTerms", "accepts_pair", "check_timeout", "exchange_query", "fresh_methods",
-           "invoice_terms", "oops_code"]
+           "invoice_terms", "oops_code", "sendable_override"]
 
 FRESH = timedelta(minutes=10)  # how old a METHODS on record may be and still count
 
@@ -72,7 +72,24 @@ def invoice_terms(
                              f"leave --{name} out to pay the INVOICE, or give --override")
         terms[name] = value
         overrides.append(name)
+    sendable_override(invoice, asked, terms)
     return PayTerms(terms["amount"], terms["token"], terms["chain"], terms["wallet"], tuple(overrides))
+
+
+def sendable_override(invoice: str, asked: dict[str, str], terms: dict[str, str]) -> None:
+    """Refuse, before anything moves, an override our own flow could never send as the
+    PAY of this INVOICE: the order flow takes a PAY on the INVOICE's chain and token, for
+    at least its amount (flows/core.py, INVOICE_TERMS). Paid first and refused after, the
+    money would be gone with no PAY and no record. Another wallet, or more, may be paid."""
+    if terms["chain"] != asked["chain"]:
+        raise UsageError(f"--chain: INVOICE {invoice} asks for chain {asked['chain']}; a PAY on "
+                         f"{terms['chain']} cannot answer it, even with --override (nothing paid)")
+    if terms["token"] != asked["token"]:
+        raise UsageError(f"--token: INVOICE {invoice} asks for token {asked['token']}; a PAY in "
+                         f"{terms['token']} cannot answer it, even with --override (nothing paid)")
+    if terms["amount"].isdigit() and int(terms["amount"]) < int(asked["amount"]):
+        raise UsageError(f"--amount: INVOICE {invoice} asks for amount {asked['amount']}; a PAY of less "
+                         f"({terms['amount']}) cannot answer it, even with --override (nothing paid)")
 
 
 def exchange_query(give: str, want: str) -> dict[str, Any]:
