@@ -11,6 +11,12 @@ with an owner and a lease), so two drainers on one ledger, in one process or in
 several, never send the same row twice; only a drainer that dies between the send and
 the mark leaves its claim to run out, and then the row goes again (at least once).
 
+A message's own rows need not wait behind the batch a drain is sending: `send_now`
+claims just those rows (`Store.outbox_claim_one`: only a row under no live claim, its
+flow's first pending one) and sends them beside a running drain. In this process the
+drainer keeps the two apart: a batch passes over a row `send_now` holds, and waits for
+it before sending a later row of the same flow.
+
 The send hook is where policy plugs in. `DirectHook` signs and delivers itself;
 an enforcer hook hands the composed message to the send enforcer, which holds the
 credential and answers with a verdict. Verdicts (as the enforcer's):
@@ -26,7 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Literal, Protocol
@@ -164,24 +170,64 @@ class OutboxDrainer:
         # running one look again.
         self._lock = asyncio.Lock()
         self._again = False
+        # The rows `send_now` is sending (Message-IDs) and their flows (lane key → set
+        # when that row is done): what a batch passes over or waits for.
+        self._direct: set[str] = set()
+        self._direct_flows: dict[str, asyncio.Event] = {}
+        # `send_now`s sending at once (each holds a connection of the transport).
+        self._direct_gate = asyncio.Semaphore(max(4, parallel))
+
+    async def send_now(self, message_ids: Sequence[str]) -> DrainReport:
+        """Send these rows now, without waiting for a drain in progress. A row is sent
+        here only if it can be claimed alone (pending, due, under no live claim, the
+        first pending row of its flow); any other is left to a drain, and the caller
+        must start one. The rows go one after another, in the order given."""
+        report = DrainReport()
+        for mid in message_ids:
+            if mid in self._direct:
+                continue
+            async with self._direct_gate:
+                now = self.clock()
+                row = self.store.outbox_claim_one(mid, self.owner, now, now + self.lease)
+                if row is None:
+                    continue
+                key = _lane_key(row)
+                done = self._direct_flows[key] = asyncio.Event()
+                self._direct.add(mid)
+                try:
+                    await self._one(row, report)
+                finally:
+                    self._direct.discard(mid)
+                    del self._direct_flows[key]
+                    done.set()
+        return report
+
+    async def _after_direct(self, row: OutboxRow) -> None:
+        """Wait until no `send_now` of this process sends a row of `row`'s flow."""
+        while (done := self._direct_flows.get(_lane_key(row))) is not None:
+            await done.wait()
 
     async def drain_once(self, limit: int = 100) -> DrainReport:
         report = DrainReport()
         now = self.clock()
         rows = self.store.outbox_claim(self.owner, now, now + self.lease, limit)
+        # A row `send_now` holds came along (its claim is this owner's too): not ours to
+        # send. Checked before any await, so it cannot have been sent and marked since.
+        rows = [r for r in rows if r.outbound.message_id not in self._direct]
         if self.parallel == 1 or len(rows) < 2:
             for row in rows:
+                await self._after_direct(row)
                 await self._one(row, report)
             return report
-        lanes: dict[str | None, list[OutboxRow]] = {}
+        lanes: dict[str, list[OutboxRow]] = {}
         for row in rows:
-            # Rows without a flow each get a lane of their own.
-            lanes.setdefault(row.flow_id or f"\0{row.outbound.message_id}", []).append(row)
+            lanes.setdefault(_lane_key(row), []).append(row)
         gate = asyncio.Semaphore(self.parallel)
 
         async def lane(queue: list[OutboxRow]) -> None:
             async with gate:
                 for row in queue:
+                    await self._after_direct(row)
                     await self._one(row, report)
 
         await asyncio.gather(*(lane(q) for q in lanes.values()))
@@ -230,3 +276,8 @@ class OutboxDrainer:
             retry_at = now + self.backoff(row.attempts)
             self.store.mark_failed(mid, now, f"{result.status}: {result.detail}", retry_at)
             report.retry.append(mid)
+
+
+def _lane_key(row: OutboxRow) -> str:
+    # The rows of one flow go one after another; a row without a flow is a lane of its own.
+    return row.flow_id or f"\0{row.outbound.message_id}"

@@ -107,6 +107,26 @@ class OutboxCallsMixin(SqlBase):
         rows.sort(key=lambda r: int(r["seq"]))
         return [self._outbox(r) for r in rows]
 
+    def outbox_claim_one(
+        self, message_id: str, owner: str, now: datetime, lease_until: datetime
+    ) -> OutboxRow | None:
+        """Claim one row for `owner` (a send delivering its own row beside a drain), in one
+        conditional UPDATE: only when pending, due, under no live claim (its owner's own
+        either: a drain of this process may hold it), and first of its flow's pending rows
+        (a flow's rows go out in order). None: the drain's to send."""
+        n = self.t(now)
+        with self.write() as x:
+            rows = x.all(  # all(): the RETURNING statement runs to its end on SQLite
+                "UPDATE ep_outbox SET claimed_by = ?, claim_until = ?"
+                " WHERE message_id = ? AND status = 'pending' AND (next_attempt IS NULL OR next_attempt <= ?)"
+                " AND (claim_until IS NULL OR claim_until <= ?)"
+                " AND NOT EXISTS (SELECT 1 FROM ep_outbox e WHERE e.flow_id = ep_outbox.flow_id"
+                " AND e.seq < ep_outbox.seq AND e.status = 'pending')"
+                f" RETURNING {_OUTBOX_COLS}",
+                (owner, self.t(lease_until), message_id, n, n),
+            )
+        return self._outbox(rows[0]) if rows else None
+
     def outbox_expedite(self) -> int:
         with self.write() as x:
             return x.exec("UPDATE ep_outbox SET next_attempt = NULL"

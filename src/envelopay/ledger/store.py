@@ -355,6 +355,13 @@ class Store(Summaries, Protocol):
         failed ends its claim; a lease that runs out (a crashed drainer) frees it."""
         ...
 
+    def outbox_claim_one(
+        self, message_id: str, owner: str, now: datetime, lease_until: datetime
+    ) -> OutboxRow | None:
+        """Claim the row `message_id` alone, when pending, due, under no live claim (not
+        even `owner`'s) and no earlier row of its flow is pending; None otherwise."""
+        ...
+
     def outbox_release(self, message_id: str, owner: str) -> bool: ...
 
     def outbox_expedite(self) -> int:

@@ -14,7 +14,7 @@ import heapq
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
@@ -153,7 +153,7 @@ class AgentNode:
         self.received += 1
         if outcome.outbox:  # only a step that wrote replies has anything to send now
             if drain_behind:
-                self._drain_behind()
+                self._drain_behind(outcome.outbox)
             else:
                 await self.drainer.drain()
         if outcome.status == "waiting" and outcome.retry_at is not None:
@@ -195,14 +195,18 @@ class AgentNode:
                 _log.exception("%s: an observer failed", self.address)
         return outcome
 
-    def _drain_behind(self) -> None:
-        # A drain already running picks the new rows up (drain() tells it to look again).
-        task = asyncio.get_running_loop().create_task(self._drain_logged())
+    def _drain_behind(self, own: Sequence[str] = ()) -> None:
+        # The message's own rows go first, beside any drain in progress (not behind the
+        # batch it is sending); then a drain for the rest (one already running picks new
+        # rows up: drain() tells it to look again).
+        task = asyncio.get_running_loop().create_task(self._drain_logged(own))
         self._draining.add(task)
         task.add_done_callback(self._draining.discard)
 
-    async def _drain_logged(self) -> None:
+    async def _drain_logged(self, own: Sequence[str] = ()) -> None:
         try:
+            if own:
+                await self.drainer.send_now(own)
             await self.drainer.drain()
         except Exception:  # the rows stay pending: the next drain tries them again
             _log.exception("%s: outbox drain failed", self.address)
@@ -225,8 +229,15 @@ class AgentNode:
         return await asyncio.wait_for(asyncio.shield(fut), timeout)
 
     async def send(self, message: Message, to: str, **kw: Any) -> Sent:
+        """Record `message` in its flow and send it before returning: its own row goes
+        out at once (not behind the batch a drain is sending), the other due rows by a
+        drain behind it. A row that cannot go at once (an earlier row of its flow still
+        pending, another drainer's claim) is drained here, as before."""
         sent = await self.engine.send(message, to, **kw)
-        await self.drainer.drain()
+        if (await self.drainer.send_now([sent.message_id])).count:
+            self._drain_behind()
+        else:
+            await self.drainer.drain()
         return sent
 
     async def drain(self) -> DrainReport:
@@ -271,6 +282,7 @@ class AgentNode:
             await _end_beside(waiting, stop)
 
     async def close(self) -> None:
+        await self.settle()  # the drains behind sends and the pump: before the transport closes
         if self.transport is not None:
             await self.transport.close()
         for thing in self.closers:
