@@ -295,3 +295,25 @@ async def test_the_buyers_summary_says_the_offer_was_refused_and_its_give_leg_we
     lines = client_report("offer", ClientRun("OFFER", sent, answer=answer), timeout=5).lines
     assert any("the OFFER was refused and the payment above was refunded" in line for line in lines)
     assert not any("the work failed" in line for line in lines)
+
+
+async def test_a_give_leg_that_cannot_be_paid_back_is_said_so_and_left_for_the_operator(
+    world: OfferWorld,
+) -> None:
+    w = world
+    rails = w.worker.engine.rails
+    broke = w.base.new_wallet()  # the refund's key holds neither ETH nor USDC on Base
+    keys = {r.name: _key(r) for r in rails.values()}
+    keys[rails["base-local"].name] = broke.key
+    _app(w).refunder = refunder_for(w.worker.store, rails=rails, keys=keys, owner="worker")
+    token, amount, _, _, wants = GIVE["base-local"]
+    offer = await _offer(w, "base-local", "of-broke", wants["rate"])
+    paid = _held(w, "base-local", token, "buyer_base")
+    _, reply, bflow = await w.exchange(offer)
+    assert isinstance(reply, Oops) and reply.error is not None and reply.error.code == "amount_mismatch"
+    refund = (reply.error.model_extra or {})["refund"]
+    assert refund["status"] == "failed" and "proof" not in refund and refund["amount"] == str(amount)
+    assert "could not be paid back" in (reply.note or "")
+    assert _held(w, "base-local", token, "buyer_base") == paid  # nothing moved
+    rec = w.buyer.store.get_flow(bflow)
+    assert rec is not None and rec.state == "refused"  # no proof: the plain OOPS it also is

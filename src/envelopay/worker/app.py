@@ -61,6 +61,9 @@ RAIL_KEY = "rail"
 _NOTHING_MOVED = frozenset({"insufficient_funds", "tx_failed"})
 _ENFORCER_NOTHING_MOVED = frozenset({"insufficient_funds", "spend_refused"})
 STAYS = "; the give leg stays with the worker until the operator settles it"
+# What the OOPS says of a give leg's refund, by its status (worker/refunds.py RefundResult).
+_GIVE_LEG_FATE = {"paid": "went back", "pending": "is being paid back",
+                  "failed": "could not be paid back: the operator will settle it"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -427,12 +430,12 @@ class WorkerApplication(RefundsMoney):
         # unless the counter-leg may have paid (SPEC.md "Refunds").
         back = None if out.in_doubt else await self.refund_offer(offer, ctx)
         refund = back.get("refund") if back else None
-        if isinstance(refund, Mapping) and refund.get("status") == "paid":
-            g = offer.give
-            back_text = self.app.amount(int(refund["amount"]), g.chain, g.token)
-            note = f"{out.note}; the give leg, {back_text}, went back"
-            return Refuse(out.code, note[:200], back)
-        return Refuse(out.code, out.note, back)
+        if not isinstance(refund, Mapping):
+            return Refuse(out.code, out.note, back)
+        g = offer.give
+        back_text = self.app.amount(int(refund["amount"]), g.chain, g.token)
+        fate = _GIVE_LEG_FATE.get(str(refund.get("status")), "is with the operator")
+        return Refuse(out.code, f"{out.note}; the give leg, {back_text}, {fate}"[:200], back)
 
     async def notify(self, notice: Notice) -> None:
         if notice.job_id is not None and self.on_job is not None:
