@@ -37,6 +37,7 @@ from envelopay.node.console_view import (
     revenue_rows,
     utc,
 )
+from envelopay.node.listen import http_endpoint, serve_app
 from envelopay.rails.amounts import Decimals
 
 __all__ = ["FLOWS_PAGE", "Console", "console_endpoint", "start_console"]
@@ -217,27 +218,9 @@ def console_app(console: Console) -> web.Application:
 def console_endpoint(text: str) -> tuple[str, int]:
     """`--console` as typed: PORT (loopback) or HOST:PORT ([::1]:PORT for IPv6); port 0
     lets the system choose. UsageError names what is wrong."""
-    host, sep, port = text.rpartition(":")
-    if not sep:
-        host, port = "127.0.0.1", text
-    host = host.removeprefix("[").removesuffix("]")
-    number = int(port) if port.isascii() and port.isdigit() and len(port) <= 5 else -1
-    if not host or not 0 <= number <= 65535:
-        raise UsageError(f"--console {text!r}: PORT or HOST:PORT, a port from 0 to 65535")
-    return host, number
+    return http_endpoint("--console", text)
 
 
 async def start_console(console: Console, host: str, port: int) -> tuple[web.AppRunner, str]:
     """Serve the console; return the runner (call `cleanup()`) and the page's URL."""
-    runner = web.AppRunner(console_app(console), access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    try:
-        await site.start()
-    except OSError:
-        await runner.cleanup()
-        raise
-    sockets = getattr(site._server, "sockets", None) or []
-    bound = sockets[0].getsockname()[1] if sockets else port
-    shown = f"[{host}]" if ":" in host else host
-    return runner, f"http://{shown}:{bound}/console"
+    return await serve_app(console_app(console), host, port, "/console")

@@ -23,10 +23,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from envelopay.errors import UsageError
 from envelopay.ledger._sql_base import SqlBase
 from envelopay.ledger.store import Store
-from envelopay.mail.transport.lmtp_client import tcp_port
+from envelopay.node.listen import http_endpoint, serve_app
 from envelopay.node.observe import Handled
 
 __all__ = ["WorkerMetrics", "jobs_state", "metrics_endpoint", "start_metrics"]
@@ -169,14 +168,7 @@ def jobs_state(store: Store, local: str) -> tuple[dict[str, int], datetime | Non
 def metrics_endpoint(text: str) -> tuple[str, int]:
     """`--metrics` as typed: PORT (loopback) or HOST:PORT ([::1]:PORT for IPv6); port 0
     lets the system choose. UsageError names what is wrong."""
-    host, sep, port = text.rpartition(":")
-    if not sep:
-        host, port = "127.0.0.1", text
-    host = host.removeprefix("[").removesuffix("]")
-    number = 0 if port == "0" else tcp_port(port)
-    if not host or number is None:
-        raise UsageError(f"--metrics {text!r}: PORT or HOST:PORT, a port from 0 to 65535")
-    return host, number
+    return http_endpoint("--metrics", text)
 
 
 async def start_metrics(metrics: WorkerMetrics, host: str, port: int) -> tuple[web.AppRunner, str]:
@@ -187,16 +179,4 @@ async def start_metrics(metrics: WorkerMetrics, host: str, port: int) -> tuple[w
 
     app = web.Application()
     app.router.add_get("/metrics", scrape)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    try:
-        await site.start()
-    except OSError:
-        await runner.cleanup()
-        raise
-    server = site._server
-    sockets = getattr(server, "sockets", None) or []
-    bound = sockets[0].getsockname()[1] if sockets else port
-    shown = f"[{host}]" if ":" in host else host
-    return runner, f"http://{shown}:{bound}/metrics"
+    return await serve_app(app, host, port, "/metrics")
