@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_cli_client import CLIENT, WORKER, _agents
 from tests._served import served
 from typer.testing import CliRunner
 
@@ -18,6 +17,8 @@ from envelopay.cli.app import app
 from envelopay.config import load_config
 from envelopay.node.agent_node import open_store
 from envelopay.node.serve import serve_worker
+
+from .test_cli_client import CLIENT, WORKER, _agents
 
 runner = CliRunner()
 
