@@ -6,8 +6,10 @@ rail (envelopay.testing.mock_rail DictRail)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +78,19 @@ def runner(engine: Engine, policy: FailurePolicy | None = None, **kw: Any) -> Jo
     r = JobRunner(engine, app.app.tasks, policy=policy, **kw)
     app.on_job = lambda _job: r.wake()
     return r
+
+
+@contextlib.asynccontextmanager
+async def running(*runners: JobRunner) -> AsyncIterator[None]:
+    """The runners run while the block does; after it they are stopped and waited for (a
+    runner finishes or hands over what it runs, as at a stop)."""
+    stop = asyncio.Event()
+    loops = [asyncio.create_task(r.run(stop)) for r in runners]
+    try:
+        yield
+    finally:
+        stop.set()
+        await asyncio.gather(*loops)
 
 
 def free_order(oid: str, name: str = "nap", **fields: Any) -> Order:

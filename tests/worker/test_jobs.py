@@ -40,11 +40,8 @@ async def test_a_free_order_is_a_job_answered_by_the_runner(store: Store) -> Non
     assert job is not None and job.state == "queued" and job.amount == 0 and job.chain is None
     assert job.params == {"name": "nap", "seconds": 0.05, "text": "héllo"} and job.ref == "o1"
     runner = jk.runner(engine)
-    stop = asyncio.Event()
-    loop = asyncio.create_task(runner.run(stop))
-    await _until(lambda: (store.job_get(job.job_id) or job).state == "done")
-    stop.set()
-    await loop
+    async with jk.running(runner):
+        await _until(lambda: (store.job_get(job.job_id) or job).state == "done")
     done = store.job_get(job.job_id)
     assert done is not None and done.answer_id is not None
     row = store.outbox_get(done.answer_id)
@@ -81,11 +78,8 @@ async def test_a_failing_handler_is_retried_then_answered_task_failed(store: Sto
     job = store.job_for_flow(out.flow_id or "")
     assert job is not None
     runner = jk.runner(engine)
-    stop = asyncio.Event()
-    loop = asyncio.create_task(runner.run(stop))
-    await _until(lambda: (store.job_get(job.job_id) or job).answer_id is not None)
-    stop.set()
-    await loop
+    async with jk.running(runner):
+        await _until(lambda: (store.job_get(job.job_id) or job).answer_id is not None)
     failed = store.job_get(job.job_id)
     assert failed is not None and failed.state == "failed" and failed.attempts == 2
     assert marker.read_text().count("start") == 2
@@ -116,13 +110,9 @@ async def test_a_paid_job_that_fails_is_settled_by_its_policy_once(store: Store)
     job = store.job_for_flow(out.flow_id or "")
     assert job is not None and job.policy == "hold"
     policy = _Holds()
-    runner = jk.runner(engine, policy)
-    stop = asyncio.Event()
-    loop = asyncio.create_task(runner.run(stop))
-    await _until(lambda: (store.job_get(job.job_id) or job).state == "held")
-    await asyncio.sleep(0.3)  # several polls and a scan: asked once
-    stop.set()
-    await loop
+    async with jk.running(jk.runner(engine, policy)):
+        await _until(lambda: (store.job_get(job.job_id) or job).state == "held")
+        await asyncio.sleep(0.3)  # several polls and a scan: asked once
     held = store.job_get(job.job_id)
     assert held is not None and held.answer_id is None and held.refund == {"status": "held"}
     assert [j.state for j in policy.calls] == ["failed"]
@@ -136,11 +126,8 @@ async def test_a_bad_result_fails_the_job(store: Store) -> None:
     job = store.job_for_flow(out.flow_id or "")
     assert job is not None
     runner = jk.runner(engine)
-    stop = asyncio.Event()
-    loop = asyncio.create_task(runner.run(stop))
-    await _until(lambda: (store.job_get(job.job_id) or job).answer_id is not None)
-    stop.set()
-    await loop
+    async with jk.running(runner):
+        await _until(lambda: (store.job_get(job.job_id) or job).answer_id is not None)
     failed = store.job_get(job.job_id)
     assert failed is not None and failed.state == "failed" and "time limit" in (failed.error or "")
     assert json.loads(json.dumps(failed.times(), default=str))  # every state has a time
@@ -161,11 +148,8 @@ async def test_two_workers_on_one_ledger_share_the_jobs(store: Store, tmp_path: 
         for n in range(8):
             await engines[n % 2].handle(k.raw(jk.free_order(f"s{n}", seconds=0.2, marker=str(marker))))
         runners = [jk.runner(e) for e in engines]
-        stop = asyncio.Event()
-        loops = [asyncio.create_task(r.run(stop)) for r in runners]
-        await _until(lambda: len(store.job_list(k.WORKER, ("done",))) == 8)
-        stop.set()
-        await asyncio.gather(*loops)
+        async with jk.running(*runners):
+            await _until(lambda: len(store.job_list(k.WORKER, ("done",))) == 8)
         jobs = store.job_list(k.WORKER)
         assert all(j.attempts == 1 and j.answer_id for j in jobs)
         assert len(marker.read_text().splitlines()) == 8  # each ran once
@@ -185,22 +169,16 @@ async def test_stopping_lets_a_job_end_or_hands_it_over_at_once(store: Store) ->
     job = store.job_for_flow(out.flow_id or "")
     assert job is not None
     first = jk.runner(engine, grace=5.0)
-    stop = asyncio.Event()
-    loop = asyncio.create_task(first.run(stop))
-    await _until(lambda: job.job_id in first.started)  # under way (seen in-process: no poll can miss it)
-    stop.set()
-    await loop
+    async with jk.running(first):
+        await _until(lambda: job.job_id in first.started)  # under way (seen in-process: no poll can miss it)
     assert (store.job_get(job.job_id) or job).state == "done"  # it ended within the grace
 
     out = await engine.handle(k.raw(jk.free_order("g2", seconds=30)))
     cut = store.job_for_flow(out.flow_id or "")
     assert cut is not None
     second = jk.runner(engine, owner="w-cut", grace=0.0, lease=60.0)
-    stop = asyncio.Event()
-    loop = asyncio.create_task(second.run(stop))
-    await _until(lambda: (store.job_get(cut.job_id) or cut).state == "running")
-    stop.set()
-    await loop
+    async with jk.running(second):
+        await _until(lambda: (store.job_get(cut.job_id) or cut).state == "running")
     left = store.job_get(cut.job_id)
     assert left is not None and left.state == "running" and left.lease_until is not None
     assert left.lease_until <= datetime.now(UTC)  # its 60 s lease ended at the stop
@@ -220,11 +198,8 @@ async def test_a_policy_answering_a_state_the_table_forbids_leaves_the_job_held(
     job = store.job_for_flow(out.flow_id or "")
     assert job is not None
     runner = jk.runner(engine, _Broken())
-    stop = asyncio.Event()
-    loop = asyncio.create_task(runner.run(stop))
-    await _until(lambda: (store.job_get(job.job_id) or job).state == "held")
-    stop.set()
-    await loop
+    async with jk.running(runner):
+        await _until(lambda: (store.job_get(job.job_id) or job).state == "held")
     assert _answers(store, out.flow_id or "") == []  # nothing said; an operator decides
 
 
@@ -247,9 +222,6 @@ async def test_the_runner_outlives_a_ledger_that_is_away_for_a_while(store: Stor
 
     store.job_claim = away  # type: ignore[method-assign,assignment]  # the outage, injected at the seam
     runner = jk.runner(engine)
-    stop = asyncio.Event()
-    loop = asyncio.create_task(runner.run(stop))
-    await _until(lambda: (store.job_get(job.job_id) or job).state == "done")
-    stop.set()
-    await loop
+    async with jk.running(runner):
+        await _until(lambda: (store.job_get(job.job_id) or job).state == "done")
     assert failures == [0] and _answers(store, out.flow_id or "") == ["fulfill"]

@@ -73,16 +73,11 @@ async def test_the_asker_hears_queued_running_done(store: Store, tmp_path: Path)
 
     heard = [(await _ask(engine, "ord_s", 1)).state]
     runner = jk.runner(engine)
-    stop = asyncio.Event()
-    loop = asyncio.create_task(runner.run(stop))
-    try:
+    async with jk.running(runner):
         await _until(lambda: store.job_get(job.job_id).state == "running")  # type: ignore[attr-defined]
         heard.append((await _ask(engine, "ord_s", 2)).state)
         gate.touch()
         await _until(lambda: store.job_get(job.job_id).state == "done")  # type: ignore[attr-defined]
-    finally:
-        stop.set()
-        await loop
     last = await _ask(engine, "ord_s", 3)
     heard.append(last.state)
     assert heard == ["queued", "running", "done"]
@@ -102,13 +97,8 @@ async def test_a_buyer_that_named_nothing_hears_only_the_fulfill(store: Store, t
     taken = await engine.handle(k.raw(Order(id="ord_p", task={"name": "gated", "gate": str(gate)})))
     assert taken.outbox == ()  # no WAIT: its ORDER did not name `status`
     runner = jk.runner(engine)
-    stop = asyncio.Event()
-    loop = asyncio.create_task(runner.run(stop))
-    try:
+    async with jk.running(runner):
         await _until(lambda: (store.get_flow(taken.flow_id or "") or taken).state == "fulfilled")
-    finally:
-        stop.set()
-        await loop
     sent = _out(store, taken.flow_id or "")
     assert [type(m) for m in sent] == [Fulfill]
     assert "extensions" not in sent[0].model_dump(exclude_none=True)
@@ -124,13 +114,8 @@ async def test_a_held_job_is_told_held_and_nothing_else(store: Store) -> None:
     job = store.job_for_flow(taken.flow_id or "")  # type: ignore[attr-defined]
     assert job is not None and job.paid
     runner = jk.runner(engine)
-    stop = asyncio.Event()
-    loop = asyncio.create_task(runner.run(stop))
-    try:
+    async with jk.running(runner):
         await _until(lambda: store.job_get(job.job_id).state == "held")  # type: ignore[attr-defined]
-    finally:
-        stop.set()
-        await loop
     sent = _out(store, taken.flow_id or "")
     assert [(m.type, getattr(m, "state", None)) for m in sent] == [
         ("wait", "queued"), ("wait", "running"), ("wait", "held")]  # no OOPS: the operator decides
