@@ -2,7 +2,7 @@
 (issue 30 item 5: `mail reply` went out without a DKIM-Signature). Each signature checked
 by our verifier against the DNS record `init` wrote: `mail reply` over SMTP (aiosmtpd), and
 in the garden `call`'s request and the responder's reply; the client commands go through
-the engine's outbox, which signs (tests/agent)."""
+the engine's outbox, which signs (tests/engine)."""
 
 from __future__ import annotations
 
