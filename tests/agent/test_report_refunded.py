@@ -41,5 +41,9 @@ def test_a_refunded_flow_reads_as_refunded_and_a_refused_one_as_refused(tmp_path
     refunded = _lines(sent, "refunded", "task_failed")
     assert any("the work failed and the payment above was refunded" in line for line in refunded)
     assert not any("refused" in line for line in refunded)
+    # An underpayment refunded in full (another client's PAY): no work failed; the code says why.
+    underpaid = _lines(sent, "refunded", "amount_mismatch")
+    assert any("the worker answered amount_mismatch and the payment above was refunded" in line
+               for line in underpaid)
     refused = _lines(sent, "invoiced", "amount_mismatch")
     assert any("was refused; the flow is back to invoiced" in line for line in refused)

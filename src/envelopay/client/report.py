@@ -140,7 +140,9 @@ def _answer(doc: dict[str, Any], lines: list[str], run: ClientRun, timeout: floa
         if doc["paid"] is not None and out.state == "refunded":
             # The payment was taken and the work failed: the money came back (checked on the
             # chain, as `show` lists it) — not a payment refused (seen on a new-user walk).
-            why = "the OFFER was refused" if doc["sent"]["type"] == "offer" else "the work failed"
+            code = doc["oops"]["code"]
+            why = ("the OFFER was refused" if doc["sent"]["type"] == "offer" else
+                   "the work failed" if code in (None, "task_failed") else f"the worker answered {code}")
             lines.append(f"{why} and the payment above was refunded: see envelopay show {out.flow_id}")
         elif doc["paid"] is not None:
             lines.append(f"the payment above was refused; the flow is back to {out.state}: "
