@@ -9,12 +9,21 @@ starts it in the background and goes on once it says it is listening or serving 
 ours prints such a line when ready; waiting on it is a condition, not a guess). A line whose
 comment says `(syntax)` shows syntax, not a command, and is not run. A world named
 `tests/…` is a block another test runs as written.
+
+The sessions run in `shell_env` (this file's and the tests that run a README block or a
+script of their own through real processes: tests/worker/test_readme_jobs.py,
+tests/worker/test_refund_served.py) by `run_session`, and `devnet_down` ends their devnet.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import shlex
+import signal
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -160,3 +169,54 @@ def script(worlds_blocks: list[Block]) -> str:
             ]
     parts.append("echo '+ all README lines ran' >&2")
     return "\n".join(parts) + "\n"
+
+
+def shell_env(tmp_path: Path) -> dict[str, str]:
+    """The environment a session runs in: `envelopay` and `python` are this interpreter's
+    (shims first on PATH: the venv a reader would have activated); HOME and the devnet's home
+    are under `tmp_path` and the devnet's ports are left to the system, so concurrent runs
+    never meet; PYTHONUNBUFFERED=1, so a background service's "listening" line shows when
+    it is printed."""
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    (shim / "envelopay").write_text(f'#!/bin/sh\nexec {sys.executable} -m envelopay.cli "$@"\n')
+    (shim / "python").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    for tool in ("envelopay", "python"):
+        (shim / tool).chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ENVELOPAY_")}
+    env.update(PATH=f"{shim}:{env.get('PATH', '/usr/bin:/bin')}", HOME=str(tmp_path / "home"),
+               ENVELOPAY_DEVNET_HOME=str(tmp_path / "devnet"), ENVELOPAY_DEVNET_SOLANA_PORT="0",
+               ENVELOPAY_DEVNET_BASE_PORT="0", PYTHONUNBUFFERED="1", COLUMNS="120")
+    (tmp_path / "home").mkdir()
+    return env
+
+
+@dataclass(frozen=True)
+class Ran:
+    returncode: int
+    out: str  # stdout and stderr, interleaved
+    timed_out: bool  # killed after the timeout: `out` is what it printed until then
+
+
+def run_session(script_text: str, cwd: Path, env: dict[str, str], timeout: float) -> Ran:
+    """`bash -c script_text` in a process group of its own; whatever it left running there
+    (a service it started) ends with it, and so does all of it when it overruns `timeout`."""
+    proc = subprocess.Popen(["bash", "-c", script_text], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    timed_out = False
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        timed_out = True
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+    return Ran(proc.returncode, out, timed_out)
+
+
+def devnet_down(cwd: Path, env: dict[str, str]) -> None:
+    """`envelopay devnet down` for a session's devnet, whatever the session left of it."""
+    subprocess.run([sys.executable, "-m", "envelopay.cli", "devnet", "down"], cwd=cwd, env=env,
+                   capture_output=True, timeout=60)

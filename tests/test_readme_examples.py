@@ -19,12 +19,7 @@ Every line is also parsed against the real CLI, `(syntax)` lines for their comma
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
-import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -97,38 +92,18 @@ def test_syntax_lines_are_few_and_say_why() -> None:
 
 
 @pytest.fixture
-def shell_env(tmp_path: Path) -> Iterator[dict[str, str]]:
-    shim = tmp_path / "bin"
-    shim.mkdir()
-    (shim / "envelopay").write_text(f'#!/bin/sh\nexec {sys.executable} -m envelopay.cli "$@"\n')
-    (shim / "python").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
-    for tool in ("envelopay", "python"):
-        (shim / tool).chmod(0o755)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ENVELOPAY_")}
-    env.update(PATH=f"{shim}:{env.get('PATH', '/usr/bin:/bin')}", HOME=str(tmp_path / "home"),
-               ENVELOPAY_DEVNET_HOME=str(tmp_path / "devnet"), ENVELOPAY_DEVNET_SOLANA_PORT="0",
-               ENVELOPAY_DEVNET_BASE_PORT="0", PYTHONUNBUFFERED="1", COLUMNS="120")
-    (tmp_path / "home").mkdir()
-    yield env
+def shell_env(tmp_path: Path) -> dict[str, str]:
+    return rr.shell_env(tmp_path)
 
 
 def _session(world: str, cwd: Path, env: dict[str, str], timeout: float) -> None:
     blocks = [b for b in rr.blocks() if b.world == world]
     assert blocks
-    proc = subprocess.Popen(["bash", "-c", rr.script(blocks)], cwd=cwd, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        pytest.fail(f"the {world} session did not end in {timeout:g} s:\n{out[-6000:]}")
-    finally:
-        # Whatever the session left in its process group (a service it started) ends with it.
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-    print(out)  # the session, line by line with its start time (pytest -s shows it)
-    assert proc.returncode == 0 and "+ all README lines ran" in out, out[-8000:]
+    ran = rr.run_session(rr.script(blocks), cwd, env, timeout)
+    if ran.timed_out:
+        pytest.fail(f"the {world} session did not end in {timeout:g} s:\n{ran.out[-6000:]}")
+    print(ran.out)  # the session, line by line with its start time (pytest -s shows it)
+    assert ran.returncode == 0 and "+ all README lines ran" in ran.out, ran.out[-8000:]
 
 
 def test_scratch_blocks_run(tmp_path: Path, shell_env: dict[str, str]) -> None:
@@ -144,6 +119,5 @@ def test_devnet_blocks_run(tmp_path: Path, shell_env: dict[str, str]) -> None:
     try:
         _session("devnet", where, shell_env, timeout=240)
     finally:
-        subprocess.run([sys.executable, "-m", "envelopay.cli", "devnet", "down"], cwd=where, env=shell_env,
-                       capture_output=True, timeout=60)
+        rr.devnet_down(where, shell_env)
     assert not (tmp_path / "devnet" / "devnet.json").exists()

@@ -6,10 +6,6 @@ output, its result hash recorded."""
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -32,21 +28,6 @@ def _block(name: str) -> str:
     return after.split("```", 2)[1].split("\n", 1)[1]
 
 
-def _env(tmp_path: Path) -> dict[str, str]:
-    shim = tmp_path / "bin"
-    shim.mkdir()
-    (shim / "envelopay").write_text(f'#!/bin/sh\nexec {sys.executable} -m envelopay.cli "$@"\n')
-    (shim / "python").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
-    for tool in ("envelopay", "python"):
-        (shim / tool).chmod(0o755)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ENVELOPAY_")}
-    env.update(PATH=f"{shim}:{env.get('PATH', '/usr/bin:/bin')}", HOME=str(tmp_path / "home"),
-               ENVELOPAY_DEVNET_HOME=str(tmp_path / "devnet"), ENVELOPAY_DEVNET_SOLANA_PORT="0",
-               ENVELOPAY_DEVNET_BASE_PORT="0", PYTHONUNBUFFERED="1", COLUMNS="120")
-    (tmp_path / "home").mkdir()
-    return env
-
-
 def test_selling_work_that_takes_time_runs_as_written(tmp_path: Path) -> None:
     work = tmp_path / "work"
     work.mkdir()
@@ -54,21 +35,14 @@ def test_selling_work_that_takes_time_runs_as_written(tmp_path: Path) -> None:
     (work / "task.toml").write_text(_block("jobs-task"))
     blocks = [b for b in rr.blocks() if b.world == WORLD]
     assert len(blocks) == 1
-    env = _env(tmp_path)
-    proc = subprocess.Popen(["bash", "-c", rr.script(blocks)], cwd=work, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    env = rr.shell_env(tmp_path)
     try:
-        out, _ = proc.communicate(timeout=240)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        pytest.fail(f"the session did not end in 240 s:\n{out[-6000:]}")
+        ran = rr.run_session(rr.script(blocks), work, env, timeout=240)
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        subprocess.run([sys.executable, "-m", "envelopay.cli", "devnet", "down"], cwd=work, env=env,
-                       capture_output=True, timeout=60)
-    assert proc.returncode == 0 and "+ all README lines ran" in out, out[-8000:]
+        rr.devnet_down(work, env)
+    if ran.timed_out:
+        pytest.fail(f"the session did not end in 240 s:\n{ran.out[-6000:]}")
+    assert ran.returncode == 0 and "+ all README lines ran" in ran.out, ran.out[-8000:]
 
     cfg = load_config(work / "seller" / "envelopay.toml")
     store = SqliteStore(cfg.path(cfg.agent.ledger))

@@ -7,15 +7,15 @@ buyer's served mailbox takes the OOPS in and shows that flow `refunded` too."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import readme_run as rr
 
 from envelopay.config import load_config
 from envelopay.ledger.sqlite import SqliteStore
@@ -64,23 +64,6 @@ echo done-all
 """
 
 
-def _env(tmp_path: Path) -> dict[str, str]:
-    """`envelopay` and `python` are this interpreter's; HOME and the devnet are the test's
-    own, its ports left to the system (concurrent runs never meet)."""
-    shim = tmp_path / "bin"
-    shim.mkdir()
-    (shim / "envelopay").write_text(f'#!/bin/sh\nexec {sys.executable} -m envelopay.cli "$@"\n')
-    (shim / "python").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
-    for tool in ("envelopay", "python"):
-        (shim / tool).chmod(0o755)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ENVELOPAY_")}
-    env.update(PATH=f"{shim}:{env.get('PATH', '/usr/bin:/bin')}", HOME=str(tmp_path / "home"),
-               ENVELOPAY_DEVNET_HOME=str(tmp_path / "devnet"), ENVELOPAY_DEVNET_SOLANA_PORT="0",
-               ENVELOPAY_DEVNET_BASE_PORT="0", PYTHONUNBUFFERED="1", COLUMNS="120")
-    (tmp_path / "home").mkdir()
-    return env
-
-
 def _tail(path: Path) -> str:
     return path.read_text()[-3000:] if path.exists() else "(none)"
 
@@ -91,21 +74,14 @@ def test_failed_paid_work_served_in_real_processes_is_refunded_and_a_held_job_by
     work = tmp_path / "work"
     work.mkdir()
     (work / "tasks.toml").write_text(TASKS)
-    env = _env(tmp_path)
-    proc = subprocess.Popen(["bash", "-c", SCRIPT], cwd=work, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    env = rr.shell_env(tmp_path)
     try:
-        out, _ = proc.communicate(timeout=300)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        pytest.fail(f"the session did not end in 300 s:\n{out[-6000:]}\n{_tail(work / 'serve.log')}")
+        ran = rr.run_session(SCRIPT, work, env, timeout=300)
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        subprocess.run([sys.executable, "-m", "envelopay.cli", "devnet", "down"], cwd=work, env=env,
-                       capture_output=True, timeout=60)
-    assert "done-all" in out, out[-6000:] + _tail(work / "serve.log")
+        rr.devnet_down(work, env)
+    if ran.timed_out:
+        pytest.fail(f"the session did not end in 300 s:\n{ran.out[-6000:]}\n{_tail(work / 'serve.log')}")
+    assert "done-all" in ran.out, ran.out[-6000:] + _tail(work / "serve.log")
 
     seller = load_config(work / "seller" / "envelopay.toml")
     store = SqliteStore(seller.path(seller.agent.ledger))
