@@ -317,3 +317,29 @@ async def test_a_give_leg_that_cannot_be_paid_back_is_said_so_and_left_for_the_o
     assert _held(w, "base-local", token, "buyer_base") == paid  # nothing moved
     rec = w.buyer.store.get_flow(bflow)
     assert rec is not None and rec.state == "refused"  # no proof: the plain OOPS it also is
+
+
+async def test_a_counter_leg_whose_rail_lost_its_node_mid_payment_is_in_doubt_and_never_paid_twice(
+    world: OfferWorld,
+) -> None:
+    w = world
+    real = _app(w).app.rails["base-local"]
+    base_world: Any = w.base  # the eth-tester chain under the dev chain: its chain id
+    # The worker's own Base key, its node gone (a closed port): the payment may or may not
+    # have left, as far as the worker can tell.
+    _app(w).app.rails["base-local"] = make_rail({
+        "backend": "rpc", "rpc_url": f"http://127.0.0.1:{_closed_port()}", "network": "local",
+        "chain_id": base_world.base.chain_id, "keypair": _key(real), "confirm_timeout": 1})
+    offer = await _offer(w, "solana-local", "of-lost", 30 * USDC)
+    paid = _held(w, "solana-local", "SOL", "buyer_sol")
+    got = w.base.usdc_balance(w.wallets["buyer_base"])
+    out, reply, _ = await w.exchange(offer)
+    assert isinstance(reply, Oops) and reply.error is not None and reply.error.code == "rail_unavailable"
+    assert _refund(reply) is None and "operator" in (reply.note or "")
+    assert _held(w, "solana-local", "SOL", "buyer_sol") == paid  # the give leg stays
+    # Asked again (a redo after a crash) with the node back: still in doubt, nothing paid.
+    _app(w).app.rails["base-local"] = real
+    redo = await _redo(w, offer, out.flow_id or "")
+    assert redo.code.value == "rail_unavailable" and redo.extra is None
+    assert w.base.usdc_balance(w.wallets["buyer_base"]) == got
+    assert _held(w, "solana-local", "SOL", "buyer_sol") == paid

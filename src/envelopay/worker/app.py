@@ -299,11 +299,12 @@ class WorkerApp:
             w = offer.want
             proof = await rail.pay(chain=w.chain, token=w.token, amount=w.amount, recipient=offer.wallet)
         except RailError as exc:
-            if book is not None:
+            doubt = exc.reason not in _NOTHING_MOVED
+            if book is not None and not doubt:
                 book.failed(peer, offer.id)  # the rail refused: nothing moved
+            # else the attempt stays `paying`: asked again, the OFFER is in doubt, never paid twice
             poor = exc.reason == "insufficient_funds"
             code = OopsCode.INSUFFICIENT_FUNDS if poor else OopsCode.RAIL_UNAVAILABLE
-            doubt = exc.reason not in _NOTHING_MOVED
             return Refusal(code, f"counter-payment failed: {exc.reason}" + (STAYS if doubt else ""),
                            in_doubt=doubt)
         accept = Accept(
