@@ -113,6 +113,21 @@ class Page:
         shot = await self.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
         out.write_bytes(base64.b64decode(shot["data"]))
 
+    async def drawn(self, out: Path, selectors: list[str], width: int = 1200) -> bytes:
+        """A whole-page PNG (`screenshot`) in which each of `selectors` is drawn: a box with
+        height, inside the page. Returns the PNG's bytes."""
+        await self.screenshot(out, width)
+        height = await self.js("document.documentElement.scrollHeight")
+        for sel in selectors:
+            box = await self.js(f"(() => {{ const e = document.querySelector({json.dumps(sel)});"
+                                " if (!e) return null; const r = e.getBoundingClientRect();"
+                                " return {y: r.y + scrollY, h: r.height}; })()")
+            assert box is not None, f"{sel} is not on the page:\n{await self.text()}"
+            assert box["h"] > 0 and box["y"] + box["h"] <= height, (sel, box, height)
+        png = out.read_bytes()
+        assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+        return png
+
 
 @contextlib.asynccontextmanager
 async def chromium() -> AsyncIterator[Page]:

@@ -125,16 +125,7 @@ async def _browse(url: str, buyer: AgentNode, oops: str, amount: int, tmp_path: 
 
 async def _screenshot(page: Page, out: Path) -> None:
     """The whole page as a PNG; the revenue and OOPS sections are drawn in it."""
-    await page.screenshot(out)
-    height = await page.js("document.documentElement.scrollHeight")
-    for section in ("#revenue", "#oops-counts", "#flow-counts"):
-        box = await page.js(f"(() => {{ const e = document.querySelector('{section}'); if (!e) return null;"
-                            " const r = e.getBoundingClientRect();"
-                            " return {y: r.y + scrollY, h: r.height}; })()")
-        assert box is not None, f"{section} is missing from the console"
-        assert box["h"] > 0 and box["y"] + box["h"] <= height, (section, box, height)
-    png = out.read_bytes()
-    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+    png = await page.drawn(out, ["#revenue", "#oops-counts", "#flow-counts"])
     if os.environ.get("ENVELOPAY_WORKER_CONSOLE_PNG"):  # to refresh docs/worker-console.png
         Path(os.environ["ENVELOPAY_WORKER_CONSOLE_PNG"]).write_bytes(png)
 
