@@ -79,6 +79,7 @@ def _jobs_and_refunds(store: SqliteStore | PostgresStore) -> None:
     assert [j.job_id for j in store.recent_jobs(local, states=("queued",))] == ["job_2", "job_1"]
 
     assert store.refund_counts(local) in (None, {})  # no refunds table yet, or an empty one
+    assert store.refunds_paid_since(local, T0) == []
     book = RefundBook(store, now=T0)
     order = RefundOrder("job:job_0", local, "buyer@x", "flow_0", "solana-local", "USDC", 250000, "W",
                         "task_failed")
@@ -89,6 +90,10 @@ def _jobs_and_refunds(store: SqliteStore | PostgresStore) -> None:
     [refund] = store.recent_refunds(local)
     assert (refund.key, refund.amount, refund.status, refund.tx_id, refund.reason) == (
         "job:job_0", 250000, "paid", "T1", "task_failed")
+    # What went back, beside the console's revenue: paid refunds since a time (paid at T0+7 s).
+    assert store.refunds_paid_since(local, T0) == [refund]
+    assert store.refunds_paid_since(local, T0 + timedelta(seconds=8)) == []
+    assert store.refunds_paid_since("other@summaries.test", T0) == []
 
 
 def test_jobs_and_refunds_read_back_on_sqlite(tmp_path: Path) -> None:

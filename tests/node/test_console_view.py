@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from envelopay.ledger.store import LogEntry
+from envelopay.ledger.store import LogEntry, RefundLine
 from envelopay.ledger.summaries import JobLine
 from envelopay.node.console_view import job_row, message_row, received_in, revenue_rows
 
@@ -59,6 +59,21 @@ def test_revenue_is_summed_per_utc_day_and_rail_newest_day_first() -> None:
         ("2026-05-01", "solana-local", "0.250001 USDC", 250001, 2),
     ]
     assert revenue_rows([], decimals) == []
+
+
+def test_refunds_paid_show_beside_the_revenue_of_their_day_and_rail() -> None:
+    # Seen on a new-user walk: two of three payments refunded, the day's revenue read 0.75 USDC.
+    ok = {"status": "ok"}
+    entries = [entry(DAY1, "pay", pay("250000"), ok), entry(DAY1, "pay", pay("250000"), ok)]
+    sol = ("solana-local", "USDC")
+    back = [RefundLine("job:j1", "f1", "b@x", *sol, 250000, "task_failed", "paid", "T1", DAY1),
+            RefundLine("pay:x", "f2", "b@x", *sol, 50000, "overpaid", "paid", "T2", DAY2)]
+    rows = revenue_rows(entries, decimals, back)
+    assert [(r["day"], r["human"], r["payments"], r["refunded"], r["refunded_units"]) for r in rows] == [
+        ("2026-05-02", "0 USDC", 0, "0.05 USDC", 50000),  # a refund on a day with no receipts
+        ("2026-05-01", "0.5 USDC", 2, "0.25 USDC", 250000),
+    ]
+    assert revenue_rows(entries, decimals)[0]["refunded"] == ""  # nothing went back: an empty cell
 
 
 def test_message_and_job_rows_carry_human_amounts_beside_raw_units() -> None:

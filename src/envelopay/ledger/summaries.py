@@ -190,6 +190,24 @@ class SummariesMixin(SqlBase):
                          (local.lower(),))
         return {str(r["status"]): int(r["n"]) for r in sorted(rows, key=lambda r: str(r["status"]))}
 
+    def refunds_paid_since(self, local: str, since: datetime) -> list[RefundLine]:
+        """`local`'s refunds paid since `since` (when last changed), oldest first: the money
+        that went back, beside the revenue; [] while there is no refunds table."""
+        with self.read() as x:
+            if not x.all(_HAS_TABLE[self.dialect], ("ep_refunds",)):
+                return []
+            rows = x.all(
+                "SELECT refund_key, flow_id, peer, chain, token, amount, reason, status, tx_id, updated_at"
+                " FROM ep_refunds WHERE status = 'paid' AND local = ? AND updated_at >= ?"
+                " ORDER BY updated_at, refund_key",
+                (local.lower(), self.t(since)),
+            )
+        return [
+            RefundLine(r["refund_key"], r["flow_id"], r["peer"], r["chain"], r["token"], int(r["amount"]),
+                       r["reason"], r["status"], r["tx_id"], self.ut(r["updated_at"]))
+            for r in rows
+        ]
+
     def recent_refunds(self, local: str, limit: int = 20) -> list[RefundLine]:
         """`local`'s refunds last changed, newest first; [] while there is no refunds table."""
         with self.read() as x:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from envelopay.ledger.store import FlowRecord, LogEntry
+from envelopay.ledger.store import FlowRecord, LogEntry, RefundLine
 from envelopay.ledger.summaries import JobLine, OopsSent
 from envelopay.rails.amounts import Decimals, amount_text
 
@@ -76,19 +76,29 @@ def received_in(entry: LogEntry) -> Received | None:
     return Received(entry.at, chain, token, units)
 
 
-def revenue_rows(entries: Iterable[LogEntry], decimals: Decimals) -> list[dict[str, Any]]:
-    """Money received per UTC day per rail (chain and token), newest day first."""
-    sums: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0])
+def revenue_rows(
+    entries: Iterable[LogEntry], decimals: Decimals, refunds: Iterable[RefundLine] = ()
+) -> list[dict[str, Any]]:
+    """Money received per UTC day per rail (chain and token), newest day first, and the
+    refunds paid back that day on that rail (`refunded`: a failed job's money, an
+    overpayment's excess), so money that went back does not read as revenue."""
+    sums: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
     for entry in entries:
         got = received_in(entry)
         if got is not None:
             key = (got.at.strftime("%Y-%m-%d"), got.chain, got.token)
             sums[key][0] += got.units
             sums[key][1] += 1
+    for back in refunds:
+        sums[(back.updated_at.strftime("%Y-%m-%d"), back.chain, back.token)][2] += back.amount
     rows = []
-    for (day, chain, token), (units, count) in sorted(sums.items(), key=lambda kv: (kv[0][0], kv[0][1:])):
+    for (day, chain, token), (units, count, returned) in sorted(
+        sums.items(), key=lambda kv: (kv[0][0], kv[0][1:])
+    ):
+        shown = money(returned, chain, token, decimals)
         rows.append({"day": day, "chain": chain, "token": token, "payments": count,
-                     **money(units, chain, token, decimals)})
+                     **money(units, chain, token, decimals),
+                     "refunded": shown["human"] if returned else "", "refunded_units": returned})
     rows.sort(key=lambda r: r["day"], reverse=True)  # stable: rails stay in name order within a day
     return rows
 
