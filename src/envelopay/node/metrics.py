@@ -89,14 +89,18 @@ class WorkerMetrics:
         return generate_latest(self.registry)
 
 
-class OutboxCollector(Collector):
-    """Outbox depth and the age of its oldest row, read from the ledger at scrape time
-    (the partial index of pending rows: as large as the backlog, not the history)."""
+class _LedgerCollector(Collector):
+    """Gauges one agent's ledger answers when scraped (`clock` ages what it finds)."""
 
     def __init__(self, store: Store, address: str, clock: Callable[[], datetime]) -> None:
         self.store = store
         self.address = address
         self.clock = clock
+
+
+class OutboxCollector(_LedgerCollector):
+    """Outbox depth and the age of its oldest row, read from the ledger at scrape time
+    (the partial index of pending rows: as large as the backlog, not the history)."""
 
     def collect(self) -> Iterator[Metric]:
         depth = GaugeMetricFamily("envelopay_worker_outbox_pending", "Replies and sends written to the"
@@ -126,14 +130,9 @@ def outbox_state(store: Store, sender: str) -> tuple[int, datetime | None]:
 UNFINISHED = ("queued", "running", "failed", "held", "refunding")
 
 
-class JobsCollector(Collector):
+class JobsCollector(_LedgerCollector):
     """Jobs not finished, by state, and the wait of the oldest queued one, read from the
     ledger at scrape time (the state index: as large as the live jobs, not the history)."""
-
-    def __init__(self, store: Store, address: str, clock: Callable[[], datetime]) -> None:
-        self.store = store
-        self.address = address
-        self.clock = clock
 
     def collect(self) -> Iterator[Metric]:
         jobs = GaugeMetricFamily("envelopay_worker_jobs", "Jobs not finished, by state (queued, running,"
