@@ -55,6 +55,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from _role import RoleProcess
+
 from envelopay.client.demo import BUYER, DOMAIN, MALLORY, PRICE, WORKER, BuyerApp, DemoWorld
 from envelopay.engine import Notice
 from envelopay.protocol.messages import Fulfill, Invoice, Message, Order, Pay
@@ -187,40 +189,10 @@ def _cpu_seconds(pid: int) -> tuple[float, float]:
     return int(fields[11]) / tick, int(fields[12]) / tick
 
 
-class RoleProcess:
-    """One role of this script (`--role chain|worker`) as a child process: started with
-    a set-up file, ready when it prints `ready <value>`; SIGTERM ends it, and its last
-    line (JSON) is kept in `final`."""
-
-    def __init__(self, role: str, setup: dict[str, Any], workdir: Path) -> None:
-        self.role = role
-        self.path = workdir / f"{role}-setup.json"
-        self.path.write_text(json.dumps(setup))
-        self.ready = ""
-        self.final: dict[str, Any] = {}
-        self.pid = 0
-
-    async def __aenter__(self) -> RoleProcess:
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--role", self.role, "--setup", str(self.path)]
-        if not GC_FREEZE:
-            cmd.append("--no-gc-freeze")
-        self.proc = await asyncio.create_subprocess_exec(*cmd, stdout=asyncio.subprocess.PIPE)
-        self.pid = self.proc.pid
-        assert self.proc.stdout is not None
-        line = (await asyncio.wait_for(self.proc.stdout.readline(), 120)).decode()
-        if not line.startswith("ready "):
-            self.proc.kill()
-            raise RuntimeError(f"{self.role} process said {line!r}")
-        self.ready = line.split(" ", 1)[1].strip()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        if self.proc.returncode is None:
-            self.proc.send_signal(signal.SIGTERM)
-        out, _ = await asyncio.wait_for(self.proc.communicate(), 60)
-        lines = out.decode().strip().splitlines()
-        if lines:
-            self.final = json.loads(lines[-1])
+def _role(role: str, setup: dict[str, Any], workdir: Path) -> RoleProcess:
+    """This script in `role` (bench/_role.py), with gc.freeze() as the run has it."""
+    args = () if GC_FREEZE else ("--no-gc-freeze",)
+    return RoleProcess(Path(__file__).resolve(), role, setup, workdir, args)
 
 
 def _agent_config(who: str, workdir: Path, port: int, records: dict[str, str],
@@ -382,7 +354,7 @@ async def split_paid_flows(
     usdc = PRICE * (flows + sequential + 50)
     pids: dict[str, int] = {"buyer": os.getpid()}
     async with contextlib.AsyncExitStack() as stack:
-        chain = await stack.enter_async_context(RoleProcess("chain", {"fund": [
+        chain = await stack.enter_async_context(_role("chain", {"fund": [
             {"wallet": str(buyer_kp.pubkey()), "sol": 20 * 10**9, "tokens": {"USDC": usdc}},
             {"wallet": str(worker_kp.pubkey()), "sol": 2 * 10**9, "tokens": {}},
         ]}, workdir))
@@ -391,7 +363,7 @@ async def split_paid_flows(
         if garden_own:
             port = await stack.enter_async_context(
                 garden_process(workdir / "garden", [BUYER, WORKER, MALLORY], fsync, pids))
-        worker = await stack.enter_async_context(RoleProcess("worker", {
+        worker = await stack.enter_async_context(_role("worker", {
             "workdir": tmp, "garden_port": port, "fsync": fsync, "records": records,
             "rpc_url": chain.ready, "worker_wallet": str(worker_kp.pubkey()),
             "worker_keypair": bytes(worker_kp).hex(), "observed": OBSERVED}, workdir))
