@@ -154,12 +154,17 @@ class SummariesMixin(SqlBase):
     # -- jobs (the table of ledger/jobs.py, made by its own migration component)
     def job_counts(self, local: str) -> dict[str, int] | None:
         """`local`'s jobs counted by state; None while the ledger has no jobs table."""
+        return self._counts("ep_jobs", "state", local)
+
+    def _counts(self, table: str, column: str, local: str) -> dict[str, int] | None:
+        """`local`'s rows of `table` counted by `column` (names of ours, never input), in
+        its order; None while the ledger has no such table (its component not migrated)."""
         with self.read() as x:
-            if not x.all(_HAS_TABLE[self.dialect], ("ep_jobs",)):
+            if not x.all(_HAS_TABLE[self.dialect], (table,)):
                 return None
-            rows = x.all("SELECT state, COUNT(*) AS n FROM ep_jobs WHERE local = ? GROUP BY state",
-                         (local.lower(),))
-        return {str(r["state"]): int(r["n"]) for r in sorted(rows, key=lambda r: str(r["state"]))}
+            rows = x.all(f"SELECT {column} AS k, COUNT(*) AS n FROM {table} WHERE local = ?"
+                         f" GROUP BY {column}", (local.lower(),))
+        return {str(r["k"]): int(r["n"]) for r in sorted(rows, key=lambda r: str(r["k"]))}
 
     def recent_jobs(self, local: str, limit: int = 20, states: tuple[str, ...] = ()) -> list[JobLine]:
         """`local`'s jobs last changed, newest first (only `states` when given); [] while
@@ -183,12 +188,7 @@ class SummariesMixin(SqlBase):
     # -- refunds (the table of ledger/refunds.py, its own migration component)
     def refund_counts(self, local: str) -> dict[str, int] | None:
         """`local`'s refunds counted by status; None while the ledger has no refunds table."""
-        with self.read() as x:
-            if not x.all(_HAS_TABLE[self.dialect], ("ep_refunds",)):
-                return None
-            rows = x.all("SELECT status, COUNT(*) AS n FROM ep_refunds WHERE local = ? GROUP BY status",
-                         (local.lower(),))
-        return {str(r["status"]): int(r["n"]) for r in sorted(rows, key=lambda r: str(r["status"]))}
+        return self._counts("ep_refunds", "status", local)
 
     def refunds_paid_since(self, local: str, since: datetime) -> list[RefundLine]:
         """`local`'s refunds paid since `since` (when last changed), oldest first: the money
