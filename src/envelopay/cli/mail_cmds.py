@@ -8,7 +8,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -107,13 +108,23 @@ def _show_bodies(records: list[MailRecord]) -> None:
         say(f"From: {r.from_addr}\nTo: {', '.join(r.to_addrs)}")
         if r.cc_addrs:
             say(f"Cc: {', '.join(r.cc_addrs)}")
-        say(f"Subject: {r.subject}\nDate: {r.date.isoformat()}")
+        say(f"Subject: {r.subject}\nDate: {r.header_date or r.date.isoformat()}")  # as the mail says it
         if r.status != "ok":
             say(f"Status: {r.status} ({'; '.join(r.problems)})", highlight=True)
         for a in r.attachments:
             say(f"Attachment: {a.filename} ({a.size} bytes) {a.path or ''}", highlight=True)
         console.print("")
         say(r.body)
+
+
+def _written(r: MailRecord) -> datetime:
+    """When the mail says it was written (its Date header, in UTC), else when this mailbox
+    took it in (the index's date, which a mailbox indexed late gives every mail at once)."""
+    try:
+        when = parsedate_to_datetime(r.header_date) if r.header_date else None
+    except (TypeError, ValueError):
+        when = None
+    return when.astimezone(UTC) if when is not None and when.tzinfo is not None else r.date
 
 
 def _show_table(records: list[MailRecord], title: str, handled: Mapping[str, Mapping[str, Any]]) -> None:
@@ -126,7 +137,7 @@ def _show_table(records: list[MailRecord], title: str, handled: Mapping[str, Map
         # The worker ignored it: say why first, so prose is not taken for served mail.
         ignored = outcome is not None and outcome.get("status") == "ignored"
         said = f"({outcome.get('detail')}) " if outcome is not None and ignored else ""  # [..] is rich markup
-        return (r.id, r.date.strftime("%Y-%m-%d %H:%M"), r.from_addr, f"{mark}{r.subject}{flags}",
+        return (r.id, _written(r).strftime("%Y-%m-%d %H:%M"), r.from_addr, f"{mark}{r.subject}{flags}",
                 said + r.preview.replace("\n", " "))
 
     table(("id", "date", "from", "subject", "preview"), [row(r) for r in records], title=title or None,
