@@ -19,6 +19,10 @@ Figures (targets from issue 31):
                      job (event-driven start), its poll interval is printed beside it
 
     .venv/bin/python bench/jobs.py [--orders 200] [--concurrency 16] [--nap 2] [--quick]
+                                   [--connections 4]
+
+`--connections`: the LMTP connections each side's garden transport keeps (4: what
+`worker serve` opens); each delivery holds one through the garden's fsync.
 
 `--quick` (64 orders, ~40 s with set-up) is the short form of the same run.
 """
@@ -72,7 +76,8 @@ class Role:
     def __init__(self, role: str, setup: dict[str, Any], workdir: Path) -> None:
         self.role, self.path = role, workdir / f"{role}-setup.json"
         self.path.write_text(json.dumps(setup))
-        self.ready, self.final = "", {}
+        self.ready = ""
+        self.final: dict[str, Any] = {}
 
     async def __aenter__(self) -> Role:
         cmd = [sys.executable, str(Path(__file__).resolve()), "--role", self.role, "--setup", str(self.path)]
@@ -98,6 +103,7 @@ async def worker_role(setup: dict[str, Any]) -> None:
     from envelopay.config import config_from_dict
     from envelopay.mail.garden import GardenServer
     from envelopay.node.agent_node import build_node
+    from envelopay.node.from_config import garden_transport
     from envelopay.node.jobs import job_runner
 
     workdir = Path(setup["workdir"])
@@ -112,7 +118,8 @@ async def worker_role(setup: dict[str, Any]) -> None:
                    "concurrency": setup["concurrency"], "time_limit": 600}],
         "answers": {"per_peer": 0, "per_thread": 0},  # one peer draws thousands of answers by design
     }), base_dir=workdir)
-    node = build_node(cfg, rails={"solana-local": _rpc_rail(setup["rpc_url"], setup["worker_keypair"])})
+    node = build_node(cfg, rails={"solana-local": _rpc_rail(setup["rpc_url"], setup["worker_keypair"])},
+                      transport=garden_transport(cfg, setup["connections"]))
     runner = job_runner(node, cfg, poll=POLL)
     assert runner is not None
     stop = asyncio.Event()
@@ -147,25 +154,39 @@ async def paid_job(buyer: Any, app: _Waiting, rail: Any, n: int, nap_s: float) -
     assert isinstance(got, Fulfill) and got.result == {"slept": nap_s, "n": n}, got
 
 
-async def whiches(buyer: Any, app: _Waiting, until: asyncio.Event, out: list[float]) -> None:
-    """A WHICH every 100 ms until `until`; each round trip (send → METHODS taken in)."""
+async def whiches(buyer: Any, app: _Waiting, until: asyncio.Event, out: list[float],
+                  sends: list[float] | None = None) -> None:
+    """A WHICH every 100 ms until `until`; each round trip (send → METHODS taken in), and
+    into `sends` the part of it the buyer's `send` took (its row delivered)."""
     n = 0
     while not until.is_set():
         n += 1
         t0 = time.perf_counter()
         sent = await buyer.send(Which(id=f"w{n}_{int(t0 * 1000)}"), WORKER)
+        if sends is not None:
+            sends.append(time.perf_counter() - t0)
         got = await asyncio.wait_for(app.future(sent.flow_id, "methods"), 60)
         assert isinstance(got, Methods), got
         out.append(time.perf_counter() - t0)
         await asyncio.sleep(max(0.0, 0.1 - (time.perf_counter() - t0)))
 
 
-async def run(root: Path, orders: int, concurrency: int, nap_s: float) -> dict[str, Any]:
+async def loop_lag(until: asyncio.Event, out: list[float]) -> None:
+    """How late a 10 ms sleep wakes in the buyer's event loop: time no task could run
+    (CPU work on the loop, or no CPU for the process)."""
+    while not until.is_set():
+        t0 = time.perf_counter()
+        await asyncio.sleep(0.01)
+        out.append(time.perf_counter() - t0 - 0.01)
+
+
+async def run(root: Path, orders: int, concurrency: int, nap_s: float, connections: int) -> dict[str, Any]:
     from solders.keypair import Keypair
 
     from envelopay import dkim
     from envelopay.config import config_from_dict
     from envelopay.node.agent_node import build_node
+    from envelopay.node.from_config import garden_transport
 
     (root / "keys").mkdir(parents=True)
     records: dict[str, str] = {}
@@ -181,11 +202,13 @@ async def run(root: Path, orders: int, concurrency: int, nap_s: float) -> dict[s
         ]}, root))
         worker = await stack.enter_async_context(Role("worker", {
             "workdir": str(root), "records": records, "rpc_url": chain.ready, "concurrency": concurrency,
+            "connections": connections,
             "worker_wallet": str(worker_kp.pubkey()), "worker_keypair": bytes(worker_kp).hex()}, root))
         rail = _rpc_rail(chain.ready, bytes(buyer_kp).hex())
         app = _Waiting({("solana-local", "USDC"): str(buyer_kp.pubkey())})
         cfg = config_from_dict(_agent_config("buyer", root, int(worker.ready), records, {}), base_dir=root)
-        buyer = build_node(cfg, app=app, rails={"solana-local": rail})
+        buyer = build_node(cfg, app=app, rails={"solana-local": rail},
+                           transport=garden_transport(cfg, connections))
         stop = asyncio.Event()
         serving = asyncio.create_task(buyer.serve(stop))
         try:
@@ -194,8 +217,11 @@ async def run(root: Path, orders: int, concurrency: int, nap_s: float) -> dict[s
             asyncio.get_running_loop().call_later(3.0, enough.set)
             await whiches(buyer, app, enough, idle)
             loaded: list[float] = []
+            sends: list[float] = []
+            lag: list[float] = []
             done = asyncio.Event()
-            probe = asyncio.create_task(whiches(buyer, app, done, loaded))
+            probe = asyncio.create_task(whiches(buyer, app, done, loaded, sends))
+            lagging = asyncio.create_task(loop_lag(done, lag))
             gate = asyncio.Semaphore(4 * concurrency)  # flows in flight: enough to keep the jobs fed
 
             async def one(n: int) -> None:
@@ -207,12 +233,14 @@ async def run(root: Path, orders: int, concurrency: int, nap_s: float) -> dict[s
             elapsed = time.perf_counter() - t0
             done.set()
             await probe
+            await lagging
         finally:
             stop.set()
             await serving
             await buyer.close()
             buyer.store.close()
-    return {"idle": idle, "loaded": loaded, "elapsed": elapsed, "worker": worker.final}
+    return {"idle": idle, "loaded": loaded, "sends": sends, "lag": lag, "elapsed": elapsed,
+            "worker": worker.final}
 
 
 def _start_delays(times: list[list[float]]) -> tuple[list[float], list[float]]:
@@ -245,11 +273,16 @@ def report(args: argparse.Namespace, got: dict[str, Any]) -> None:
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores (other work shares the machine)")
     print("processes: buyer (load generator) | worker + garden + job runner | chain (LiteSVM JSON-RPC node)")
     print(f"paid ORDERs: {args.orders}, handler sleeps {args.nap:g} s, job concurrency {args.concurrency}; "
-          f"the worker's jobs: {w['states']}; wall time of the load {got['elapsed']:.1f} s")
+          f"the worker's jobs: {w['states']}; wall time of the load {got['elapsed']:.1f} s; "
+          f"garden connections per side {args.connections}")
     print(f"WHICH round trip, idle    ({len(got['idle']):4d})  p50 {i50:7.1f} ms   p99 {i99:7.1f} ms")
     print(f"WHICH round trip, loaded  ({len(got['loaded']):4d})  p50 {l50:7.1f} ms   p99 {l99:7.1f} ms"
           f"   ratio p50 {l50 / i50:.2f}x  p99 {ratio99:.2f}x   target <= 1.5x: "
           f"{'met' if max(ratio99, l50 / i50) <= 1.5 else 'NOT met'}")
+    d50, d99 = _pct([x * 1000 for x in got["sends"]])
+    g50, g99 = _pct([x * 1000 for x in got["lag"]])
+    print(f"  of which the buyer's send (its row delivered)  p50 {d50:7.1f} ms   p99 {d99:7.1f} ms;"
+          f"  the buyer's event loop late  p50 {g50:6.1f} ms  p99 {g99:7.1f} ms")
     print(f"jobs/s {rate:6.2f} against concurrency/nap {ideal:.2f}   ratio {rate / ideal:.3f}"
           f"   target >= 0.9: {'met' if rate / ideal >= 0.9 else 'NOT met'}")
     print(f"PAY accepted → job started, with its wait for a free slot  p50 {q50:7.1f} ms  p99 {q99:7.1f} ms")
@@ -263,6 +296,7 @@ def main() -> None:
     ap.add_argument("--orders", type=int, default=200)
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--nap", type=float, default=2.0)
+    ap.add_argument("--connections", type=int, default=4, help="LMTP connections per side (4: serve's).")
     ap.add_argument("--quick", action="store_true", help="64 orders: under a minute with set-up.")
     ap.add_argument("--role", choices=["chain", "worker"], help=argparse.SUPPRESS)
     ap.add_argument("--setup", help=argparse.SUPPRESS)
@@ -274,7 +308,7 @@ def main() -> None:
     if args.quick:
         args.orders = 64
     with tempfile.TemporaryDirectory(prefix="bench-jobs-") as tmp:
-        got = asyncio.run(run(Path(tmp), args.orders, args.concurrency, args.nap))
+        got = asyncio.run(run(Path(tmp), args.orders, args.concurrency, args.nap, args.connections))
     report(args, got)
 
 
