@@ -9,11 +9,13 @@ import logging
 import os
 import signal
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from envelopay.config import WorkerConfig
 from envelopay.endpoints.responders import Responder
+from envelopay.ledger.store import RefundLine
 from envelopay.mail.garden import GardenServer
 from envelopay.mail.garden_auth import AccountsFile, new_account
 from envelopay.mail.maildir import mailbox_path
@@ -88,9 +90,10 @@ async def serve_worker(
         await asyncio.gather(*tasks, return_exceptions=True)
         for page in runners:
             await page.cleanup()
+        refunded = _refunded_since(node, serve_log.started) if serve_log is not None else []
         await _abandon(node, garden, recorded)
         if serve_log is not None and log is not None:
-            log(serve_log.summary())
+            log(serve_log.summary(refunded))
     if died:
         # A loop that ends on its own is a bug; never serve on silently without it.
         # The process exits non-zero, so a supervisor restarts it.
@@ -182,6 +185,15 @@ def _serving_tasks(
     if runner is not None:  # every ORDER is a job: the mailbox never waits for a handler
         tasks.append(asyncio.create_task(runner.run(stop)))
     return tasks
+
+
+def _refunded_since(node: AgentNode, since: datetime) -> list[RefundLine]:
+    """The refunds this worker paid while it served (the summary says what went back, so
+    money refunded does not read as income); nothing when the ledger cannot say."""
+    try:
+        return node.store.refunds_paid_since(node.address, since)
+    except Exception:  # a ledger gone at stop (say, PostgreSQL down): the summary, not the stop, goes without
+        return []
 
 
 async def _abandon(node: AgentNode, garden: GardenServer | None, recorded: Path | None) -> None:

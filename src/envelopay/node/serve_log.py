@@ -12,10 +12,11 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from envelopay.ledger.store import RefundLine
 from envelopay.node.observe import Handled, Received
 from envelopay.rails.amounts import Decimals, amount_text, human_amount, no_decimals
 
@@ -107,8 +108,10 @@ class ServeLog:
 
     # -- at stop --------------------------------------------------------------------------
 
-    def summary(self) -> str:
-        doc = self.summary_json()
+    def summary(self, refunded: Sequence[RefundLine] = ()) -> str:
+        """What this serve did, at stop; `refunded`: the refunds paid meanwhile (read from
+        the ledger: a job's runner and the engine pay them, not a message's handling)."""
+        doc = self.summary_json(refunded)
         if self.fmt == "json":
             return json.dumps(doc, separators=(",", ":"))
         counts = ", ".join(f"{n} {status}" for status, n in sorted(self.outcomes.items())) or "none"
@@ -119,10 +122,18 @@ class ServeLog:
             lines.append("  received: nothing")
         for got in doc["received"]:
             lines.append("  received: " + self._money(got["amount"], got["token"], got["chain"]))
+        for back in doc["refunded"]:
+            lines.append("  refunded: " + self._money(back["amount"], back["token"], back["chain"])
+                         + f", {back['refunds']} refund(s)")
         return "\n".join(lines)
 
-    def summary_json(self) -> dict[str, Any]:
+    def summary_json(self, refunded: Sequence[RefundLine] = ()) -> dict[str, Any]:
         now = self.clock()
+        back: Counter[tuple[str, str]] = Counter()
+        count: Counter[tuple[str, str]] = Counter()
+        for r in refunded:
+            back[(r.chain, r.token)] += r.amount
+            count[(r.chain, r.token)] += 1
         return {
             "event": "summary",
             "started": _stamp(self.started),
@@ -133,6 +144,8 @@ class ServeLog:
             "oops": dict(sorted(self.oops.items())),
             "received": [self._received_json(Received(chain, token, amount))
                          for (chain, token), amount in sorted(self.received.items())],
+            "refunded": [{**self._received_json(Received(c, t, n)), "refunds": count[(c, t)]}
+                         for (c, t), n in sorted(back.items())],
         }
 
     def _received_json(self, got: Received) -> dict[str, Any]:
