@@ -77,6 +77,22 @@ def _verify(folder: Path | None, as_json: bool) -> None:
     finish(as_json, doc, () if as_json else _said(report))
 
 
+def _refund_said(back: Any) -> str:
+    """The refund an OOPS carries, as a person reads it: the worker's signed word (the
+    folder holds no chain's verdict on it)."""
+    if not isinstance(back, dict) or not (back.get("amount") and back.get("token") and back.get("chain")):
+        return ""
+    # lazy: the rails' asset registries (no config, no network) load only when money moved
+    from envelopay.client.ledger_reads import chain_decimals
+    from envelopay.rails.amounts import amount_with_units
+
+    amount = amount_with_units(int(back["amount"]), back["token"],
+                               chain_decimals([back["chain"]])(back["chain"], back["token"]))
+    tx = (back.get("proof") or {}).get("tx", "?")
+    return (f", refunding {amount} on {back['chain']} to {back.get('wallet')}, tx {tx} "
+            "(its signed word, not checked on a chain)")
+
+
 def _said(report: EvidenceReport) -> list[str]:
     """What a person reads: the claims, then what was checked, then what the folder lacks."""
     checked, claims = report.checked, report.proven
@@ -105,7 +121,8 @@ def _said(report: EvidenceReport) -> list[str]:
         lines.append(f"delivered: {done['by']} fulfilled {done['order_ref']} on {done['date']}, "
                      f"result sha256 {done['result_sha256']}")
     for o in claims.get("oops") or []:
-        lines.append(f"oops:      {o['by']} answered {o['code']} on {o['date']}")
+        refund = _refund_said(o.get("refund"))
+        lines.append(f"oops:      {o['by']} answered {o['code']} on {o['date']}{refund}")
     lines += [f"checked:   {c}" for c in checked]
     lines += [f"not included: {m}" for m in report.missing]
     return lines

@@ -282,12 +282,21 @@ def check_evidence(files: Mapping[str, bytes]) -> EvidenceReport:
     except _Fail as fail:
         report.reason, report.detail = fail.reason, fail.detail
         return report
-    oops = [{"by": m.parsed.from_addr, "date": m.date, "code": (_body(m).get("error") or {}).get("code")}
-            for m in mails if m.entry.type == "oops"]
+    oops = [_oops(m) for m in mails if m.entry.type == "oops"]
     report.proven = {"flow": dict(manifest.flow), "asked": _asked(mails), "paid": paid,
                      "delivered": delivered, "oops": oops}
     report.ok = True
     return report
+
+
+def _oops(m: Mail) -> dict[str, Any]:
+    """An OOPS as a claim: who refused what, and the refund it carries (issue 31 item 3:
+    chain, token, amount, wallet, proof) — the sender's signed word, not checked on a chain."""
+    error = _body(m).get("error")
+    error = error if isinstance(error, dict) else {}
+    refund = error.get("refund")
+    return {"by": m.parsed.from_addr, "date": m.date, "code": error.get("code"),
+            "refund": dict(refund) if isinstance(refund, dict) else None}
 
 
 def date_of(text: str | None) -> str | None:
