@@ -115,7 +115,8 @@ def demo(keep: _Keep = None, as_json: JsonOpt = False) -> None:
     console.print(
         f"[bold]{passed}/{len(result.rows)} expectations held[/bold] in {result.seconds:.1f} s; "
         f"the worker's wallets hold {_usdc(facts, 'solana')} on solana-local "
-        f"(attack payments that reached it included) and {_usdc(facts, 'base')} on base-local."
+        f"(the underpaid attack's money refunded; the forged PAY's, from no authenticated sender, kept) "
+        f"and {_usdc(facts, 'base')} on base-local."
     )
     for r in result.failures:
         console.print(f"[red]deviation:[/red] {r.step}: {r.message}: got {r.got}; expected {r.expected}")

@@ -9,7 +9,7 @@ The script plays:
 2. the same with USDC on Base;
 3. one exchange OFFER→ACCEPT (SOL on Solana for USDC on Base);
 4. five attacks on an open INVOICE that must fail, each with the flow left unchanged:
-   a replayed PAY proof, an underpaid proof, a proof paying the wrong recipient (each
+   a replayed PAY proof, an underpaid proof (refunded), a proof paying the wrong recipient (each
    answered with its OOPS code), a PAY "From" the buyer sent by another garden insider
    (Mallory, authenticated as herself: the garden refuses it, 550 5.7.1, and nothing is
    delivered), and a PAY whose DKIM signature is forged (OOPS dkim_failed); then the
@@ -55,6 +55,8 @@ from envelopay.protocol.messages import (
 from envelopay.rails.amounts import Decimals, amount_text, asset_decimals, no_decimals
 from envelopay.rails.interface import Rail
 from envelopay.rails.registry import make
+from envelopay.worker.refunding import RefundsMoney
+from envelopay.worker.refunds import refunder_for
 
 __all__ = ["DemoResult", "DemoWorld", "Row", "run_demo"]
 
@@ -164,6 +166,10 @@ class DemoWorld:
             ("base-local", "USDC"): self.wallets["buyer_base"],
         })
         self.worker = build_node(worker_cfg, rails=worker_rails, clock=self.clock)
+        app = self.worker.engine.app  # money it cannot use goes back (SPEC.md "Refunds"), from
+        if isinstance(app, RefundsMoney):  # its own keys, as `[rails.NAME] keypair` gives them
+            app.refunder = refunder_for(self.worker.store, rails=worker_rails, keys=self.worker_keys,
+                                        owner="worker", clock=self.clock)
         self.buyer = build_node(buyer_cfg, app=self.buyer_app, rails=self.buyer_rails, clock=self.clock)
         self.decimals = asset_decimals(self.buyer_rails)
         self.stop = asyncio.Event()
@@ -190,6 +196,7 @@ class DemoWorld:
 
         self.buyer_rails = rails_for(buyer_sol, buyer_base)
         worker_rails = rails_for(worker_sol, worker_base)
+        self.worker_keys = {"solana": worker_sol.key, "base": worker_base.key}  # by rail name
         self.mallory_rails = rails_for(mallory_sol, self.base.new_wallet())
         self.wallets = {
             "buyer_sol": buyer_sol.address, "worker_sol": worker_sol.address,
@@ -391,22 +398,25 @@ class DemoWorld:
         flow = out.flow_id
         state0 = self.flow_state(flow)
 
-        async def attempt(what: str, pay: Pay, expect: str, *, forged: bool = False) -> None:
+        async def attempt(what: str, pay: Pay, expect: str, *, forged: bool = False, back: int = 0) -> None:
             # Attack mail is written by hand and dropped into the garden: the buyer's own
-            # engine would refuse to send a second PAY for one INVOICE.
-            outcome = await self.inject(pay, forged=forged)
+            # engine would refuse to send a second PAY for one INVOICE. `back`: units refunded.
+            before = self.sol.usdc_balance(self.wallets["buyer_sol"]) or 0
+            outcome = await self.inject(pay, forged=forged)  # answered once the refund is paid
             code = outcome.oops.value if outcome.oops else outcome.status
+            got_back = (self.sol.usdc_balance(self.wallets["buyer_sol"]) or 0) - before
             state = self.flow_state(flow)
-            ok = code == expect and state == state0
-            self.check(step, "M→W" if forged else "B→W", what,
-                       f"OOPS {code}; flow {state}", f"OOPS {expect}; flow {state0}", ok)
+            ok = code == expect and state == state0 and got_back == back
+            self.check(step, "M→W" if forged else "B→W", what, f"OOPS {code}{self._back(got_back)}; "
+                       f"flow {state}", f"OOPS {expect}{self._back(back)}; flow {state0}", ok)
 
         def pay_msg(pid: str, proof: dict[str, Any]) -> Pay:
             return Pay(id=pid, amount=inv.amount, token="USDC", chain=chain, proof=proof, invoice_ref=inv.id)
 
         await attempt("PAY replaying a spent proof", pay_msg("pay_91", old_proof), "proof_replayed")
         under = await self.pay(self.buyer_rails, chain, "USDC", inv.amount - 1, inv.wallet)
-        await attempt("PAY with an underpaid proof", pay_msg("pay_92", under), "amount_mismatch")
+        await attempt("PAY with an underpaid proof", pay_msg("pay_92", under), "amount_mismatch",
+                      back=inv.amount - 1)
         wrong = await self.pay(self.buyer_rails, chain, "USDC", inv.amount, self.mallory_sol_wallet)
         await attempt("PAY to the wrong recipient", pay_msg("pay_93", wrong), "recipient_mismatch")
         fresh = await self.pay(self.mallory_rails, chain, "USDC", inv.amount, inv.wallet)
@@ -418,6 +428,9 @@ class DemoWorld:
         out, reply, _ = await self.exchange(pay_msg("pay_95", honest), flow_id=bflow)
         self.check(step, "B→W", "honest PAY after the attacks", _describe(reply, self.decimals), "FULFILL",
                    isinstance(reply, Fulfill))
+
+    def _back(self, units: int) -> str:
+        return f", refunded {amount_text(units, 'USDC', self.decimals('solana-local', 'USDC'))}" * bool(units)
 
     def _endpoint(self) -> tuple[str, int] | Path:
         return self.garden.endpoint if self.garden_port is None else ("127.0.0.1", self.garden_port)
@@ -468,6 +481,7 @@ class DemoWorld:
             w = self.wallets
             self.result.facts["worker_usdc_solana"] = self.sol.usdc_balance(w["worker_sol"])
             self.result.facts["worker_usdc_base"] = self.base.usdc_balance(w["worker_base"])
+            self.result.facts["buyer_usdc_solana"] = self.sol.usdc_balance(w["buyer_sol"])
             self.result.facts["usdc_decimals"] = {
                 chain: self.decimals(chain, "USDC") for chain in ("solana-local", "base-local")
             }
