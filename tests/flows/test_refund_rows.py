@@ -49,3 +49,13 @@ def test_a_prepaid_payer_is_refunded_and_may_order_again() -> None:
     fs = FlowState(FlowKind.PREPAID, Side.PAYER, "prepaid", PAID)
     step = flows.step(fs, _oops(refund=REFUND), Direction.IN)
     assert step.ok and step.state == "refunded"
+
+
+def test_the_payee_whose_oops_carries_a_paid_refund_says_refunded() -> None:
+    """Walk item 4: the worker's flow, not only the customer's, reads `refunded`."""
+    for kind, state in ((FlowKind.ORDER, "paid"), (FlowKind.PREPAID, "prepaid")):
+        fs = FlowState(kind, Side.PAYEE, state, {})
+        step = flows.step(fs, _oops(refund=REFUND), Direction.OUT)
+        assert step.ok and step.state == "refunded" and step.data["refund"] == REFUND
+        pending = flows.step(fs, _oops(refund={**REFUND, "proof": None}), Direction.OUT)
+        assert pending.ok and pending.state == state  # still being paid: the plain OOPS

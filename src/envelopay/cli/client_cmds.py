@@ -217,10 +217,11 @@ def flows_cmd(o: ClientOptions, limit: LimitOpt = 50, after: AfterOpt = None) ->
     with answers(as_json=o.as_json):
         cfg = _load(o)
         rows, nxt = c.flows(cfg, limit, after)
+        jobs = c.job_states(cfg, [f.flow_id for f in rows])
     if o.as_json:
-        emit(v.flows_doc(cfg.agent.address, rows, nxt))
+        emit(v.flows_doc(cfg.agent.address, rows, nxt, jobs))
         return
-    table(v.FLOW_COLUMNS, v.flows_rows(rows), title=f"flows of {cfg.agent.address}", overflow=True,
+    table(v.FLOW_COLUMNS, v.flows_rows(rows, jobs), title=f"flows of {cfg.agent.address}", overflow=True,
           empty="no flows yet")
     next_page(nxt, f"envelopay flows --config {o.config}")
 
@@ -231,13 +232,15 @@ def show(o: ClientOptions, flow: str) -> None:
     from envelopay.client import commands as c  # lazy: keeps cryptography off this module's import
 
     with answers(as_json=o.as_json):
-        rec, log = c.flow_thread(_load(o), flow)
+        cfg = _load(o)
+        rec, log = c.flow_thread(cfg, flow)
+        job = c.job_states(cfg, [flow]).get(flow)
     if o.as_json:
-        emit(v.show_doc(rec, log))
+        emit(v.show_doc(rec, log, job))
         return
+    state = v.state_cell(rec.state, job)
     table(v.SHOW_COLUMNS, v.show_rows(log),
-          title=f"{rec.flow_id}: {rec.kind} with {rec.peer}, {rec.side}, state {rec.state}",
-          overflow=True)
+          title=f"{rec.flow_id}: {rec.kind} with {rec.peer}, {rec.side}, state {state}", overflow=True)
     if v.money_rows(rec):  # the rails' registries are read only for a flow that moved money
         money = v.money_rows(rec, c.config_decimals(_load(o)))
         table(v.MONEY_COLUMNS, money, title="payments in this flow", overflow=True)

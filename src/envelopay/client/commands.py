@@ -35,6 +35,7 @@ from envelopay.client.ledger_reads import (
     flow_thread,
     flows,
     fulfill_flow,
+    job_states,
     oops_flow,
     outbox,
 )
@@ -83,6 +84,7 @@ __all__ = [
     "flows",
     "fulfill_flow",
     "invoice",
+    "job_states",
     "judge",
     "max_amount_option",
     "new_id",

@@ -23,8 +23,8 @@ if TYPE_CHECKING:
     from envelopay.rails.interface import AssetInfo
 
 __all__ = [
-    "chain_decimals", "config_decimals", "flow_of_ref", "flow_thread", "flows", "fulfill_flow", "oops_flow",
-    "outbox",
+    "chain_decimals", "config_decimals", "flow_of_ref", "flow_thread", "flows", "fulfill_flow", "job_states",
+    "oops_flow", "outbox",
 ]
 
 
@@ -87,6 +87,17 @@ def _registry_decimals(rails: Iterable[tuple[str, Mapping[str, Any]]]) -> Decima
         if closer is not None:
             asyncio.run(closer())
     return decimals_in(assets)
+
+
+def job_states(cfg: WorkerConfig, flow_ids: Iterable[str]) -> dict[str, str]:
+    """The state of each named flow's job, for the flows that have one (a worker's orders):
+    `flows` and `show` say it beside the flow's (a held job's flow stays `paid`)."""
+    store = open_store(cfg.agent.ledger, Path(cfg.base_dir))
+    try:
+        jobs = {f: store.job_for_flow(f) for f in flow_ids}
+    finally:
+        store.close()
+    return {f: j.state for f, j in jobs.items() if j is not None}
 
 
 def flow_thread(cfg: WorkerConfig, flow_id: str) -> tuple[FlowRecord, list[LogEntry]]:

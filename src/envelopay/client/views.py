@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from envelopay.ledger.store import FlowRecord, LogEntry, OutboxRow
 
 __all__ = ["amount_cell", "drain_doc", "flow_doc", "flows_doc", "flows_rows", "money_rows", "outbox_doc",
-           "outbox_rows", "show_doc", "show_rows", "verdict_text"]
+           "outbox_rows", "show_doc", "show_rows", "state_cell", "verdict_text"]
 
 FLOW_COLUMNS = ("flow", "state", "kind", "side", "peer", "updated")
 SHOW_COLUMNS = ("at", "dir", "type", "id", "proof verdict", "oops", "Message-ID")
@@ -26,20 +26,35 @@ def _at(value: Any) -> str | None:
     return value.isoformat(timespec="seconds") if value is not None else None
 
 
-def flow_doc(f: FlowRecord) -> dict[str, Any]:
+# A job's states its flow's state already says (fulfilled, refunded); any other is shown
+# beside the flow's: a held job's flow is `paid · job held` (SPEC.md "Jobs").
+_SAID_BY_FLOW = frozenset({"done", "refunded"})
+
+
+def flow_doc(f: FlowRecord, job: str | None = None) -> dict[str, Any]:
+    """`job`: the state of the flow's job (a worker's order), None when it has none."""
     return {"id": f.flow_id, "state": f.state, "kind": f.kind, "side": f.side, "peer": f.peer,
-            "updated": _at(f.updated_at)}
+            "updated": _at(f.updated_at), "job": job}
 
 
-def flows_doc(address: str, records: Iterable[FlowRecord], next_token: str | None = None) -> dict[str, Any]:
-    """One page of flows; `next` is the --after token of the next page (None: the last)."""
+def flows_doc(address: str, records: Iterable[FlowRecord], next_token: str | None = None,
+              jobs: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """One page of flows; `next` is the --after token of the next page (None: the last);
+    `jobs` maps a flow id to its job's state."""
+    jobs = jobs or {}
     return {"command": "flows", "ok": True, "exit": 0, "address": address,
-            "flows": [flow_doc(f) for f in records], "next": next_token}
+            "flows": [flow_doc(f, jobs.get(f.flow_id)) for f in records], "next": next_token}
 
 
-def flows_rows(records: Iterable[FlowRecord]) -> list[tuple[str, ...]]:
+def state_cell(state: str, job: str | None) -> str:
+    return state if job is None or job in _SAID_BY_FLOW else f"{state} · job {job}"
+
+
+def flows_rows(records: Iterable[FlowRecord], jobs: Mapping[str, str] | None = None) -> list[tuple[str, ...]]:
     """Ids first, never cut (the table folds instead)."""
-    return [(f.flow_id, f.state, f.kind, f.side, f.peer, _at(f.updated_at) or "") for f in records]
+    jobs = jobs or {}
+    return [(f.flow_id, state_cell(f.state, jobs.get(f.flow_id)), f.kind, f.side, f.peer,
+             _at(f.updated_at) or "") for f in records]
 
 
 def verdict_text(verdict: Mapping[str, Any] | None) -> str:
@@ -76,9 +91,9 @@ def _payments(rec: FlowRecord) -> list[dict[str, Any]]:
     return out
 
 
-def show_doc(rec: FlowRecord, log: Sequence[LogEntry]) -> dict[str, Any]:
+def show_doc(rec: FlowRecord, log: Sequence[LogEntry], job: str | None = None) -> dict[str, Any]:
     return {
-        "command": "show", "ok": True, "exit": 0, "flow": flow_doc(rec),
+        "command": "show", "ok": True, "exit": 0, "flow": flow_doc(rec, job),
         "messages": [{"at": _at(e.at), "direction": e.direction, "type": e.type, "id": e.protocol_id,
                       "message_id": e.message_id, "verdict": dict(e.verdict) if e.verdict else None,
                       "oops": e.oops, "body": dict(e.body) if e.body is not None else None} for e in log],

@@ -15,6 +15,9 @@ TRANSITIONS: Table = (
         "invoiced", Event.PAY, IN, PAYEE, "paid", (A.INVOICE_REF, A.INVOICE_TERMS, A.VERIFY_PROOF, A.FULFILL)
     ),
     Row("paid", Event.FULFILL, OUT, PAYEE, "fulfilled", (A.ORDER_REF,)),
+    # Our OOPS task_failed carries the refund we paid back, with its proof (SPEC.md
+    # "Refunds"): the worker's flow says `refunded`, as the customer's does.
+    Row("paid", Event.REFUND, OUT, PAYEE, "refunded", (A.RECORD_REFUND,)),
     # payer: the customer
     Row("start", Event.ORDER, OUT, PAYER, "ordered", (A.RECORD_ORDER,)),
     Row("ordered", Event.INVOICE, IN, PAYER, "invoiced", (A.ORDER_REF, A.RECORD_INVOICE, A.NOTIFY)),

@@ -9,6 +9,8 @@ from envelopay.flows.core import Action as A
 TRANSITIONS: Table = (
     Row("start", Event.ORDER_PREPAID, IN, PAYEE, "prepaid", (A.RECORD_ORDER, A.VERIFY_PROOF, A.DECIDE_ORDER)),
     Row("prepaid", Event.FULFILL, OUT, PAYEE, "fulfilled", (A.ORDER_REF,)),
+    # Our OOPS task_failed carries the refund we paid back (SPEC.md "Refunds"): `refunded`.
+    Row("prepaid", Event.REFUND, OUT, PAYEE, "refunded", (A.RECORD_REFUND,)),
     Row("start", Event.ORDER_PREPAID, OUT, PAYER, "prepaid", (A.RECORD_ORDER, A.RECORD_PAYMENT)),
     Row("refused", Event.ORDER_PREPAID, OUT, PAYER, "prepaid", (A.RECORD_ORDER, A.RECORD_PAYMENT)),
     Row("prepaid", Event.FULFILL, IN, PAYER, "fulfilled", (A.ORDER_REF, A.NOTIFY)),
