@@ -48,6 +48,8 @@ async def test_screenshots_of_the_live_queue_and_the_activity_page(
         sent = await enforcer.send(alpha, {"from": "alpha@agents.test", "to": "x@partner.test",
                                            "subject": f"weekly report {n + 1}"})
         assert sent.status == "sent", sent
+    forged = await enforcer.send(alpha, {"from": "ceo@agents.test", "to": "x@partner.test", "subject": "hi"})
+    assert forged.status == "blocked", forged  # refused outright: under Refused
     rejected = await _held_mail(enforcer, sdr, to="cfo@rival.example")
     await enforcer.reject(rejected, "api")
     short, _ = await _short_payment(kit)
@@ -68,5 +70,9 @@ async def test_screenshots_of_the_live_queue_and_the_activity_page(
         assert len(sends) == 5 and any("REJECTED" in s for s in sends), sends
         payment = await page.js(f"document.querySelector('#payment-{short}').innerText")
         assert "5 USDC on solana-local" in payment and "PENDING" in payment, payment
+        assert payment.count("over_payment_max") == 1, payment  # the code once, not before its reason too
+        assert "smallest units of USDC" in payment, payment
         await _drawn(page, tmp_path / "console-activity.png",
-                     ["#sends", f"#send-{rejected}", f"#payment-{short}"])
+                     ["#sends", f"#send-{rejected}", f"#payment-{short}", "#refused tr[id]"])
+        refused = await page.js("document.querySelector('#refused').innerText")
+        assert "from must be the agent's own address" in refused, refused

@@ -440,7 +440,9 @@ def check_limits(req: PaymentRequest, policy: SpendPolicy) -> Refusal | None:
     if limit is None:
         return _held("no_spend_limit", f"no spend limit is set for {asset_key(req.chain, req.token)}")
     if limit.per_payment is not None and req.amount > limit.per_payment:
-        return _held("over_payment_max", f"{req.amount} > {limit.per_payment} per payment")
+        # Pure: no rail here to give the decimals, so the figures say what unit they are in.
+        unit = f"smallest units of {req.token}"
+        return _held("over_payment_max", f"{req.amount} > {limit.per_payment} {unit} per payment")
     return None
 
 
