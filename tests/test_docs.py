@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import typer.main
@@ -60,8 +59,7 @@ def test_quickstart_puts_the_venv_on_path() -> None:
 def test_no_runnable_readme_line_hard_codes_a_date() -> None:
     """A date written into an example passes only while the clock agrees with it (issue 30
     item 5): the README test must pass on any date, so examples compute theirs from now."""
-    sys.path.insert(0, str(ROOT / "tests"))
-    import readme_run as rr  # the README test's reader, beside this file
+    from tests import readme_run as rr  # the README test's reader
 
     dated = [f"README.md:{line.number}: {line.code}" for block in rr.blocks() for line in block.lines
              if not line.syntax and re.search(r"\b(19|20)\d\d-\d\d-\d\d", line.code)]

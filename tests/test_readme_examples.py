@@ -19,16 +19,12 @@ Every line is also parsed against the real CLI, `(syntax)` lines for their comma
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import typer
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import readme_run as rr
+from tests import readme_run as rr
 
 from envelopay.cli.app import app
 

@@ -6,14 +6,10 @@ output, its result hash recorded."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import readme_run as rr
+from tests import readme_run as rr
 
 from envelopay.config import load_config
 from envelopay.ledger.sqlite import SqliteStore

@@ -8,14 +8,10 @@ buyer's served mailbox takes the OOPS in and shows that flow `refunded` too."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import readme_run as rr
+from tests import readme_run as rr
 
 from envelopay.config import load_config
 from envelopay.ledger.sqlite import SqliteStore
