@@ -8,8 +8,13 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from envelopay.client.buyer import Answer
+from envelopay.client.commands import ClientRun
 from envelopay.client.status import status_report
+from envelopay.engine.outcome import Outcome, Sent
 from envelopay.ledger.store import FlowRecord, LogEntry
+from envelopay.protocol.messages import Oops, OopsError, Whatsup
+from envelopay.protocol.outbound import Outbound
 
 T0 = datetime(2026, 12, 4, 23, 51, 2, tzinfo=UTC)
 AT = {"queued": "2026-12-04T23:51:02Z", "running": "2026-12-04T23:51:02Z"}
@@ -56,3 +61,19 @@ def test_a_wait_after_the_end_or_an_oops_refusing_a_pay_keeps_the_wait() -> None
     failed = _entry(1, "oops", {"type": "oops", "error": {"code": "task_failed"}})
     rep = status_report(_flow("refused"), [failed], asked=False, reason="--no-ask")
     assert rep.document["job"] is None  # no WAIT, no job told of: a strict worker's flow
+
+
+def test_an_oops_that_ended_the_flow_meanwhile_is_named_with_its_code() -> None:
+    # Seen on the walk: `status` read the refund's OOPS, which had arrived before the WHATSUP
+    # went, as the answer and said only "the worker answered OOPS" — as if WHATSUP were refused.
+    ask = Whatsup(id="wu_1", order_ref="ord_1")
+    out = Outbound("b@garden.local", "w@garden.local", ask, "<wu1@b>", T0)
+    oops = Oops(id="oops_1", note="task_failed: refunded 0.25 USDC", error=OopsError(code="task_failed"))
+    answer = Answer(message=oops, outcome=Outcome("processed", "<o1@w>", flow_id="flow_1", state="refunded"))
+    run = ClientRun("WHATSUP", Sent("flow_1", "refunded", "<wu1@b>", out), answer=answer)
+    lines = status_report(_flow("refunded"), [], asked=True, reason=None, run=run).lines
+    assert "the worker answered OOPS task_failed: refunded 0.25 USDC" in lines  # the note names the code
+    plain = Answer(message=oops.model_copy(update={"note": "it broke"}), outcome=answer.outcome)
+    run = ClientRun("WHATSUP", run.sent, answer=plain)
+    lines = status_report(_flow("refunded"), [], asked=True, reason=None, run=run).lines
+    assert "the worker answered OOPS task_failed: it broke" in lines

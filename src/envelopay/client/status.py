@@ -20,7 +20,7 @@ from envelopay.client.report import ENVIRONMENT, FAILED, OK, Report
 from envelopay.errors import UsageError
 from envelopay.ledger.store import FlowRecord, LogEntry, Store
 from envelopay.node.agent_node import open_store
-from envelopay.protocol.messages import Wait
+from envelopay.protocol.messages import Oops, Wait
 from envelopay.protocol.status import STATUS, body_advertises, state_line
 
 if TYPE_CHECKING:
@@ -127,7 +127,12 @@ def status_report(
     elif reason:
         lines.append(f"not asked: {reason}")
     if reply is not None and not isinstance(reply, Wait):
-        lines.append(f"the worker answered {reply.type.upper()}")
+        # The code and note too: an OOPS that ended the flow meanwhile (say, task_failed with the
+        # refund) is not a refusal of the WHATSUP, and a bare "OOPS" reads as one.
+        code = reply.error.code if isinstance(reply, Oops) and reply.error is not None else None
+        note = reply.note if isinstance(reply, Oops) else ""
+        said = "" if not code else f" {note}" if note.startswith(code) else f" {code}: {note}"
+        lines.append(f"the worker answered {reply.type.upper()}{said}")
     if ended is not None:
         times = ", ".join(f"{k} {v}" for k, v in ended["at"].items())  # the WAIT's, then the end's
         lines.append(f"ended: {ended['state']} ({times})")
