@@ -42,7 +42,14 @@ def test_the_date_a_person_reads_is_the_mails_own(tmp_path: Path) -> None:
     [first] = [line for line in shown.stdout.splitlines() if "hello 1" in line]
     assert "2026-11-30 09:00" in first
     doc = runner.invoke(app, ["mail", "check", "--dir", str(tmp_path / "a"), "--json"])
-    ids = {m["subject"]: m["id"] for m in json.loads(doc.stdout)}
+    listed = {m["subject"]: m for m in json.loads(doc.stdout)}
+    ids = {subject: m["id"] for subject, m in listed.items()}
+    # --json: `written` the header's time in UTC, `indexed` and `date` the index's.
+    assert listed["hello 1"]["written"] == "2026-11-30T09:00:00+00:00"
+    assert listed["hello 2"]["written"] is None
+    assert all(m["indexed"] == m["date"] and m["indexed"] > "2026-12" for m in listed.values())
+    [second] = [line for line in shown.stdout.splitlines() if "hello 2" in line]
+    assert "indexed" in second and "indexed" not in first  # no Date: the index's time, marked
     read = runner.invoke(app, ["mail", "read", ids["hello 1"], "--dir", str(tmp_path / "a")],
                          terminal_width=200)
     assert read.exit_code == 0, read.output

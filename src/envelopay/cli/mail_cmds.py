@@ -8,8 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
-from email.utils import parsedate_to_datetime
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -117,14 +116,12 @@ def _show_bodies(records: list[MailRecord]) -> None:
         say(r.body)
 
 
-def _written(r: MailRecord) -> datetime:
+def _written(r: MailRecord) -> str:
     """When the mail says it was written (its Date header, in UTC), else when this mailbox
-    took it in (the index's date, which a mailbox indexed late gives every mail at once)."""
-    try:
-        when = parsedate_to_datetime(r.header_date) if r.header_date else None
-    except (TypeError, ValueError):
-        when = None
-    return when.astimezone(UTC) if when is not None and when.tzinfo is not None else r.date
+    took it in (the index's date, which a mailbox indexed late gives every mail at once),
+    marked so, not passed off as the mail's own."""
+    when = r.written
+    return when.strftime("%Y-%m-%d %H:%M") if when is not None else r.date.strftime("%Y-%m-%d %H:%M indexed")
 
 
 def _show_table(records: list[MailRecord], title: str, handled: Mapping[str, Mapping[str, Any]]) -> None:
@@ -137,7 +134,7 @@ def _show_table(records: list[MailRecord], title: str, handled: Mapping[str, Map
         # The worker ignored it: say why first, so prose is not taken for served mail.
         ignored = outcome is not None and outcome.get("status") == "ignored"
         said = f"({outcome.get('detail')}) " if outcome is not None and ignored else ""  # [..] is rich markup
-        return (r.id, _written(r).strftime("%Y-%m-%d %H:%M"), r.from_addr, f"{mark}{r.subject}{flags}",
+        return (r.id, _written(r), r.from_addr, f"{mark}{r.subject}{flags}",
                 said + r.preview.replace("\n", " "))
 
     table(("id", "date", "from", "subject", "preview"), [row(r) for r in records], title=title or None,

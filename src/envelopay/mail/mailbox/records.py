@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Any, Literal
 
 from envelopay.mail.mailbox.inputs import MailboxError
@@ -63,7 +64,19 @@ class MailRecord:
     # mailbox reads the file when a caller wants the whole body (read, truncate 0).
     body_complete: bool = True
 
+    @property
+    def written(self) -> datetime | None:
+        """When the mail says it was written: its Date header in UTC (RFC 5322 3.6.1, "the
+        date and time at which the creator of the message indicated that the message was
+        complete"); None without one, or with one that names no time zone or is unreadable."""
+        try:
+            when = parsedate_to_datetime(self.header_date) if self.header_date else None
+        except (TypeError, ValueError):
+            return None
+        return when.astimezone(UTC) if when is not None and when.tzinfo is not None else None
+
     def as_dict(self, *, with_body: bool = True) -> dict[str, Any]:
+        written = self.written
         out: dict[str, Any] = {
             "id": self.id,
             "folder": self.folder,
@@ -72,7 +85,9 @@ class MailRecord:
             "to": list(self.to_addrs),
             "cc": list(self.cc_addrs),
             "subject": self.subject,
-            "date": self.date.isoformat(),
+            "date": self.date.isoformat(),  # the index's: the order lists and --after/--before use
+            "indexed": self.date.isoformat(),
+            "written": written.isoformat() if written is not None else None,
             "in_reply_to": self.in_reply_to,
             "references": list(self.references),
             "read": self.read,
