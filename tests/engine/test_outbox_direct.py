@@ -142,7 +142,8 @@ async def test_send_now_respects_any_live_claim(open_store: Callable[[], Store])
     assert (await drainer.send_now([mine])).count == 0  # w2 holds it
     # A claim of this drainer's own (a drain that died in this process, say) holds too:
     # only a drain, which knows its batch, takes it over.
-    assert [r.outbound.message_id for r in store.outbox_claim("w1", NOW, NOW + timedelta(minutes=5))] == [theirs]
+    held = store.outbox_claim("w1", NOW, NOW + timedelta(minutes=5))
+    assert [r.outbound.message_id for r in held] == [theirs]
     assert (await drainer.send_now([theirs])).count == 0
     assert hook.started == []
     assert (await drainer.drain()).sent == [theirs]  # its own claim: the drain takes it over
