@@ -15,40 +15,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests._devnet import LocalDevnet, local_devnet
 
 from envelopay.client.buyer import ClientApp, follow, pay_first
 from envelopay.config import config_from_dict, load_config
-from envelopay.devnet import registry
-from envelopay.devnet.fund import fund, plan_funding
-from envelopay.devnet.rpc_server import JsonRpcServer
-from envelopay.devnet.state import BaseEndpoint, DevnetState, SolanaEndpoint, write_state
 from envelopay.engine import Outcome
 from envelopay.ledger.store import ProofKey
 from envelopay.node.agent_node import AgentNode, build_node
-from envelopay.node.init import init_agent
 from envelopay.protocol.messages import Fulfill, Invoice, Oops, Order, Pay
 
 WORKER, BUYER = "worker@garden.local", "buyer@garden.local"
 CONFIRMED_AFTER = 3
 
 
-@dataclass
-class World:
-    home: Path
-    state: DevnetState
-    clock: Any  # envelopay_solana.devnode.SlotClock, advanced by the test
-    solana: JsonRpcServer
-    garden: Any
-    dirs: dict[str, Path] = field(default_factory=dict)
-
+class World(LocalDevnet):
     def tick(self, slots: int = 1) -> None:
         for _ in range(slots):
             self.clock.tick()
@@ -65,36 +50,9 @@ class World:
 
 @pytest.fixture
 async def world(tmp_path: Path) -> AsyncIterator[World]:
-    from envelopay.mail.garden import GardenServer
-    from envelopay_solana import LocalSolana
-    from envelopay_solana.devnode import SlotClock, solana_rpc_handler
-
-    home = tmp_path / "devnet"
-    (home / "agents").mkdir(parents=True)
-    clock = SlotClock(LocalSolana(), slot_time=1.0, confirmed_after=CONFIRMED_AFTER, finalized_after=6)
-    solana = JsonRpcServer(solana_rpc_handler(clock.chain, clock))
-    await solana.start()
-    state = DevnetState(home=str(home), pid=os.getpid(), started=datetime.now(UTC).isoformat(),
-                        solana=SolanaEndpoint(solana.url, 1.0, CONFIRMED_AFTER, 6),
-                        base=BaseEndpoint("http://127.0.0.1:9/", "eth-tester", 1, 1.0, "0x" + "00" * 20),
-                        garden_socket=str(home / "garden.sock"), garden_root=str(home / "garden"),
-                        agents_dir=str(home / "agents"))
-    write_state(state)
-    dirs = {}
-    for who in (WORKER, BUYER):
-        dirs[who] = tmp_path / who.split("@")[0]
-        init_agent(dirs[who], address=who, devnet=state)
-        await fund(state, plan_funding(home, who, sol="1", eth=None, usdc="10", chain="solana"))
-    entries = registry.agent_entries(home)
-    garden = GardenServer(home / "garden", sorted(registry.garden_addresses(entries)),
-                          unix_path=home / "garden.sock", fsync=False,
-                          accounts=registry.garden_accounts(entries))
-    await garden.start()
-    try:
-        yield World(home, state, clock, solana, garden, dirs)
-    finally:
-        await garden.stop()
-        await solana.stop()
+    async with local_devnet(tmp_path, (WORKER, BUYER), (WORKER, BUYER), confirmed_after=CONFIRMED_AFTER,
+                            finalized_after=6) as d:
+        yield World(d.home, d.state, d.clock, d.solana, d.garden, d.dirs)
 
 
 @contextlib.asynccontextmanager

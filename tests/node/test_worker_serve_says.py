@@ -14,14 +14,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import re
 import signal
 import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
 from email.message import EmailMessage
 from email.utils import make_msgid
 from pathlib import Path
@@ -30,13 +28,10 @@ from typing import Any
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from tests._devnet import local_devnet
 
 from envelopay.client.buyer import ClientApp, follow, pay_first
 from envelopay.config import load_config
-from envelopay.devnet import registry
-from envelopay.devnet.fund import fund, plan_funding
-from envelopay.devnet.rpc_server import JsonRpcServer
-from envelopay.devnet.state import BaseEndpoint, DevnetState, SolanaEndpoint, write_state
 from envelopay.node.agent_node import AgentNode, build_node
 from envelopay.node.init import init_agent
 from envelopay.protocol.messages import Fulfill, Invoice, Methods, Oops, Order, Pay, Which
@@ -54,36 +49,9 @@ def documented_worker_metrics() -> set[str]:
 @contextlib.asynccontextmanager
 async def devnet(tmp_path: Path) -> AsyncIterator[tuple[Any, dict[str, Path]]]:
     """The devnet's chain and garden in this process; the two agents' directories."""
-    from envelopay.mail.garden import GardenServer
-    from envelopay_solana import LocalSolana
-    from envelopay_solana.devnode import SlotClock, solana_rpc_handler
-
-    home = tmp_path / "devnet"
-    (home / "agents").mkdir(parents=True)
-    clock = SlotClock(LocalSolana(), slot_time=1.0, confirmed_after=CONFIRMED_AFTER, finalized_after=4)
-    solana = JsonRpcServer(solana_rpc_handler(clock.chain, clock))
-    await solana.start()
-    state = DevnetState(home=str(home), pid=os.getpid(), started=datetime.now(UTC).isoformat(),
-                        solana=SolanaEndpoint(solana.url, 1.0, CONFIRMED_AFTER, 4),
-                        base=BaseEndpoint("http://127.0.0.1:9/", "eth-tester", 1, 1.0, "0x" + "00" * 20),
-                        garden_socket=str(home / "garden.sock"), garden_root=str(home / "garden"),
-                        agents_dir=str(home / "agents"))
-    write_state(state)
-    dirs = {}
-    for who in (WORKER, BUYER):
-        dirs[who] = tmp_path / who.split("@")[0]
-        init_agent(dirs[who], address=who, devnet=state)
-    await fund(state, plan_funding(home, BUYER, sol="1", eth=None, usdc="10", chain="solana"))
-    entries = registry.agent_entries(home)
-    garden = GardenServer(home / "garden", sorted(registry.garden_addresses(entries)),
-                          unix_path=home / "garden.sock", fsync=False,
-                          accounts=registry.garden_accounts(entries))
-    await garden.start()
-    try:
-        yield clock, dirs
-    finally:
-        await garden.stop()
-        await solana.stop()
+    async with local_devnet(tmp_path, (WORKER, BUYER), (BUYER,), confirmed_after=CONFIRMED_AFTER,
+                            finalized_after=4) as d:
+        yield d.clock, d.dirs
 
 
 class Worker:
