@@ -88,6 +88,13 @@ def _payments(rec: FlowRecord) -> list[dict[str, Any]]:
         out.append({"message": "refund", "id": str(refund.get("reason") or ""), "chain": refund.get("chain"),
                     "token": refund.get("token"), "amount": refund.get("amount"), "to": refund.get("wallet"),
                     "proof": refund.get("proof"), "status": f"refunded ({checked})"})
+    excess = rec.data.get("excess")
+    if isinstance(excess, Mapping):
+        # An overpayment's excess the FULFILL says went back: "0.05 USDC came back: overpaid".
+        checked = "verified" if excess.get("verified") else "NOT verified"
+        out.append({"message": "refund", "id": str(excess.get("reason") or ""), "chain": excess.get("chain"),
+                    "token": excess.get("token"), "amount": excess.get("amount"), "to": excess.get("wallet"),
+                    "proof": excess.get("proof"), "status": f"came back: {excess.get('reason')} ({checked})"})
     return out
 
 

@@ -20,7 +20,7 @@ from envelopay.engine.application import Enqueue, Notice, Refuse
 from envelopay.engine.inbound_mail import InboundMail
 from envelopay.engine.jobs import job_of
 from envelopay.engine.recorder import Recorder
-from envelopay.engine.refund_check import check_refund
+from envelopay.engine.refund_check import check_excess, check_refund
 from envelopay.engine.status import StatusDesk
 from envelopay.engine.step_facts import Work, reply_headers
 from envelopay.engine.unusable import refund_excess, refund_unusable
@@ -71,6 +71,8 @@ class ActionDriver:
                     return
             elif action is Action.VERIFY_REFUND:
                 await check_refund(message, work, self.settings)
+            elif action is Action.VERIFY_EXCESS:
+                await check_excess(message, work, self.settings)
             elif action is Action.NOTIFY:
                 work.notices.append(self._notice(mail, message, work))
             else:

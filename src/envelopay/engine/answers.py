@@ -23,8 +23,9 @@ from envelopay.engine.recorder import Recorder
 from envelopay.engine.settings import EngineSettings
 from envelopay.engine.step_facts import Work, order_of, stamp_invoice
 from envelopay.flows import Action, Direction, FlowState
+from envelopay.flows.core import with_excess
 from envelopay.protocol.codes import OopsCode
-from envelopay.protocol.messages import Invoice, Message, Methods, Offer, Order, Pay, Which
+from envelopay.protocol.messages import Fulfill, Invoice, Message, Methods, Offer, Order, Pay, Which
 from envelopay.rails.binding import BINDING_SCHEME
 
 __all__ = ["Call", "apply", "context", "question"]
@@ -88,6 +89,8 @@ def apply(recorder: Recorder, mail: InboundMail, decision: Any, work: Work, now:
         if isinstance(refund, Mapping):  # money paid back is kept in the flow (SPEC.md "Refunds")
             work.fs = replace(work.fs, data={**work.fs.data, "refund": dict(refund)})
         return
+    if isinstance(decision, Fulfill):  # an overpayment's excess paid back: said in the FULFILL
+        decision = with_excess(decision, work.fs.data)
     if isinstance(decision, Invoice | Methods) and decision.binding is None:
         # Tell the payer what binding its proof must carry (SPEC.md "Proof binding").
         decision = decision.model_copy(update={"binding": BINDING_SCHEME})

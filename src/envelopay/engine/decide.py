@@ -36,7 +36,7 @@ from envelopay.engine.refusals import FlowRefusal
 from envelopay.engine.settings import DkimPolicy, EngineSettings
 from envelopay.engine.step_facts import Work, content_hash, out_entry, proof_of, typed_refs
 from envelopay.flows import Direction, FlowKind, FlowState, Side, Step
-from envelopay.flows.core import refund_of
+from envelopay.flows.core import excess_of, refund_of
 from envelopay.ledger.store import Begin, Claim, Commit, FlowRecord, FlowWrite, LogEntry, ProofKey
 from envelopay.protocol.codes import OopsCode
 from envelopay.protocol.messages import Message, Oops, is_proof_carrying
@@ -91,7 +91,7 @@ class Admission:
 def proof_key_of(message: Message, rails: dict[str, Rail]) -> tuple[ProofKey | None, Problem | None]:
     """The proof's replay key (chain and canonical key), or why it has none. An OOPS's
     refund proof is reserved too, so one transfer is the refund of one payment only."""
-    refund = refund_of(message)
+    refund = refund_of(message) or excess_of(message)  # a FULFILL's excess paid back, too
     if refund is not None:  # no rail or a bad proof: nothing to reserve, the OOPS is read plain
         chain, rail = str(refund["chain"]), rails.get(str(refund["chain"]))
         try:

@@ -47,7 +47,7 @@ from envelopay.engine.waiting import park
 from envelopay.ledger.jobs import JobMove
 from envelopay.ledger.store import AnswerLimits, ProofKey, Store
 from envelopay.protocol.lenient import lenient_warnings
-from envelopay.protocol.messages import Message, Oops
+from envelopay.protocol.messages import Fulfill, Message, Oops
 from envelopay.protocol.parse import ParseOptions, parse, parser_options
 from envelopay.protocol.parsed import Parsed
 from envelopay.rails.finality import WaitPolicy
@@ -261,8 +261,8 @@ class Engine:
         """One try at the step; None when the flow changed under it (try again)."""
         now = self.clock()
         begin = self.store.begin_step(decide.claim_of(self.settings, mail, admission, now))
-        replayed = begin.status == "proof_replayed" and isinstance(admission.message, Oops)
-        if replayed:  # its refund's transfer is spent elsewhere: the plain OOPS (refund_check.py)
+        replayed = begin.status == "proof_replayed" and isinstance(admission.message, Oops | Fulfill)
+        if replayed:  # its refund's transfer is spent elsewhere: not believed (refund_check.py)
             admission = replace(admission, proof_key=None)
             begin = self.store.begin_step(decide.claim_of(self.settings, mail, admission, now))
         plan = decide.plan(self.settings, mail, admission, begin, now)

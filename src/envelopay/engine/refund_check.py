@@ -13,21 +13,52 @@ from envelopay import flows
 from envelopay.engine.settings import EngineSettings
 from envelopay.engine.step_facts import Work
 from envelopay.flows import Direction, Event, FlowState
+from envelopay.flows.core import excess_of
 from envelopay.protocol.messages import Message
 from envelopay.rails.interface import Expectation, Verdict
 
-__all__ = ["check_refund"]
+__all__ = ["check_excess", "check_refund"]
 
 _log = logging.getLogger(__name__)
+
+
+_REPLAYED = {"status": "rejected", "reason": "proof_replayed",
+             "detail": "this transfer was already shown for another payment (a refund or a PAY)"}
 
 
 async def check_refund(message: Message, work: Work, settings: EngineSettings) -> bool:
     """Verify the refund `work`'s step recorded; on failure step the flow as a plain OOPS."""
     refund = dict(work.fs.data.get("refund") or {})
     if work.refund_replayed:  # one transfer cannot be the refund of two payments
-        why = {"status": "rejected", "reason": "proof_replayed",
-               "detail": "this transfer was already shown for another payment (a refund or a PAY)"}
-        return _plain(message, work, {**refund, "verified": False, "verdict": why})
+        return _plain(message, work, {**refund, "verified": False, "verdict": _REPLAYED})
+    verdict = await _verdict(refund, settings)
+    checked = {**refund, "verified": verdict.ok, "verdict": verdict.to_json()}
+    if verdict.ok:
+        work.proof_fate = "spend"  # the refund's proof, reserved at the claim: never believed twice
+        work.fs = FlowState(work.fs.kind, work.fs.side, work.fs.state, {**work.fs.data, "refund": checked})
+        return True
+    return _plain(message, work, checked)
+
+
+async def check_excess(message: Message, work: Work, settings: EngineSettings) -> None:
+    """A FULFILL saying an overpayment's excess went back (`refund`): checked as a refund is,
+    kept in the flow's data as `excess` with its verdict; the flow's state is the FULFILL's
+    either way (the work is done)."""
+    excess = excess_of(message)
+    if excess is None:
+        return
+    if work.refund_replayed:  # one transfer cannot be the refund of two payments
+        ok, verdict = False, _REPLAYED
+    else:
+        checked = await _verdict(excess, settings)
+        ok, verdict = checked.ok, checked.to_json()
+    work.proof_fate = "spend" if ok else "release"  # reserved at the claim: believed once
+    data = {**work.fs.data, "excess": {**excess, "verified": ok, "verdict": verdict}}
+    work.fs = FlowState(work.fs.kind, work.fs.side, work.fs.state, data)
+
+
+async def _verdict(refund: dict[str, Any], settings: EngineSettings) -> Verdict:
+    """Did the rail see `refund`'s transfer pay our own wallet its amount in its token?"""
     chain, token = str(refund.get("chain", "")), str(refund.get("token", ""))
     rail, ours = settings.rails.get(chain), settings.wallet(chain, token)
     verdict: Verdict
@@ -40,12 +71,7 @@ async def check_refund(message: Message, work: Work, settings: EngineSettings) -
         except Exception as exc:  # a broken transport: not believed now
             _log.exception("rail %s raised while verifying a refund", chain)
             verdict = Verdict.unavailable(f"rail raised {type(exc).__name__}")
-    checked = {**refund, "verified": verdict.ok, "verdict": verdict.to_json()}
-    if verdict.ok:
-        work.proof_fate = "spend"  # the refund's proof, reserved at the claim: never believed twice
-        work.fs = FlowState(work.fs.kind, work.fs.side, work.fs.state, {**work.fs.data, "refund": checked})
-        return True
-    return _plain(message, work, checked)
+    return verdict
 
 
 def _plain(message: Message, work: Work, checked: dict[str, Any]) -> bool:

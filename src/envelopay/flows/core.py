@@ -107,6 +107,7 @@ class Action(StrEnum):
     DECIDE_OFFER = "decide_offer"  # ask to counter-pay and ACCEPT, or refuse
     NOTIFY = "notify"  # tell the application (payer side: what arrived)
     VERIFY_REFUND = "verify_refund"  # rail.verify that the refund paid our wallet its amount
+    VERIFY_EXCESS = "verify_excess"  # a FULFILL's overpayment excess paid back: rail.verify, kept
 
 
 GUARDS = frozenset(
@@ -171,7 +172,25 @@ def refund_of(message: Message) -> dict[str, Any] | None:
     """The refund an OOPS carries in its error object (SPEC.md "Refunds"), when it names a
     proof: {chain, token, amount, wallet, proof, ...}; None otherwise."""
     error = message.error if isinstance(message, Oops) else None
-    refund = (error.model_extra or {}).get("refund") if error is not None else None
+    return _refund_shape((error.model_extra or {}).get("refund") if error is not None else None)
+
+
+def excess_of(message: Message) -> dict[str, Any] | None:
+    """The overpayment's excess a FULFILL says went back (`refund`, SPEC.md "Refunds"),
+    when it names a proof; None otherwise. Never a flow event: the work is done either way."""
+    return _refund_shape(message.refund) if isinstance(message, Fulfill) else None
+
+
+def with_excess(fulfill: Fulfill, data: Mapping[str, Any]) -> Fulfill:
+    """Our FULFILL carrying the overpayment's excess this flow paid back (its data's
+    `refund`, reason `overpaid`), so the buyer sees why money came back."""
+    refund = data.get("refund")
+    if fulfill.refund is not None or not isinstance(refund, Mapping) or refund.get("reason") != "overpaid":
+        return fulfill
+    return fulfill.model_copy(update={"refund": dict(refund)})
+
+
+def _refund_shape(refund: Any) -> dict[str, Any] | None:
     if not isinstance(refund, dict) or not isinstance(refund.get("proof"), dict):
         return None
     ok = all(isinstance(refund.get(k), str) for k in ("chain", "token", "amount"))

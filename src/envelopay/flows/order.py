@@ -23,7 +23,8 @@ TRANSITIONS: Table = (
     Row("ordered", Event.INVOICE, IN, PAYER, "invoiced", (A.ORDER_REF, A.RECORD_INVOICE, A.NOTIFY)),
     Row("ordered", Event.FULFILL, IN, PAYER, "fulfilled", (A.ORDER_REF, A.NOTIFY)),
     Row("invoiced", Event.PAY, OUT, PAYER, "paid", (A.INVOICE_REF, A.INVOICE_TERMS, A.RECORD_PAYMENT)),
-    Row("paid", Event.FULFILL, IN, PAYER, "fulfilled", (A.ORDER_REF, A.NOTIFY)),
+    # A FULFILL may say an overpayment's excess went back: checked on the rail, kept.
+    Row("paid", Event.FULFILL, IN, PAYER, "fulfilled", (A.ORDER_REF, A.VERIFY_EXCESS, A.NOTIFY)),
     # Their OOPS says our payment went back (SPEC.md "Refunds"): `refunded` once the rail
     # shows the refund paid our wallet; else it is the plain OOPS (back to `invoiced`).
     Row("paid", Event.REFUND, IN, PAYER, "refunded",

@@ -13,7 +13,7 @@ TRANSITIONS: Table = (
     Row("prepaid", Event.REFUND, OUT, PAYEE, "refunded", (A.RECORD_REFUND,)),
     Row("start", Event.ORDER_PREPAID, OUT, PAYER, "prepaid", (A.RECORD_ORDER, A.RECORD_PAYMENT)),
     Row("refused", Event.ORDER_PREPAID, OUT, PAYER, "prepaid", (A.RECORD_ORDER, A.RECORD_PAYMENT)),
-    Row("prepaid", Event.FULFILL, IN, PAYER, "fulfilled", (A.ORDER_REF, A.NOTIFY)),
+    Row("prepaid", Event.FULFILL, IN, PAYER, "fulfilled", (A.ORDER_REF, A.VERIFY_EXCESS, A.NOTIFY)),
     # Their OOPS says our payment went back (SPEC.md "Refunds"), checked on the rail.
     Row("prepaid", Event.REFUND, IN, PAYER, "refunded",
         (A.RECORD_REFUSAL, A.RECORD_REFUND, A.VERIFY_REFUND, A.NOTIFY)),

@@ -236,6 +236,10 @@ class Fulfill(_Body):
     order_ref: Ident
     result: Any
     note: Text | None = None
+    # Additive (SPEC.md "Refunds"): an overpayment's excess the worker paid back, shaped as
+    # an OOPS's `refund` ({chain, token, amount, wallet, proof, status, reason: "overpaid"});
+    # a strict peer ignores it.
+    refund: dict[str, Any] | None = None
 
 
 class Invoice(_Body):

@@ -406,9 +406,13 @@ class WorkerApplication(RefundsMoney):
                 paid_text = self.app.amount(paid or 0, order.chain or "", order.token or "")
                 back = await self.refund_prepaid(order, ctx, paid or 0, price, "amount_mismatch")
                 return Refuse(OopsCode.AMOUNT_MISMATCH, f"this task costs {costs}; paid {paid_text}", back)
+            back = None
             if paid > price:  # the excess above the tolerance goes back; the work goes on
-                await self.refund_prepaid(order, ctx, paid - price, price, "overpaid")
-            return await self._fulfil(order, "Prepaid order fulfilled")
+                back = await self.refund_prepaid(order, ctx, paid - price, price, "overpaid")
+            done = await self._fulfil(order, "Prepaid order fulfilled")
+            if isinstance(done, Fulfill) and back:  # said in the FULFILL (SPEC.md "Refunds")
+                done = done.model_copy(update={"refund": dict(back["refund"])})
+            return done
         decision = self.app.decide_order(order)
         if isinstance(decision, Refusal):
             return _refuse(decision)

@@ -33,6 +33,7 @@ from typing import Any
 
 from envelopay.engine import Engine
 from envelopay.errors import StoreError, UsageError
+from envelopay.flows.core import with_excess
 from envelopay.ledger.jobs import Job, JobMove
 from envelopay.ledger.store import Store
 from envelopay.protocol.codes import OopsCode
@@ -268,6 +269,9 @@ class JobRunner:
     async def _finish(self, job: Job, result: Any) -> None:
         fulfill = Fulfill(id=self.engine.new_id("ful"), order_ref=job.order_id or "", result=result,
                           note=f"{job.task}: done"[:200])
+        flow = await asyncio.to_thread(self.store.get_flow, job.flow_id)
+        if flow is not None:  # an overpayment's excess paid back is said in the FULFILL
+            fulfill = with_excess(fulfill, flow.data)
         move = JobMove(job.job_id, sources(Event.FINISH), JobState.DONE, self.clock(),
                        {"result_hash": result_hash(result)}, owner=self.owner)
         try:

@@ -1,0 +1,50 @@
+"""Walk item 18, through the real path (garden, DKIM, ledgers, LiteSVM and eth-tester): a
+buyer that pays an INVOICE too much gets the excess back, and the worker's FULFILL says so
+(`refund`, reason `overpaid`); the buyer checks the transfer on its rail and its `show`
+lists "came back: overpaid (verified)". Both ledgers for the check: tests/engine/test_fulfill_excess.py."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from envelopay.client import views as v
+from envelopay.client.demo import PRICE, DemoWorld
+from envelopay.protocol.messages import Fulfill, Invoice, Order, Pay
+from envelopay.worker.app import WorkerApplication
+from envelopay.worker.refunds import refunder_for
+
+WALLET = {"solana-local": "buyer_sol", "base-local": "buyer_base"}
+EXCESS = 50_000
+
+
+def _key(rail: Any) -> bytes:
+    kp = getattr(rail, "keypair", None)
+    return bytes(kp) if kp is not None else bytes(rail._key)
+
+
+@pytest.mark.parametrize("chain", ["solana-local", "base-local"])
+async def test_the_buyer_sees_the_excess_come_back(demo_world: DemoWorld, chain: str) -> None:
+    w = demo_world
+    app = w.worker.engine.app
+    assert isinstance(app, WorkerApplication)
+    rails = w.worker.engine.rails
+    app.refunder = refunder_for(w.worker.store, rails=rails, keys={r.name: _key(r) for r in rails.values()},
+                                owner="worker")
+    task = {"name": "word_count", "text": "a b c", "rail": f"{chain}/USDC"}
+    _, inv, bflow = await w.exchange(Order(id="o-over", task=task))
+    assert isinstance(inv, Invoice)
+    proof = await w.pay(w.buyer_rails, chain, "USDC", PRICE + EXCESS, inv.wallet)
+    pay = Pay(id="p-over", amount=PRICE + EXCESS, token="USDC", chain=chain, proof=proof, invoice_ref=inv.id)
+    _, reply, _ = await w.exchange(pay, flow_id=bflow)
+    assert isinstance(reply, Fulfill) and reply.refund is not None, reply
+    assert reply.refund["reason"] == "overpaid" and reply.refund["amount"] == str(EXCESS)
+    assert reply.refund["wallet"].lower() == w.wallets[WALLET[chain]].lower()
+    async with asyncio.timeout(30):
+        while (rec := w.buyer.store.get_flow(bflow)) is None or rec.state != "fulfilled":
+            await asyncio.sleep(0.05)
+    assert rec.data["excess"]["verified"] is True, rec.data["excess"]
+    [row] = [r for r in v.money_rows(rec, lambda _c, _t: 6) if r[0] == "REFUND overpaid"]
+    assert row[3].startswith("0.05") and row[6] == "came back: overpaid (verified)"
