@@ -11,7 +11,11 @@ from typing import Any
 import pytest
 
 from envelopay.client import views as v
+from envelopay.client.buyer import Answer
+from envelopay.client.commands import ClientRun
 from envelopay.client.demo import PRICE, DemoWorld
+from envelopay.client.report import client_report
+from envelopay.engine.outcome import Outcome
 from envelopay.protocol.messages import Fulfill, Invoice, Order, Pay
 from envelopay.worker.app import WorkerApplication
 from envelopay.worker.refunds import refunder_for
@@ -38,7 +42,10 @@ async def test_the_buyer_sees_the_excess_come_back(demo_world: DemoWorld, chain:
     assert isinstance(inv, Invoice)
     proof = await w.pay(w.buyer_rails, chain, "USDC", PRICE + EXCESS, inv.wallet)
     pay = Pay(id="p-over", amount=PRICE + EXCESS, token="USDC", chain=chain, proof=proof, invoice_ref=inv.id)
-    _, reply, _ = await w.exchange(pay, flow_id=bflow)
+    sent = await w.buyer.send(pay, "worker@garden.local", flow_id=bflow)
+    outcome = await w.worker.wait_outcome(sent.message_id, 60)
+    row = w.worker.store.outbox_get(outcome.outbox[0])
+    reply = row.outbound.message if row is not None else None
     assert isinstance(reply, Fulfill) and reply.refund is not None, reply
     assert reply.refund["reason"] == "overpaid" and reply.refund["amount"] == str(EXCESS)
     assert reply.refund["wallet"].lower() == w.wallets[WALLET[chain]].lower()
@@ -46,5 +53,10 @@ async def test_the_buyer_sees_the_excess_come_back(demo_world: DemoWorld, chain:
         while (rec := w.buyer.store.get_flow(bflow)) is None or rec.state != "fulfilled":
             await asyncio.sleep(0.05)
     assert rec.data["excess"]["verified"] is True, rec.data["excess"]
-    [row] = [r for r in v.money_rows(rec, lambda _c, _t: 6) if r[0] == "REFUND overpaid"]
-    assert row[3].startswith("0.05") and row[6] == "came back: overpaid (verified)"
+    [money] = [r for r in v.money_rows(rec, lambda _c, _t: 6) if r[0] == "REFUND overpaid"]
+    assert money[3].startswith("0.05") and money[6] == "came back: overpaid (verified)"
+    # The buyer's `pay --wait` summary says why money arrives.
+    answer = Answer(message=reply, outcome=Outcome(status="processed", flow_id=bflow, state="fulfilled"))
+    rep = client_report("pay", ClientRun("PAY", sent, answer=answer), timeout=5, decimals=lambda _c, _t: 6)
+    assert any(line.startswith("the worker says 0.05 USDC") and "(overpaid)" in line for line in rep.lines)
+    assert rep.code == 0

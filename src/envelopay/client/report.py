@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from envelopay.protocol.compose import message_json
-from envelopay.protocol.messages import Accept, Invoice, Message, Offer, Oops, Pay
+from envelopay.protocol.messages import Accept, Fulfill, Invoice, Message, Offer, Oops, Pay
 from envelopay.rails.amounts import Decimals, amount_with_units, no_decimals
 
 if TYPE_CHECKING:
@@ -149,4 +149,11 @@ def _answer(doc: dict[str, Any], lines: list[str], run: ClientRun, timeout: floa
                          f"see envelopay show {out.flow_id}")
         return FAILED
     lines.append(json.dumps(doc["answer"], indent=2, ensure_ascii=False))
+    back = message.refund if isinstance(message, Fulfill) else None
+    if isinstance(back, dict) and str(back.get("amount", "")).isdigit():
+        # An overpayment's excess paid back (SPEC.md "Refunds"): say why money arrives.
+        chain, token = str(back.get("chain")), str(back.get("token"))
+        money = amount_with_units(int(back["amount"]), token, decimals(chain, token))
+        lines.append(f"the worker says {money} of the payment came back on {chain} ({back.get('reason')}); "
+                     f"checked on the chain: see envelopay show {out.flow_id}")
     return OK
