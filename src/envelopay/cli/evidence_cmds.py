@@ -77,9 +77,9 @@ def _verify(folder: Path | None, as_json: bool) -> None:
     finish(as_json, doc, () if as_json else _said(report))
 
 
-def _refund_said(back: Any) -> str:
-    """The refund an OOPS carries, as a person reads it: the worker's signed word (the
-    folder holds no chain's verdict on it)."""
+def _refund_said(back: Any, onchain: set[str]) -> str:
+    """The refund an OOPS carries, as a person reads it: the worker's signed word, and
+    whether the folder holds the chain's verdict on it (`onchain`: the verified txs)."""
     if not isinstance(back, dict) or not (back.get("amount") and back.get("token") and back.get("chain")):
         return ""
     # lazy: the rails' asset registries (no config, no network) load only when money moved
@@ -89,8 +89,9 @@ def _refund_said(back: Any) -> str:
     amount = amount_with_units(int(back["amount"]), back["token"],
                                chain_decimals([back["chain"]])(back["chain"], back["token"]))
     tx = (back.get("proof") or {}).get("tx", "?")
+    checked = "checked on the chain: see refunded" if str(tx).lower() in onchain else "not checked on a chain"
     return (f", refunding {amount} on {back['chain']} to {back.get('wallet')}, tx {tx} "
-            "(its signed word, not checked on a chain)")
+            f"(its signed word, {checked})")
 
 
 def _said(report: EvidenceReport) -> list[str]:
@@ -120,9 +121,15 @@ def _said(report: EvidenceReport) -> list[str]:
     if done:
         lines.append(f"delivered: {done['by']} fulfilled {done['order_ref']} on {done['date']}, "
                      f"result sha256 {done['result_sha256']}")
+    onchain = {str(r["tx"]).lower() for r in claims.get("refunded") or []}
     for o in claims.get("oops") or []:
-        refund = _refund_said(o.get("refund"))
+        refund = _refund_said(o.get("refund"), onchain)
         lines.append(f"oops:      {o['by']} answered {o['code']} on {o['date']}{refund}")
+    for r in claims.get("refunded") or []:
+        amount = amount_with_units(int(r["amount"]), r["token"],
+                                   chain_decimals([r["chain"]])(r["chain"], r["token"]))
+        lines.append(f"refunded:  {amount} to {r['payee']} in tx {r['tx']}{_landed(r)} on {r['chain']}, "
+                     f"from {r['payer']} (verified on the chain by {r['verified_by']} at {r['verified_at']})")
     lines += [f"checked:   {c}" for c in checked]
     lines += [f"not included: {m}" for m in report.missing]
     return lines

@@ -5,7 +5,8 @@ either side's ledger (the buyer's or the worker's), checked offline by the other
 The folder holds the flow's mails exactly as received and sent, the DKIM key records as
 they were seen (ledger/evidence.py keeps both as they happen: node/evidence_tap.py), each
 PAY's proof with its on-chain verification — the payee's verdict as its ledger recorded
-it, or, on the payer's side, a verification made now through the rail — the FULFILL's
+it, or, on the payer's side, a verification made now through the rail — each refund an
+OOPS carries with its verification made now (payer the worker, payee the buyer), the FULFILL's
 result hash, and the manifest (client/evidence_manifest.py) with every file's SHA-256.
 """
 
@@ -51,6 +52,7 @@ class _Folder:
     files: dict[str, bytes] = field(default_factory=dict)
     mails: list[dict[str, Any]] = field(default_factory=list)
     proofs: list[str] = field(default_factory=list)
+    refunds: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
     key_files: dict[tuple[str, str], str] = field(default_factory=dict)
 
@@ -163,6 +165,34 @@ async def _add_proofs(folder: _Folder, rec: FlowRecord, entries: Sequence[LogEnt
         folder.proofs.append(path)
 
 
+async def _add_refunds(folder: _Folder, rec: FlowRecord, entries: Sequence[LogEntry],
+                       rails: Mapping[str, Rail], now: datetime) -> None:
+    """Each refund an OOPS carries (SPEC.md "Refunds"), verified on its chain now: the
+    transfer of its amount to its wallet (the buyer's), and who paid it (the worker)."""
+    for e in entries:
+        error = (e.body or {}).get("error") if e.type == "oops" else None
+        back = error.get("refund") if isinstance(error, dict) else None
+        if not isinstance(back, dict) or not isinstance(back.get("proof"), dict):
+            continue
+        verdict = await _verdict_now(rails, back, str(back.get("wallet") or "") or None)
+        if verdict.get("status") != "ok":
+            folder.missing.append(f"the refund in OOPS {e.message_id}: verification {verdict.get('status')} "
+                                  f"({verdict.get('reason') or verdict.get('detail')})")
+            continue
+        proof = back["proof"]
+        name = f"proofs/{len(folder.proofs) + len(folder.refunds) + 1:02d}-refund.json"
+        folder.refunds.append(folder.add_json(name, {
+            "message_id": e.message_id, "chain": back.get("chain"), "token": back.get("token"),
+            "amount": str(back.get("amount")),
+            "tx": verdict.get("proof_key") or proof.get("tx") or proof.get("signature"),
+            "payer": verdict.get("payer"), "payee": back.get("wallet"),
+            "observed_amount": verdict.get("observed_amount"), "tx_time": verdict.get("tx_time"),
+            "slot": verdict.get("slot"), "block": verdict.get("block"), "status": verdict.get("status"),
+            "verified_by": rec.local, "verified_at": now.isoformat(),
+            "how": "verified on the chain when this folder was written",
+        }))
+
+
 def _add_result(folder: _Folder, entries: Sequence[LogEntry], job: Mapping[str, Any] | None) -> str | None:
     ful = next((e for e in reversed(entries) if e.type == "fulfill" and e.body is not None), None)
     if ful is None or ful.body is None:
@@ -209,6 +239,7 @@ async def write_evidence(
     folder = _Folder()
     _add_mails(folder, log, rec, entries)
     await _add_proofs(folder, rec, entries, rails or {}, now)
+    await _add_refunds(folder, rec, entries, rails or {}, now)
     result = _add_result(folder, entries, job if job is not None else _job(store, flow_id))
     manifest = {
         "format": FORMAT,
@@ -218,6 +249,7 @@ async def write_evidence(
                  "updated_at": rec.updated_at.isoformat()},
         "files": {p: sha256_hex(d) for p, d in sorted(folder.files.items())},
         "mails": folder.mails, "proofs": folder.proofs, "result": result, "missing": folder.missing,
+        "refunds": folder.refunds,
     }
     _write(out, folder, manifest)
     return EvidenceWritten(out, flow_id, len(folder.files) + 2, len(folder.mails), len(folder.proofs),

@@ -10,7 +10,9 @@ In order, the first failure ends the check with its reason:
 4. thread     — the mails are one flow between the flow's two parties: each mail after the
                 first names an earlier one in In-Reply-To or References;
 5. proof      — each proof's recorded verification agrees with the signed PAY (amount,
-                token, chain, transaction, payer) and the signed INVOICE (payee);
+                token, chain, transaction, payer) and the signed INVOICE (payee); each
+                refund's with the signed OOPS carrying it (amount, token, chain,
+                transaction, wallet), paid back from the payee to the payer;
 6. result     — the FULFILL's result hashes to the recorded SHA-256.
 What is proven is then said from the signed mails: who asked, who paid how much and
 when, what was delivered down to the result's hash.
@@ -233,6 +235,42 @@ def _proof(files: Mapping[str, bytes], path: str, mails: list[Mail]) -> dict[str
     }
 
 
+def _refund(
+    files: Mapping[str, bytes], path: str, mails: list[Mail], paid: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """A refund's on-chain verification against the signed OOPS that carries it (its chain,
+    token, amount, wallet and transaction) and, when the folder proves a payment, paid back
+    to the wallet that paid (the buyer) from the one paid (the worker)."""
+    rec = _json_file(files, path)
+    oops = _named(mails, "oops", rec.get("message_id"))
+    error = _body(oops).get("error") if oops is not None else None
+    back = error.get("refund") if isinstance(error, dict) else None
+    if oops is None or not isinstance(back, dict):
+        raise _Fail("proof", f"{path}: names no OOPS of the folder that carries a refund")
+    told: dict[str, Any] = back["proof"] if isinstance(back.get("proof"), dict) else {}
+    for key in ("amount", "token", "chain"):
+        if str(rec.get(key)) != str(back.get(key)):
+            raise _Fail("proof", f"{path}: {key} {rec.get(key)!r} is not the OOPS refund's {back.get(key)!r}")
+    if rec.get("status") != "ok":
+        raise _Fail("proof", f"{path}: the verification was not ok ({rec.get('status')!r})")
+    if not _same(rec.get("tx"), told.get("tx", told.get("signature"))):
+        raise _Fail("proof", f"{path}: the transaction is not the one the OOPS names")
+    observed = str(rec.get("observed_amount", ""))
+    if not observed.isdigit() or int(observed) < int(str(back.get("amount"))):
+        raise _Fail("proof", f"{path}: observed {observed or 'nothing'}, the OOPS says {back.get('amount')}")
+    if not _same(rec.get("payee"), back.get("wallet")):
+        raise _Fail("proof", f"{path}: payee {rec.get('payee')!r} is not the OOPS refund's wallet")
+    for p in paid:  # the money goes back to whoever paid it, from whoever was paid
+        if p["chain"] == back.get("chain") and not (_same(rec.get("payee"), p["payer"])
+                                                    and _same(rec.get("payer"), p["payee"])):
+            raise _Fail("proof", f"{path}: not from {p['payee']} back to {p['payer']}, who paid")
+    return {"by": oops.parsed.from_addr, "amount": str(back.get("amount")), "token": back.get("token"),
+            "chain": back.get("chain"), "tx": rec.get("tx"), "payer": rec.get("payer"),
+            "payee": rec.get("payee"), "slot": rec.get("slot"), "block": rec.get("block"),
+            "tx_time": rec.get("tx_time"), "verified_by": rec.get("verified_by"),
+            "verified_at": rec.get("verified_at")}
+
+
 def _result(files: Mapping[str, bytes], path: str, mails: list[Mail]) -> dict[str, Any]:
     rec = _json_file(files, path)
     ful = _named(mails, "fulfill", rec.get("fulfill"))
@@ -276,6 +314,9 @@ def check_evidence(files: Mapping[str, bytes]) -> EvidenceReport:
         paid = [_proof(files, p, mails) for p in manifest.proofs]
         if paid:
             report.checked.append(f"{len(paid)} proof(s) agree with the signed PAY and INVOICE")
+        refunded = [_refund(files, p, mails, paid) for p in manifest.refunds]
+        if refunded:
+            report.checked.append(f"{len(refunded)} refund(s) verified on chain agree with the signed OOPS")
         delivered = _result(files, manifest.result, mails) if manifest.result else None
         if delivered is not None:
             report.checked.append("the FULFILL's result matches its recorded hash")
@@ -284,7 +325,7 @@ def check_evidence(files: Mapping[str, bytes]) -> EvidenceReport:
         return report
     oops = [_oops(m) for m in mails if m.entry.type == "oops"]
     report.proven = {"flow": dict(manifest.flow), "asked": _asked(mails), "paid": paid,
-                     "delivered": delivered, "oops": oops}
+                     "delivered": delivered, "oops": oops, "refunded": refunded}
     report.ok = True
     return report
 

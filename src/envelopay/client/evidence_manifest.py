@@ -7,7 +7,7 @@ The folder (SPEC.md "Evidence"):
     manifest.sha256      the SHA-256 of manifest.json, hex, one line
     mails/NN-TYPE-DIR.eml  each mail of the flow, bytes exactly as received or sent
     keys/NN.json         each DKIM key record as seen (name, record, source, first_seen)
-    proofs/NN.json       each proof with its on-chain verification
+    proofs/NN.json       each proof with its on-chain verification (a refund's: `refunds`)
     result.json          the FULFILL's result hash (and the job's, when there is one)
 
 Reading never raises: a manifest is a `Manifest` or a `ManifestError` (a code and what is
@@ -81,6 +81,7 @@ class Manifest:
     proofs: tuple[str, ...]
     result: str | None
     missing: tuple[str, ...]
+    refunds: tuple[str, ...] = ()  # the refunds' on-chain verifications, under proofs/ too
 
 
 class _Bad(Exception):
@@ -147,6 +148,7 @@ def _manifest(doc: Any) -> Manifest:
     files = _files(top.get("files"))
     mails = tuple(_mail(m, i, files) for i, m in enumerate(_list(top.get("mails"), "mails")))
     proofs = tuple(_path(p, "proofs", files) for p in _list(top.get("proofs", []), "proofs"))
+    refunds = tuple(_path(p, "refunds", files) for p in _list(top.get("refunds", []), "refunds"))
     result = top.get("result")
     missing = _list(top.get("missing", []), "missing")
     if not all(isinstance(x, str) for x in missing):
@@ -155,6 +157,7 @@ def _manifest(doc: Any) -> Manifest:
         produced_by=_str(produced, "by", "produced"), produced_at=_str(produced, "at", "produced"),
         flow=flow_fields, files=files, mails=mails, proofs=proofs,
         result=None if result is None else _path(result, "result", files), missing=tuple(missing),
+        refunds=refunds,
     )
 
 
