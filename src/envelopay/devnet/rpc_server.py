@@ -13,7 +13,8 @@ import asyncio
 import contextlib
 import inspect
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 Handler = Callable[[str, list[Any]], "Any | Awaitable[Any]"]
@@ -131,3 +132,20 @@ class JsonRpcServer:
                 error["data"] = fault.data
             return {"jsonrpc": "2.0", "id": rid, "error": error}
         return {"jsonrpc": "2.0", "id": rid, "result": result}
+
+
+@dataclass
+class ServedChain:
+    """A dev chain node served in-process (the `RunningChain` a plugin's `DevChain.start`
+    returns): its JSON-RPC server and the task that advances its clock; `stop` ends both."""
+
+    url: str
+    server: JsonRpcServer
+    clock_task: asyncio.Task[None]
+    facts: Mapping[str, Any] = field(default_factory=dict)
+
+    async def stop(self) -> None:
+        self.clock_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.clock_task
+        await self.server.stop()

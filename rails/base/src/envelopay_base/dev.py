@@ -9,13 +9,12 @@ demo. See `envelopay.devnet.plugins` for the contract.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from envelopay.devnet.plugins import LocalWallet
-from envelopay.devnet.rpc_server import JsonRpcServer
+from envelopay.devnet.rpc_server import JsonRpcServer, ServedChain
 from envelopay.errors import ConfigError, TransportError
 from envelopay_base.anvil import AnvilProcess, find_anvil
 from envelopay_base.devchain import DevChain, DevChainError
@@ -33,20 +32,6 @@ class _Anvil:
 
     async def stop(self) -> None:
         self.process.stop()
-
-
-@dataclass
-class _Served:
-    url: str
-    server: JsonRpcServer
-    clock_task: asyncio.Task[None]
-    facts: Mapping[str, Any]
-
-    async def stop(self) -> None:
-        self.clock_task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self.clock_task
-        await self.server.stop()
 
 
 @dataclass
@@ -74,7 +59,7 @@ class BaseLocalWorld:
 
 
 class BaseDevChain:
-    async def start(self, options: Mapping[str, Any]) -> _Anvil | _Served:
+    async def start(self, options: Mapping[str, Any]) -> _Anvil | ServedChain:
         """Options: ``port`` (0: a free one), ``block_time`` (seconds, default 2) and
         ``node``: ``auto`` (anvil when installed), ``anvil`` or ``eth-tester``."""
         port, block_time = int(options.get("port", 0)), float(options.get("block_time", 2.0))
@@ -90,7 +75,7 @@ class BaseDevChain:
         url = await server.start()
         facts = {"node": "eth-tester", "chain_id": chain.chain_id, "block_time": block_time,
                  "usdc": chain.token_address}
-        return _Served(url, server, asyncio.create_task(clock.run()), facts)
+        return ServedChain(url, server, asyncio.create_task(clock.run()), facts)
 
     async def fund(self, rpc_url: str, wallet: str, *, native: int, usdc: int) -> None:
         async with DevChain(rpc_url) as dev:

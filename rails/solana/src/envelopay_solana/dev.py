@@ -8,7 +8,6 @@ demo. See `envelopay.devnet.plugins` for the contract.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,7 +17,7 @@ from solders.pubkey import Pubkey
 from spl.token.instructions import get_associated_token_address
 
 from envelopay.devnet.plugins import LocalWallet
-from envelopay.devnet.rpc_server import JsonRpcServer
+from envelopay.devnet.rpc_server import JsonRpcServer, ServedChain
 from envelopay.errors import TransportError
 from envelopay_solana.assets import LOCAL_USDC_MINT
 from envelopay_solana.devnode import (
@@ -31,20 +30,6 @@ from envelopay_solana.devnode import (
 from envelopay_solana.local import LocalSolana
 
 __all__ = ["DEV_CHAIN", "SolanaDevChain", "SolanaLocalWorld"]
-
-
-@dataclass
-class _Running:
-    url: str
-    server: JsonRpcServer
-    clock_task: asyncio.Task[None]
-    facts: Mapping[str, Any] = field(default_factory=dict)
-
-    async def stop(self) -> None:
-        self.clock_task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self.clock_task
-        await self.server.stop()
 
 
 @dataclass
@@ -75,14 +60,14 @@ class SolanaLocalWorld:
 
 
 class SolanaDevChain:
-    async def start(self, options: Mapping[str, Any]) -> _Running:
+    async def start(self, options: Mapping[str, Any]) -> ServedChain:
         """Options: ``port``, ``slot_time``, ``confirmed_after``, ``finalized_after``."""
         clock = SlotClock(LocalSolana(), slot_time=options.get("slot_time", SLOT_TIME),
                           confirmed_after=options.get("confirmed_after", CONFIRMED_AFTER),
                           finalized_after=options.get("finalized_after", FINALIZED_AFTER))
         server = JsonRpcServer(solana_rpc_handler(clock.chain, clock), port=options.get("port", 0))
         url = await server.start()
-        return _Running(url, server, asyncio.create_task(clock.run()))
+        return ServedChain(url, server, asyncio.create_task(clock.run()))
 
     async def fund(self, rpc_url: str, wallet: str, *, native: int, usdc: int) -> None:
         async with httpx.AsyncClient(timeout=10.0) as client:
