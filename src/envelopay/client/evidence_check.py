@@ -12,7 +12,7 @@ In order, the first failure ends the check with its reason:
 5. proof      — each proof's recorded verification agrees with the signed PAY (amount,
                 token, chain, transaction, payer) and the signed INVOICE (payee); each
                 refund's with the signed OOPS carrying it (amount, token, chain,
-                transaction, wallet), paid back from the payee to the payer;
+                transaction, wallet), paid back to the PAY's payer;
 6. result     — the FULFILL's result hashes to the recorded SHA-256.
 What is proven is then said from the signed mails: who asked, who paid how much and
 when, what was delivered down to the result's hash.
@@ -239,8 +239,8 @@ def _refund(
     files: Mapping[str, bytes], path: str, mails: list[Mail], paid: list[dict[str, Any]]
 ) -> dict[str, Any]:
     """A refund's on-chain verification against the signed OOPS that carries it (its chain,
-    token, amount, wallet and transaction) and, when the folder proves a payment, paid back
-    to the wallet that paid (the buyer) from the one paid (the worker)."""
+    token, amount, wallet and transaction) and, when the folder proves a payment on its
+    chain, paid back to the wallet that paid (the buyer)."""
     rec = _json_file(files, path)
     oops = _named(mails, "oops", rec.get("message_id"))
     error = _body(oops).get("error") if oops is not None else None
@@ -260,10 +260,11 @@ def _refund(
         raise _Fail("proof", f"{path}: observed {observed or 'nothing'}, the OOPS says {back.get('amount')}")
     if not _same(rec.get("payee"), back.get("wallet")):
         raise _Fail("proof", f"{path}: payee {rec.get('payee')!r} is not the OOPS refund's wallet")
-    for p in paid:  # the money goes back to whoever paid it, from whoever was paid
-        if p["chain"] == back.get("chain") and not (_same(rec.get("payee"), p["payer"])
-                                                    and _same(rec.get("payer"), p["payee"])):
-            raise _Fail("proof", f"{path}: not from {p['payee']} back to {p['payer']}, who paid")
+    # The money goes back to whoever paid it. Who pays it back is said, not required to be
+    # the wallet paid: a worker may refund from its rail key while it is paid to another.
+    for p in paid:
+        if p["chain"] == back.get("chain") and not _same(rec.get("payee"), p["payer"]):
+            raise _Fail("proof", f"{path}: not back to {p['payer']}, who paid")
     return {"by": oops.parsed.from_addr, "amount": str(back.get("amount")), "token": back.get("token"),
             "chain": back.get("chain"), "tx": rec.get("tx"), "payer": rec.get("payer"),
             "payee": rec.get("payee"), "slot": rec.get("slot"), "block": rec.get("block"),
