@@ -60,3 +60,39 @@ async def test_the_buyer_sees_the_excess_come_back(demo_world: DemoWorld, chain:
     rep = client_report("pay", ClientRun("PAY", sent, answer=answer), timeout=5, decimals=lambda _c, _t: 6)
     assert any(line.startswith("the worker says 0.05 USDC") and "(overpaid)" in line for line in rep.lines)
     assert rep.code == 0
+
+
+async def test_a_prepaid_jobs_fulfill_says_the_excess_came_back(demo_world: DemoWorld) -> None:
+    """A prepaid ORDER paying too much, its work run as a job: the excess goes back when the
+    work is taken on, kept in the worker's flow, and the runner's FULFILL says it."""
+    from envelopay.worker.runner import JobRunner
+
+    w, chain = demo_world, "solana-local"
+    app = w.worker.engine.app
+    assert isinstance(app, WorkerApplication)
+    rails = w.worker.engine.rails
+    app.refunder = refunder_for(w.worker.store, rails=rails, keys={r.name: _key(r) for r in rails.values()},
+                                owner="worker")
+    runner = JobRunner(w.worker.engine, app.app.tasks, poll=0.05, after_answer=w.worker.drain)
+    app.jobs, app.on_job = True, (lambda _job: runner.wake())
+    wallet = app.wallet(chain, "USDC")
+    assert wallet is not None
+    proof = await w.pay(w.buyer_rails, chain, "USDC", PRICE + EXCESS, wallet)
+    order = Order(v="0.2.0", id="o-pre-job", task={"name": "word_count", "text": "a b"},
+                  amount=PRICE + EXCESS, token="USDC", chain=chain, proof=proof)
+    stop = asyncio.Event()
+    task = asyncio.create_task(runner.run(stop))
+    try:
+        sent = await w.buyer.send(order, "worker@garden.local")
+        async with asyncio.timeout(60):
+            while (rec := w.buyer.store.get_flow(sent.flow_id)) is None or rec.state != "fulfilled":
+                await asyncio.sleep(0.05)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 30)
+    [job] = w.worker.store.job_list("worker@garden.local")  # the work ran as a job
+    assert job.state == "done" and job.amount == PRICE + EXCESS
+    [ful] = [e.body for e in w.buyer.store.flow_log(sent.flow_id) if e.type == "fulfill"]
+    assert ful is not None and ful["refund"]["reason"] == "overpaid"
+    assert ful["refund"]["amount"] == str(EXCESS)
+    assert rec.data["excess"]["verified"] is True

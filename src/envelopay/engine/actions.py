@@ -123,6 +123,8 @@ class ActionDriver:
         asked = answers.question(action, message, work, answers.context(self.settings, work, now))
         decision = await self._ask(asked) if callable(asked) else asked
         if isinstance(decision, Enqueue):  # no answer now: the job runner's, later
+            if decision.refund:  # money paid back already: in the flow, for the job's FULFILL
+                work.fs = replace(work.fs, data={**work.fs.data, "refund": dict(decision.refund)})
             work.job = job_of(decision, message, work, mail.parsed.message_id, self.settings.address, now)
             work.notices.append(self._notice(mail, message, work, work.job.job_id))
             self.status.tell_accepted(mail, message, work, now)  # WAIT queued, to a buyer that asked for it

@@ -51,6 +51,9 @@ class Enqueue:
     params: Mapping[str, Any]  # the ORDER's task as received
     policy: str = "refund"  # what a paid job that fails for good gets: "refund" | "hold"
     idempotent: bool = False
+    # Money paid back as the work was taken on (a prepaid ORDER's excess, SPEC.md "Refunds"):
+    # kept in the flow's data (`refund`), so the job's FULFILL says it.
+    refund: Mapping[str, Any] | None = None
 
 
 Decision: TypeAlias = "Message | Refuse | Enqueue | OopsCode | None"

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -412,6 +412,8 @@ class WorkerApplication(RefundsMoney):
             done = await self._fulfil(order, "Prepaid order fulfilled")
             if isinstance(done, Fulfill) and back:  # said in the FULFILL (SPEC.md "Refunds")
                 done = done.model_copy(update={"refund": dict(back["refund"])})
+            elif isinstance(done, Enqueue) and back:  # kept in the flow: the job's FULFILL says it
+                done = replace(done, refund=dict(back["refund"]))
             return done
         decision = self.app.decide_order(order)
         if isinstance(decision, Refusal):
