@@ -73,6 +73,14 @@ async def test_the_refund_is_in_the_folder_checked_on_the_chain(
     assert f"refunded:  0.249999 USDC ({under} units) to {buyer} in tx {record['tx']}" in said, said
     assert "checked on the chain: see refunded" in said
 
+    # The buyer's folder (the walk's side) holds the same refund, verified on the chain too.
+    [bflow] = [f.flow_id for f in w.buyer.store.list_flows()]
+    assert w.buyer.evidence is not None
+    await write_evidence(w.buyer.store, w.buyer.evidence, bflow, tmp_path / "buyer", now=datetime.now(UTC),
+                         rails=w.buyer_rails)
+    theirs = check_evidence(read_folder(tmp_path / "buyer"))
+    assert theirs.ok and [r["tx"] for r in theirs.proven["refunded"]] == [record["tx"]], theirs.detail
+
     files = read_folder(out)
     for field, value in (("amount", "249998"), ("payee", w.wallets["worker_sol"]), ("tx", "1" * 88)):
         forged = json.loads(files[path])
