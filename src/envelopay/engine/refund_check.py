@@ -2,7 +2,9 @@
 only once the rail shows the refund's transfer paid our own wallet its amount in its token
 (SPEC.md "Refunds"). Then the flow is `refunded`, with the verdict kept beside the refund;
 otherwise the OOPS counts as the plain OOPS it also is, and the flow goes where a plain
-OOPS takes it (the refund kept, marked unverified, with the rail's reason)."""
+OOPS takes it (the refund kept, marked unverified, with the rail's reason).
+VERIFY_EXCESS checks a FULFILL's overpayment excess the same way and keeps it as the
+flow's `excess`; the FULFILL's state stands either way."""
 
 from __future__ import annotations
 
