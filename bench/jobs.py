@@ -44,6 +44,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _role import RoleProcess
 from worker import (
     _agent_config,
     _rpc_rail,
@@ -67,35 +68,6 @@ class Nap(BaseModel):
 async def nap(p: Nap) -> dict[str, Any]:
     await asyncio.sleep(p.seconds)
     return {"slept": p.seconds, "n": p.n}
-
-
-class Role:
-    """This script as a child process in a role (`--role chain|worker`), ready when it
-    prints `ready <value>`; SIGTERM ends it and its last line (JSON) is kept."""
-
-    def __init__(self, role: str, setup: dict[str, Any], workdir: Path) -> None:
-        self.role, self.path = role, workdir / f"{role}-setup.json"
-        self.path.write_text(json.dumps(setup))
-        self.ready = ""
-        self.final: dict[str, Any] = {}
-
-    async def __aenter__(self) -> Role:
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--role", self.role, "--setup", str(self.path)]
-        self.proc = await asyncio.create_subprocess_exec(*cmd, stdout=asyncio.subprocess.PIPE)
-        assert self.proc.stdout is not None
-        line = (await asyncio.wait_for(self.proc.stdout.readline(), 120)).decode()
-        if not line.startswith("ready "):
-            self.proc.kill()
-            raise RuntimeError(f"{self.role} process said {line!r}")
-        self.ready = line.split(" ", 1)[1].strip()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        if self.proc.returncode is None:
-            self.proc.terminate()
-        out, _ = await asyncio.wait_for(self.proc.communicate(), 60)
-        lines = out.decode().strip().splitlines()
-        self.final = json.loads(lines[-1]) if lines else {}
 
 
 async def worker_role(setup: dict[str, Any]) -> None:
@@ -196,11 +168,11 @@ async def run(root: Path, orders: int, concurrency: int, nap_s: float, connectio
         records[f"{who}._domainkey.{DOMAIN}"] = key.dns_txt_record()
     buyer_kp, worker_kp = Keypair(), Keypair()
     async with contextlib.AsyncExitStack() as stack:
-        chain = await stack.enter_async_context(Role("chain", {"fund": [
+        chain = await stack.enter_async_context(RoleProcess(Path(__file__).resolve(), "chain", {"fund": [
             {"wallet": str(buyer_kp.pubkey()), "sol": 20 * 10**9, "tokens": {"USDC": PRICE * (orders + 10)}},
             {"wallet": str(worker_kp.pubkey()), "sol": 2 * 10**9, "tokens": {}},
         ]}, root))
-        worker = await stack.enter_async_context(Role("worker", {
+        worker = await stack.enter_async_context(RoleProcess(Path(__file__).resolve(), "worker", {
             "workdir": str(root), "records": records, "rpc_url": chain.ready, "concurrency": concurrency,
             "connections": connections,
             "worker_wallet": str(worker_kp.pubkey()), "worker_keypair": bytes(worker_kp).hex()}, root))
