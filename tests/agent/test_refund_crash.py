@@ -25,6 +25,7 @@ from envelopay.ledger.sqlite import SqliteStore
 
 CHILD = Path(__file__).with_name("_refund_child.py")
 USDC = 1_000_000
+LEASE_S = 1.0  # _refund_child.py's lease
 
 
 def _handler(world: Any) -> Callable[[str, list[Any]], Any]:
@@ -73,6 +74,9 @@ async def test_a_refund_killed_mid_way_is_paid_exactly_once_after_restart(
         code, said = await _run(ledger, world, node.url, worker.key, buyer.address, point)
         assert code == -9, said  # killed at the point
         assert (world.usdc_balance(buyer.address) or 0) == (USDC if point == "after_broadcast" else 0)
+        # The killed process's claim holds until its lease (1 s) ends: only then may another
+        # process take the refund over (one owner per process, SPEC "Refunds").
+        await asyncio.sleep(LEASE_S + 0.2)
         code, said = await _run(ledger, world, node.url, worker.key, buyer.address, "-")
         assert code == 0, said
         settled = json.loads(said.splitlines()[0])
