@@ -1,5 +1,5 @@
 """A worker's job runner in a process of its own, for the refund SIGKILL test
-(tests/agent/test_refund_worker_crash.py): it runs the failing paid task `review` of the
+(tests/worker/test_refund_worker_crash.py): it runs the failing paid task `review` of the
 worker on the ledger at WHERE, with the refunds failure policy paying from the worker's key
 over JSON-RPC, and is SIGKILLed at CRASH (a point of the refund) when one is named.
 
@@ -13,21 +13,18 @@ import os
 import signal
 import sys
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
-sys.path[:0] = [str(Path(__file__).resolve().parent)]  # _refund_tasks (the task's handler)
-
-from envelopay.config import WorkerConfig, config_from_dict  # noqa: E402
-from envelopay.engine import Engine  # noqa: E402
-from envelopay.ledger.postgres import PostgresStore  # noqa: E402
-from envelopay.ledger.sqlite import SqliteStore  # noqa: E402
-from envelopay.rails.interface import Rail  # noqa: E402
-from envelopay.rails.registry import make  # noqa: E402
-from envelopay.worker.app import WorkerApp, WorkerApplication  # noqa: E402
-from envelopay.worker.refund_policy import RefundOnFailure  # noqa: E402
-from envelopay.worker.refunds import refunder_for  # noqa: E402
-from envelopay.worker.runner import JobRunner  # noqa: E402
+from envelopay.config import WorkerConfig, config_from_dict
+from envelopay.engine import Engine
+from envelopay.ledger.postgres import PostgresStore
+from envelopay.ledger.sqlite import SqliteStore
+from envelopay.rails.interface import Rail
+from envelopay.rails.registry import make
+from envelopay.worker.app import WorkerApp, WorkerApplication
+from envelopay.worker.refund_policy import RefundOnFailure
+from envelopay.worker.refunds import refunder_for
+from envelopay.worker.runner import JobRunner
 
 WORKER = "worker@garden.test"
 PRICE = 1_000_000
@@ -37,7 +34,8 @@ def config(chain: str, wallet: str) -> WorkerConfig:
     return config_from_dict({
         "agent": {"address": WORKER, "domain": "garden.test", "worker_id": "w1"},
         "accept": [{"chain": chain, "token": "USDC", "wallet": wallet}],
-        "tasks": [{"name": "review", "handler": "_refund_tasks:fail", "schema": "_refund_tasks:Review",
+        "tasks": [{"name": "review", "handler": "tests.worker._refund_tasks:fail",
+                   "schema": "tests.worker._refund_tasks:Review",
                    "price": str(PRICE)}],
     })
 

@@ -10,17 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import _refund_worker as rw
-from test_refund_crash import _handler, _options
+from tests.worker import _refund_worker as rw
 
 from envelopay.devnet.plugins import dev_chain
 from envelopay.devnet.rpc_server import JsonRpcServer
@@ -30,12 +27,16 @@ from envelopay.protocol.messages import Invoice, Oops, Order, Pay
 from envelopay.rails.registry import make
 from envelopay.testing import mock_rail as k
 
+from .test_refund_crash import _handler, _options
+
 PROC = Path(__file__).with_name("_refund_worker.py")
+# The runner process imports its task handler as tests.worker._refund_tasks, from the repository root.
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]), *sys.path])}
 
 
 async def _start(args: list[str]) -> asyncio.subprocess.Process:
     proc = await asyncio.create_subprocess_exec(sys.executable, str(PROC), *args,
-                                                stdout=asyncio.subprocess.PIPE)
+                                                stdout=asyncio.subprocess.PIPE, env=ENV)
     assert proc.stdout is not None
     line = await asyncio.wait_for(proc.stdout.readline(), 60)
     assert line.strip() == b"ready", line

@@ -33,7 +33,8 @@ def _key(rail: Any) -> bytes:
 
 
 def _task(name: str, policy: str) -> dict[str, Any]:
-    return {"name": name, "handler": "_refund_tasks:fail", "schema": "_refund_tasks:Review",
+    return {"name": name, "handler": "tests.worker._refund_tasks:fail",
+            "schema": "tests.worker._refund_tasks:Review",
             "price": str(PRICE), "on_failure": policy}
 
 

@@ -1,4 +1,4 @@
-"""One worker process settling one failed paid job (tests/agent/test_refund_crash.py):
+"""One worker process settling one failed paid job (tests/worker/test_refund_crash.py):
 opens the ledger, builds its rail over JSON-RPC with the worker's key, asks the refunds
 failure policy to settle the job, and prints the settlement. With a crash point it is
 SIGKILLed there, as a worker dying mid-refund would be.

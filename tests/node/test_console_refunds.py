@@ -6,12 +6,11 @@ ledger, LiteSVM and eth-tester, the job runner; the console over the worker's le
 from __future__ import annotations
 
 import httpx
+from tests.worker.test_refund_jobs import Served, _job_in, _paid_order, served  # noqa: F401  (fixture)
 
 from envelopay.client.demo import PRICE
 from envelopay.node.console import Console, start_console
 from envelopay.rails.amounts import asset_decimals, human_amount
-
-from .test_refund_jobs import Served, _job_in, _paid_order, served  # noqa: F401  (fixture)
 
 
 async def test_the_console_shows_the_refunded_job_and_its_refund(served: Served) -> None:  # noqa: F811
