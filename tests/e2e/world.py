@@ -232,14 +232,16 @@ class World:
 
         cfg = load_config(self.root / "worker" / "envelopay.toml")
         rows, _ = commands.flows(cfg, 10_000)
-        return {f["id"]: f for f in views.flows_doc(cfg.agent.address, rows)["flows"]}
+        jobs = commands.job_states(cfg, [r.flow_id for r in rows])  # as `envelopay flows` says them
+        return {f["id"]: f for f in views.flows_doc(cfg.agent.address, rows, jobs=jobs)["flows"]}
 
     def worker_show(self, flow_id: str) -> dict[str, Any]:
         from envelopay.client import commands, views
         from envelopay.config import load_config
 
-        rec, log = commands.flow_thread(load_config(self.root / "worker" / "envelopay.toml"), flow_id)
-        return views.show_doc(rec, log)
+        cfg = load_config(self.root / "worker" / "envelopay.toml")
+        rec, log = commands.flow_thread(cfg, flow_id)
+        return views.show_doc(rec, log, commands.job_states(cfg, [flow_id]).get(flow_id))
 
     def approve(self, approval_id: str) -> dict[str, Any]:
         return self.cli_json("approvals", "approve", approval_id)
