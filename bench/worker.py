@@ -63,6 +63,7 @@ from envelopay.protocol.messages import Fulfill, Invoice, Message, Order, Pay
 
 GC_FREEZE = True  # --no-gc-freeze turns it off
 OBSERVED = False  # --observed: the worker process logs each message and keeps its metrics
+PROFILE: Path | None = None  # --profile DIR: cProfile of the buyer's timed flows and the worker process
 
 
 @contextlib.asynccontextmanager
@@ -182,6 +183,18 @@ async def _until_terminated() -> None:
     await stop.wait()
 
 
+def _profiler(folder: str | None) -> Any:
+    """A running cProfile.Profile when --profile is given (its figures are relative: the
+    profiler slows every call), else None."""
+    if folder is None:
+        return None
+    import cProfile
+
+    profile = cProfile.Profile()
+    profile.enable()
+    return profile
+
+
 def _cpu_seconds(pid: int) -> tuple[float, float]:
     """(user, system) CPU seconds of a process and its threads, from /proc."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -276,8 +289,12 @@ async def worker_role(setup: dict[str, Any]) -> None:
     stop = asyncio.Event()
     serving = asyncio.create_task(node.serve(stop))
     _freeze()
+    profile = _profiler(setup.get("profile"))
     print("ready", port, flush=True)
     await _until_terminated()
+    if profile is not None:
+        profile.disable()
+        profile.dump_stats(Path(setup["profile"]) / "worker.prof")
     stop.set()
     await serving
     states: dict[str, int] = {}
@@ -366,7 +383,8 @@ async def split_paid_flows(
         worker = await stack.enter_async_context(_role("worker", {
             "workdir": tmp, "garden_port": port, "fsync": fsync, "records": records,
             "rpc_url": chain.ready, "worker_wallet": str(worker_kp.pubkey()),
-            "worker_keypair": bytes(worker_kp).hex(), "observed": OBSERVED}, workdir))
+            "worker_keypair": bytes(worker_kp).hex(), "observed": OBSERVED,
+            "profile": str(PROFILE) if PROFILE else None}, workdir))
         pids["worker" + ("" if garden_own else "+garden")] = worker.pid
         rail = _rpc_rail(chain.ready, bytes(buyer_kp).hex())
         app = _Waiting({("solana-local", "USDC"): str(buyer_kp.pubkey())})
@@ -387,9 +405,13 @@ async def split_paid_flows(
             await asyncio.gather(*(run(n) for n in range(min(20, flows))))  # warm-up
             latencies.clear()
             cpu0 = {name: _cpu_seconds(pid) for name, pid in pids.items()}
+            profile = _profiler(str(PROFILE) if PROFILE else None)
             start = time.perf_counter()
             await asyncio.gather(*(run(n) for n in range(1000, 1000 + flows)))
             elapsed = time.perf_counter() - start
+            if profile is not None:
+                profile.disable()
+                profile.dump_stats(PROFILE / "buyer.prof")  # type: ignore[operator]
             cpu = {name: tuple((b - a) / flows * 1000 for a, b in zip(cpu0[name], _cpu_seconds(pid),
                                                                     strict=True))
                    for name, pid in pids.items()}
@@ -480,12 +502,18 @@ def main() -> None:
     ap.add_argument("--observed", action="store_true",
                     help="The worker logs a line per message (to a file) and counts its Prometheus "
                          "metrics, as `worker serve --metrics` does.")
+    ap.add_argument("--profile", type=Path, metavar="DIR",
+                    help="Write cProfile stats of the buyer's timed flows (buyer.prof) and of the worker "
+                         "process (worker.prof) to DIR; read them with `python -m pstats`.")
     ap.add_argument("--role", choices=["chain", "worker"], help=argparse.SUPPRESS)
     ap.add_argument("--setup", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    global GC_FREEZE, OBSERVED
+    global GC_FREEZE, OBSERVED, PROFILE
     GC_FREEZE = not args.no_gc_freeze
     OBSERVED = args.observed
+    PROFILE = args.profile.resolve() if args.profile else None
+    if PROFILE:
+        PROFILE.mkdir(parents=True, exist_ok=True)
     if args.devnet:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         from devnet_worker import run as run_devnet

@@ -27,7 +27,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from envelopay.endpoints.toolmail import build_tool_mail, read_tool_mail
+from envelopay.endpoints.toolmail import build_tool_mail, read_in_reply_to, read_tool_mail
 from envelopay.errors import TransportError, UsageError
 from envelopay.ledger.store import CallRecord as LedgerRecord
 
@@ -316,11 +316,16 @@ def settle_reply(store: CallBook, raw: bytes) -> tuple[str, CallResult] | None:
     sent to. The payload is kept as data. Any process reading the caller's mail may settle
     it — `worker serve` too, when the caller is the served address — and a waiter elsewhere
     reads the settled call from the store."""
-    mail = read_tool_mail(raw)
-    if mail.in_reply_to is None:
+    # The header block first: nearly every reply a node takes in answers no call of
+    # ours, and the whole mail is parsed only for one that does.
+    in_reply_to = read_in_reply_to(raw)
+    if in_reply_to is None:
         return None
-    rec = store.by_message_id(mail.in_reply_to)
-    if rec is None or mail.sender != rec.endpoint:
+    rec = store.by_message_id(in_reply_to)
+    if rec is None:
+        return None
+    mail = read_tool_mail(raw)
+    if mail.sender != rec.endpoint:
         return None
     payload = mail.payload
     if payload is None:

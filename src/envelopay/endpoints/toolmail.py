@@ -12,6 +12,7 @@ This module is pure: bytes and values in, bytes and values out; `now` is supplie
 from __future__ import annotations
 
 import email
+import email.parser
 import hashlib
 import json
 import re
@@ -31,6 +32,7 @@ __all__ = [
     "CALL_HEADER",
     "ToolMail",
     "build_tool_mail",
+    "read_in_reply_to",
     "read_tool_mail",
 ]
 
@@ -72,6 +74,14 @@ def _addr(value: str | None) -> str | None:
         return None
     parsed = parse_address(value, allow_display_name=True)
     return parsed.addr.lower() if isinstance(parsed, Address) else None
+
+
+def read_in_reply_to(raw: bytes) -> str | None:
+    """The In-Reply-To that read_tool_mail would find, from the header block alone: the
+    same parser stopped before the body, so a multipart body is not split (the stdlib
+    compiles a regular expression per MIME boundary, and each mail has its own)."""
+    head = email.parser.BytesParser(policy=email_policy.compat32).parsebytes(raw, headersonly=True)
+    return _one(head, "In-Reply-To")
 
 
 def read_tool_mail(raw: bytes) -> ToolMail:
