@@ -7,15 +7,11 @@ broken (README "Where the reference cannot work"), the test pins the breakage.""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import _kimjune01 as them
+from tests.interop import _kimjune01 as them
 
 from envelopay.engine import Engine, Outcome
 from envelopay.ledger.sqlite import SqliteStore

@@ -6,15 +6,10 @@ fixtures/interop/kimjune01/README.md "Extraction rules it applies")."""
 from __future__ import annotations
 
 import json
-import sys
 from datetime import UTC, datetime
-from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import _kimjune01 as them
+from tests.interop import _kimjune01 as them
 from tests.protocol.strategies import any_message
 
 from envelopay.protocol import Message, Outbound, compose, message_json

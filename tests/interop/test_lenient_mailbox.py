@@ -3,15 +3,11 @@ profile, and each leniency applied is listed in the Outcome (and its recorded JS
 
 from __future__ import annotations
 
-import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import _kimjune01 as them
+from tests.interop import _kimjune01 as them
 
 from envelopay.config import config_from_dict
 from envelopay.engine import Outcome

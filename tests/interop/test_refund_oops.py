@@ -5,13 +5,9 @@ ignores what it does not know."""
 
 from __future__ import annotations
 
-import sys
 from datetime import UTC, datetime
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import _kimjune01 as them
+from tests.interop import _kimjune01 as them
 
 from envelopay.protocol.compose import compose
 from envelopay.protocol.messages import Oops, OopsError
