@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from envelopay.flows.core import payee_wallet
+from envelopay.ledger.jobs import flow_state_text
 from envelopay.rails.amounts import Decimals, human_amount, no_decimals
 
 if TYPE_CHECKING:
@@ -26,11 +27,6 @@ def _at(value: Any) -> str | None:
     return value.isoformat(timespec="seconds") if value is not None else None
 
 
-# A job's states its flow's state already says (fulfilled, refunded); any other is shown
-# beside the flow's: a held job's flow is `paid · job held` (SPEC.md "Jobs").
-_SAID_BY_FLOW = frozenset({"done", "refunded"})
-
-
 def flow_doc(f: FlowRecord, job: str | None = None) -> dict[str, Any]:
     """`job`: the state of the flow's job (a worker's order), None when it has none."""
     return {"id": f.flow_id, "state": f.state, "kind": f.kind, "side": f.side, "peer": f.peer,
@@ -47,7 +43,7 @@ def flows_doc(address: str, records: Iterable[FlowRecord], next_token: str | Non
 
 
 def state_cell(state: str, job: str | None) -> str:
-    return state if job is None or job in _SAID_BY_FLOW else f"{state} · job {job}"
+    return flow_state_text(state, job)  # the worker console says it the same way
 
 
 def flows_rows(records: Iterable[FlowRecord], jobs: Mapping[str, str] | None = None) -> list[tuple[str, ...]]:

@@ -21,7 +21,10 @@ from typing import Any
 
 from envelopay.persist import Migrations, Step
 
-__all__ = ["JOBS_MIGRATIONS", "JOB_COLUMNS", "JOB_STATES", "MOVABLE", "Job", "JobMove", "job_id_for"]
+__all__ = [
+    "JOBS_MIGRATIONS", "JOB_COLUMNS", "JOB_STATES", "MOVABLE", "Job", "JobMove",
+    "flow_state_text", "job_id_for",
+]
 
 JOB_STATES = ("queued", "running", "done", "failed", "held", "refunding", "refunded")
 
@@ -61,6 +64,17 @@ JOB_COLUMNS = (
     " proof, proof_key, policy, idempotent, state, attempts, lease_owner, lease_until, error, result_hash,"
     " answer_id, refund, created_at, updated_at, " + ", ".join(f"{s}_at" for s in JOB_STATES)
 )
+
+
+# A job's states its flow's state already says (fulfilled, refunded); any other is said
+# beside the flow's, since a held job is no flow state (SPEC.md "Refunds").
+_SAID_BY_FLOW = frozenset({"done", "refunded"})
+
+
+def flow_state_text(state: str, job: str | None) -> str:
+    """A flow's state as a person reads it (`flows`, `show`, the worker console): with its
+    job's state beside it when the flow's does not say it — `paid · job held`."""
+    return state if job is None or job in _SAID_BY_FLOW else f"{state} · job {job}"
 
 
 def job_id_for(flow_id: str) -> str:

@@ -27,6 +27,7 @@ from aiohttp import web
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from envelopay.errors import UsageError
+from envelopay.ledger.jobs import Job
 from envelopay.ledger.summaries import FlowFilter, Summaries
 from envelopay.node.console_view import (
     flow_row,
@@ -97,6 +98,16 @@ def _before(query: Any) -> tuple[datetime, str] | None:
     return when, str(ident)
 
 
+def _job_states(reads: Summaries, flow_ids: list[str]) -> dict[str, str]:
+    """The state of each listed flow's job (a page: at most FLOWS_PAGE reads by key), as
+    `envelopay flows` reads them; the ledger's Store has them, bare summaries do not."""
+    lookup: Callable[[str], Job | None] | None = getattr(reads, "job_for_flow", None)
+    if lookup is None:
+        return {}
+    found = {f: lookup(f) for f in flow_ids}
+    return {f: j.state for f, j in found.items() if j is not None}
+
+
 def _sections(console: Console, where: FlowFilter, before: tuple[datetime, str] | None) -> dict[str, Any]:
     """Everything the live part of the page shows (blocking: the ledger is synchronous)."""
     reads, local, decimals = console.reads, console.address, console.decimals
@@ -110,10 +121,11 @@ def _sections(console: Console, where: FlowFilter, before: tuple[datetime, str] 
         nxt = urlencode({**keep, "before": flows[-1].updated_at.isoformat(), "before_id": flows[-1].flow_id})
     counts = reads.flow_counts(local)
     jobs, refunds = reads.job_counts(local), reads.refund_counts(local)
+    held = _job_states(reads, [f.flow_id for f in flows]) if jobs is not None else {}
     return {
         "counts": [{"kind": c.kind, "state": c.state, "count": c.count} for c in counts],
         "total": sum(c.count for c in counts),
-        "flows": [flow_row(f) for f in flows], "flows_next": nxt,
+        "flows": [flow_row(f, held.get(f.flow_id)) for f in flows], "flows_next": nxt,
         "revenue": revenue_rows(reads.paid_entries(local, since), decimals,
                                 reads.refunds_paid_since(local, since) if refunds is not None else ()),
         "job_counts": jobs,
@@ -192,7 +204,8 @@ async def _flow(request: web.Request) -> web.Response:
         return _html("message.html", title="envelopay worker", msg=f"no flow {ident}",
                      address=console.address)
     log = await asyncio.to_thread(console.reads.flow_log, ident)
-    return _html("flow.html", title=f"flow {ident}", address=console.address, flow=flow_row(flow),
+    job = (await asyncio.to_thread(_job_states, console.reads, [ident])).get(ident)
+    return _html("flow.html", title=f"flow {ident}", address=console.address, flow=flow_row(flow, job),
                  messages=[message_row(e, console.decimals) for e in log])
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from envelopay.ledger.jobs import flow_state_text
 from envelopay.ledger.store import FlowRecord, LogEntry, RefundLine
 from envelopay.ledger.summaries import JobLine, OopsSent
 from envelopay.rails.amounts import Decimals, amount_text
@@ -103,9 +104,12 @@ def revenue_rows(
     return rows
 
 
-def flow_row(flow: FlowRecord) -> dict[str, Any]:
+def flow_row(flow: FlowRecord, job: str | None = None) -> dict[str, Any]:
+    """`job`: the state of the flow's job, None when it has none; `said` is the state as
+    `envelopay flows` prints it (`paid · job held`)."""
     return {"id": flow.flow_id, "peer": flow.peer, "kind": flow.kind, "side": flow.side, "state": flow.state,
-            "created": utc(flow.created_at), "updated": utc(flow.updated_at)}
+            "said": flow_state_text(flow.state, job), "created": utc(flow.created_at),
+            "updated": utc(flow.updated_at)}
 
 
 def message_row(entry: LogEntry, decimals: Decimals) -> dict[str, Any]:
