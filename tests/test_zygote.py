@@ -7,15 +7,11 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
 import time
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _zygote import PIPE, Zygote
+from tests._zygote import PIPE, Zygote
 
 SCRIPT = """
 import json, os, sys, time

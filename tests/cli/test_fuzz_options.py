@@ -11,11 +11,11 @@ into mail (a sample of them is composed: the check is the costly part)."""
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
+
+from tests.fuzz_json import texts
 
 from envelopay.client import commands as c
 from envelopay.errors import UsageError
@@ -24,9 +24,6 @@ from envelopay.protocol.compose import compose
 from envelopay.protocol.fields import message_from_fields
 from envelopay.protocol.messages import Message, MessageType
 from envelopay.protocol.outbound import Outbound
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from fuzz_json import texts
 
 N = int(100_000 * float(os.environ.get("ENVELOPAY_FUZZ_SCALE", "1")))
 COMPOSE_EVERY = 25

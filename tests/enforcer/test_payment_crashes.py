@@ -11,11 +11,11 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests._zygote import PIPE, Child, Zygote
 
 from envelopay.devnet.rpc_server import JsonRpcServer
 from envelopay.enforcer.client.payment_client import PaymentClient
@@ -29,9 +29,6 @@ from envelopay_solana.devnode import solana_rpc_handler
 
 from .conftest import Sink
 from .paykit import USDC, make_kit, pay_req, payee_wallet
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _zygote import PIPE, Child, Zygote  # tests/_zygote.py, by path
 
 SERVER = Path(__file__).with_name("payserver.py")
 

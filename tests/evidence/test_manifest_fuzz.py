@@ -8,14 +8,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-import sys
-from pathlib import Path
+
+from tests.fuzz_json import texts
 
 from envelopay.client.evidence_check import check_evidence
 from envelopay.client.evidence_manifest import FORMAT, Manifest, ManifestError, read_manifest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from fuzz_json import texts
 
 N = int(5_000 * float(os.environ.get("ENVELOPAY_FUZZ_SCALE", "1")))
 GOOD = {

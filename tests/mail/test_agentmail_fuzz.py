@@ -17,21 +17,18 @@ import json
 import logging
 import os
 import random
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import quote
 
 import pytest
 import respx
+from tests.fuzz_json import STRINGS, texts
 
 from envelopay.ledger.sqlite import SqliteStore
 from envelopay.mail.agentmail.client import API_BASE, AgentMailClient, AgentMailConfig
 from envelopay.mail.agentmail.inbox import AgentMailInbox, Disposition
 from envelopay.mail.agentmail.webhook import sign_delivery
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from fuzz_json import STRINGS, texts
 
 N = int(100_000 * float(os.environ.get("ENVELOPAY_FUZZ_SCALE", "1")))
 INBOX = "worker@agentmail.to"
