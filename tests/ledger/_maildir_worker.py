@@ -1,7 +1,7 @@
 """A worker process for the shared-Maildir test: the real AgentNode serving one Maildir
 (the pump, the engine, the outbox drainer) on a shared ledger, until SIGTERM.
 
-    python _maildir_worker.py sqlite|postgres TARGET WORKER_ID INBOX REPLIES
+    python -m tests.ledger._maildir_worker sqlite|postgres TARGET WORKER_ID INBOX REPLIES
 
 Replies are delivered into the REPLIES Maildir (a real Maildir delivery: tmp → new).
 The claim leases are short (2 s) so a SIGKILLed worker's claims run out quickly.
@@ -16,9 +16,7 @@ import sys
 from datetime import timedelta
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _worker import open_store
+from tests.ledger._worker import open_store
 
 from envelopay.engine import Engine
 from envelopay.engine.outbox import DirectHook, OutboxDrainer

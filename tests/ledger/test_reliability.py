@@ -18,7 +18,6 @@ import json
 import random
 import signal
 import sqlite3
-import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -28,10 +27,7 @@ from typing import Any
 
 import psycopg
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from _zygote import PIPE, Zygote
+from tests._zygote import PIPE, Zygote
 
 from envelopay.protocol.messages import Order, Pay
 from envelopay.testing import mock_rail as k

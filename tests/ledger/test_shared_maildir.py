@@ -20,16 +20,15 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # test_reliability, by name
-
-from test_reliability import Target
+from tests.ledger.test_reliability import Target
 
 from envelopay.mail.maildir import deliver_file, ensure_maildir
 from envelopay.protocol.parse import parse
 from envelopay.testing import mock_rail as k
 
-SCRIPT = Path(__file__).resolve().parent / "_maildir_worker.py"
+ROOT = Path(__file__).resolve().parents[2]
+# Run as a module from the repository root, so it imports its helper as tests.ledger._worker.
+MODULE = "tests.ledger._maildir_worker"
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -44,8 +43,8 @@ def target(request: pytest.FixtureRequest, tmp_path: Path) -> Target:
 
 
 def _start(t: Target, wid: str, inbox: Path, replies: Path) -> subprocess.Popen[str]:
-    cmd = [sys.executable, str(SCRIPT), t.backend, t.where, wid, str(inbox), str(replies)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    cmd = [sys.executable, "-m", MODULE, t.backend, t.where, wid, str(inbox), str(replies)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
     return proc
 
