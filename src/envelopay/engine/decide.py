@@ -190,7 +190,8 @@ def join(mail: InboundMail, message: Message, begin: Begin, new_flow_id: Callabl
     if record is not None:
         fs = FlowState(FlowKind(record.kind), Side(record.side), record.state, record.data)
         if begin.ref_flows or opened is None or flows.accepts(fs, message, Direction.IN):
-            return Joined(Work(fs, record.flow_id, record.version, mail.sender))
+            timings = mail.verify_seconds
+            return Joined(Work(fs, record.flow_id, record.version, mail.sender, verify_seconds=timings))
     if opened is not None and begin.missing_refs and is_proof_carrying(message):
         # Spec: a typed ref that names none of our messages is unknown_ref; its
         # proof is not judged (so not spent), nor is the PAY taken as unsolicited.
@@ -201,7 +202,7 @@ def join(mail: InboundMail, message: Message, begin: Begin, new_flow_id: Callabl
         unknown = begin.missing_refs or mail.parsed.in_reply_to
         missing = OopsCode.UNKNOWN_REF if unknown else OopsCode.UNEXPECTED_MESSAGE
         return _refused(message, (missing, "this message joins no flow of ours"))
-    return Joined(Work(opened, new_flow_id(), 0, mail.sender))
+    return Joined(Work(opened, new_flow_id(), 0, mail.sender, verify_seconds=mail.verify_seconds))
 
 
 def _refused(message: Message, problem: Problem) -> Joined:

@@ -159,7 +159,7 @@ class Engine:
             wait=wait,
             proof_binding=proof_binding,
             answer_limits=answer_limits,
-            # Read from the parser now, before anyone wraps it (node wiring's observer).
+            # Read from the parser now, before anyone replaces it (Engine.parser = …).
             extensions=parser_options(parser).extensions,
         )
         self.recorder = Recorder(self.settings)
@@ -203,11 +203,19 @@ class Engine:
 
     # ------------------------------------------------------------------ inbound
     async def handle(self, raw: bytes, *, dkim: DkimResult | None = None) -> Outcome:
+        return (await self.handle_read(raw, dkim=dkim))[1]
+
+    async def handle_read(
+        self, raw: bytes, *, dkim: DkimResult | None = None
+    ) -> tuple[Parsed | None, Outcome]:
+        """`handle`, with the parse of `raw` it acted on (None: a bounce, which is not
+        parsed): the type and sender worker serve's log names (node/observe.py)."""
         dsn = bounce_of(raw)
         if dsn is not None:  # a bounce: recorded on its outbox row, never answered
-            return bounce_outcome(self.store, dsn, self.address, self.clock())
+            return None, bounce_outcome(self.store, dsn, self.address, self.clock())
         parsed = self.parser(raw)
-        return await self.handle_parsed(parsed, dkim=dkim, fallback_message_id=fallback_id(raw), raw=raw)
+        outcome = await self.handle_parsed(parsed, dkim=dkim, fallback_message_id=fallback_id(raw), raw=raw)
+        return parsed, outcome
 
     async def handle_parsed(
         self,
@@ -227,9 +235,18 @@ class Engine:
             _log.exception("handling %s raised; quarantined", mail.message_id)
             message = mail.message
             proof = decide.proof_key_of(message, self.rails)[0] if message is not None else None
-            return self.recorder.quarantine(mail, f"handling raised {type(exc).__name__}: {exc}", proof)
+            outcome = self.recorder.quarantine(mail, f"handling raised {type(exc).__name__}: {exc}", proof)
+            return self._timed(outcome, mail)
         applied = lenient_warnings(mail.parsed.warnings)  # counted per mailbox (profile = "lenient")
-        return replace(outcome, lenient=applied) if applied and not outcome.lenient else outcome
+        outcome = replace(outcome, lenient=applied) if applied and not outcome.lenient else outcome
+        return self._timed(outcome, mail)
+
+    @staticmethod
+    def _timed(outcome: Outcome, mail: InboundMail) -> Outcome:
+        """`outcome` with the rail verifications handling `mail` made; a copy only when
+        a rail was asked (that call, not this, is what such a message costs)."""
+        timings = mail.verify_seconds
+        return replace(outcome, verify_seconds=tuple(timings)) if timings else outcome
 
     async def _handle(self, mail: InboundMail) -> Outcome:
         if mail.message_id is None:

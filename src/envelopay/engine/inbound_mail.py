@@ -4,13 +4,14 @@ What used to travel as long argument lists (the parse, its Message-ID or the raw
 fallback id, the sender, the DKIM verdict and the label recorded with the outcome) is
 read here once; the decision step (engine/decide.py), the refusals and the status desk
 all take this record. The DKIM label rides here, not in a context variable, so it can
-never leak from one message to the next.
+never leak from one message to the next; so do the timings of the rail verifications made
+for this message (`verify_seconds`), which the engine hands back on its Outcome.
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from envelopay.dkim import DkimResult
 from envelopay.engine.alignment import dkim_label
@@ -38,6 +39,11 @@ class InboundMail:
     dkim: DkimResult | None = None
     dkim_label: str | None = None  # recorded with the outcome, once the DKIM gate is passed
     fallback_message_id: str | None = None
+    # (chain, seconds) of each rail.verify made while handling this mail (engine/verify.py
+    # timed_verify, through the step's Work): one list per message, shared by the records
+    # `reread` and `labelled` make and by every attempt of its step, so a retried step or
+    # a quarantined one still reports the calls it made. Not part of the record's identity.
+    verify_seconds: list[tuple[str, float]] = field(default_factory=list, compare=False)
 
     @classmethod
     def of(

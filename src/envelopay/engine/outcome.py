@@ -1,13 +1,14 @@
 """What handling one inbound message did (`Outcome`) and what a send recorded (`Sent`).
 
 An Outcome is written beside the step in the ledger, so a redelivered message gets
-the recorded one back (`repeat` says why).
+the recorded one back (`repeat` says why). What only this handling measured (its rail
+verifications' timings, the waiting message's next look) is not recorded.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
@@ -50,6 +51,10 @@ class Outcome:
     # (auto_submitted, precedence_list|bulk|junk, list_mail, null_return_path,
     # robot_sender) or a limit (rate_limited, loop_detected). SPEC.md "Automatic answers".
     unanswered: str | None = None
+    # (chain, seconds) of each rail verification this handling made (engine/verify.py
+    # timed_verify), for worker serve's metrics; not recorded, and no part of the outcome's
+    # identity (a redelivery handed the recorded outcome back made none).
+    verify_seconds: tuple[tuple[str, float], ...] = field(default=(), compare=False)
 
     def to_json(self) -> dict[str, Any]:
         return {

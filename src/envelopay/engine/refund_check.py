@@ -14,6 +14,7 @@ from typing import Any
 from envelopay import flows
 from envelopay.engine.settings import EngineSettings
 from envelopay.engine.step_facts import Work
+from envelopay.engine.verify import timed_verify
 from envelopay.flows import Direction, Event, FlowState
 from envelopay.flows.core import excess_of
 from envelopay.protocol.messages import Message
@@ -33,7 +34,7 @@ async def check_refund(message: Message, work: Work, settings: EngineSettings) -
     refund = dict(work.fs.data.get("refund") or {})
     if work.refund_replayed:  # one transfer cannot be the refund of two payments
         return _plain(message, work, {**refund, "verified": False, "verdict": _REPLAYED})
-    verdict = await _verdict(refund, settings)
+    verdict = await _verdict(refund, settings, work)
     checked = {**refund, "verified": verdict.ok, "verdict": verdict.to_json()}
     if verdict.ok:
         work.proof_fate = "spend"  # the refund's proof, reserved at the claim: never believed twice
@@ -52,14 +53,14 @@ async def check_excess(message: Message, work: Work, settings: EngineSettings) -
     if work.refund_replayed:  # one transfer cannot be the refund of two payments
         ok, verdict = False, _REPLAYED
     else:
-        checked = await _verdict(excess, settings)
+        checked = await _verdict(excess, settings, work)
         ok, verdict = checked.ok, checked.to_json()
     work.proof_fate = "spend" if ok else "release"  # reserved at the claim: believed once
     data = {**work.fs.data, "excess": {**excess, "verified": ok, "verdict": verdict}}
     work.fs = FlowState(work.fs.kind, work.fs.side, work.fs.state, data)
 
 
-async def _verdict(refund: dict[str, Any], settings: EngineSettings) -> Verdict:
+async def _verdict(refund: dict[str, Any], settings: EngineSettings, work: Work) -> Verdict:
     """Did the rail see `refund`'s transfer pay our own wallet its amount in its token?"""
     chain, token = str(refund.get("chain", "")), str(refund.get("token", ""))
     rail, ours = settings.rails.get(chain), settings.wallet(chain, token)
@@ -69,7 +70,7 @@ async def _verdict(refund: dict[str, Any], settings: EngineSettings) -> Verdict:
     else:
         expect = Expectation(chain=chain, token=token, amount=int(refund["amount"]), recipient=ours)
         try:
-            verdict = await rail.verify(dict(refund["proof"]), expect)
+            verdict = await timed_verify(rail, dict(refund["proof"]), expect, work)
         except Exception as exc:  # a broken transport: not believed now
             _log.exception("rail %s raised while verifying a refund", chain)
             verdict = Verdict.unavailable(f"rail raised {type(exc).__name__}")

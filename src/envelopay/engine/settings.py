@@ -2,8 +2,8 @@
 
 The engine is composed, not inherited (issue 28 item 3): the refusals, the status desk,
 the sender and the action driver are collaborators that each hold this one record, so a
-setting changed on the engine after it is built (node wiring wraps the parser and the
-rails) is what every part reads. Ids are minted here too, so every part names its
+setting changed on the engine after it is built (`Engine.rails = …`, `Engine.parser = …`)
+is what every part reads. Ids are minted here too, so every part names its
 messages the same way.
 """
 
@@ -53,7 +53,7 @@ class EngineSettings:
     # Automatic answers per peer and per thread (None: no limit; RFC 3834 still holds).
     answer_limits: AnswerLimits | None
     # The extensions the mailbox's parser reads, taken when the engine is built (before
-    # node wiring wraps the parser): `status` makes it tell and ask (engine/status.py).
+    # anyone replaces the parser): `status` makes it tell and ask (engine/status.py).
     extensions: frozenset[str]
 
     def new_id(self, prefix: str) -> str:

@@ -71,6 +71,9 @@ class Work:
     # The refund an OOPS cites is a transfer already spent (another flow's refund, a PAY):
     # it is not believed, and the OOPS reads as the plain one (engine/refund_check.py).
     refund_replayed: bool = False
+    # The mail's own list (InboundMail.verify_seconds), which engine/verify.py timed_verify
+    # appends to: the (chain, seconds) of each rail verification, for worker serve's metrics.
+    verify_seconds: list[tuple[str, float]] = field(default_factory=list)
 
 
 def content_hash(parsed: Parsed) -> str:

@@ -20,7 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from envelopay.engine.settings import EngineSettings
 from envelopay.engine.step_facts import Work
-from envelopay.engine.verify import not_before
+from envelopay.engine.verify import not_before, timed_verify
 from envelopay.protocol.messages import Message, Pay
 from envelopay.rails.interface import Expectation, Reason
 
@@ -78,7 +78,7 @@ async def refund_unusable(
                          not_before=not_before(message, data, now, settings.proof_window,
                                                settings.invoice_skew))
     try:
-        shown = await rail.verify(message.proof, expect)
+        shown = await timed_verify(rail, message.proof, expect, work)
     except Exception:  # a broken transport: refuse as before; a redelivery may refund
         _log.exception("rail %s raised while reading an unusable payment", rail.name)
         return None

@@ -10,12 +10,15 @@ a PAY against our INVOICE or an ACCEPT of our OFFER (v0.1 interop, `proof_bindin
 else's transfer by presenting it wrongly.
 
 A Verdict is a value; a rail that raises is a bug or a broken transport, so the proof
-is left unjudged (retry later, never spent).
+is left unjudged (retry later, never spent). Every rail.verify the inbound path makes goes
+through `timed_verify`, which keeps its (chain, seconds) on the step's Work: the Outcome
+carries them to worker serve's metrics (node/observe.py), no side channel.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -28,9 +31,18 @@ from envelopay.protocol.messages import Accept, Message, Offer, Pay
 from envelopay.rails.binding import BindingRail, declared_binding, statement
 from envelopay.rails.interface import Expectation, Rail, Reason, Verdict
 
-__all__ = ["ProofBinding", "binding_check", "not_before", "verify_proof"]
+__all__ = ["ProofBinding", "binding_check", "not_before", "timed_verify", "verify_proof"]
 
 _log = logging.getLogger(__name__)
+
+
+async def timed_verify(rail: Rail, proof: dict[str, Any], expectation: Expectation, work: Work) -> Verdict:
+    """`rail.verify`, its (chain, seconds) kept on `work` (raised or not, as it took the time)."""
+    started = time.perf_counter()
+    try:
+        return await rail.verify(proof, expectation)
+    finally:
+        work.verify_seconds.append((expectation.chain, time.perf_counter() - started))
 
 
 async def verify_proof(
@@ -66,7 +78,7 @@ async def verify_proof(
         not_before=not_before(message, work.fs.data, now, settings.proof_window, settings.invoice_skew),
     )
     try:
-        verdict = await rail.verify(check.proof, expectation)
+        verdict = await timed_verify(rail, check.proof, expectation, work)
     except Exception as exc:  # a rail bug or a broken transport: retry later, never spend
         _log.exception("rail %s raised while verifying", rail.name)
         verdict = Verdict.unavailable(f"rail raised {type(exc).__name__}")
