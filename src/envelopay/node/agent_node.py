@@ -56,7 +56,7 @@ from envelopay.node.from_config import (
     wait_policy,
     worker_refunder,
 )
-from envelopay.node.observe import CURRENT, Observer, Seen, tap_parser, timed_rail
+from envelopay.node.observe import Observer, handled
 from envelopay.node.runtime import MAIL_CONCURRENCY, pump
 from envelopay.node.waiting import serve_waiting
 from envelopay.protocol.messages import Message
@@ -168,29 +168,22 @@ class AgentNode:
         return outcome
 
     def watch(self, observer: Observer) -> None:
-        """Tell `observer` of every message this node handles from now on. The first
-        watcher taps the engine's parser and times its rails (node/observe.py); a node
-        nobody watches pays nothing for it."""
-        if not self.observers:
-            self.engine.parser = tap_parser(self.engine.parser)
-            self.engine.rails = {chain: timed_rail(rail) for chain, rail in self.engine.rails.items()}
+        """Tell `observer` of every message this node handles from now on (node/observe.py);
+        a node nobody watches builds no Handled."""
         self.observers.append(observer)
 
     async def _observed(self, raw: bytes) -> Outcome:
-        seen = Seen()
-        token = CURRENT.set(seen)
-        try:
-            started = time.perf_counter()
-            result = await self.verify_dkim(raw)
-            dkim_seconds = time.perf_counter() - started if self.dns is not None else None
-            outcome = await self.engine.handle(raw, dkim=result)
-            seconds = time.perf_counter() - started
-        finally:
-            CURRENT.reset(token)
-        handled = seen.handled(outcome, datetime.now(UTC), seconds, dkim_seconds)
+        # The parse and the rail timings come back from the engine as values (no context
+        # variable), so concurrent receives cannot mix their facts.
+        started = time.perf_counter()
+        result = await self.verify_dkim(raw)
+        dkim_seconds = time.perf_counter() - started if self.dns is not None else None
+        parsed, outcome = await self.engine.handle_read(raw, dkim=result)
+        seconds = time.perf_counter() - started
+        seen = handled(parsed, outcome, datetime.now(UTC), seconds, dkim_seconds)
         for observer in self.observers:
             try:
-                observer(handled)
+                observer(seen)
             except Exception:  # a log or metric must never cost a message its handling
                 _log.exception("%s: an observer failed", self.address)
         return outcome
