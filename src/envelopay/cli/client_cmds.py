@@ -16,6 +16,7 @@ from envelopay.client import views as v
 
 if TYPE_CHECKING:
     from envelopay.client.commands import Act
+    from envelopay.client.report import Report
     from envelopay.config import WorkerConfig
 
 _Flow = Annotated[str | None, typer.Option("--flow", help="The flow this message belongs to.")]
@@ -43,12 +44,24 @@ def _client(command: str, o: ClientOptions, act: Act, **extra: Any) -> NoReturn:
     """Run one client action, print its report (JSON or lines), exit with its code."""
     from envelopay.client import commands as c  # lazy: keeps cryptography off this module's import
 
+    told: list[str] = []
+
+    def sent_now(early: Report) -> None:
+        # A message's lines (sent, paid) print as it leaves, so they come before the WAITs
+        # and the answer about it that --wait prints: the lines follow the events.
+        if not o.as_json:
+            told[:] = early.lines
+            for line in early.lines:
+                typer.echo(line)
+
     with answers(as_json=o.as_json, transport_prefix="transport: "):
-        rep = c.execute(command, _load(o), act, wait=o.wait, timeout=o.timeout, progress=_say, **extra)
+        rep = c.execute(command, _load(o), act, wait=o.wait, timeout=o.timeout, progress=_say, told=sent_now,
+                        **extra)
     if o.as_json:
         emit(rep.document)
     else:
-        for line in rep.lines:
+        said = len(told) if rep.lines[:len(told)] == tuple(told) else 0
+        for line in rep.lines[said:]:
             typer.echo(line)
     raise typer.Exit(rep.code)
 

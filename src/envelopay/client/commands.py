@@ -361,9 +361,9 @@ def run(
                 progress(f"received {answer.message.type.upper()} (flow {sent.flow_id})")
                 follow_up = await then(node, answer)
                 if follow_up is not None:
-                    done = ClientRun(follow_up.outbound.message.type.upper(), follow_up)
-                    on_sent(done)
                     paid_to = getattr(answer.message, "wallet", None)  # the INVOICE we paid
+                    done = ClientRun(follow_up.outbound.message.type.upper(), follow_up, paid_to=paid_to)
+                    on_sent(done)
                     answer = await follow(node, follow_up, timeout=timeout, progress=progress)
                     return ClientRun(done.kind, follow_up, answer=answer, paid_to=paid_to)
             return ClientRun(done.kind, sent, answer=answer)
@@ -378,14 +378,22 @@ def execute(
     command: str, cfg: WorkerConfig, act: Act, *, wait: bool, timeout: float,
     progress: Callable[[str], None] = lambda _: None, overrides: tuple[str, ...] = (),
     recipient: str | None = None, checked: dict[str, Any] | None = None, then: Then | None = None,
+    told: Callable[[Report], None] = lambda _: None,
 ) -> Report:
-    """Run one client command and classify it (client.report): document, exit code, lines."""
+    """Run one client command and classify it (client.report): document, exit code, lines.
+    `told` gets the report of each message as it leaves (its lines so far: sent, paid),
+    before any answer or WAIT about it comes in."""
     if wait:
         check_timeout(timeout)
-    done = run(cfg, act, wait=wait, timeout=timeout, progress=progress, then=then)
-    return client_report(command, done, timeout=timeout, overrides=overrides,
-                         recipient=recipient or done.paid_to, checked=checked or None,
-                         decimals=config_decimals(cfg))
+    decimals = config_decimals(cfg)  # before the run: `told` is called inside its event loop
+
+    def report(done: ClientRun) -> Report:
+        return client_report(command, done, timeout=timeout, overrides=overrides,
+                             recipient=recipient or done.paid_to, checked=checked or None, decimals=decimals)
+
+    done = run(cfg, act, wait=wait, timeout=timeout, progress=progress, then=then,
+               on_sent=lambda sent: told(report(sent)))
+    return report(done)
 
 
 def call_request(request: str) -> dict[str, Any]:
