@@ -1,4 +1,4 @@
-"""A job runner in a process of its own, for the SIGKILL tests: python _job_proc.py
+"""A job runner in a process of its own, for the SIGKILL tests: python -m tests.worker._job_proc
 BACKEND WHERE OWNER TASK_JSON — runs the jobs of k.WORKER on the ledger at WHERE (a
 SQLite path or a PostgreSQL DSN) under OWNER, with a 1 s lease, until killed."""
 
@@ -7,13 +7,10 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from pathlib import Path
 
-sys.path[:0] = [str(Path(__file__).resolve().parent)]  # _jobs_kit (the task handlers name it)
+from tests.worker import _jobs_kit as jk
 
-import _jobs_kit as jk  # noqa: E402
-
-from envelopay.ledger.store import Store  # noqa: E402
+from envelopay.ledger.store import Store
 
 
 def _store(backend: str, where: str) -> Store:

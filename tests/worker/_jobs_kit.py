@@ -53,14 +53,14 @@ def boom(p: Nap) -> dict[str, Any]:
 
 
 def task(name: str, handler: str, **kw: Any) -> dict[str, Any]:
-    return {"name": name, "handler": handler, "schema": "_jobs_kit:Nap", **kw}
+    return {"name": name, "handler": handler, "schema": "tests.worker._jobs_kit:Nap", **kw}
 
 
 def config(*tasks: dict[str, Any]) -> WorkerConfig:
     return config_from_dict({
         "agent": {"address": k.WORKER, "domain": "garden.test"},
         "accept": [{"chain": k.CHAIN, "token": k.TOKEN, "wallet": k.WORKER_WALLET}],
-        "tasks": list(tasks) or [task("nap", "_jobs_kit:nap")],
+        "tasks": list(tasks) or [task("nap", "tests.worker._jobs_kit:nap")],
     })
 
 

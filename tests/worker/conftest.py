@@ -1,8 +1,8 @@
-"""Fixtures of the job tests: a ledger on each backend, and the helper modules by name."""
+"""Fixtures of the job tests: a ledger on each backend. Their helpers are imported by
+package name (tests.worker._jobs_kit), as the task handlers in their configs name them."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,10 +11,6 @@ import pytest
 from envelopay.ledger.postgres import PostgresStore
 from envelopay.ledger.sqlite import SqliteStore
 from envelopay.ledger.store import Store
-
-_folder = Path(__file__).resolve().parent  # _jobs_kit, by name (the task handlers name it)
-if str(_folder) not in sys.path:
-    sys.path.insert(0, str(_folder))
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -17,6 +17,11 @@ from envelopay.errors import ConfigError
 from envelopay.worker.command import CommandSpec, run_command
 from envelopay.worker.tasks import TaskError
 
+# A handler's own process imports tests.worker._jobs_kit from the repository root, named
+# in its environment: the worker hands it its sys.path, which under `pytest` (not
+# `python -m pytest`) lacks the root; pytest makes `tests` importable in-process only.
+KIT_PATH = {"PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+
 
 def _py(code: str, **kw: Any) -> CommandSpec:
     kw.setdefault("time_limit", 10.0)
@@ -87,27 +92,29 @@ async def test_environment_folder_and_memory_are_the_commands_own(tmp_path: Path
 async def test_a_missing_program_is_a_value_and_config_wants_one_handler() -> None:
     out = await run_command(CommandSpec(argv=("/nonexistent/tool",), time_limit=5), {}, "gone")
     assert isinstance(out, TaskError) and "could not start" in out.detail
-    from _jobs_kit import config  # a task with both, or neither, is refused when loaded
+    from tests.worker._jobs_kit import config  # a task with both, or neither, is refused when loaded
 
     with pytest.raises(ConfigError, match="either handler"):
-        config({"name": "t", "handler": "_jobs_kit:nap", "command": ["x"], "schema": "_jobs_kit:Nap"})
+        config({"name": "t", "handler": "tests.worker._jobs_kit:nap", "command": ["x"],
+                "schema": "tests.worker._jobs_kit:Nap"})
     with pytest.raises(ConfigError, match="either handler"):
-        config({"name": "t", "schema": "_jobs_kit:Nap"})
-    assert json.dumps(config({"name": "t", "command": ["/bin/true"], "schema": "_jobs_kit:Nap"}).tasks[0]
-                      .command) == '["/bin/true"]'
+        config({"name": "t", "schema": "tests.worker._jobs_kit:Nap"})
+    true = config({"name": "t", "command": ["/bin/true"], "schema": "tests.worker._jobs_kit:Nap"})
+    assert json.dumps(true.tasks[0].command) == '["/bin/true"]'
 
 
 async def test_a_python_handler_in_a_process_of_its_own_is_killed_at_its_limit() -> None:
     """`process = true`: the handler runs as a command does — answers its JSON, and a
     sync handler that sleeps past its limit is killed (a thread could not be)."""
-    from _jobs_kit import config
+    from tests.worker._jobs_kit import config
 
     from envelopay.worker.execute import execute
     from envelopay.worker.tasks import TaskBook
 
     def nap(limit: float) -> TaskBook:
-        return TaskBook.from_config(config({"name": "nap", "handler": "_jobs_kit:nap_sync",
-                                            "schema": "_jobs_kit:Nap", "process": True, "time_limit": limit}))
+        return TaskBook.from_config(config({"name": "nap", "handler": "tests.worker._jobs_kit:nap_sync",
+                                            "schema": "tests.worker._jobs_kit:Nap", "process": True,
+                                            "time_limit": limit, "env": KIT_PATH}))
 
     quick = nap(60).resolve({"name": "nap", "seconds": 0.1})  # the limit covers a fresh interpreter's start
     assert not isinstance(quick, TaskError)
@@ -117,7 +124,8 @@ async def test_a_python_handler_in_a_process_of_its_own_is_killed_at_its_limit()
     started = time.monotonic()
     out = await execute(stuck)
     assert isinstance(out, TaskError) and "time limit" in out.detail and time.monotonic() - started < 15
-    boom = {"name": "nap", "handler": "_jobs_kit:boom", "schema": "_jobs_kit:Nap", "process": True}
+    boom = {"name": "nap", "handler": "tests.worker._jobs_kit:boom", "schema": "tests.worker._jobs_kit:Nap",
+            "process": True, "env": KIT_PATH}
     broken = TaskBook.from_config(config(boom)).resolve({"name": "nap"})
     assert not isinstance(broken, TaskError)
     failed = await execute(broken)

@@ -114,21 +114,13 @@ def test_task_refusals_are_values(book: TaskBook, task: object, code: OopsCode, 
 
 
 async def test_failing_handler_is_task_failed(tmp_path: Path) -> None:
-    text = GOOD.replace("envelopay.worker.operations:digest", "tests_agent_ops:boom")
-    (tmp_path / "tests_agent_ops.py").write_text(
-        "def boom(req):\n    raise RuntimeError('secret detail')\n"
-    )
-    import sys
-
-    sys.path.insert(0, str(tmp_path))
-    try:
-        book = TaskBook.from_config(load_config(_write(tmp_path, text)))
-        req = book.resolve({"name": "digest", "text": "x"})
-        assert isinstance(req, TaskRequest)
-        out = await book.run(req)
-        assert isinstance(out, TaskError)
-        assert out.code == OopsCode.TASK_FAILED
-        assert "secret" not in out.detail
-    finally:
-        sys.path.remove(str(tmp_path))
-        sys.modules.pop("tests_agent_ops", None)
+    # The operator's handler is any importable module outside envelopay (resolve_ref imports it
+    # by name); one of the tests' own stands in for it, so no import path is edited here.
+    text = GOOD.replace("envelopay.worker.operations:digest", "tests.worker._refund_tasks:fail")
+    book = TaskBook.from_config(load_config(_write(tmp_path, text)))
+    req = book.resolve({"name": "digest", "text": "x"})
+    assert isinstance(req, TaskRequest)
+    out = await book.run(req)
+    assert isinstance(out, TaskError)
+    assert out.code == OopsCode.TASK_FAILED
+    assert "RuntimeError" in out.detail and "reviewer broke" not in out.detail  # its type, not its words

@@ -10,7 +10,7 @@ import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import _jobs_kit as jk
+from tests.worker import _jobs_kit as jk
 
 from envelopay.ledger.jobs import Job
 from envelopay.ledger.store import Store
@@ -19,7 +19,7 @@ from envelopay.testing import mock_rail as k
 from envelopay.worker.runner import result_hash
 from envelopay.worker.settle import Settlement
 
-PAID = jk.task("paid", "_jobs_kit:nap", price="100")
+PAID = jk.task("paid", "tests.worker._jobs_kit:nap", price="100")
 
 
 async def _until(pred: object, timeout: float = 20.0) -> None:
@@ -72,7 +72,7 @@ async def test_a_prepaid_order_records_what_a_refund_needs(store: Store) -> None
 
 async def test_a_failing_handler_is_retried_then_answered_task_failed(store: Store, tmp_path: Path) -> None:
     marker = tmp_path / "starts"
-    cfg = jk.config(jk.task("nap", "_jobs_kit:boom", attempts=2))
+    cfg = jk.config(jk.task("nap", "tests.worker._jobs_kit:boom", attempts=2))
     engine = jk.worker(store, cfg)
     out = await engine.handle(k.raw(jk.free_order("o3", marker=str(marker))))
     job = store.job_for_flow(out.flow_id or "")
@@ -104,8 +104,8 @@ class _Holds:
 
 async def test_a_paid_job_that_fails_is_settled_by_its_policy_once(store: Store) -> None:
     rail = k.DictRail()
-    engine = jk.worker(store, jk.config(jk.task("paid", "_jobs_kit:boom", price="100", on_failure="hold")),
-                       rail)
+    hold = jk.task("paid", "tests.worker._jobs_kit:boom", price="100", on_failure="hold")
+    engine = jk.worker(store, jk.config(hold), rail)
     out = await engine.handle(k.raw(jk.prepaid(rail, "o4", "tx-hold", name="paid", amount=100)))
     job = store.job_for_flow(out.flow_id or "")
     assert job is not None and job.policy == "hold"
@@ -120,7 +120,7 @@ async def test_a_paid_job_that_fails_is_settled_by_its_policy_once(store: Store)
 
 
 async def test_a_bad_result_fails_the_job(store: Store) -> None:
-    cfg = jk.config(jk.task("nap", "_jobs_kit:nap", time_limit=0.2))
+    cfg = jk.config(jk.task("nap", "tests.worker._jobs_kit:nap", time_limit=0.2))
     engine = jk.worker(store, cfg)
     out = await engine.handle(k.raw(jk.free_order("o5", seconds=5)))
     job = store.job_for_flow(out.flow_id or "")
@@ -142,7 +142,7 @@ async def test_two_workers_on_one_ledger_share_the_jobs(store: Store, tmp_path: 
     other = (SqliteStore(store.path) if isinstance(store, SqliteStore)
              else PostgresStore(store.dsn, max_size=4))  # type: ignore[attr-defined]
     try:
-        cfg = jk.config(jk.task("nap", "_jobs_kit:nap", concurrency=2))
+        cfg = jk.config(jk.task("nap", "tests.worker._jobs_kit:nap", concurrency=2))
         engines = [jk.worker(store, cfg, worker_id="w-a"), jk.worker(other, cfg, worker_id="w-b")]
         marker = tmp_path / "starts"
         for n in range(8):
@@ -163,7 +163,7 @@ async def test_two_workers_on_one_ledger_share_the_jobs(store: Store, tmp_path: 
 async def test_stopping_lets_a_job_end_or_hands_it_over_at_once(store: Store) -> None:
     """A stop waits `grace` for the job under way; past it the job is cut, its lease
     ended, and the next runner takes it over at once (an idempotent task runs again)."""
-    cfg = jk.config(jk.task("nap", "_jobs_kit:nap", idempotent=True))
+    cfg = jk.config(jk.task("nap", "tests.worker._jobs_kit:nap", idempotent=True))
     engine = jk.worker(store, cfg)
     out = await engine.handle(k.raw(jk.free_order("g1", seconds=0.4)))
     job = store.job_for_flow(out.flow_id or "")
@@ -193,7 +193,7 @@ class _Broken:
 
 
 async def test_a_policy_answering_a_state_the_table_forbids_leaves_the_job_held(store: Store) -> None:
-    engine = jk.worker(store, jk.config(jk.task("nap", "_jobs_kit:boom")))
+    engine = jk.worker(store, jk.config(jk.task("nap", "tests.worker._jobs_kit:boom")))
     out = await engine.handle(k.raw(jk.free_order("b1")))
     job = store.job_for_flow(out.flow_id or "")
     assert job is not None

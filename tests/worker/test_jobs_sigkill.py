@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import _jobs_kit as jk
 import pytest
+from tests.worker import _jobs_kit as jk
 
 from envelopay.ledger.postgres import PostgresStore
 from envelopay.ledger.sqlite import SqliteStore
@@ -24,7 +24,9 @@ from envelopay.ledger.store import Store
 from envelopay.protocol.messages import Fulfill, Oops
 from envelopay.testing import mock_rail as k
 
-PROC = Path(__file__).resolve().parent / "_job_proc.py"
+# Run as a module from the repository root: it and its task handlers import tests.worker._jobs_kit.
+ROOT = Path(__file__).resolve().parents[2]
+PROC = "tests.worker._job_proc"
 
 
 def _where(store: Store) -> tuple[str, str]:
@@ -35,8 +37,8 @@ def _where(store: Store) -> tuple[str, str]:
 
 
 def _start(store: Store, owner: str, task: dict[str, Any]) -> subprocess.Popen[str]:
-    proc = subprocess.Popen([sys.executable, str(PROC), *_where(store), owner, json.dumps(task)],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-m", PROC, *_where(store), owner, json.dumps(task)],
+                            stdout=subprocess.PIPE, text=True, cwd=ROOT)
     assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
     return proc
 
@@ -55,7 +57,7 @@ def _starts(marker: Path) -> int:
 @pytest.mark.parametrize("idempotent", [True, False])
 async def test_a_worker_killed_mid_job_loses_nothing(store: Store, tmp_path: Path, idempotent: bool) -> None:
     rail = k.DictRail()
-    task = jk.task("paid", "_jobs_kit:nap", price="100", idempotent=idempotent)
+    task = jk.task("paid", "tests.worker._jobs_kit:nap", price="100", idempotent=idempotent)
     engine = jk.worker(store, jk.config(task), rail)
     marker = tmp_path / "starts"
     order = jk.prepaid(rail, "o-kill", "tx-kill", name="paid", amount=100, seconds=1.5, marker=str(marker))

@@ -23,8 +23,9 @@ class NapWorld(DemoWorld):
 
     def _configs(self, records: dict[str, str], port: int | None) -> tuple[WorkerConfig, WorkerConfig]:
         worker, buyer = super()._configs(records, port)
-        nap = TaskConfig.model_validate({"name": "nap", "handler": "_jobs_kit:nap_sync",
-                                         "schema": "_jobs_kit:Nap", "concurrency": 16, "time_limit": 60})
+        nap = TaskConfig.model_validate({"name": "nap", "handler": "tests.worker._jobs_kit:nap_sync",
+                                         "schema": "tests.worker._jobs_kit:Nap", "concurrency": 16,
+                                         "time_limit": 60})
         self.worker_cfg = worker.model_copy(update={"tasks": [*worker.tasks, nap]})
         return self.worker_cfg, buyer
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -50,10 +49,10 @@ def _options(world: Any, url: str) -> dict[str, Any]:
 async def _run(
     ledger: str, world: LocalWorld, url: str, key: bytes, payer: str, crash: str
 ) -> tuple[int, str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    # The child imports only installed packages (envelopay and its rails): no import path to hand it.
     proc = await asyncio.create_subprocess_exec(
         sys.executable, str(CHILD), ledger, world.chain, json.dumps(_options(world, url)), key.hex(), payer,
-        str(USDC), crash, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env)
+        str(USDC), crash, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(proc.communicate(), 120)
     assert proc.returncode is not None
     return proc.returncode, out.decode() + err.decode()[-2000:]

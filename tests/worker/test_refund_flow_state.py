@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import _jobs_kit as jk
+from tests.worker import _jobs_kit as jk
 
 from envelopay.client import views as v
 from envelopay.ledger.jobs import Job
@@ -17,7 +17,7 @@ from envelopay.ledger.store import Store
 from envelopay.testing import mock_rail as k
 from envelopay.worker.settle import Settlement
 
-FAILS = jk.task("paid", "_jobs_kit:boom", price="100", on_failure="refund")
+FAILS = jk.task("paid", "tests.worker._jobs_kit:boom", price="100", on_failure="refund")
 
 
 class _Refunds:
@@ -69,8 +69,8 @@ async def test_a_refund_still_paying_leaves_the_flow_paid(store: Store) -> None:
 
 async def test_a_held_job_shows_beside_its_flow(store: Store) -> None:
     rail = k.DictRail()
-    engine = jk.worker(store, jk.config(jk.task("paid", "_jobs_kit:boom", price="100", on_failure="hold")),
-                       rail)
+    hold = jk.task("paid", "tests.worker._jobs_kit:boom", price="100", on_failure="hold")
+    engine = jk.worker(store, jk.config(hold), rail)
     out = await engine.handle(k.raw(jk.prepaid(rail, "o-hold", "tx-hold", name="paid", amount=100)))
     flow = out.flow_id or ""
     async with jk.running(jk.runner(engine)):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,14 +28,14 @@ from envelopay.testing import mock_rail as k
 
 from .test_refund_crash import _handler, _options
 
-PROC = Path(__file__).with_name("_refund_worker.py")
-# The runner process imports its task handler as tests.worker._refund_tasks, from the repository root.
-ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]), *sys.path])}
+# Run as a module from the repository root: the runner imports its task handler as tests.worker._refund_tasks.
+ROOT = Path(__file__).resolve().parents[2]
+PROC = "tests.worker._refund_worker"
 
 
 async def _start(args: list[str]) -> asyncio.subprocess.Process:
-    proc = await asyncio.create_subprocess_exec(sys.executable, str(PROC), *args,
-                                                stdout=asyncio.subprocess.PIPE, env=ENV)
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", PROC, *args,
+                                                stdout=asyncio.subprocess.PIPE, cwd=ROOT)
     assert proc.stdout is not None
     line = await asyncio.wait_for(proc.stdout.readline(), 60)
     assert line.strip() == b"ready", line

@@ -10,8 +10,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import _jobs_kit as jk
 from pydantic import BaseModel, ConfigDict
+from tests.worker import _jobs_kit as jk
 
 from envelopay.engine import Engine
 from envelopay.ledger.store import Store
@@ -35,7 +35,8 @@ async def gated(p: Gate) -> dict[str, Any]:
     return {"opened": True}
 
 
-CFG = jk.config({"name": "gated", "handler": "test_status_jobs:gated", "schema": "test_status_jobs:Gate"})
+CFG = jk.config({"name": "gated", "handler": "tests.worker.test_status_jobs:gated",
+                 "schema": "tests.worker.test_status_jobs:Gate"})
 
 
 async def _until(pred: Any, timeout: float = 30.0) -> None:
@@ -105,7 +106,7 @@ async def test_a_buyer_that_named_nothing_hears_only_the_fulfill(store: Store, t
 
 
 async def test_a_held_job_is_told_held_and_nothing_else(store: Store) -> None:
-    cfg = jk.config(jk.task("boomer", "_jobs_kit:boom", price="100", on_failure="hold"))
+    cfg = jk.config(jk.task("boomer", "tests.worker._jobs_kit:boom", price="100", on_failure="hold"))
     rail = k.DictRail()
     engine = jk.worker(store, cfg, rail, parser=SPEAKS)
     order = jk.prepaid(rail, "ord_h", "txh", name="boomer", amount=100).model_copy(
