@@ -1,7 +1,8 @@
 """`envelopay jobs retry JOB --json` on a held job, for real on the worker's ledger: exit
 0 and one document valid against schemas/cli-output.schema.json (`jobs_action`), the job
-queued again with fresh attempts; the JSON contract's world holds no held job (it has no
-chain), so this is where the success document is checked."""
+queued again with fresh attempts, the round it ended kept (`rounds`, in `jobs list` too);
+the JSON contract's world holds no held job (it has no chain), so this is where the
+success document is checked."""
 
 from __future__ import annotations
 
@@ -40,5 +41,10 @@ def test_jobs_retry_of_a_held_job_prints_its_document(tmp_path: Path) -> None:
     jsonschema.validate(doc, {**SCHEMA, "$ref": "#/$defs/jobs_action"} | {"anyOf": [True]})
     assert (doc["command"], doc["job"], doc["state"]) == ("jobs retry", job.job_id, "queued")
     assert doc["attempts"] == 0
+    # The round the retry ended stays in the document: its attempts, its times, its error.
+    [ended] = doc["rounds"]
+    assert ended["attempts"] == 3 and set(ended["at"]) == {"queued", "held"} and ended["error"] is None
+    listed = CliRunner().invoke(app, ["jobs", "list", "-c", conf, "--json"])
+    assert json.loads(listed.stdout)["jobs"][0]["rounds"] == [ended]
     again = CliRunner().invoke(app, ["jobs", "retry", job.job_id, "-c", conf, "--json"])
     assert again.exit_code == 2 and "only a held job" in json.loads(again.stdout)["detail"]

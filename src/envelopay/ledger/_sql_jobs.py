@@ -15,12 +15,12 @@ from datetime import datetime
 from typing import Any
 
 from envelopay.ledger._sql_base import Executor, Row, SqlBase
-from envelopay.ledger.jobs import JOB_COLUMNS, JOB_STATES, Job, JobMove
+from envelopay.ledger.jobs import JOB_COLUMNS, JOB_STATES, Job, JobMove, JobRound
 
 __all__ = ["JobsMixin"]
 
-_JSON_FIELDS = frozenset({"refund"})
-_TIME_FIELDS = frozenset({"lease_until"})
+_JSON_FIELDS = frozenset({"refund", "rounds"})
+_TIME_FIELDS = frozenset({"lease_until", *(f"{s}_at" for s in JOB_STATES)})
 
 
 class JobsMixin(SqlBase):
@@ -39,6 +39,7 @@ class JobsMixin(SqlBase):
             lease_owner=row["lease_owner"], lease_until=self.ut_opt(row["lease_until"]),
             error=row["error"], result_hash=row["result_hash"], answer_id=row["answer_id"],
             refund=self.uj_opt(row["refund"]), at=at,
+            rounds=tuple(JobRound.from_doc(r) for r in self.uj_opt(row["rounds"]) or ()),
         )
 
     # -- written inside a step's commit (SqlStore._commit) or alone

@@ -22,14 +22,19 @@ from typing import Any
 from envelopay.persist import Migrations, Step
 
 __all__ = [
-    "JOBS_MIGRATIONS", "JOB_COLUMNS", "JOB_STATES", "MOVABLE", "Job", "JobMove",
-    "flow_state_text", "job_id_for",
+    "JOBS_MIGRATIONS", "JOB_COLUMNS", "JOB_STATES", "MOVABLE", "Job", "JobMove", "JobRound",
+    "flow_state_text", "job_id_for", "requeue",
 ]
 
 JOB_STATES = ("queued", "running", "done", "failed", "held", "refunding", "refunded")
 
+# The states a round of attempts may have reached after `queued` (their times go to the
+# round's record when the operator queues the job again).
+_AFTER_QUEUED = tuple(s for s in JOB_STATES if s != "queued")
+
 # The columns a move may set besides the state and its timestamp.
-MOVABLE = frozenset({"error", "result_hash", "answer_id", "refund", "lease_owner", "lease_until", "attempts"})
+MOVABLE = frozenset({"error", "result_hash", "answer_id", "refund", "lease_owner", "lease_until", "attempts",
+                     "rounds", *(f"{s}_at" for s in _AFTER_QUEUED)})
 
 _TIMES = ", ".join(f"{s}_at {{T}}" for s in JOB_STATES)
 
@@ -47,22 +52,30 @@ CREATE INDEX IF NOT EXISTS ep_jobs_state ON ep_jobs (state, updated_at)
 """
 
 
-def _sql(dialect: str) -> list[str]:
+# v2: the earlier rounds of a job's attempts (`jobs retry` queues a held job again with
+# fresh attempts; the round it ends is kept here: its attempts, times and error), a JSON
+# list, NULL on rows that were never retried. Nullable: no table rewrite on either backend.
+_V2 = "ALTER TABLE ep_jobs ADD COLUMN rounds {J}"
+
+
+def _sql(dialect: str, sql: str = _V1) -> list[str]:
     t = "TEXT" if dialect == "sqlite" else "TIMESTAMPTZ"
     j = "TEXT" if dialect == "sqlite" else "JSONB"
-    text = _V1.replace("{T}", t).replace("{J}", j)
+    text = sql.replace("{T}", t).replace("{J}", j)
     return [s.strip() for s in text.split(";") if s.strip()]
 
 
 JOBS_MIGRATIONS = Migrations(
     "jobs",
-    (Step(1, "jobs: one row per accepted order", {"sqlite": _sql("sqlite"), "postgres": _sql("postgres")}),),
+    (Step(1, "jobs: one row per accepted order", {"sqlite": _sql("sqlite"), "postgres": _sql("postgres")}),
+     Step(2, "jobs: earlier rounds of attempts",
+          {"sqlite": _sql("sqlite", _V2), "postgres": _sql("postgres", _V2)})),
 )
 
 JOB_COLUMNS = (
     "job_id, local, peer, flow_id, task, params, order_id, ref, message_id, chain, token, amount, payer,"
     " proof, proof_key, policy, idempotent, state, attempts, lease_owner, lease_until, error, result_hash,"
-    " answer_id, refund, created_at, updated_at, " + ", ".join(f"{s}_at" for s in JOB_STATES)
+    " answer_id, refund, created_at, updated_at, rounds, " + ", ".join(f"{s}_at" for s in JOB_STATES)
 )
 
 
@@ -80,6 +93,26 @@ def flow_state_text(state: str, job: str | None) -> str:
 def job_id_for(flow_id: str) -> str:
     """One job per flow: its id follows from the flow's, so a redone step writes the same row."""
     return "job_" + flow_id.removeprefix("flow_")
+
+
+@dataclass(frozen=True, slots=True)
+class JobRound:
+    """One earlier round of a job's attempts, ended (held) before the operator queued the
+    job again: how many attempts it made, when it entered each state, its last error."""
+
+    attempts: int
+    at: Mapping[str, datetime]
+    error: str | None = None
+
+    def doc(self) -> dict[str, Any]:
+        return {"attempts": self.attempts, "error": self.error,
+                "at": {state: when.isoformat() for state, when in self.at.items()}}
+
+    @classmethod
+    def from_doc(cls, doc: Mapping[str, Any]) -> JobRound:
+        at = doc.get("at") or {}
+        return cls(int(doc.get("attempts") or 0), {s: datetime.fromisoformat(str(t)) for s, t in at.items()},
+                   doc.get("error"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +147,8 @@ class Job:
     result_hash: str | None = None
     answer_id: str | None = None
     refund: Mapping[str, Any] | None = None
-    at: Mapping[str, datetime] = field(default_factory=dict)  # state -> when it was entered
+    at: Mapping[str, datetime] = field(default_factory=dict)  # state -> when it was entered (this round)
+    rounds: tuple[JobRound, ...] = ()  # the earlier rounds, oldest first (`jobs retry`)
 
     @property
     def paid(self) -> bool:
@@ -122,6 +156,17 @@ class Job:
 
     def times(self) -> dict[str, datetime]:
         return dict(self.at)
+
+
+def requeue(job: Job, now: datetime) -> JobMove:
+    """The operator's retry of a held job: queued again with fresh attempts, the round it
+    ends kept in `rounds` (its attempts, times and error) and its times after `queued`
+    cleared, so this round's times are this round's. Conditional on `held`: a job that
+    moved on meanwhile is not touched."""
+    ended = JobRound(job.attempts, dict(job.at), job.error)
+    fields: dict[str, Any] = {"attempts": 0, "rounds": [r.doc() for r in (*job.rounds, ended)]}
+    fields |= {f"{s}_at": None for s in _AFTER_QUEUED}
+    return JobMove(job.job_id, ("held",), "queued", now, fields)
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,14 +19,14 @@ from typing import Any
 
 from envelopay.config import WorkerConfig
 from envelopay.errors import ConfigError, UsageError
-from envelopay.ledger.jobs import Job, JobMove
+from envelopay.ledger.jobs import Job, JobMove, requeue
 from envelopay.ledger.store import Store
 from envelopay.node.agent_node import build_node, open_store
 from envelopay.worker.app import WorkerApplication
 from envelopay.worker.refund_policy import RefundOnFailure
 from envelopay.worker.runner import settle_job
 
-__all__ = ["JobAct", "job_doc", "list_jobs", "refund_job", "retry_job"]
+__all__ = ["JobAct", "job_doc", "list_jobs", "refund_job", "retry_held", "retry_job"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +45,7 @@ def job_doc(job: Job) -> dict[str, Any]:
         "payer": job.payer, "error": job.error, "refund": dict(job.refund) if job.refund else None,
         "attempts": job.attempts, "updated_at": job.updated_at.isoformat(),
         "at": {state: when.isoformat() for state, when in job.times().items()},
+        "rounds": [r.doc() for r in job.rounds],  # the earlier rounds of attempts, before each retry
     }
 
 
@@ -109,10 +110,16 @@ def retry_job(cfg: WorkerConfig, job_id: str, now: datetime) -> JobAct:
     """Queue a held job again with fresh attempts: the serving worker's runner runs it."""
     store = open_store(cfg.agent.ledger, Path(cfg.base_dir))
     try:
-        _held(store.job_get(job_id), job_id, "retried")
-        moved = store.job_move(JobMove(job_id, ("held",), "queued", now, {"attempts": 0}))
-        job = store.job_get(job_id)
-        assert job is not None
-        return JobAct(job, moved, "" if moved else "the job moved on meanwhile")
+        return retry_held(store, job_id, now)
     finally:
         store.close()
+
+
+def retry_held(store: Store, job_id: str, now: datetime) -> JobAct:
+    """`retry_job` on an open ledger: the round of attempts the job ends is kept with it
+    (`rounds`), so `jobs list` still shows when the first attempt ran and how it ended."""
+    held = _held(store.job_get(job_id), job_id, "retried")
+    moved = store.job_move(requeue(held, now))
+    job = store.job_get(job_id)
+    assert job is not None
+    return JobAct(job, moved, "" if moved else "the job moved on meanwhile")
