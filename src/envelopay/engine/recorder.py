@@ -171,8 +171,9 @@ class Recorder:
         assert mail.message_id is not None
         if parsed.no_answer is not None and not (only_oops and parsed.no_answer == "auto_submitted"):
             return parsed.no_answer
-        if s.answer_limits is None or paid:
-            return None
+        limits = s.answer_limits
+        if limits is None or paid or (limits.per_peer <= 0 and limits.per_thread <= 0):
+            return None  # both limits off: nothing to count, no write (SPEC: 0 turns a limit off)
         thread = parsed.references[0] if parsed.references else parsed.in_reply_to or mail.message_id
-        drawn = s.store.answer_take(s.address, peer, thread, mail.message_id, s.clock(), s.answer_limits)
+        drawn = s.store.answer_take(s.address, peer, thread, mail.message_id, s.clock(), limits)
         return None if drawn == "ok" else drawn
