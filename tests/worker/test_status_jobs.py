@@ -6,6 +6,7 @@ name it hears nothing but the FULFILL (SPEC.md "Status while working")."""
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -14,10 +15,14 @@ from pydantic import BaseModel, ConfigDict
 from tests.worker import _jobs_kit as jk
 
 from envelopay.engine import Engine
+from envelopay.ledger.jobs import Job
 from envelopay.ledger.store import Store
+from envelopay.node.job_admin import retry_held
+from envelopay.protocol.compose import compose
 from envelopay.protocol.messages import Fulfill, Order, Wait, Whatsup
 from envelopay.protocol.parse import ParseOptions, parse
 from envelopay.testing import mock_rail as k
+from envelopay.testing.mock_worker import WorkerApp
 from envelopay.worker.status import tell_job
 
 SPEAKS = partial(parse, options=ParseOptions(extensions=frozenset({"status"})))
@@ -122,3 +127,57 @@ async def test_a_held_job_is_told_held_and_nothing_else(store: Store) -> None:
         ("wait", "queued"), ("wait", "running"), ("wait", "held")]  # no OOPS: the operator decides
     # Told once each: a second telling of the same state and start writes nothing.
     assert tell_job(engine, store.job_get(job.job_id), "held") is None  # type: ignore[arg-type]
+
+
+async def _deliver(engines: dict[str, Engine]) -> list[Any]:
+    """Each pending outbox row handed to the engine it is addressed to (one ledger, two
+    addresses, as tests/engine/test_status.py does); the outcomes."""
+    store = next(iter(engines.values())).store
+    now = datetime.now(UTC) + timedelta(minutes=1)
+    outcomes = []
+    for row in store.outbox_pending(now, limit=1000):
+        outcomes.append(await engines[row.outbound.recipient].handle(compose(row.outbound)))
+        store.mark_sent(row.outbound.message_id, now)
+    return outcomes
+
+
+async def test_a_retried_round_is_told_again(store: Store) -> None:
+    """`jobs retry` starts the attempts over; the retried round's WAITs are new mail (the
+    round is in their Message-ID), so the buyer hears `running` and `held` once per round."""
+    cfg = jk.config(jk.task("boomer", "tests.worker._jobs_kit:boom", price="100", on_failure="hold"))
+    rail = k.DictRail()
+    engine = jk.worker(store, cfg, rail, parser=SPEAKS)
+    buyer_rail = k.DictRail(rail.txs, wallet="W-payer")
+    buyer = Engine(store, address=k.BUYER, domain="client.test", rails={k.CHAIN: buyer_rail},
+                   app=WorkerApp(buyer_rail, wallet="W-payer"), parser=SPEAKS)
+    engines = {k.WORKER: engine, k.BUYER: buyer}
+    sent = await buyer.send(jk.prepaid(rail, "ord_r", "txr", name="boomer", amount=100), k.WORKER)
+    [taken] = await _deliver(engines)
+    job = store.job_for_flow(taken.flow_id or "")
+    assert job is not None and job.paid
+
+    def now_job() -> Job:
+        now = store.job_get(job.job_id)
+        assert isinstance(now, Job)
+        return now
+
+    async def held_in_round(n: int) -> list[Any]:
+        async with jk.running(jk.runner(engine)):
+            await _until(lambda: (now_job().state, len(now_job().rounds)) == ("held", n))
+        return await _deliver(engines)
+
+    first = await held_in_round(0)
+    assert retry_held(store, job.job_id, datetime.now(UTC)).done
+    second = await held_in_round(1)
+    assert all(o.status == "processed" and o.flow_id == sent.flow_id for o in first + second), first + second
+    heard = [(e.type, e.message_id) for e in store.flow_log(sent.flow_id) if e.direction == "in"]
+    assert [t for t, _ in heard] == ["wait"] * 5  # queued, running, held; running, held again
+    ids = [m for _, m in heard]
+    assert len(set(ids)) == 5 and sum(".r1." in (m or "") for m in ids) == 2, ids
+    waits = [m for m in _out(store, taken.flow_id or "") if isinstance(m, Wait)]
+    assert [w.state for w in waits] == ["queued", "running", "held", "running", "held"]
+    assert len({w.id for w in waits}) == 5
+    assert "held" not in waits[3].at  # the retried round's times are its own
+    # Within a round the id is stable: telling the same state again writes nothing.
+    assert tell_job(engine, now_job(), "held") is None
+    assert await _deliver(engines) == []

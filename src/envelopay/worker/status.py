@@ -4,9 +4,11 @@ running, or that it waits for an operator (`held`). The `queued` WAIT goes with 
 own commit (engine/status.py); WHATSUP is answered by the engine.
 
 A WAIT here is written in a commit of its own, after the job's move: informative, never
-a condition of the work. At most once per (job, state, start) — the Message-ID is made of
-them and the outbox keeps one row per Message-ID — and a crash between the move and this
-commit loses the WAIT, never the job (a WHATSUP still reads the state).
+a condition of the work. At most once per (job, state, round, start) — the Message-ID is
+made of them and the outbox keeps one row per Message-ID — and a crash between the move and
+this commit loses the WAIT, never the job (a WHATSUP still reads the state). The round
+(`jobs retry`'s earlier rounds, len(job.rounds)) is in the id because a retry starts the
+attempts over: without it the retried round's WAITs would reuse the first round's ids.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from envelopay.protocol.autosubmit import AUTO_GENERATED
 from envelopay.protocol.outbound import Outbound
 from envelopay.protocol.status import STATUS, body_advertises, wait_message
 
-__all__ = ["Teller", "tell_job"]
+__all__ = ["Teller", "tell_job", "wait_key"]
 
 
 class Teller(Protocol):
@@ -42,6 +44,15 @@ def _reply_to_last(flow: FlowRecord) -> tuple[str | None, tuple[str, ...]]:
     return None, ()
 
 
+def wait_key(job: Job, state: str) -> str:
+    """What names the WAIT saying `job` entered `state`: `<job>.<state>.<attempts>` in the
+    first round (the ids written before rounds existed, so an upgraded worker does not
+    tell again), `<job>.<state>.r<round>.<attempts>` after a retry."""
+    rounds = len(job.rounds)
+    round_part = f"r{rounds}." if rounds else ""
+    return f"{job.job_id}.{state}.{round_part}{job.attempts}"
+
+
 def tell_job(engine: Teller, job: Job, state: str) -> str | None:
     """Write the WAIT saying `job` is now in `state`, when this worker speaks `status` and
     the job's ORDER named it; its Message-ID, or None when nothing was written (blocking:
@@ -51,13 +62,14 @@ def tell_job(engine: Teller, job: Job, state: str) -> str | None:
     order = flow.data.get("order") if flow is not None else None
     if flow is None or not isinstance(order, Mapping) or not body_advertises(order):
         return None
-    message_id = f"<wait.{job.job_id}.{state}.{job.attempts}@{engine.domain}>"
+    key = wait_key(job, state)
+    message_id = f"<wait.{key}@{engine.domain}>"
     if store.outbox_get(message_id) is not None:
         return None  # told already (a second call after a crash, or a second runner)
     now = engine.clock()
     times = job.times()
     times.setdefault(state, now)
-    wait = wait_message(id=f"wait_{job.job_id}_{state}_{job.attempts}"[:256], order_ref=str(order.get("id")),
+    wait = wait_message(id=f"wait_{key.replace('.', '_')}"[:256], order_ref=str(order.get("id")),
                         state=state, times=times)
     irt, refs = _reply_to_last(flow)
     ob = Outbound(engine.address, flow.peer, wait, message_id, now, irt, refs, auto_submitted=AUTO_GENERATED)
