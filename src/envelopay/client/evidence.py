@@ -206,13 +206,19 @@ def _add_result(folder: _Folder, entries: Sequence[LogEntry], job: Mapping[str, 
 
 
 def _job(store: Store, flow_id: str) -> dict[str, Any] | None:
-    """The worker's job for the flow (its result hash, its states and when), if it has one."""
+    """The worker's job for the flow (its result hash, its states and when), if it has one.
+    `at` is this round's; `rounds` the earlier ones `jobs retry` ended (oldest first), so a
+    job that was held and retried shows when it first ran and how that round ended."""
     job = store.job_for_flow(flow_id)
     if job is None:
         return None
     return {"job_id": job.job_id, "task": job.task, "state": job.state, "attempts": job.attempts,
             "result_hash": job.result_hash, "refund": dict(job.refund) if job.refund is not None else None,
-            "at": {state: when.isoformat() for state, when in sorted(job.times().items())}}
+            "at": _times(job.times()), "rounds": [r.doc() for r in job.rounds]}
+
+
+def _times(at: Mapping[str, datetime]) -> dict[str, str]:
+    return {state: when.isoformat() for state, when in sorted(at.items())}
 
 
 def _write(out: Path, folder: _Folder, manifest: Mapping[str, Any]) -> None:

@@ -13,7 +13,9 @@ In order, the first failure ends the check with its reason:
                 token, chain, transaction, payer) and the signed INVOICE (payee); each
                 refund's with the signed OOPS carrying it (amount, token, chain,
                 transaction, wallet), paid back to the PAY's payer;
-6. result     — the FULFILL's result hashes to the recorded SHA-256.
+6. result     — the FULFILL's result hashes to the recorded SHA-256; the job's earlier
+                rounds (`jobs retry`), when the folder has them, read as rounds
+                (`unreadable` if not; a folder without them reads as before).
 What is proven is then said from the signed mails: who asked, who paid how much and
 when, what was delivered down to the result's hash.
 """
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
 
@@ -285,8 +288,42 @@ def _result(files: Mapping[str, bytes], path: str, mails: list[Mail]) -> dict[st
     if isinstance(job, dict) and job.get("result_hash") not in (None, digest):
         raise _Fail("result", f"{path}: the job's result hash is not the FULFILL's")
     order = _first(mails, "order", id=str(body.get("order_ref")))
-    return {"by": ful.parsed.from_addr, "date": ful.date, "order_ref": body.get("order_ref"),
+    said = {"by": ful.parsed.from_addr, "date": ful.date, "order_ref": body.get("order_ref"),
             "result_sha256": digest, "order_in_folder": order is not None}
+    if isinstance(job, dict) and "rounds" in job:
+        said["job_rounds"] = _rounds(path, job["rounds"])
+    return said
+
+
+def _rounds(path: str, rounds: Any) -> list[dict[str, Any]]:
+    """The job's earlier rounds (`jobs retry`), as the worker's ledger recorded them: read,
+    not proven (the worker's word, sealed with the folder). A folder written before rounds
+    were recorded has none, and reads as before."""
+    if not isinstance(rounds, list):
+        raise _Fail("unreadable", f"{path}: job.rounds wants a list")
+    out = []
+    for i, r in enumerate(rounds):
+        where = f"{path}: job.rounds[{i}]"
+        doc: dict[str, Any] = r if isinstance(r, dict) else {}
+        attempts, at, error = doc.get("attempts"), doc.get("at"), doc.get("error")
+        if type(attempts) is not int or attempts < 0:
+            raise _Fail("unreadable", f"{where}: wants attempts, a count")
+        if not isinstance(at, dict) or not all(isinstance(s, str) and _is_time(t) for s, t in at.items()):
+            raise _Fail("unreadable", f"{where}: wants at, each state's ISO 8601 time")
+        if error is not None and not isinstance(error, str):
+            raise _Fail("unreadable", f"{where}: error wants text")
+        out.append({"attempts": attempts, "at": dict(at), "error": error})
+    return out
+
+
+def _is_time(text: Any) -> bool:
+    if not isinstance(text, str):
+        return False
+    try:
+        datetime.fromisoformat(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _asked(mails: list[Mail]) -> dict[str, Any] | None:
@@ -321,6 +358,9 @@ def check_evidence(files: Mapping[str, bytes]) -> EvidenceReport:
         delivered = _result(files, manifest.result, mails) if manifest.result else None
         if delivered is not None:
             report.checked.append("the FULFILL's result matches its recorded hash")
+        if delivered is not None and "job_rounds" in delivered:
+            report.checked.append(f"the job's record reads, with {len(delivered['job_rounds'])} earlier "
+                                  "round(s) of attempts")
     except _Fail as fail:
         report.reason, report.detail = fail.reason, fail.detail
         return report
