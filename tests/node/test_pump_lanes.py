@@ -204,3 +204,87 @@ async def test_a_width_below_one_is_refused(tmp_path: Path) -> None:
 
 def test_worker_serve_defaults_to_the_pumps_width() -> None:
     assert inspect.signature(worker_serve).parameters["mail_concurrency"].default == MAIL_CONCURRENCY == 8
+
+
+# ------------------------------------------------------------------ quick mail passes bulk mail
+
+
+async def test_a_which_is_served_while_every_slot_is_busy(tmp_path: Path) -> None:
+    """protocol/quick.py: a WHICH (a new lane) starts on one of QUICK_EXTRA slots beyond
+    the width when every slot is held by slow messages; more quick mail than that waits."""
+    from envelopay.node.lanes import QUICK_EXTRA
+
+    box = ensure_maildir(tmp_path / "w@garden.test")
+    release = asyncio.Event()
+    served: list[str] = []
+
+    async def consume(_: Path, raw: bytes) -> bool:
+        if b"Subject: WHICH" not in raw:
+            await release.wait()  # a PAY being verified, say
+        served.append(lane_of(raw))
+        return True
+
+    width = 2
+    stop = asyncio.Event()
+    task = asyncio.create_task(pump([box], consume, stop=stop, concurrency=width))
+    await asyncio.sleep(0.05)
+    for n in range(width + 2):
+        deliver_file(box, mail(f"slow{n}@b"), fsync=False)
+    await asyncio.sleep(0.1)
+    which = mail("which@b").replace(b"Subject: x", b"Subject: WHICH")
+    deliver_file(box, which, fsync=False)
+    await _until(lambda: "which@b" in served)
+    assert served == ["which@b"]  # before any slow one: the slots were all held
+    release.set()
+    await _until(lambda: len(served) == width + 3)
+    stop.set()
+    await task
+    assert QUICK_EXTRA >= 1
+
+
+async def test_a_burst_of_quick_mail_takes_no_more_than_the_extra_slots() -> None:
+    from envelopay.node.lanes import QUICK_EXTRA, Lanes
+
+    release = asyncio.Event()
+    running = 0
+    most = 0
+
+    async def serve(item: str) -> None:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        await release.wait()
+        running -= 1
+
+    lanes: Lanes[str] = Lanes(2, serve, stop=asyncio.Event())
+    for n in range(2):
+        lanes.add(f"slow{n}", "slow")
+    for n in range(10):
+        lanes.add(f"which{n}", "which", quick=True)
+    await asyncio.sleep(0.05)
+    assert most == 2 + QUICK_EXTRA
+    release.set()
+    await lanes.finish()
+    assert lanes.held == 0
+
+
+async def test_quick_mail_in_a_held_lane_waits_its_turn() -> None:
+    """A WHATSUP in the thread of an ORDER being handled is served after it, in order."""
+    from envelopay.node.lanes import Lanes
+
+    release = asyncio.Event()
+    order: list[str] = []
+
+    async def serve(item: str) -> None:
+        if item == "pay":
+            await release.wait()
+        order.append(item)
+
+    lanes: Lanes[str] = Lanes(1, serve, stop=asyncio.Event())
+    lanes.add("flow1", "pay")
+    lanes.add("flow1", "whatsup", quick=True)
+    await asyncio.sleep(0.05)
+    assert order == []
+    release.set()
+    await lanes.finish()
+    assert order == ["pay", "whatsup"]
