@@ -243,31 +243,3 @@ def test_parallel_must_be_positive(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         OutboxDrainer(store, DirectHook(GardenTransport(tmp_path / "sock")), parallel=0)
     store.close()
-
-
-async def test_quick_mail_goes_out_while_every_bulk_connection_and_slot_is_busy(tmp_path: Path) -> None:
-    """protocol/quick.py: a WHICH row is sent at once over the pool's quick connection,
-    not behind deliveries holding every bulk connection and every send_now slot."""
-    from envelopay.mail.transport.garden import GardenPool
-
-    clock = Clock()
-    store = SqliteStore(str(tmp_path / "a.db"))
-    eng = Engine(store, address="w@garden.local", domain="garden.local", rails={}, app=BaseApplication(),
-                 clock=clock)
-    sent = await eng.send(Which(id="w1"), "b@garden.local")
-    async with GardenServer(tmp_path / "garden", ["b@garden.local"], open_garden=True) as garden:
-        bulk = [GardenTransport(garden.endpoint) for _ in range(2)]
-        pool = GardenPool(bulk, quick=GardenTransport(garden.endpoint))
-        drainer = OutboxDrainer(store, DirectHook(pool), clock=clock, parallel=2)
-        for t in bulk:  # each bulk connection is carrying a delivery
-            await t._lock.acquire()
-        for _ in range(drainer._direct_gate._value):  # and every send_now slot is taken
-            await drainer._direct_gate.acquire()
-        rep = await asyncio.wait_for(drainer.send_now([sent.message_id]), 10)
-        for t in bulk:
-            t._lock.release()
-        delivered = list((garden.maildir("b@garden.local") / "new").iterdir())
-        await pool.close()
-    assert rep.sent == [sent.message_id]
-    assert len(delivered) == 1 and b"Subject: WHICH" in delivered[0].read_bytes()
-    store.close()

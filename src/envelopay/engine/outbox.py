@@ -31,7 +31,6 @@ credential and answers with a verdict. Verdicts (as the enforcer's):
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -44,7 +43,6 @@ from envelopay.ledger.store import OutboxRow, Store
 from envelopay.mail.transport import Transport
 from envelopay.protocol.compose import compose
 from envelopay.protocol.outbound import Outbound
-from envelopay.protocol.quick import is_quick_type
 
 __all__ = [
     "DirectHook",
@@ -188,23 +186,20 @@ class OutboxDrainer:
         for mid in message_ids:
             if mid in self._direct:
                 continue
-            now = self.clock()
-            row = self.store.outbox_claim_one(mid, self.owner, now, now + self.lease)
-            if row is None:
-                continue
-            key = _lane_key(row)
-            done = self._direct_flows[key] = asyncio.Event()
-            self._direct.add(mid)
-            # Quick mail (a METHODS, a WAIT: protocol/quick.py) does not wait for a sending
-            # slot behind the INVOICEs and FULFILLs of a burst.
-            quick = is_quick_type(row.outbound.message.type)
-            try:
-                async with contextlib.nullcontext() if quick else self._direct_gate:
+            async with self._direct_gate:
+                now = self.clock()
+                row = self.store.outbox_claim_one(mid, self.owner, now, now + self.lease)
+                if row is None:
+                    continue
+                key = _lane_key(row)
+                done = self._direct_flows[key] = asyncio.Event()
+                self._direct.add(mid)
+                try:
                     await self._one(row, report)
-            finally:
-                self._direct.discard(mid)
-                del self._direct_flows[key]
-                done.set()
+                finally:
+                    self._direct.discard(mid)
+                    del self._direct_flows[key]
+                    done.set()
         return report
 
     async def _after_direct(self, row: OutboxRow) -> None:

@@ -200,9 +200,7 @@ def garden_transport(cfg: WorkerConfig, connections: int = 4) -> GardenPool:
     else:
         endpoint = served_garden(cfg)
     auth = garden_credential(cfg)
-    # And one connection for quick mail beside them (mail/transport/garden.py).
-    return GardenPool([GardenTransport(endpoint, auth=auth) for _ in range(connections)],
-                      quick=GardenTransport(endpoint, auth=auth))
+    return GardenPool([GardenTransport(endpoint, auth=auth) for _ in range(connections)])
 
 
 def config_signer(

@@ -17,16 +17,13 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
-__all__ = ["QUICK_EXTRA", "SHARED", "Lanes", "lane_of"]
+__all__ = ["SHARED", "Lanes", "lane_of"]
 
 T = TypeVar("T")
 SHARED = ""  # the lane of every message whose thread cannot be read from its headers
 _HEAD_MAX = 64 * 1024  # a header block longer than this is not read further
 _ID = re.compile(rb"<([^<>\s]{1,998})>")  # a msg-id as RFC 5322 3.6.4 writes it, <left@right>
 _WANTED = (b"references", b"in-reply-to", b"message-id")
-# Slots beyond `width` that quick mail may take when every slot is busy: a WHICH is not
-# kept waiting behind the PAYs being verified, and a burst of WHICHs cannot take more.
-QUICK_EXTRA = 2
 
 
 def lane_of(raw: bytes) -> str:
@@ -89,7 +86,6 @@ class Lanes(Generic[T]):
         self._stop = stop
         self._lanes: dict[str, deque[T]] = {}
         self._ready: deque[str] = deque()  # lanes with an item waiting for a slot, in turn
-        self._quick_ready: deque[str] = deque()  # new lanes of quick mail: served first
         self._running: dict[str, asyncio.Task[None]] = {}
         self._held = 0
         self._room = asyncio.Event()
@@ -99,14 +95,11 @@ class Lanes(Generic[T]):
     def held(self) -> int:
         return self._held
 
-    def add(self, key: str, item: T, *, quick: bool = False) -> None:
-        """`quick` (protocol/quick.py: a WHICH, a WHATSUP): when its lane is new, it starts
-        ahead of the lanes waiting for a slot, on one of QUICK_EXTRA slots beyond `width`
-        if all are taken. In a lane already held it waits its turn, as any item does."""
+    def add(self, key: str, item: T) -> None:
         lane = self._lanes.get(key)
         if lane is None:
             self._lanes[key] = deque([item])
-            (self._quick_ready if quick else self._ready).append(key)
+            self._ready.append(key)
         else:
             lane.append(item)  # its turn comes when the lane's running item is done
         self._held += 1
@@ -135,9 +128,6 @@ class Lanes(Generic[T]):
         await self.finish()
 
     def _start(self) -> None:
-        while self._quick_ready and len(self._running) < self.width + QUICK_EXTRA and not self._ending():
-            key = self._quick_ready.popleft()
-            self._running[key] = asyncio.get_running_loop().create_task(self._turn(key))
         while self._ready and len(self._running) < self.width and not self._ending():
             key = self._ready.popleft()
             self._running[key] = asyncio.get_running_loop().create_task(self._turn(key))

@@ -22,7 +22,6 @@ from envelopay.errors import TransportError
 from envelopay.mail.maildir import Delivery, Pickup
 from envelopay.mail.transport import Transport
 from envelopay.node.lanes import Lanes, lane_of
-from envelopay.protocol.quick import is_quick_mail
 
 __all__ = ["MAIL_CONCURRENCY", "pump", "serve_call_replies", "serve_responders"]
 
@@ -73,7 +72,7 @@ async def pump(
                     delivery = await pickup.next(timeout=0.2)
                 except TimeoutError:
                     continue
-                lanes.add(lane_of(delivery.raw), delivery, quick=is_quick_mail(delivery.raw))
+                lanes.add(lane_of(delivery.raw), delivery)
             await lanes.finish()
         finally:
             await lanes.cancel()  # nothing left running after a stop; on cancellation, cancelled

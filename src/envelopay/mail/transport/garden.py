@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from envelopay.errors import TransportError, UsageError
 from envelopay.mail.transport import DeliveryRefused
 from envelopay.mail.transport.lmtp_client import DeliveryResult, Endpoint, LmtpClient, Refused, Reply, deliver
-from envelopay.protocol.quick import is_quick_mail
 
 __all__ = ["GardenEnvelope", "GardenPool", "GardenTransport"]
 
@@ -189,16 +188,13 @@ class GardenEnvelope:
 
 class GardenPool:
     """Several LMTP connections to the garden; a send takes a free one (each connection
-    carries one transaction at a time). Connections open on first use. `quick`, when
-    given, is a connection of its own for quick mail (protocol/quick.py: WHICH, METHODS,
-    WAIT, WHATSUP), so a discovery answer does not wait behind a burst's deliveries."""
+    carries one transaction at a time). Connections open on first use."""
 
-    def __init__(self, transports: Sequence[GardenTransport], quick: GardenTransport | None = None) -> None:
+    def __init__(self, transports: Sequence[GardenTransport]) -> None:
         if not transports:
             raise ValueError("a garden pool needs at least one connection")
         self.size = len(transports)
-        self._all = list(transports) + ([quick] if quick is not None else [])
-        self._quick = quick
+        self._all = list(transports)
         self._free: asyncio.Queue[GardenTransport] = asyncio.Queue()
         for t in transports:
             self._free.put_nowait(t)
@@ -211,9 +207,6 @@ class GardenPool:
         return self._all[0].open_envelope(sender=sender, recipient=recipient)
 
     async def send(self, raw: bytes, sender: str, recipient: str) -> None:
-        if self._quick is not None and is_quick_mail(raw):
-            await self._quick.send(raw, sender, recipient)  # one at a time: its own lock
-            return
         conn = await self._free.get()
         try:
             await conn.send(raw, sender, recipient)
