@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from envelopay.flows.diagram import markers, mermaid
 
-__all__ = ["START", "Row", "StateTable"]
+__all__ = ["START", "Row", "StateTable", "approval_rows"]
 
 START = "(call)"  # before the row exists: the call that makes it
 
@@ -25,6 +25,17 @@ class Row:
     state: str
     move: str
     new_state: str
+
+
+def approval_rows(hold: str, approve: str, reject: str) -> tuple[Row, ...]:
+    """An operator's approval, the same in both tables: a call a check held waits PENDING
+    for an operator, who approves it (APPROVED, then the table's own execution) or
+    rejects it (REJECTED, final)."""
+    return (
+        Row(START, hold, "PENDING"),
+        Row("PENDING", approve, "APPROVED"),
+        Row("PENDING", reject, "REJECTED"),
+    )
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from envelopay.enforcer.common.state_table import START, Row, StateTable
+from envelopay.enforcer.common.state_table import START, Row, StateTable, approval_rows
 
 __all__ = ["SENDS", "SendMove"]
 
@@ -28,10 +28,8 @@ SENDS = StateTable(
     "send-states",
     (
         Row(START, SendMove.SEND, "SENT"),
-        Row(START, SendMove.HOLD, "PENDING"),
         Row(START, SendMove.FAIL_NOW, "FAILED"),
-        Row("PENDING", SendMove.APPROVE, "APPROVED"),
-        Row("PENDING", SendMove.REJECT, "REJECTED"),
+        *approval_rows(SendMove.HOLD, SendMove.APPROVE, SendMove.REJECT),
         Row("APPROVED", SendMove.RECLAIM, "APPROVED"),
         Row("APPROVED", SendMove.DELIVER, "SENT"),
         Row("APPROVED", SendMove.FAIL, "FAILED"),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from envelopay.enforcer.common.state_table import START, Row, StateTable
+from envelopay.enforcer.common.state_table import START, Row, StateTable, approval_rows
 
 __all__ = ["DRIVEN", "INTENTS", "Move"]
 
@@ -31,10 +31,8 @@ class Move(StrEnum):
 INTENTS = StateTable(
     "intent-states",
     (
-        Row(START, Move.HOLD, "PENDING"),
         Row(START, Move.RESERVE, "RESERVED"),
-        Row("PENDING", Move.APPROVE, "APPROVED"),
-        Row("PENDING", Move.REJECT, "REJECTED"),
+        *approval_rows(Move.HOLD, Move.APPROVE, Move.REJECT),
         Row("APPROVED", Move.CLAIM, "RESERVED"),
         Row("RESERVED", Move.SIGN_BROADCAST, "BROADCAST"),
         Row("RESERVED", Move.SIGN, "SIGNED"),
