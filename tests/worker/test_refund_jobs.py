@@ -89,6 +89,10 @@ async def _paid_order(w: DemoWorld, name: str, chain: str) -> tuple[str, str]:
     return out.flow_id, bflow
 
 
+def _no_flow(flow: str) -> FlowRecord:
+    raise AssertionError(f"no flow {flow}")
+
+
 async def _job_in(w: DemoWorld, flow: str, *states: str) -> Job:
     async with asyncio.timeout(60):
         while True:
@@ -143,6 +147,11 @@ async def test_a_held_job_waits_for_the_operator_who_refunds_it_once(served: Ser
     assert _oopses(w, flow) == [] and _balance(w, chain) == before - PRICE  # no answer, no refund yet
     again = retry_job(served.cfg, job.job_id, datetime.now(UTC))  # the operator retries: it fails again
     assert again.done and again.job.state == "queued"
+    order = (w.worker.store.get_flow(flow) or _no_flow(flow)).data["order"]
+    told = w.worker.store.outbox_get(f"<wait.{job.job_id}.queued.r1.0@{served.cfg.agent.domain}>")
+    # The buyer's ORDER named `status` (a node speaks it by default): the retry told it `queued`.
+    assert "status" in order.get("extensions", []) and told is not None
+    assert told.outbound.recipient == job.peer and told.outbound.message.type == "wait"
     job = await _job_in(w, flow, "held")
     assert job.attempts >= 1 and _oopses(w, flow) == []
     act = await refund_job(served.cfg, job.job_id, datetime.now(UTC))

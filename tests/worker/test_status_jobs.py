@@ -6,6 +6,7 @@ name it hears nothing but the FULFILL (SPEC.md "Status while working")."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
@@ -15,7 +16,8 @@ from pydantic import BaseModel, ConfigDict
 from tests.worker import _jobs_kit as jk
 
 from envelopay.engine import Engine
-from envelopay.ledger.jobs import Job
+from envelopay.engine.outcome import Sent
+from envelopay.ledger.jobs import Job, JobMove, JobRound, requeue
 from envelopay.ledger.store import Store
 from envelopay.node.job_admin import retry_held
 from envelopay.protocol.compose import compose
@@ -23,7 +25,7 @@ from envelopay.protocol.messages import Fulfill, Order, Wait, Whatsup
 from envelopay.protocol.parse import ParseOptions, parse
 from envelopay.testing import mock_rail as k
 from envelopay.testing.mock_worker import WorkerApp
-from envelopay.worker.status import tell_job
+from envelopay.worker.status import tell_job, wait_commit
 
 SPEAKS = partial(parse, options=ParseOptions(extensions=frozenset({"status"})))
 
@@ -141,9 +143,11 @@ async def _deliver(engines: dict[str, Engine]) -> list[Any]:
     return outcomes
 
 
-async def test_a_retried_round_is_told_again(store: Store) -> None:
-    """`jobs retry` starts the attempts over; the retried round's WAITs are new mail (the
-    round is in their Message-ID), so the buyer hears `running` and `held` once per round."""
+async def _retry_world(
+    store: Store, oid: str, *, status: bool = True
+) -> tuple[Engine, dict[str, Engine], Sent, Job]:
+    """A worker whose task always fails under `hold`, a buyer (both speak `status`) and
+    the buyer's prepaid ORDER, naming `status` or not, delivered and taken on: its job."""
     cfg = jk.config(jk.task("boomer", "tests.worker._jobs_kit:boom", price="100", on_failure="hold"))
     rail = k.DictRail()
     engine = jk.worker(store, cfg, rail, parser=SPEAKS)
@@ -151,33 +155,84 @@ async def test_a_retried_round_is_told_again(store: Store) -> None:
     buyer = Engine(store, address=k.BUYER, domain="client.test", rails={k.CHAIN: buyer_rail},
                    app=WorkerApp(buyer_rail, wallet="W-payer"), parser=SPEAKS)
     engines = {k.WORKER: engine, k.BUYER: buyer}
-    sent = await buyer.send(jk.prepaid(rail, "ord_r", "txr", name="boomer", amount=100), k.WORKER)
+    order = jk.prepaid(rail, oid, f"tx_{oid}", name="boomer", amount=100)
+    if not status:  # a strict buyer's ORDER: no `extensions` (the worker still speaks it)
+        buyer.settings.extensions = frozenset()
+    sent = await buyer.send(order, k.WORKER)
     [taken] = await _deliver(engines)
-    job = store.job_for_flow(taken.flow_id or "")
-    assert job is not None and job.paid
+    assert taken.status == "processed", taken
+    return engine, engines, sent, _job_of(store, taken.flow_id or "")
 
-    def now_job() -> Job:
-        now = store.job_get(job.job_id)
-        assert isinstance(now, Job)
-        return now
 
-    async def held_in_round(n: int) -> list[Any]:
-        async with jk.running(jk.runner(engine)):
-            await _until(lambda: (now_job().state, len(now_job().rounds)) == ("held", n))
-        return await _deliver(engines)
+def _job_of(store: Store, flow_id: str) -> Job:
+    job = store.job_for_flow(flow_id)
+    assert isinstance(job, Job)
+    return job
 
-    first = await held_in_round(0)
-    assert retry_held(store, job.job_id, datetime.now(UTC)).done
-    second = await held_in_round(1)
-    assert all(o.status == "processed" and o.flow_id == sent.flow_id for o in first + second), first + second
+
+async def _held_in_round(store: Store, engines: dict[str, Engine], job_id: str, n: int) -> list[Any]:
+    """Run the worker's runner until the job is held in round `n`; deliver what it told."""
+
+    def held() -> bool:
+        job = store.job_get(job_id)
+        return job is not None and (job.state, len(job.rounds)) == ("held", n)
+
+    async with jk.running(jk.runner(engines[k.WORKER])):
+        await _until(held)
+    return await _deliver(engines)
+
+
+async def test_a_retried_round_is_told_again(store: Store) -> None:
+    """`jobs retry` starts the attempts over and tells `queued` for the new round in the
+    requeue's own commit; the retried round's WAITs are new mail (the round is in their
+    Message-ID), so the buyer hears queued, running and held once per round."""
+    engine, engines, sent, job = await _retry_world(store, "ord_r")
+    assert job.paid
+    first = await _held_in_round(store, engines, job.job_id, 0)
+    assert retry_held(store, job.job_id, datetime.now(UTC), engine).done
+    requeued = store.job_get(job.job_id)
+    assert requeued is not None and (requeued.state, requeued.attempts) == ("queued", 0)
+    told = await _deliver(engines)  # the retry's WAIT, before any runner took the job again
+    second = await _held_in_round(store, engines, job.job_id, 1)
+    everything = first + told + second
+    assert all(o.status == "processed" and o.flow_id == sent.flow_id for o in everything), everything
     heard = [(e.type, e.message_id) for e in store.flow_log(sent.flow_id) if e.direction == "in"]
-    assert [t for t, _ in heard] == ["wait"] * 5  # queued, running, held; running, held again
+    assert [t for t, _ in heard] == ["wait"] * 6  # queued, running, held; queued, running, held again
     ids = [m for _, m in heard]
-    assert len(set(ids)) == 5 and sum(".r1." in (m or "") for m in ids) == 2, ids
-    waits = [m for m in _out(store, taken.flow_id or "") if isinstance(m, Wait)]
-    assert [w.state for w in waits] == ["queued", "running", "held", "running", "held"]
-    assert len({w.id for w in waits}) == 5
-    assert "held" not in waits[3].at  # the retried round's times are its own
+    assert len(set(ids)) == 6 and sum(".r1." in (m or "") for m in ids) == 3, ids
+    assert ids[3] == f"<wait.{job.job_id}.queued.r1.0@{engine.domain}>"
+    waits = [m for m in _out(store, job.flow_id) if isinstance(m, Wait)]
+    assert [w.state for w in waits] == ["queued", "running", "held", "queued", "running", "held"]
+    assert len({w.id for w in waits}) == 6
+    assert set(waits[3].at) == {"queued"} and "held" not in waits[4].at  # the retried round's times
     # Within a round the id is stable: telling the same state again writes nothing.
-    assert tell_job(engine, now_job(), "held") is None
+    assert tell_job(engine, _job_of(store, job.flow_id), "held") is None
     assert await _deliver(engines) == []
+
+
+async def test_a_retry_tells_a_strict_buyer_nothing(store: Store) -> None:
+    """A buyer whose ORDER did not name `status` gets no WAIT from the retry (nor from the
+    runner): the job is queued again all the same."""
+    engine, engines, _, job = await _retry_world(store, "ord_q", status=False)
+    await _held_in_round(store, engines, job.job_id, 0)
+    act = retry_held(store, job.job_id, datetime.now(UTC), engine)
+    assert act.done and act.job.state == "queued" and len(act.job.rounds) == 1
+    assert await _deliver(engines) == []
+    assert _out(store, job.flow_id) == []  # held: unanswered; nothing told
+
+
+async def test_a_retry_that_loses_the_race_tells_nothing(store: Store) -> None:
+    """The WAIT and the requeue are one commit: built from a held job that another hand
+    moved on meanwhile (here, to refunding), it writes neither."""
+    engine, engines, _, job = await _retry_world(store, "ord_l")
+    await _held_in_round(store, engines, job.job_id, 0)
+    stale = _job_of(store, job.flow_id)
+    now = datetime.now(UTC)
+    assert store.job_move(JobMove(job.job_id, ("held",), "refunding", now))
+    move = requeue(stale, now)
+    after = replace(stale, state="queued", attempts=0, at={"queued": now},
+                    rounds=tuple(JobRound.from_doc(d) for d in move.fields["rounds"]))
+    commit = wait_commit(engine, after, "queued", now, move)
+    assert commit is not None and store.commit_step(commit) == "lost"
+    assert store.outbox_get(str(commit.outcome["message_id"])) is None
+    assert _job_of(store, job.flow_id).state == "refunding"

@@ -1,7 +1,9 @@
 """The operator's hand on a worker's jobs (`envelopay jobs list|refund|retry`, SPEC.md
 "Refunds"): a paid job that failed under the task policy `hold` waits, unanswered, until
 the operator refunds it (the buyer gets OOPS task_failed with the refund) or retries it
-(queued again: the serving worker's runner takes it, and FULFILL goes out if it succeeds).
+(queued again: the serving worker's runner takes it, and FULFILL goes out if it succeeds;
+a buyer whose ORDER named `status` is told `queued` for the new round, in the requeue's
+own commit).
 
 Both act through the ledger's conditional job moves, so two operators (or an operator and
 the runner) never act twice on one job; the refund itself is the worker's Refunder, keyed
@@ -11,20 +13,21 @@ the runner) never act twice on one job; the refund itself is the worker's Refund
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from envelopay.config import WorkerConfig
 from envelopay.errors import ConfigError, UsageError
-from envelopay.ledger.jobs import Job, JobMove, requeue
+from envelopay.ledger.jobs import Job, JobMove, JobRound, requeue
 from envelopay.ledger.store import Store
 from envelopay.node.agent_node import build_node, open_store
 from envelopay.worker.app import WorkerApplication
 from envelopay.worker.refund_policy import RefundOnFailure
 from envelopay.worker.runner import settle_job
+from envelopay.worker.status import Teller, wait_commit
 
 __all__ = ["JobAct", "job_doc", "list_jobs", "refund_job", "retry_held", "retry_job"]
 
@@ -106,20 +109,44 @@ async def _settled(store: Store, job_id: str, job: Job, wait: float = 30.0) -> J
     return job
 
 
+class _Teller:
+    """What telling a WAIT reads of a worker (worker/status.py `Teller`), from its config:
+    the CLI retries without building the node (no transport, no rails)."""
+
+    def __init__(self, store: Store, cfg: WorkerConfig, now: datetime) -> None:
+        self.store = store
+        self.address = cfg.agent.address.lower()  # as the engine keeps it
+        self.domain = cfg.agent.domain
+        self.extensions = frozenset[str](cfg.agent.extensions)
+        self.clock: Callable[[], datetime] = lambda: now
+
+
 def retry_job(cfg: WorkerConfig, job_id: str, now: datetime) -> JobAct:
-    """Queue a held job again with fresh attempts: the serving worker's runner runs it."""
+    """Queue a held job again with fresh attempts: the serving worker's runner runs it,
+    and its outbox drain sends the `queued` WAIT (when there is one) on its next round."""
     store = open_store(cfg.agent.ledger, Path(cfg.base_dir))
     try:
-        return retry_held(store, job_id, now)
+        return retry_held(store, job_id, now, _Teller(store, cfg, now))
     finally:
         store.close()
 
 
-def retry_held(store: Store, job_id: str, now: datetime) -> JobAct:
+def _requeued(held: Job, move: JobMove) -> Job:
+    """`held` as the requeue `move` leaves it (what its WAIT says and is named by)."""
+    rounds = tuple(JobRound.from_doc(d) for d in move.fields["rounds"])
+    return replace(held, state=move.to, attempts=0, rounds=rounds, at={move.to: move.now},
+                   updated_at=move.now)
+
+
+def retry_held(store: Store, job_id: str, now: datetime, teller: Teller | None = None) -> JobAct:
     """`retry_job` on an open ledger: the round of attempts the job ends is kept with it
-    (`rounds`), so `jobs list` still shows when the first attempt ran and how it ended."""
+    (`rounds`), so `jobs list` still shows when the first attempt ran and how it ended.
+    With `teller` (the worker), a buyer that asked to hear is told `queued` for the new
+    round in the move's own commit: a crash neither requeues untold nor tells twice."""
     held = _held(store.job_get(job_id), job_id, "retried")
-    moved = store.job_move(requeue(held, now))
+    move = requeue(held, now)
+    told = wait_commit(teller, _requeued(held, move), "queued", now, move) if teller is not None else None
+    moved = store.commit_step(told) == "ok" if told is not None else store.job_move(move)
     job = store.job_get(job_id)
     assert job is not None
     return JobAct(job, moved, "" if moved else "the job moved on meanwhile")
