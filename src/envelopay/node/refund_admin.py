@@ -6,7 +6,9 @@ instead (`envelopay jobs refund JOB`), so the buyer is told once, with the job.
 
 A retry is the worker's Refunder asked again with the row's own terms: the refunds table
 keys it, so it pays at most once however often it is asked (a row in doubt is asked of
-the chain first; a row another live process is paying answers `pending`).
+the chain first; a row another live process is paying answers `pending`). A retry that
+pays sends the buyer nothing (SPEC.md "Refunds not paid": no message of the protocol says
+a refund paid after the answer; the operator passes the proof on).
 """
 
 from __future__ import annotations
