@@ -88,21 +88,30 @@ class OutboxCallsMixin(SqlBase):
         """Claim the due rows for `owner` until `lease_until`, in one conditional UPDATE:
         a row is claimable when pending, due, and not under another live claim, and no
         earlier row of its flow is under another drainer's live claim (a flow's rows
-        go out in order). Two drainers never hold one row at once."""
+        go out in order). Two drainers never hold one row at once; at most `limit` rows.
+
+        The rows are picked in a MATERIALIZED CTE, not in `seq IN (SELECT ... LIMIT ?
+        FOR UPDATE SKIP LOCKED)`: PostgreSQL may plan that IN as a semi-join whose inner
+        side is rescanned per outer row, and each rescan locks the next unlocked rows, so
+        one UPDATE claimed many times `limit` under concurrency
+        (tests/ledger/test_outbox_claim_race.py). A materialized CTE runs once. SQLite never
+        had the issue (one writer at a time, and an uncorrelated IN list is built once);
+        it reads the same statement (MATERIALIZED since 3.35)."""
         n = self.t(now)
         with self.write() as x:
             rows = x.all(
-                "UPDATE ep_outbox SET claimed_by = ?, claim_until = ?"
-                " WHERE status = 'pending' AND (next_attempt IS NULL OR next_attempt <= ?)"
-                " AND (claim_until IS NULL OR claim_until <= ? OR claimed_by = ?)"
-                " AND seq IN (SELECT o.seq FROM ep_outbox o"
+                "WITH picked AS MATERIALIZED (SELECT o.seq FROM ep_outbox o"
                 " WHERE o.status = 'pending' AND (o.next_attempt IS NULL OR o.next_attempt <= ?)"
                 " AND (o.claim_until IS NULL OR o.claim_until <= ? OR o.claimed_by = ?)"
                 " AND NOT EXISTS (SELECT 1 FROM ep_outbox e WHERE e.flow_id = o.flow_id AND e.seq < o.seq"
                 " AND e.status = 'pending' AND e.claimed_by <> ? AND e.claim_until > ?)"
                 f" ORDER BY o.seq LIMIT ?{self.skip_locked})"
+                " UPDATE ep_outbox SET claimed_by = ?, claim_until = ?"
+                " WHERE seq IN (SELECT seq FROM picked) AND status = 'pending'"
+                " AND (next_attempt IS NULL OR next_attempt <= ?)"
+                " AND (claim_until IS NULL OR claim_until <= ? OR claimed_by = ?)"
                 f" RETURNING {_OUTBOX_COLS}, seq",
-                (owner, self.t(lease_until), n, n, owner, n, n, owner, owner, n, limit),
+                (n, n, owner, owner, n, limit, owner, self.t(lease_until), n, n, owner),
             )
         rows.sort(key=lambda r: int(r["seq"]))
         return [self._outbox(r) for r in rows]
