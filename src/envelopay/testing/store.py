@@ -33,6 +33,7 @@ from envelopay.protocol.messages import Invoice, Oops, OopsError
 from envelopay.protocol.outbound import Outbound
 from envelopay.testing.kit import run_checks
 from envelopay.testing.store_jobs import JOB_CHECKS
+from envelopay.testing.store_outbox import OUTBOX_CHECKS
 
 __all__ = ["CHECKS", "check_store"]
 
@@ -450,6 +451,7 @@ CHECKS: tuple[Callable[[Callable[[], Store]], None], ...] = (
     check_refs_and_thread,
     check_outbox,
     check_held_outbox,
+    *OUTBOX_CHECKS,
     check_answers,
     check_log,
     check_calls,

@@ -1,0 +1,48 @@
+"""The kit's outbox_claim_one check fails a store that breaks the claim's rules (the kit
+itself runs on both backends in test_store.py)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from envelopay.ledger.sqlite import SqliteStore
+from envelopay.ledger.store import OutboxRow
+from envelopay.testing.store import check_store
+
+
+class Eager(SqliteStore):
+    """Hands out any pending row: no claim, no flow order, no due time."""
+
+    def outbox_claim_one(
+        self, message_id: str, owner: str, now: datetime, lease_until: datetime
+    ) -> OutboxRow | None:
+        row = self.outbox_get(message_id)
+        return row if row is not None and row.status == "pending" else None
+
+
+class Reentrant(SqliteStore):
+    """Lets an owner claim again a row it already holds (a drain of its own may be
+    sending it)."""
+
+    def outbox_claim_one(
+        self, message_id: str, owner: str, now: datetime, lease_until: datetime
+    ) -> OutboxRow | None:
+        self.outbox_release(message_id, owner)
+        return super().outbox_claim_one(message_id, owner, now, lease_until)
+
+
+@pytest.mark.parametrize("broken", [Eager, Reentrant])
+def test_kit_fails_a_broken_claim_one(tmp_path: Path, broken: type[SqliteStore]) -> None:
+    made: list[SqliteStore] = []
+
+    def factory() -> SqliteStore:
+        made.append(broken(tmp_path / f"l{len(made)}.db"))
+        return made[-1]
+
+    with pytest.raises(AssertionError, match="check_outbox_claim_one"):
+        check_store(factory)
+    for s in made:
+        s.close()
