@@ -170,6 +170,12 @@ def table(
     from rich.table import Table
 
     cells = [tuple(row) for row in rows]
+    console = Console(soft_wrap=False, width=width) if width is not None else Console()
+    if cells and _natural_width(columns, cells) > console.width:
+        # Narrower than the table (an 80-column terminal, a pipe): one block per row, each
+        # value whole on its own line, instead of columns folded to a few letters each.
+        _cards(columns, cells, title)
+        return
     out = Table(title=title)
     for i, col in enumerate(columns):
         if col in whole:
@@ -181,11 +187,34 @@ def table(
             out.add_column(col)
     for row in cells:
         out.add_row(*row)
-    count = len(cells)
-    console = Console(soft_wrap=False, width=width) if width is not None else Console()
     console.print(out)
-    if empty is not None and count == 0:
+    if empty is not None and not cells:
         console.print(empty)
+
+
+def _natural_width(columns: Sequence[str], cells: Sequence[tuple[str, ...]]) -> int:
+    """The table's width with no cell folded: each column's widest line, rich's borders
+    and padding (three characters a column, and one)."""
+    widest = [max([len(col), *(max(map(len, row[i].splitlines() or [""])) for row in cells)])
+              for i, col in enumerate(columns)]
+    return sum(widest) + 3 * len(columns) + 1
+
+
+def _cards(columns: Sequence[str], cells: Sequence[tuple[str, ...]], title: str | None) -> None:
+    """Each row as a block: its first cell (the id a person copies), then `NAME  value` lines."""
+    if title:
+        typer.echo(title)
+    label = max(len(col) for col in columns[1:]) if len(columns) > 1 else 0
+    for n, row in enumerate(cells):
+        if n:
+            typer.echo("")
+        typer.echo(row[0])
+        for col, value in zip(columns[1:], row[1:], strict=True):
+            if value:
+                lines = value.splitlines() or [""]
+                typer.echo(f"  {col.ljust(label)}  {lines[0]}")
+                for more in lines[1:]:
+                    typer.echo(f"  {' ' * label}  {more}")
 
 
 def next_page(token: str | None, command: str) -> None:
