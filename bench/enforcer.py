@@ -30,14 +30,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from enforcer_payments import bench_payments  # the spend enforcer's figures (issue 14)
+
 from envelopay.enforcer.send.backends import PostgresStore, SqliteStore
 from envelopay.enforcer.send.enforcer import Enforcer
 from envelopay.enforcer.send.store import EnforcerStore
 from envelopay.mail.transport.smtp import SmtpConfig
 from envelopay.mail.transport.submission import SmtpTransport
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from enforcer_payments import bench_payments  # the spend enforcer's figures (issue 14)
 
 PG_BASE = os.environ.get("ENVELOPAY_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 

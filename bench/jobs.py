@@ -35,16 +35,13 @@ import contextlib
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _role import RoleProcess
+from pydantic import BaseModel, ConfigDict
 from worker import (
     _agent_config,
     _rpc_rail,

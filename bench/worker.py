@@ -515,8 +515,7 @@ def main() -> None:
     if PROFILE:
         PROFILE.mkdir(parents=True, exist_ok=True)
     if args.devnet:
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from devnet_worker import run as run_devnet
+        from devnet_worker import run as run_devnet  # beside this script (sys.path[0])
 
         flows = args.flows if "--flows" in sys.argv else 40
         run_devnet(flows, args.concurrency)
