@@ -49,6 +49,39 @@ def _run_as() -> tuple[str, str, list[str]]:
     return me.pw_name, grp.getgrgid(me.pw_gid).gr_name, []
 
 
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of group `pgid` still runs (zombies hold no sockets; they don't count)."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # exited while we looked
+            continue
+        # Fields after the parenthesised command name: state, ppid, pgrp, ...
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+            return True
+    return False
+
+
+def _group_gone(pgid: int, timeout: float) -> bool:
+    """Wait up to `timeout` seconds for every process of group `pgid` to have exited."""
+    deadline = time.monotonic() + timeout
+    while _group_alive(pgid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
 @dataclass
 class Dovecot:
     """One Dovecot instance rooted at `root` (a directory the caller owns and removes)."""
@@ -226,6 +259,14 @@ service stats {{
             proc.wait(timeout=15)
         if proc.stderr:
             proc.stderr.close()
+        # The master is gone, but its children (auth, log, anvil...) may still be exiting
+        # and hold the listening sockets they inherited: a start now would find them
+        # answering and fail with "Socket already exists". Wait for the whole group.
+        if not _group_gone(proc.pid, 15):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            if not _group_gone(proc.pid, 15):
+                raise RuntimeError(f"dovecot processes of group {proc.pid} outlived SIGKILL")
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline and self._accepts(self.imap_port):
             time.sleep(0.02)
