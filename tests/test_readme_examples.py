@@ -12,13 +12,20 @@ Substitutions, and why: `envelopay` is this interpreter's `python -m envelopay.c
 `python` this interpreter (shims first on PATH: the venv a reader would have activated);
 HOME and the devnet's home are the test's own directory and the devnet's ports are left to
 the system ($ENVELOPAY_DEVNET_*_PORT=0), so concurrent runs do not meet; PYTHONUNBUFFERED=1,
-so a background service's "listening" line shows when it is printed. The one fixed port is
-the SMTP sink's (2587) in the mail example, since `mail reply --smtp` must be told it.
+so a background service's "listening" line shows when it is printed. The one port README
+fixes, the SMTP sink's (127.0.0.1:2587 in the mail example, since `mail reply --smtp` must be
+told it), becomes a port the system chose for this run: two runs at once (two checkouts,
+two helpers) would otherwise meet on it and one sink would fail to bind.
+
+A session's timeout guards against a hang, not against slowness: a scratch session is about
+fifty CLI processes (≈25 s on an idle machine) and a loaded 2-CPU machine stretches that
+several times, so the limits are far beyond any run that is merely slow.
 
 Every line is also parsed against the real CLI, `(syntax)` lines for their command path."""
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -92,10 +99,22 @@ def shell_env(tmp_path: Path) -> dict[str, str]:
     return rr.shell_env(tmp_path)
 
 
+SMTP_SINK = "127.0.0.1:2587"  # README's local SMTP sink (the mail example)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def _session(world: str, cwd: Path, env: dict[str, str], timeout: float) -> None:
     blocks = [b for b in rr.blocks() if b.world == world]
     assert blocks
-    ran = rr.run_session(rr.script(blocks), cwd, env, timeout)
+    text = rr.script(blocks)
+    if SMTP_SINK in text:  # the sink and the reply that uses it, on a port of this run's own
+        text = text.replace(SMTP_SINK, f"127.0.0.1:{_free_port()}")
+    ran = rr.run_session(text, cwd, env, timeout)
     if ran.timed_out:
         pytest.fail(f"the {world} session did not end in {timeout:g} s:\n{ran.out[-6000:]}")
     print(ran.out)  # the session, line by line with its start time (pytest -s shows it)
@@ -106,14 +125,14 @@ def test_scratch_blocks_run(tmp_path: Path, shell_env: dict[str, str]) -> None:
     where = tmp_path / "clone"
     where.mkdir()
     (where / "fixtures").symlink_to(rr.ROOT / "fixtures")
-    _session("scratch", where, shell_env, timeout=120)
+    _session("scratch", where, shell_env, timeout=900)
 
 
 def test_devnet_blocks_run(tmp_path: Path, shell_env: dict[str, str]) -> None:
     where = tmp_path / "work"
     where.mkdir()
     try:
-        _session("devnet", where, shell_env, timeout=240)
+        _session("devnet", where, shell_env, timeout=900)
     finally:
         rr.devnet_down(where, shell_env)
     assert not (tmp_path / "devnet" / "devnet.json").exists()
