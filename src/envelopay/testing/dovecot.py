@@ -261,8 +261,9 @@ service stats {{
             proc.stderr.close()
         # The master is gone, but its children (auth, log, anvil...) may still be exiting
         # and hold the listening sockets they inherited: a start now would find them
-        # answering and fail with "Socket already exists". Wait for the whole group.
-        if not _group_gone(proc.pid, 15):
+        # answering and fail with "Socket already exists". Wait for the whole group; the
+        # master already gave its children 5 s, so a straggler is stuck: kill it.
+        if not _group_gone(proc.pid, 5):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             if not _group_gone(proc.pid, 15):
