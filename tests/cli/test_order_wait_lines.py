@@ -21,6 +21,13 @@ def _lines(res: Result) -> list[str]:
     return res.output.splitlines()
 
 
+def _order(ccfg: Path, task: str, *flags: str) -> tuple[Result, list[str]]:
+    """`envelopay order WORKER --task TASK FLAGS`, done: its result and the lines a person reads."""
+    res = runner.invoke(app, ["order", WORKER, "--task", task, "-c", str(ccfg), *flags, "--timeout", "60"])
+    assert res.exit_code == 0, res.output
+    return res, _lines(res)
+
+
 def _at(lines: list[str], start: str) -> int:
     found = [i for i, line in enumerate(lines) if line.startswith(start)]
     assert len(found) == 1, (start, lines)
@@ -28,11 +35,7 @@ def _at(lines: list[str], start: str) -> int:
 
 
 def test_the_sent_line_comes_before_the_job_states(pair: tuple[Path, Path]) -> None:  # noqa: F811
-    _, ccfg = pair
-    task = '{"name": "digest", "text": "abc"}'
-    res = runner.invoke(app, ["order", WORKER, "--task", task, "-c", str(ccfg), "--wait", "--timeout", "60"])
-    assert res.exit_code == 0, res.output
-    lines = _lines(res)
+    res, lines = _order(pair[1], '{"name": "digest", "text": "abc"}', "--wait")
     sent, queued = _at(lines, "sent ORDER "), _at(lines, "job queued (")
     assert sent < queued < _at(lines, "job: queued") < _at(lines, "received FULFILL "), lines
     out = res.stdout.splitlines()
@@ -41,11 +44,8 @@ def test_the_sent_line_comes_before_the_job_states(pair: tuple[Path, Path]) -> N
 
 
 def test_order_pay_says_sent_pay_before_the_pays_job_states(pair_rpc: tuple[Path, Path]) -> None:  # noqa: F811
-    _, ccfg = pair_rpc
     task = '{"name": "word_count", "text": "one two three", "rail": "base-local/USDC"}'
-    res = runner.invoke(app, ["order", WORKER, "--task", task, "-c", str(ccfg), "--pay", "--timeout", "60"])
-    assert res.exit_code == 0, res.output
-    lines = _lines(res)
+    res, lines = _order(pair_rpc[1], task, "--pay")
     order, invoice = _at(lines, "sent ORDER "), _at(lines, "received INVOICE ")
     pay, paid, queued = _at(lines, "sent PAY "), _at(lines, "paid 0.25 USDC"), _at(lines, "job queued (")
     assert order < invoice < pay < paid < queued < _at(lines, "received FULFILL "), lines

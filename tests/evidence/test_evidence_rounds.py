@@ -12,27 +12,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from tests.worker._jobs_kit import job_in
+
 from envelopay.client.demo import PRICE, DemoWorld
 from envelopay.client.evidence import read_folder, write_evidence
 from envelopay.client.evidence_check import check_evidence
 from envelopay.client.evidence_manifest import MANIFEST, SEAL, sha256_hex
 from envelopay.config import config_from_dict
-from envelopay.ledger.jobs import Job
 from envelopay.node.job_admin import retry_held
 from envelopay.protocol.messages import Invoice, Order, Pay
 from envelopay.worker.app import WorkerApp, WorkerApplication
 from envelopay.worker.runner import JobRunner
 
 CHAIN = "solana-local"
-
-
-async def _job_in(w: DemoWorld, flow: str, state: str) -> Job:
-    async with asyncio.timeout(60):
-        while True:
-            job = w.worker.store.job_for_flow(flow)
-            if job is not None and job.state == state:
-                return job
-            await asyncio.sleep(0.05)
 
 
 async def _retried_and_fulfilled(w: DemoWorld, gate: Path) -> str:
@@ -57,11 +49,11 @@ async def _retried_and_fulfilled(w: DemoWorld, gate: Path) -> str:
         paid, _, _ = await w.exchange(Pay(id="p-gated", amount=inv.amount, token="USDC", chain=CHAIN,
                                           proof=proof, invoice_ref=inv.id), flow_id=bflow)
         flow = paid.flow_id or ""
-        held = await _job_in(w, flow, "held")
+        held = await job_in(w, flow, "held")
         gate.touch()
         assert retry_held(w.worker.store, held.job_id, datetime.now(UTC)).done
         runner.wake()
-        await _job_in(w, flow, "done")
+        await job_in(w, flow, "done")
         async with asyncio.timeout(60):
             while (w.worker.store.get_flow(flow) or paid).state != "fulfilled":
                 await asyncio.sleep(0.05)

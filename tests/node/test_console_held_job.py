@@ -9,12 +9,12 @@ import re
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-import httpx
+from tests.node._console_pages import console_pages
 
 from envelopay.client.views import flows_rows
 from envelopay.ledger.jobs import JobMove
 from envelopay.ledger.store import Commit, FlowRecord, FlowWrite, Store
-from envelopay.node.console import Console, start_console
+from envelopay.node.console import Console
 from envelopay.rails.amounts import no_decimals
 from envelopay.testing.store_jobs import sample_job
 
@@ -45,13 +45,7 @@ async def test_a_held_jobs_flow_reads_as_the_cli_prints_it(store: Store) -> None
     assert store.job_move(JobMove(sample_job(LOCAL, 2).job_id, ("queued",), "done", T0))
     cli = {row[0]: row[1] for row in flows_rows([held, done], {held.flow_id: "held", done.flow_id: "done"})}
     assert cli == {held.flow_id: "paid · job held", done.flow_id: "fulfilled"}
-    runner, url = await start_console(Console(store, LOCAL, no_decimals), "127.0.0.1", 0)
-    try:
-        async with httpx.AsyncClient() as http:
-            page = (await http.get(url)).text
-            shown = (await http.get(f"{url}/flows/{held.flow_id}")).text
-    finally:
-        await runner.cleanup()
+    page, shown = await console_pages(Console(store, LOCAL, no_decimals), "", f"/flows/{held.flow_id}")
     assert state_shown(page, held.flow_id) == cli[held.flow_id]
     assert state_shown(page, done.flow_id) == cli[done.flow_id]
     assert "state <b class='paid'>paid · job held</b>" in shown

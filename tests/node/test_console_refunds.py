@@ -5,27 +5,22 @@ ledger, LiteSVM and eth-tester, the job runner; the console over the worker's le
 
 from __future__ import annotations
 
-import httpx
-from tests.worker.test_refund_jobs import Served, _job_in, _paid_order, served  # noqa: F401  (fixture)
+from tests.node._console_pages import console_pages
+from tests.worker._jobs_kit import job_in
+from tests.worker.test_refund_jobs import Served, _paid_order, served  # noqa: F401  (fixture)
 
 from envelopay.client.demo import PRICE
-from envelopay.node.console import Console, start_console
+from envelopay.node.console import Console
 from envelopay.rails.amounts import asset_decimals, human_amount
 
 
 async def test_the_console_shows_the_refunded_job_and_its_refund(served: Served) -> None:  # noqa: F811
     w = served.w
     flow, _ = await _paid_order(w, "review", "solana-local")
-    job = await _job_in(w, flow, "refunded")
+    job = await job_in(w, flow, "refunded")
     node = w.worker
     console = Console(node.store, node.address, asset_decimals(node.engine.rails))
-    runner, url = await start_console(console, "127.0.0.1", 0)
-    try:
-        async with httpx.AsyncClient() as http:
-            page = (await http.get(url)).text
-            shown = (await http.get(f"{url}/flows/{flow}")).text
-    finally:
-        await runner.cleanup()
+    page, shown = await console_pages(console, "", f"/flows/{flow}")
     paid = f"{human_amount(PRICE, 6)} USDC"
     assert "id='jobs-refunded'>1<" in page and f"id='job-{job.job_id}'" in page
     row = page.split(f"id='job-{job.job_id}'", 1)[1].split("</tr>", 1)[0]

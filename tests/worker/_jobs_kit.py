@@ -106,3 +106,13 @@ def prepaid(rail: k.DictRail, oid: str, tx: str, name: str = "nap", amount: int 
     bound = k.bind(order, wallet=payer)
     assert isinstance(bound, Order)
     return bound
+
+
+async def job_in(world: Any, flow: str, *states: str, timeout: float = 60.0) -> Any:
+    """The worker's job for `flow` (a DemoWorld's worker) once it is in one of `states`."""
+    async with asyncio.timeout(timeout):
+        while True:
+            job = world.worker.store.job_for_flow(flow)
+            if job is not None and job.state in states:
+                return job
+            await asyncio.sleep(0.05)

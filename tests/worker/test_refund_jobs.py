@@ -13,10 +13,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from tests.worker._jobs_kit import job_in
 
 from envelopay.client.demo import PRICE, DemoWorld
 from envelopay.config import WorkerConfig, config_from_dict
-from envelopay.ledger.jobs import Job
 from envelopay.ledger.store import FlowRecord
 from envelopay.protocol.messages import Invoice, Order, Pay
 from envelopay.worker.app import WorkerApp, WorkerApplication
@@ -93,15 +93,6 @@ def _no_flow(flow: str) -> FlowRecord:
     raise AssertionError(f"no flow {flow}")
 
 
-async def _job_in(w: DemoWorld, flow: str, *states: str) -> Job:
-    async with asyncio.timeout(60):
-        while True:
-            job = w.worker.store.job_for_flow(flow)
-            if job is not None and job.state in states:
-                return job
-            await asyncio.sleep(0.05)
-
-
 async def _buyer_flow_in(w: DemoWorld, flow: str, state: str) -> FlowRecord:
     async with asyncio.timeout(30):
         while True:
@@ -123,7 +114,7 @@ async def test_failed_paid_work_is_refunded_and_the_oops_carries_the_refund(
     w = served.w
     before = _balance(w, chain)
     flow, bflow = await _paid_order(w, "review", chain)
-    job = await _job_in(w, flow, "refunded")
+    job = await job_in(w, flow, "refunded")
     assert _balance(w, chain) == before  # paid, then paid back
     [oops] = _oopses(w, flow)
     refund = oops["error"]["refund"]
@@ -143,7 +134,7 @@ async def test_a_held_job_waits_for_the_operator_who_refunds_it_once(served: Ser
     w, chain = served.w, "solana-local"
     before = _balance(w, chain)
     flow, _ = await _paid_order(w, "review_hold", chain)
-    job = await _job_in(w, flow, "held")
+    job = await job_in(w, flow, "held")
     assert _oopses(w, flow) == [] and _balance(w, chain) == before - PRICE  # no answer, no refund yet
     again = retry_job(served.cfg, job.job_id, datetime.now(UTC))  # the operator retries: it fails again
     assert again.done and again.job.state == "queued"
@@ -152,7 +143,7 @@ async def test_a_held_job_waits_for_the_operator_who_refunds_it_once(served: Ser
     # The buyer's ORDER named `status` (a node speaks it by default): the retry told it `queued`.
     assert "status" in order.get("extensions", []) and told is not None
     assert told.outbound.recipient == job.peer and told.outbound.message.type == "wait"
-    job = await _job_in(w, flow, "held")
+    job = await job_in(w, flow, "held")
     assert job.attempts >= 1 and _oopses(w, flow) == []
     act = await refund_job(served.cfg, job.job_id, datetime.now(UTC))
     assert act.done and act.job.state == "refunded"
@@ -189,7 +180,7 @@ async def test_show_flow_lists_the_refund_beside_the_payment_it_undid(served: Se
 
     w = served.w
     flow, bflow = await _paid_order(w, "review", "base-local")
-    await _job_in(w, flow, "refunded")
+    await job_in(w, flow, "refunded")
     rec = await _buyer_flow_in(w, bflow, "refunded")
     doc = show_doc(rec, w.buyer.store.flow_log(bflow))
     assert doc["flow"]["state"] == "refunded"
@@ -203,7 +194,7 @@ async def test_a_refund_the_rail_does_not_show_is_a_plain_oops_to_the_buyer(serv
 
     w, chain = served.w, "solana-local"
     flow, bflow = await _paid_order(w, "review_hold", chain)
-    await _job_in(w, flow, "held")
+    await job_in(w, flow, "held")
     mine = w.buyer.store.get_flow(bflow)
     assert mine is not None and mine.state == "paid"
     # A "refund" that names the buyer's own payment (to the worker, not to the buyer): not a refund.
@@ -229,7 +220,7 @@ async def test_one_transfer_is_the_refund_of_one_payment_only(served: Served) ->
     w, chain = served.w, "solana-local"
     flows = [await _paid_order(w, name, chain) for name in ("review_hold", "review_hold2")]
     for flow, _ in flows:
-        await _job_in(w, flow, "held")
+        await job_in(w, flow, "held")
     back = await w.pay(w.worker.engine.rails, chain, "USDC", PRICE, w.wallets["buyer_sol"])  # one transfer
     refund = {"chain": chain, "token": "USDC", "amount": str(PRICE), "wallet": w.wallets["buyer_sol"],
               "proof": back, "status": "paid", "reason": "task_failed"}
