@@ -22,6 +22,6 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     if request.param == "sqlite":
         s: Store = SqliteStore(tmp_path / "ledger.db")
     else:
-        s = PostgresStore(request.getfixturevalue("pg_dsn"), max_size=2)
+        s = PostgresStore(request.getfixturevalue("pg_dsn"), max_size=4)  # a job runner beside the test
     yield s
     s.close()

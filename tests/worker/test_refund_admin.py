@@ -5,9 +5,7 @@ Both ledgers, the LiteSVM chain."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,16 +21,6 @@ from envelopay.worker.refunds import Refunder, own_key_payer
 
 USDC = 1_000_000
 LOCAL = "worker@garden.local"
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def ledger(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqliteStore | PostgresStore]:
-    if request.param == "sqlite":
-        s: SqliteStore | PostgresStore = SqliteStore(tmp_path / "ledger.db")
-    else:
-        s = PostgresStore(request.getfixturevalue("pg_dsn"), max_size=2)
-    yield s
-    s.close()
 
 
 def _order(world: LocalWorld, to: str, key: str) -> RefundOrder:

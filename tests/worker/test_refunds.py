@@ -4,9 +4,8 @@ recovered by the next ask without a second transfer, and a refused one moves not
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,16 +24,6 @@ USDC = 1_000_000
 
 class Crash(Exception):
     """Stands for the process dying at a point (the SIGKILL test kills a real process)."""
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def ledger(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqliteStore | PostgresStore]:
-    if request.param == "sqlite":
-        s: SqliteStore | PostgresStore = SqliteStore(tmp_path / "ledger.db")
-    else:
-        s = PostgresStore(request.getfixturevalue("pg_dsn"), max_size=2)
-    yield s
-    s.close()
 
 
 @pytest.fixture(params=["solana", "base"])
