@@ -40,7 +40,7 @@ from envelopay.dkim.results import (
     summarize,
 )
 from envelopay.dkim.signing import CONTENT_HEADERS, FROZEN_HEADERS, DkimSigner, Signer, dkim_signer, sign
-from envelopay.dkim.verifying import from_address_of, from_domain_of, verify
+from envelopay.dkim.verifying import from_address_of, from_domain_of, load_verifier, verify
 
 __all__ = [
     "CONTENT_HEADERS",
@@ -64,6 +64,7 @@ __all__ = [
     "from_address_of",
     "from_domain_of",
     "is_proof_carrying",
+    "load_verifier",
     "relaxed_body",
     "relaxed_header",
     "resolver_dns",

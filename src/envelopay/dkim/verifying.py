@@ -82,6 +82,13 @@ async def _fetch_keys(names: list[str], dns: DnsLookup) -> dict[str, str | BaseE
     return dict(zip(names, fetched, strict=True))
 
 
+def load_verifier() -> None:
+    """Import what `verify` imports on first use (dkimpy, with dnspython and its HTTP
+    stack: ~0.1 s here). A serving node calls it before its first message, so that
+    message does not stall every other one on the event loop while modules load."""
+    import dkim  # noqa: F401
+
+
 async def verify(raw: bytes, *, dns: DnsLookup) -> DkimResult:
     """Verify every DKIM-Signature on `raw`; never raises for anything in the message."""
     # lazy: keeps dkim off this module's import

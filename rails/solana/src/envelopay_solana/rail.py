@@ -325,6 +325,11 @@ class SolanaRail:
                 raise RailError("not_final", f"{signature} not confirmed within {self._confirm_timeout}s")
             await asyncio.sleep(self._poll)
 
+    async def warm(self) -> None:
+        """Load now what the first verification would load (AgentNode.serve calls it)."""
+        if self.rpc is not None:
+            await self.rpc.warm()
+
     async def aclose(self) -> None:
         if self.rpc is not None:
             await self.rpc.aclose()
