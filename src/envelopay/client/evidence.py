@@ -8,6 +8,11 @@ PAY's proof with its on-chain verification — the payee's verdict as its ledger
 it, or, on the payer's side, a verification made now through the rail — each refund an
 OOPS carries with its verification made now (payer the worker, payee the buyer), the FULFILL's
 result hash, and the manifest (client/evidence_manifest.py) with every file's SHA-256.
+
+The worker's job record (its ledger's word: states and when, attempts, refund, earlier
+rounds) has one place per folder: inside result.json beside the FULFILL's hash when there
+is a FULFILL, else job.json — so a job that failed and was refunded, or waits held, still
+shows in the folder that it ran and how its money went back.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from envelopay.client.buyer import ClientApp
-from envelopay.client.evidence_manifest import FORMAT, MANIFEST, SEAL, canonical_json, sha256_hex
+from envelopay.client.evidence_manifest import FORMAT, JOB, MANIFEST, SEAL, canonical_json, sha256_hex
 from envelopay.config import WorkerConfig
 from envelopay.errors import TransportError, UsageError
 from envelopay.flows.core import payee_wallet
@@ -45,6 +50,7 @@ class EvidenceWritten:
     proofs: int
     result: bool
     missing: list[str] = field(default_factory=list)
+    job: bool = False  # job.json written: a job without a FULFILL
 
 
 @dataclass
@@ -205,6 +211,15 @@ def _add_result(folder: _Folder, entries: Sequence[LogEntry], job: Mapping[str, 
     })
 
 
+def _add_job(folder: _Folder, result: str | None, job: Mapping[str, Any] | None) -> str | None:
+    """job.json: the job's record when no FULFILL carries it in result.json."""
+    if result is not None or job is None:
+        return None
+    return folder.add_json(JOB, {
+        "job": dict(job),
+        "how": "the worker's job record as its ledger held it when this folder was written"})
+
+
 def _job(store: Store, flow_id: str) -> dict[str, Any] | None:
     """The worker's job for the flow (its result hash, its states and when), if it has one.
     `at` is this round's; `rounds` the earlier ones `jobs retry` ended (oldest first), so a
@@ -214,6 +229,7 @@ def _job(store: Store, flow_id: str) -> dict[str, Any] | None:
         return None
     return {"job_id": job.job_id, "task": job.task, "state": job.state, "attempts": job.attempts,
             "result_hash": job.result_hash, "refund": dict(job.refund) if job.refund is not None else None,
+            "error": job.error,
             "at": _times(job.times()), "rounds": [r.doc() for r in job.rounds]}
 
 
@@ -246,7 +262,9 @@ async def write_evidence(
     _add_mails(folder, log, rec, entries)
     await _add_proofs(folder, rec, entries, rails or {}, now)
     await _add_refunds(folder, rec, entries, rails or {}, now)
-    result = _add_result(folder, entries, job if job is not None else _job(store, flow_id))
+    record = job if job is not None else _job(store, flow_id)
+    result = _add_result(folder, entries, record)
+    job_file = _add_job(folder, result, record)
     manifest = {
         "format": FORMAT,
         "produced": {"by": rec.local, "side": rec.side, "at": now.isoformat()},
@@ -257,9 +275,11 @@ async def write_evidence(
         "mails": folder.mails, "proofs": folder.proofs, "result": result, "missing": folder.missing,
         "refunds": folder.refunds,
     }
+    if job_file is not None:  # absent otherwise: a folder with a FULFILL reads as before
+        manifest["job"] = job_file
     _write(out, folder, manifest)
     return EvidenceWritten(out, flow_id, len(folder.files) + 2, len(folder.mails), len(folder.proofs),
-                           result is not None, folder.missing)
+                           result is not None, folder.missing, job_file is not None)
 
 
 async def evidence_for(cfg: WorkerConfig, flow_id: str, out: Path, *, now: datetime) -> EvidenceWritten:

@@ -15,7 +15,11 @@ In order, the first failure ends the check with its reason:
                 transaction, wallet), paid back to the PAY's payer;
 6. result     — the FULFILL's result hashes to the recorded SHA-256; the job's earlier
                 rounds (`jobs retry`), when the folder has them, read as rounds
-                (`unreadable` if not; a folder without them reads as before).
+                (`unreadable` if not; a folder without them reads as before);
+7. job        — the worker's job record (result.json's `job`, or job.json when the flow
+                has a job but no FULFILL) reads as one (`unreadable` if not): read, not
+                proven — the worker's word, sealed with the folder. A folder written
+                before job.json existed has none, and reads as before.
 What is proven is then said from the signed mails: who asked, who paid how much and
 when, what was delivered down to the result's hash.
 """
@@ -295,6 +299,73 @@ def _result(files: Mapping[str, bytes], path: str, mails: list[Mail]) -> dict[st
     return said
 
 
+def _job_record(files: Mapping[str, bytes], manifest: Manifest) -> tuple[str, Any] | None:
+    """Where the folder keeps the job's record, and the record: one place (job.json, or
+    result.json beside the FULFILL); None when the folder has no job (the buyer's side)."""
+    if manifest.job is not None:
+        doc = _json_file(files, manifest.job)
+        if not isinstance(doc.get("job"), dict):
+            raise _Fail("unreadable", f"{manifest.job}: wants the job's record under job")
+        return manifest.job, doc["job"]
+    if manifest.result is not None:
+        job = _json_file(files, manifest.result).get("job")
+        return (manifest.result, job) if job is not None else None
+    return None
+
+
+def _job(path: str, job: Any, mails: list[Mail]) -> dict[str, Any]:
+    """The worker's job record as a claim: its id, task, state, attempts, times, error,
+    refund and earlier rounds, read (its shape checked), not proven — the worker's ledger's
+    word, sealed with the folder. Whether its refund's transaction is the one a signed OOPS
+    of the folder carries is said (`refund_in_oops`), not required: a folder written while
+    the refund was being paid has no OOPS yet."""
+    where = f"{path}: job"
+    if not isinstance(job, dict):
+        raise _Fail("unreadable", f"{where}: wants an object")
+    for key in ("job_id", "task", "state"):
+        if not isinstance(job.get(key), str) or not job[key]:
+            raise _Fail("unreadable", f"{where}.{key}: wants text")
+    attempts, at, refund = job.get("attempts", 0), job.get("at", {}), job.get("refund")
+    if type(attempts) is not int or attempts < 0:
+        raise _Fail("unreadable", f"{where}.attempts: wants a count")
+    if not isinstance(at, dict) or not all(isinstance(s, str) and _is_time(t) for s, t in at.items()):
+        raise _Fail("unreadable", f"{where}.at: wants each state's ISO 8601 time")
+    if refund is not None and not isinstance(refund, dict):
+        raise _Fail("unreadable", f"{where}.refund: wants an object")
+    for key in ("error", "result_hash"):
+        if job.get(key) is not None and not isinstance(job[key], str):
+            raise _Fail("unreadable", f"{where}.{key}: wants text")
+    said: dict[str, Any] = {
+        "file": path, "job_id": job["job_id"], "task": job["task"], "state": job["state"],
+        "attempts": attempts, "at": dict(at), "error": job.get("error"),
+        "result_hash": job.get("result_hash"),
+        "refund": dict(refund) if refund is not None else None,
+        "rounds": _rounds(path, job["rounds"]) if "rounds" in job else [],
+        "how": "the worker's job record, sealed with the folder: read, not proven",
+    }
+    told = refund.get("proof") if refund is not None else None
+    tx = told.get("tx", told.get("signature")) if isinstance(told, dict) else None
+    if tx is not None:
+        carried = [(_oops(m).get("refund") or {}).get("proof") for m in mails if m.entry.type == "oops"]
+        said["refund_in_oops"] = any(isinstance(c, dict) and _same(tx, c.get("tx", c.get("signature")))
+                                     for c in carried)
+    return said
+
+
+def _job_line(job: Mapping[str, Any]) -> str:
+    """The job.json record as a person reads it (result.json's says its rounds, as before)."""
+    line = (f"the job's record ({job['file']}, the worker's word sealed with the folder, read, not proven): "
+            f"{job['job_id']} (task {job['task']}) {job['state']} after {job['attempts']} attempt(s)"
+            f", {len(job['rounds'])} earlier round(s)")
+    when = job["at"].get(job["state"])
+    if when:
+        line += f", {job['state']} at {when}"
+    if "refund_in_oops" in job:
+        line += (", its refund the one a signed OOPS of the folder carries" if job["refund_in_oops"]
+                 else ", its refund carried by no signed OOPS of the folder")
+    return line
+
+
 def _rounds(path: str, rounds: Any) -> list[dict[str, Any]]:
     """The job's earlier rounds (`jobs retry`), as the worker's ledger recorded them: read,
     not proven (the worker's word, sealed with the folder). A folder written before rounds
@@ -361,12 +432,16 @@ def check_evidence(files: Mapping[str, bytes]) -> EvidenceReport:
         if delivered is not None and "job_rounds" in delivered:
             report.checked.append(f"the job's record reads, with {len(delivered['job_rounds'])} earlier "
                                   "round(s) of attempts")
+        record = _job_record(files, manifest)
+        job = _job(*record, mails) if record is not None else None
+        if job is not None and manifest.job is not None:
+            report.checked.append(_job_line(job))
     except _Fail as fail:
         report.reason, report.detail = fail.reason, fail.detail
         return report
     oops = [_oops(m) for m in mails if m.entry.type == "oops"]
     report.proven = {"flow": dict(manifest.flow), "asked": _asked(mails), "paid": paid,
-                     "delivered": delivered, "oops": oops, "refunded": refunded}
+                     "delivered": delivered, "oops": oops, "refunded": refunded, "job": job}
     report.ok = True
     return report
 

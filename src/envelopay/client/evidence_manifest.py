@@ -8,7 +8,9 @@ The folder (SPEC.md "Evidence"):
     mails/NN-TYPE-DIR.eml  each mail of the flow, bytes exactly as received or sent
     keys/NN.json         each DKIM key record as seen (name, record, source, first_seen)
     proofs/NN.json       each proof with its on-chain verification (a refund's: `refunds`)
-    result.json          the FULFILL's result hash (and the job's, when there is one)
+    result.json          the FULFILL's result hash (and the job's record, when there is one)
+    job.json             the job's record when the flow has a job but no FULFILL (failed and
+                         refunded, held, refunding): the worker's word, sealed like every file
 
 Reading never raises: a manifest is a `Manifest` or a `ManifestError` (a code and what is
 wrong), whatever the bytes.
@@ -27,6 +29,7 @@ from envelopay.protocol.outside_json import OutsideJsonError, loads
 
 __all__ = [
     "FORMAT",
+    "JOB",
     "MANIFEST",
     "SEAL",
     "MailEntry",
@@ -40,8 +43,9 @@ __all__ = [
 FORMAT = "envelopay-evidence/1"
 MANIFEST = "manifest.json"
 SEAL = "manifest.sha256"
-# A file name inside the folder: one of its three subfolders or result.json, no way out.
-_PATH = re.compile(r"(?:(?:mails|keys|proofs)/[A-Za-z0-9][A-Za-z0-9._-]{0,120}|result\.json)")
+JOB = "job.json"
+# A file name inside the folder: one of its three subfolders, result.json or job.json, no way out.
+_PATH = re.compile(r"(?:(?:mails|keys|proofs)/[A-Za-z0-9][A-Za-z0-9._-]{0,120}|result\.json|job\.json)")
 _HEX = re.compile(r"[0-9a-f]{64}")
 _MAX_FILES = 10_000
 
@@ -82,6 +86,7 @@ class Manifest:
     result: str | None
     missing: tuple[str, ...]
     refunds: tuple[str, ...] = ()  # the refunds' on-chain verifications, under proofs/ too
+    job: str | None = None  # job.json; None in a folder with a FULFILL, or written before job.json
 
 
 class _Bad(Exception):
@@ -149,7 +154,9 @@ def _manifest(doc: Any) -> Manifest:
     mails = tuple(_mail(m, i, files) for i, m in enumerate(_list(top.get("mails"), "mails")))
     proofs = tuple(_path(p, "proofs", files) for p in _list(top.get("proofs", []), "proofs"))
     refunds = tuple(_path(p, "refunds", files) for p in _list(top.get("refunds", []), "refunds"))
-    result = top.get("result")
+    result, job = top.get("result"), top.get("job")
+    if result is not None and job is not None:  # the job's record has one place: result.json when there
+        raise _Bad("job: a folder with a result keeps the job's record in it")
     missing = _list(top.get("missing", []), "missing")
     if not all(isinstance(x, str) for x in missing):
         raise _Bad("missing: wants strings")
@@ -157,7 +164,7 @@ def _manifest(doc: Any) -> Manifest:
         produced_by=_str(produced, "by", "produced"), produced_at=_str(produced, "at", "produced"),
         flow=flow_fields, files=files, mails=mails, proofs=proofs,
         result=None if result is None else _path(result, "result", files), missing=tuple(missing),
-        refunds=refunds,
+        refunds=refunds, job=None if job is None else _path(job, "job", files),
     )
 
 
