@@ -49,6 +49,41 @@ def test_serve_loads_the_dkim_verifier_before_any_message(tmp_path: Path) -> Non
     assert "before False" in out and "after True" in out, out
 
 
+SPEND_START = textwrap.dedent("""
+    import asyncio, sys
+    from pathlib import Path
+    from envelopay.dkim import table_dns
+    from envelopay.enforcer.send.enforcer import Enforcer
+    from envelopay.enforcer.service.launch import prepare
+    from envelopay.enforcer.service.spend_launch import prepare_spend, start_payments
+
+    home = Path(sys.argv[1])
+    (home / "inbox").mkdir(parents=True)
+    launch = prepare(db=f"sqlite:///{home}/e.db", token_file=home / "token", garden=str(home / "garden.sock"),
+                     smtp_host=None, smtp_port=587, smtp_security="starttls", smtp_user=None, dkim_key=None,
+                     dkim_selector="x", dkim_domain=None, env={})
+    spend = prepare_spend(vault_key_file=None, pay_rails=[], inbox_root=home / "inbox", dns=table_dns({}),
+                          env={})
+    assert spend is not None
+    print("before", "dkim" in sys.modules)
+
+    async def main() -> None:
+        await launch.store.open()
+        await start_payments(spend, Enforcer(launch.store, launch.transport, operator_token_hash="x"))
+        print("after", "dkim" in sys.modules)
+        await launch.store.close()
+
+    asyncio.run(main())
+""")
+
+
+def test_the_spend_enforcer_loads_the_verifier_when_it_checks_invoices(tmp_path: Path) -> None:
+    """Its first payment checks an INVOICE's DKIM: loaded at start, as the node does."""
+    out = subprocess.run([sys.executable, "-c", SPEND_START, str(tmp_path / "e")], capture_output=True,
+                         text=True, timeout=120, check=True).stdout.split("\n")
+    assert "before False" in out and "after True" in out, out
+
+
 def _aiohttp_rail() -> object:
     # Port 9 (discard) on loopback: nothing answers, and warming must not call it.
     return make("solana", {"backend": "rpc", "network": "local", "rpc_url": "http://127.0.0.1:9/",

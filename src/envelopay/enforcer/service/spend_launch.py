@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from envelopay.dkim import DnsLookup, resolver_dns
+from envelopay.dkim import DnsLookup, load_verifier, resolver_dns
 from envelopay.enforcer.send.enforcer import Enforcer
 from envelopay.enforcer.spend.invoices import MaildirInvoices
 from envelopay.enforcer.spend.payers import make_payers
@@ -69,6 +69,8 @@ def prepare_spend(
 
 
 async def start_payments(spend: SpendLaunch, enforcer: Enforcer) -> Payments:
+    if spend.dns is not None:  # INVOICEs are checked: load the verifier now, not at the first payment
+        load_verifier()  # (AgentNode.warm does the same for a serving node)
     store = PaymentStore(enforcer.store)
     await store.open()
     invoices = MaildirInvoices(spend.inbox_root) if spend.inbox_root is not None else None
