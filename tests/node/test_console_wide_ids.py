@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from tests._chromium import chromium
+from tests.node._console_pages import console_pages
 
 from envelopay.ledger.jobs import JobMove
 from envelopay.ledger.refunds import RefundBook, RefundOrder
@@ -73,3 +74,18 @@ async def test_the_console_fits_1200_px_with_long_ids(tmp_path: Path) -> None:
     finally:
         await runner.cleanup()
         store.close()
+
+
+async def test_a_short_id_stays_whole_and_a_long_one_may_wrap(tmp_path: Path) -> None:
+    """Only a long id's cell wraps anywhere: when every id cell did, a row wider than the
+    window let the table break short ones too ("word_coun|t", "buyer@garden.loc|al")."""
+    store = wide_ledger(tmp_path / "ledger.db")
+    short = replace(sample_job(LOCAL), flow_id="flow_short", job_id="job_short", peer="b@x.test",
+                    task="word_count", created_at=T0, updated_at=T0)
+    record = FlowRecord("flow_short", LOCAL, "b@x.test", "order", "payee", "paid", 0, {}, T0, T0)
+    assert store.commit_step(Commit(LOCAL, T0, {"status": "processed"}, flow=FlowWrite(record),
+                                    job_new=short)) == "ok"
+    (page,) = await console_pages(Console(store, LOCAL, no_decimals), "")
+    assert "<td class=''>word_count</td>" in page and "<td class=''>b@x.test</td>" in page
+    assert "<td class='id'>a_task_with_a_long_descriptive_name</td>" in page
+    assert f"<td class='id'>{PEER}</td>" in page

@@ -56,6 +56,17 @@ _ENV = Environment(
     trim_blocks=True, lstrip_blocks=True,
 )
 _FILTERS = ("peer", "kind", "state")
+_SHORT_ID = 24  # characters: an id this short stays whole (a task name, buyer@garden.local)
+
+
+def _idcls(value: object) -> str:
+    """The class of a cell holding an id: "id" (wraps anywhere, base.html) when it is long
+    enough to need it. Every cell wrapping anywhere let the table break short ones too
+    ("word_coun|t") whenever a row was wider than the window."""
+    return "id" if len(str(value)) > _SHORT_ID else ""
+
+
+_ENV.filters["idcls"] = _idcls
 
 
 @dataclass(slots=True)
