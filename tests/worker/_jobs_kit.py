@@ -10,17 +10,21 @@ import contextlib
 import os
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from envelopay.client.demo import PRICE
 from envelopay.config import WorkerConfig, config_from_dict
 from envelopay.engine import Engine
 from envelopay.ledger.store import Store
-from envelopay.protocol.messages import Order
+from envelopay.protocol.messages import Invoice, Order, Pay
 from envelopay.testing import mock_rail as k
 from envelopay.worker.app import WorkerApp, WorkerApplication
+from envelopay.worker.refund_policy import RefundOnFailure
+from envelopay.worker.refunds import refunder_for
 from envelopay.worker.runner import JobRunner
 from envelopay.worker.settle import FailurePolicy
 
@@ -116,3 +120,59 @@ async def job_in(world: Any, flow: str, *states: str, timeout: float = 60.0) -> 
             if job is not None and job.state in states:
                 return job
             await asyncio.sleep(0.05)
+
+
+@dataclass
+class Served:
+    w: Any  # the DemoWorld
+    cfg: WorkerConfig  # the worker's config as an operator's command (`jobs refund`) loads it
+    runner: JobRunner
+
+
+def _key(rail: Any) -> bytes:
+    kp = getattr(rail, "keypair", None)
+    return bytes(kp) if kp is not None else bytes(rail._key)
+
+
+@contextlib.asynccontextmanager
+async def failing_jobs(w: Any, *tasks: tuple[str, str]) -> AsyncIterator[Served]:
+    """A DemoWorld's worker taking paid orders as jobs of tasks that always fail
+    (tests/worker/_refund_tasks.py), each (name, on_failure): "refund" refunds at once,
+    "hold" waits held for the operator; its job runner runs while the block does."""
+    app = w.worker.engine.app
+    assert isinstance(app, WorkerApplication)
+    rails = w.worker.engine.rails
+    keys = {r.name: _key(r) for r in rails.values()}
+    doc = app.app.config.model_dump()
+    doc["tasks"] = [{"name": name, "handler": "tests.worker._refund_tasks:fail",
+                     "schema": "tests.worker._refund_tasks:Review", "price": str(PRICE),
+                     "on_failure": policy} for name, policy in tasks]
+    base = doc.pop("base_dir")
+    cfg = config_from_dict(doc, base_dir=base)
+    local = {"solana": w.sol, "base": w.base}
+    cfg = cfg.model_copy(update={"rails": {n: local[n].rail_options(k) for n, k in keys.items()}})
+    app.app = WorkerApp(cfg, rails=rails)
+    app.refunder = refunder_for(w.worker.store, rails=rails, keys=keys, owner="worker")
+    runner = JobRunner(w.worker.engine, app.app.tasks, policy=RefundOnFailure(app.refunder), poll=0.05,
+                       after_answer=w.worker.drain)
+    app.jobs, app.on_job = True, (lambda _job: runner.wake())
+    stop = asyncio.Event()
+    loop = asyncio.create_task(runner.run(stop))
+    try:
+        yield Served(w, cfg, runner)
+    finally:
+        stop.set()
+        await asyncio.wait_for(loop, 30)
+
+
+async def paid_order(w: Any, name: str, chain: str) -> tuple[str, str]:
+    """A DemoWorld's buyer ORDERs task `name`, is INVOICEd and PAYs on `chain`: (the
+    worker's flow id, the buyer's flow id)."""
+    task = {"name": name, "text": "x", "rail": f"{chain}/USDC"}
+    _, inv, bflow = await w.exchange(Order(id=f"o-{name}", task=task))
+    assert isinstance(inv, Invoice)
+    proof = await w.pay(w.buyer_rails, chain, "USDC", inv.amount, inv.wallet)
+    pay = Pay(id=f"p-{name}", amount=inv.amount, token="USDC", chain=chain, proof=proof, invoice_ref=inv.id)
+    out, _, _ = await w.exchange(pay, flow_id=bflow)
+    assert out.flow_id is not None
+    return out.flow_id, bflow

@@ -12,13 +12,12 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.worker._jobs_kit import job_in
+from tests.worker._jobs_kit import Served, failing_jobs, job_in, paid_order
 from typer.testing import CliRunner
 
 from envelopay.cli.app import app
@@ -26,74 +25,19 @@ from envelopay.client.demo import PRICE, DemoWorld
 from envelopay.client.evidence import read_folder, write_evidence
 from envelopay.client.evidence_check import EvidenceReport, check_evidence
 from envelopay.client.evidence_manifest import JOB, MANIFEST, SEAL, sha256_hex
-from envelopay.config import WorkerConfig, config_from_dict
 from envelopay.node.job_admin import refund_job, retry_held
-from envelopay.protocol.messages import Invoice, Order, Pay
-from envelopay.worker.app import WorkerApp, WorkerApplication
-from envelopay.worker.refund_policy import RefundOnFailure
-from envelopay.worker.refunds import refunder_for
-from envelopay.worker.runner import JobRunner
 
 CHAIN = "solana-local"
 cli = CliRunner()
-
-
-@dataclass
-class Served:
-    w: DemoWorld
-    cfg: WorkerConfig  # the worker's config as `envelopay jobs refund` loads it
-    runner: JobRunner
-
-
-def _key(rail: Any) -> bytes:
-    kp = getattr(rail, "keypair", None)
-    return bytes(kp) if kp is not None else bytes(rail._key)
-
-
-def _task(name: str, policy: str) -> dict[str, Any]:
-    return {"name": name, "handler": "tests.worker._refund_tasks:fail",
-            "schema": "tests.worker._refund_tasks:Review", "price": str(PRICE), "on_failure": policy}
 
 
 @pytest.fixture
 async def served(demo_world: DemoWorld) -> AsyncIterator[Served]:
     """The demo worker taking paid orders as jobs of a task that always fails: `review`
     refunds at once, `review_hold` waits held for the operator."""
-    w = demo_world
-    app = w.worker.engine.app
-    assert isinstance(app, WorkerApplication)
-    rails = w.worker.engine.rails
-    keys = {r.name: _key(r) for r in rails.values()}
-    doc = app.app.config.model_dump()
-    doc["tasks"] = [_task("review", "refund"), _task("review_hold", "hold")]
-    base = doc.pop("base_dir")
-    cfg = config_from_dict(doc, base_dir=base)
-    local = {"solana": w.sol, "base": w.base}
-    cfg = cfg.model_copy(update={"rails": {n: local[n].rail_options(k) for n, k in keys.items()}})
-    app.app = WorkerApp(cfg, rails=rails)
-    app.refunder = refunder_for(w.worker.store, rails=rails, keys=keys, owner="worker")
-    runner = JobRunner(w.worker.engine, app.app.tasks, policy=RefundOnFailure(app.refunder), poll=0.05,
-                       after_answer=w.worker.drain)
-    app.jobs, app.on_job = True, (lambda _job: runner.wake())
-    stop = asyncio.Event()
-    loop = asyncio.create_task(runner.run(stop))
-    try:
-        yield Served(w, cfg, runner)
-    finally:
-        stop.set()
-        await asyncio.wait_for(loop, 30)
+    async with failing_jobs(demo_world, ("review", "refund"), ("review_hold", "hold")) as served:
+        yield served
 
-
-async def _paid_order(w: DemoWorld, name: str) -> str:
-    """ORDER, INVOICE, PAY of task `name`: the worker's flow id."""
-    task = {"name": name, "text": "x", "rail": f"{CHAIN}/USDC"}
-    _, inv, bflow = await w.exchange(Order(id=f"o-{name}", task=task))
-    assert isinstance(inv, Invoice)
-    proof = await w.pay(w.buyer_rails, CHAIN, "USDC", inv.amount, inv.wallet)
-    pay = Pay(id=f"p-{name}", amount=inv.amount, token="USDC", chain=CHAIN, proof=proof, invoice_ref=inv.id)
-    out, _, _ = await w.exchange(pay, flow_id=bflow)
-    assert out.flow_id is not None
-    return out.flow_id
 
 
 async def _folder(w: DemoWorld, flow: str, out: Path) -> dict[str, bytes]:
@@ -157,7 +101,7 @@ def _assert_sealed(files: dict[str, bytes]) -> None:
 
 async def test_a_failed_and_refunded_job_s_folder_holds_its_record(served: Served, tmp_path: Path) -> None:
     w = served.w
-    flow = await _paid_order(w, "review")
+    flow = (await paid_order(w, "review", CHAIN))[0]
     job = await job_in(w, flow, "refunded")
     out = tmp_path / "ev"
     files = await _folder(w, flow, out)
@@ -183,7 +127,7 @@ async def test_a_failed_and_refunded_job_s_folder_holds_its_record(served: Serve
 
 async def test_a_held_job_s_folder_holds_its_record(served: Served, tmp_path: Path) -> None:
     w = served.w
-    flow = await _paid_order(w, "review_hold")
+    flow = (await paid_order(w, "review_hold", CHAIN))[0]
     job = await job_in(w, flow, "held")
     files = await _folder(w, flow, tmp_path / "ev")
     report = _verified(files)
@@ -197,7 +141,7 @@ async def test_a_held_job_s_folder_holds_its_record(served: Served, tmp_path: Pa
 
 async def test_a_retried_job_that_ended_refunded_lists_its_rounds(served: Served, tmp_path: Path) -> None:
     w = served.w
-    flow = await _paid_order(w, "review_hold")
+    flow = (await paid_order(w, "review_hold", CHAIN))[0]
     held = await job_in(w, flow, "held")
     # The operator retries (it fails again, held), then refunds it.
     assert retry_held(w.worker.store, held.job_id, datetime.now(UTC)).done

@@ -8,85 +8,32 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from tests.worker._jobs_kit import job_in
+from tests.worker._jobs_kit import Served, failing_jobs, job_in, paid_order
 
 from envelopay.client.demo import PRICE, DemoWorld
-from envelopay.config import WorkerConfig, config_from_dict
 from envelopay.ledger.store import FlowRecord
-from envelopay.protocol.messages import Invoice, Order, Pay
-from envelopay.worker.app import WorkerApp, WorkerApplication
-from envelopay.worker.refund_policy import RefundOnFailure
-from envelopay.worker.refunds import refunder_for
-from envelopay.worker.runner import JobRunner
 
 WALLET = {"solana-local": "buyer_sol", "base-local": "buyer_base"}
 
 
-def _key(rail: Any) -> bytes:
-    kp = getattr(rail, "keypair", None)
-    return bytes(kp) if kp is not None else bytes(rail._key)
 
-
-def _task(name: str, policy: str) -> dict[str, Any]:
-    return {"name": name, "handler": "tests.worker._refund_tasks:fail",
-            "schema": "tests.worker._refund_tasks:Review",
-            "price": str(PRICE), "on_failure": policy}
-
-
-@dataclass
-class Served:
-    w: DemoWorld
-    cfg: WorkerConfig  # the worker's config as an operator's command would load it
-    runner: JobRunner
 
 
 @pytest.fixture
 async def served(demo_world: DemoWorld) -> AsyncIterator[Served]:
-    w = demo_world
-    app = w.worker.engine.app
-    assert isinstance(app, WorkerApplication)
-    rails = w.worker.engine.rails
-    keys = {r.name: _key(r) for r in rails.values()}
-    doc = app.app.config.model_dump()
-    doc["tasks"] = [_task("review", "refund"), _task("review_hold", "hold"), _task("review_hold2", "hold")]
-    base = doc.pop("base_dir")
-    cfg = config_from_dict(doc, base_dir=base)
-    local = {"solana": w.sol, "base": w.base}
-    cfg = cfg.model_copy(update={"rails": {n: local[n].rail_options(k) for n, k in keys.items()}})
-    app.app = WorkerApp(cfg, rails=rails)
-    app.refunder = refunder_for(w.worker.store, rails=rails, keys=keys, owner="worker")
-    runner = JobRunner(w.worker.engine, app.app.tasks, policy=RefundOnFailure(app.refunder), poll=0.05,
-                       after_answer=w.worker.drain)
-    app.jobs, app.on_job = True, (lambda _job: runner.wake())
-    stop = asyncio.Event()
-    task = asyncio.create_task(runner.run(stop))
-    try:
-        yield Served(w, cfg, runner)
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 30)
+    tasks = (("review", "refund"), ("review_hold", "hold"), ("review_hold2", "hold"))
+    async with failing_jobs(demo_world, *tasks) as served:
+        yield served
 
 
 def _balance(w: DemoWorld, chain: str) -> int:
     world = w.sol if chain.startswith("solana") else w.base
     return world.usdc_balance(w.wallets[WALLET[chain]]) or 0
 
-
-async def _paid_order(w: DemoWorld, name: str, chain: str) -> tuple[str, str]:
-    """ORDER, INVOICE, PAY: (the worker's flow id, the buyer's flow id)."""
-    task = {"name": name, "text": "x", "rail": f"{chain}/USDC"}
-    _, inv, bflow = await w.exchange(Order(id=f"o-{name}", task=task))
-    assert isinstance(inv, Invoice)
-    proof = await w.pay(w.buyer_rails, chain, "USDC", inv.amount, inv.wallet)
-    pay = Pay(id=f"p-{name}", amount=inv.amount, token="USDC", chain=chain, proof=proof, invoice_ref=inv.id)
-    out, _, _ = await w.exchange(pay, flow_id=bflow)
-    assert out.flow_id is not None
-    return out.flow_id, bflow
 
 
 def _no_flow(flow: str) -> FlowRecord:
@@ -113,7 +60,7 @@ async def test_failed_paid_work_is_refunded_and_the_oops_carries_the_refund(
 ) -> None:
     w = served.w
     before = _balance(w, chain)
-    flow, bflow = await _paid_order(w, "review", chain)
+    flow, bflow = await paid_order(w, "review", chain)
     job = await job_in(w, flow, "refunded")
     assert _balance(w, chain) == before  # paid, then paid back
     [oops] = _oopses(w, flow)
@@ -133,7 +80,7 @@ async def test_a_held_job_waits_for_the_operator_who_refunds_it_once(served: Ser
 
     w, chain = served.w, "solana-local"
     before = _balance(w, chain)
-    flow, _ = await _paid_order(w, "review_hold", chain)
+    flow, _ = await paid_order(w, "review_hold", chain)
     job = await job_in(w, flow, "held")
     assert _oopses(w, flow) == [] and _balance(w, chain) == before - PRICE  # no answer, no refund yet
     again = retry_job(served.cfg, job.job_id, datetime.now(UTC))  # the operator retries: it fails again
@@ -179,7 +126,7 @@ async def test_show_flow_lists_the_refund_beside_the_payment_it_undid(served: Se
     from envelopay.client.views import show_doc
 
     w = served.w
-    flow, bflow = await _paid_order(w, "review", "base-local")
+    flow, bflow = await paid_order(w, "review", "base-local")
     await job_in(w, flow, "refunded")
     rec = await _buyer_flow_in(w, bflow, "refunded")
     doc = show_doc(rec, w.buyer.store.flow_log(bflow))
@@ -193,7 +140,7 @@ async def test_a_refund_the_rail_does_not_show_is_a_plain_oops_to_the_buyer(serv
     from envelopay.protocol.messages import Oops, OopsError
 
     w, chain = served.w, "solana-local"
-    flow, bflow = await _paid_order(w, "review_hold", chain)
+    flow, bflow = await paid_order(w, "review_hold", chain)
     await job_in(w, flow, "held")
     mine = w.buyer.store.get_flow(bflow)
     assert mine is not None and mine.state == "paid"
@@ -218,7 +165,7 @@ async def test_one_transfer_is_the_refund_of_one_payment_only(served: Served) ->
     from envelopay.protocol.messages import Oops, OopsError
 
     w, chain = served.w, "solana-local"
-    flows = [await _paid_order(w, name, chain) for name in ("review_hold", "review_hold2")]
+    flows = [await paid_order(w, name, chain) for name in ("review_hold", "review_hold2")]
     for flow, _ in flows:
         await job_in(w, flow, "held")
     back = await w.pay(w.worker.engine.rails, chain, "USDC", PRICE, w.wallets["buyer_sol"])  # one transfer

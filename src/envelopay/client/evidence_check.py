@@ -325,11 +325,8 @@ def _job(path: str, job: Any, mails: list[Mail]) -> dict[str, Any]:
     for key in ("job_id", "task", "state"):
         if not isinstance(job.get(key), str) or not job[key]:
             raise _Fail("unreadable", f"{where}.{key}: wants text")
-    attempts, at, refund = job.get("attempts", 0), job.get("at", {}), job.get("refund")
-    if type(attempts) is not int or attempts < 0:
-        raise _Fail("unreadable", f"{where}.attempts: wants a count")
-    if not isinstance(at, dict) or not all(isinstance(s, str) and _is_time(t) for s, t in at.items()):
-        raise _Fail("unreadable", f"{where}.at: wants each state's ISO 8601 time")
+    attempts, at = _attempts_at(where, job.get("attempts", 0), job.get("at", {}))
+    refund = job.get("refund")
     if refund is not None and not isinstance(refund, dict):
         raise _Fail("unreadable", f"{where}.refund: wants an object")
     for key in ("error", "result_hash"):
@@ -376,15 +373,21 @@ def _rounds(path: str, rounds: Any) -> list[dict[str, Any]]:
     for i, r in enumerate(rounds):
         where = f"{path}: job.rounds[{i}]"
         doc: dict[str, Any] = r if isinstance(r, dict) else {}
-        attempts, at, error = doc.get("attempts"), doc.get("at"), doc.get("error")
-        if type(attempts) is not int or attempts < 0:
-            raise _Fail("unreadable", f"{where}: wants attempts, a count")
-        if not isinstance(at, dict) or not all(isinstance(s, str) and _is_time(t) for s, t in at.items()):
-            raise _Fail("unreadable", f"{where}: wants at, each state's ISO 8601 time")
+        attempts, at = _attempts_at(where, doc.get("attempts"), doc.get("at"))
+        error = doc.get("error")
         if error is not None and not isinstance(error, str):
             raise _Fail("unreadable", f"{where}: error wants text")
         out.append({"attempts": attempts, "at": dict(at), "error": error})
     return out
+
+
+def _attempts_at(where: str, attempts: Any, at: Any) -> tuple[int, dict[str, str]]:
+    """A job record's (or round's) attempts, a count, and at, each state's ISO 8601 time."""
+    if type(attempts) is not int or attempts < 0:
+        raise _Fail("unreadable", f"{where}.attempts: wants a count")
+    if not isinstance(at, dict) or not all(isinstance(s, str) and _is_time(t) for s, t in at.items()):
+        raise _Fail("unreadable", f"{where}.at: wants each state's ISO 8601 time")
+    return attempts, dict(at)
 
 
 def _is_time(text: Any) -> bool:
