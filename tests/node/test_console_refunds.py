@@ -5,18 +5,26 @@ ledger, LiteSVM and eth-tester, the job runner; the console over the worker's le
 
 from __future__ import annotations
 
-from tests.node._console_pages import console_pages
-from tests.worker._jobs_kit import job_in
-from tests.worker.test_refund_jobs import Served, _paid_order, served  # noqa: F401  (fixture)
+from collections.abc import AsyncIterator
 
-from envelopay.client.demo import PRICE
+import pytest
+from tests.node._console_pages import console_pages
+from tests.worker._jobs_kit import Served, failing_jobs, job_in, paid_order
+
+from envelopay.client.demo import PRICE, DemoWorld
 from envelopay.node.console import Console
 from envelopay.rails.amounts import asset_decimals, human_amount
 
 
-async def test_the_console_shows_the_refunded_job_and_its_refund(served: Served) -> None:  # noqa: F811
+@pytest.fixture
+async def served(demo_world: DemoWorld) -> AsyncIterator[Served]:
+    async with failing_jobs(demo_world, ("review", "refund")) as served:
+        yield served
+
+
+async def test_the_console_shows_the_refunded_job_and_its_refund(served: Served) -> None:
     w = served.w
-    flow, _ = await _paid_order(w, "review", "solana-local")
+    flow, _ = await paid_order(w, "review", "solana-local")
     job = await job_in(w, flow, "refunded")
     node = w.worker
     console = Console(node.store, node.address, asset_decimals(node.engine.rails))
