@@ -294,8 +294,6 @@ def _result(files: Mapping[str, bytes], path: str, mails: list[Mail]) -> dict[st
     order = _first(mails, "order", id=str(body.get("order_ref")))
     said = {"by": ful.parsed.from_addr, "date": ful.date, "order_ref": body.get("order_ref"),
             "result_sha256": digest, "order_in_folder": order is not None}
-    if isinstance(job, dict) and "rounds" in job:
-        said["job_rounds"] = _rounds(path, job["rounds"])
     return said
 
 
@@ -432,11 +430,12 @@ def check_evidence(files: Mapping[str, bytes]) -> EvidenceReport:
         delivered = _result(files, manifest.result, mails) if manifest.result else None
         if delivered is not None:
             report.checked.append("the FULFILL's result matches its recorded hash")
-        if delivered is not None and "job_rounds" in delivered:
-            report.checked.append(f"the job's record reads, with {len(delivered['job_rounds'])} earlier "
-                                  "round(s) of attempts")
         record = _job_record(files, manifest)
         job = _job(*record, mails) if record is not None else None
+        if delivered is not None and record is not None and job is not None and "rounds" in record[1]:
+            delivered["job_rounds"] = job["rounds"]  # the record is read once, by _job
+            report.checked.append(f"the job's record reads, with {len(delivered['job_rounds'])} earlier "
+                                  "round(s) of attempts")
         if job is not None and manifest.job is not None:
             report.checked.append(_job_line(job))
     except _Fail as fail:
