@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from envelopay.mail.addresses import Address, parse_address
 from envelopay.protocol.autosubmit import AutoSubmitted, no_answer_reason
+from envelopay.protocol.headers import HeaderBlock, read_headers
 from envelopay.protocol.outside_json import too_deep
 from envelopay.protocol.payload import MAX_NESTING
 
@@ -77,9 +78,22 @@ def _addr(value: str | None) -> str | None:
 
 
 def read_in_reply_to(raw: bytes) -> str | None:
-    """The In-Reply-To that read_tool_mail would find, from the header block alone: the
-    same parser stopped before the body, so a multipart body is not split (the stdlib
-    compiles a regular expression per MIME boundary, and each mail has its own)."""
+    """The In-Reply-To that read_tool_mail would find, from the header block alone.
+
+    A block the house reader accepts (protocol/headers.py: no bare CR, NUL, mbox line,
+    stray or blank continuation, duplicate In-Reply-To) has the fields the stdlib reads
+    in it, so for an ASCII value the stdlib's answer is worked out here from the same
+    bytes (its compat32 value is the lines after the colon, stripped; a line break left
+    inside is refused by `_HEADER_SAFE`). Any other block goes to the stdlib itself,
+    stopped before the body (it compiles a regular expression per MIME boundary)."""
+    block = read_headers(raw)
+    if isinstance(block, HeaderBlock):
+        found = block.get_all("in-reply-to")
+        if not found:
+            return None
+        if len(found) == 1 and found[0].raw_value.isascii():
+            value = found[0].raw_value.decode("ascii").strip()
+            return value if _HEADER_SAFE.match(value) else None
     head = email.parser.BytesParser(policy=email_policy.compat32).parsebytes(raw, headersonly=True)
     return _one(head, "In-Reply-To")
 

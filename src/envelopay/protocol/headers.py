@@ -32,6 +32,7 @@ two different From fields from one message). The rules, decided once:
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from email.utils import getaddresses
@@ -154,6 +155,24 @@ def split_at_blank_line(raw: bytes) -> tuple[bytes, bytes]:
 
 def read_headers(raw: bytes) -> HeaderBlock | HeaderRefusal:
     """Read the header block of `raw` by the rules above: a HeaderBlock, or the refusal."""
+    if type(raw) is bytes and len(raw) <= _MEMO_LARGEST:
+        return _read_remembered(raw)
+    return _read(raw)
+
+
+# One mail is read here by several components in turn (the garden, DKIM, the parser,
+# the evidence tap, the reply matcher), and the answer is immutable: the last few
+# answers are kept, for mails up to 64 KiB (a protocol mail is a few KiB), so the
+# memory held stays small whatever arrives.
+_MEMO_LARGEST = 64 * 1024
+
+
+@functools.lru_cache(maxsize=32)
+def _read_remembered(raw: bytes) -> HeaderBlock | HeaderRefusal:
+    return _read(raw)
+
+
+def _read(raw: bytes) -> HeaderBlock | HeaderRefusal:
     head, body = split_at_blank_line(raw)
     if head.endswith(b"\n"):  # the last header line of a message without a body
         head = head[:-2] if head.endswith(b"\r\n") else head[:-1]
