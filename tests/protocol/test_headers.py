@@ -120,3 +120,16 @@ def test_parser_and_dkim_accept_the_same_blocks_and_read_the_same_from(
     if p.from_addr is not None or dkim_from is not None:
         assert p.from_addr is not None and dkim_from is not None
         assert p.from_addr.lower() == dkim_from.lower()
+
+
+def test_a_remembered_reading_is_the_reading_and_only_small_mails_are_kept() -> None:
+    from envelopay.protocol import headers
+
+    small = b"From: a@x.test\r\nSubject: WHICH\r\n\r\n{}\r\n"
+    first = read_headers(small)
+    assert read_headers(bytes(bytearray(small))) is first  # an equal mail: the kept answer
+    assert read_headers(small.replace(b"WHICH", b"ORDER")) != first
+    big = small + b"x" * (64 * 1024)
+    assert read_headers(big) == headers._read(big)
+    assert read_headers(big) is not read_headers(big)  # over 64 KiB: never kept
+    assert headers._read_remembered.cache_info().maxsize == 32
