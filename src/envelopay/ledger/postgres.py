@@ -25,6 +25,7 @@ from envelopay.ledger._sql import Executor, Row, SqlStore
 from envelopay.ledger._sql_base import apply_migrations, ledger_version
 from envelopay.ledger.schema import LATEST
 from envelopay.ledger.store import Begin, Claim, Commit, CommitResult, FlowRecord, outbound_to_row
+from envelopay.persist.adapters import pg_refusal
 from envelopay.persist.rows import named_row
 
 __all__ = ["PostgresStore"]
@@ -69,6 +70,9 @@ class PostgresStore(SqlStore):
     def __init__(self, dsn: str, *, min_size: int = 1, max_size: int = 4, migrate: bool = True) -> None:
         self.dsn = dsn
         self._server_steps: bool | None = None
+        refusal = pg_refusal(dsn)
+        if refusal is not None:
+            raise StoreError(f"cannot reach PostgreSQL ledger: the server refused: {refusal}")
         try:
             self.pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
                 dsn, min_size=min_size, max_size=max_size, open=True,

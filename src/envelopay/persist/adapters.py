@@ -10,7 +10,7 @@ from typing import Any
 from envelopay.persist.migrator import Migrations, migrate
 from envelopay.persist.rows import Record, named_row
 
-__all__ = ["PgTx", "SqliteTx", "migrate_postgres", "migrate_sqlite", "recorded_sqlite"]
+__all__ = ["PgTx", "SqliteTx", "migrate_postgres", "migrate_sqlite", "pg_refusal", "recorded_sqlite"]
 
 
 class SqliteTx:
@@ -79,3 +79,39 @@ def migrate_postgres(dsn: str, m: Migrations, applied_at: str, target: int | Non
 
     with psycopg.connect(dsn) as conn, conn.transaction(), conn.cursor(row_factory=named_row) as cur:
         return migrate(PgTx(cur), "postgres", m, applied_at, target)
+
+
+# What a server says while it cannot take connections for now (SQLSTATE 57P03
+# cannot_connect_now, 53300 too_many_connections): waiting on a pool may outlast it.
+_FOR_NOW = (
+    "starting up", "shutting down", "recovery mode", "not yet accepting connections",
+    "too many clients", "connection slots are reserved", "remaining connection slots",
+)
+# What an attempt that never reached a server says: it may be up later.
+_NOT_REACHED = (
+    "connection refused", "timeout expired", "could not connect", "no such file or directory",
+    "is the server running", "could not translate host name", "network is unreachable",
+    "no route to host", "server closed the connection unexpectedly",
+)
+
+
+def pg_refusal(dsn: str, timeout: int = 5) -> str | None:
+    """The server's reason when it answered a connection and refused it in a way waiting
+    will not change (FATAL: a database or role that does not exist, a password it does
+    not take); None when it took the connection, could not be reached, or said it cannot
+    take one for now. A store opens this way before it waits on its pool: a pool waits out
+    its whole timeout for a database that does not exist, and ends with a timeout that no
+    longer names the reason. (psycopg gives no SQLSTATE for a failed connection, hence the
+    text; a server whose messages are translated finds no FATAL here and gets the wait.)
+    Blocking: call it from a thread in async code."""
+    import psycopg  # lazy: an embedded (SQLite-only) install never loads psycopg
+
+    try:
+        with psycopg.connect(dsn, connect_timeout=timeout):
+            return None
+    except psycopg.Error as exc:
+        text = str(exc)
+        lower = text.lower()
+        if "FATAL:" not in text or any(w in lower for w in _FOR_NOW + _NOT_REACHED):
+            return None
+        return " ".join(text.split("FATAL:", 1)[1].split())

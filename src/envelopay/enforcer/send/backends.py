@@ -20,7 +20,7 @@ from envelopay.enforcer.send.schema import PG_SQL, SEND_MIGRATIONS, SQL
 from envelopay.enforcer.send.store import EnforcerStore
 from envelopay.errors import ConfigError, StoreError
 from envelopay.persist import Migrations, NamedRow
-from envelopay.persist.adapters import migrate_postgres, migrate_sqlite
+from envelopay.persist.adapters import migrate_postgres, migrate_sqlite, pg_refusal
 from envelopay.persist.rows import Record, columns, named_row
 
 __all__ = ["PostgresStore", "SqliteStore", "open_store"]
@@ -160,6 +160,9 @@ class PostgresStore(EnforcerStore):
             self.dsn, min_size=1, max_size=self.max_size, kwargs={"autocommit": True}, open=False
         )
         try:
+            refusal = await asyncio.to_thread(pg_refusal, self.dsn)
+            if refusal is not None:
+                raise StoreError(f"postgres open failed: the server refused: {refusal}")
             await pool.open(wait=True, timeout=30)
             # One transaction under the migrator's advisory lock: concurrent first opens
             # would otherwise race on CREATE TABLE IF NOT EXISTS.
