@@ -11,23 +11,26 @@ import threading
 from collections.abc import Iterator
 
 import pytest
-from conftest import PG_BASE_DSN
 
 from envelopay.errors import StoreError
 from envelopay.ledger.postgres import PostgresStore
 from envelopay.persist.adapters import pg_refusal
 
-_BASE = PG_BASE_DSN.rsplit("/", 1)[0]  # postgresql://host:port
+
+@pytest.fixture
+def server(pg_dsn: str) -> str:
+    """The test server's DSN without its database: postgresql://[user@]host:port."""
+    return pg_dsn.split("?", 1)[0].rsplit("/", 1)[0]
 
 
-def test_a_database_that_does_not_exist_is_refused_in_the_servers_words() -> None:
-    assert pg_refusal(f"{_BASE}/no_such_db_r7") == 'database "no_such_db_r7" does not exist'
+def test_a_database_that_does_not_exist_is_refused_in_the_servers_words(server: str) -> None:
+    assert pg_refusal(f"{server}/no_such_db_r7") == 'database "no_such_db_r7" does not exist'
     with pytest.raises(StoreError, match='database "no_such_db_r7" does not exist'):
-        PostgresStore(f"{_BASE}/no_such_db_r7")
+        PostgresStore(f"{server}/no_such_db_r7")
 
 
-def test_a_role_that_does_not_exist_is_refused_in_the_servers_words() -> None:
-    host = _BASE.split("://", 1)[1].rpartition("@")[2]
+def test_a_role_that_does_not_exist_is_refused_in_the_servers_words(server: str) -> None:
+    host = server.split("://", 1)[1].rpartition("@")[2]
     assert pg_refusal(f"postgresql://no_such_role_r7@{host}/test") == 'role "no_such_role_r7" does not exist'
 
 
