@@ -13,10 +13,12 @@ import logging
 from typing import Any, AnyStr
 
 from aiosmtpd.lmtp import LMTP
+from aiosmtpd.smtp import MISSING
 
+from envelopay.mail.garden_data import read_data
 from envelopay.mail.garden_replies import BUSY, NON_ASCII_COMMAND, SIMPLE_ANGLE_ADDR, STRICT_ASCII, shown
 
-__all__ = ["GardenLMTP"]
+__all__ = ["BulkDataLMTP", "GardenLMTP"]
 
 _log = logging.getLogger("envelopay.garden")
 
@@ -33,7 +35,50 @@ _QUIET = _QuietLegacyLogin()
 logging.getLogger("mail.log").addFilter(_QUIET)  # aiosmtpd's logger
 
 
-class GardenLMTP(LMTP):
+class BulkDataLMTP(LMTP):
+    """aiosmtpd's LMTP with the content of DATA read by garden_data.read_data: in a few
+    reads, not a readuntil per line, with aiosmtpd's answers for the same bytes
+    (tests/mail/test_garden_data.py runs both on the same streams)."""
+
+    async def smtp_DATA(self, arg: str) -> None:
+        if self._decode_data or "DATA" not in self._handle_hooks:
+            await super().smtp_DATA(arg)  # not the garden's settings: aiosmtpd's own reading
+            return
+        # aiosmtpd's smtp_DATA, its content read by garden_data.read_data (in a few reads,
+        # not a readuntil per line) with the same answers for the same bytes.
+        if await self.check_helo_needed() or await self.check_auth_needed("DATA"):
+            return
+        assert self.envelope is not None
+        if not self.envelope.rcpt_tos:
+            await self.push("503 Error: need RCPT command")
+            return
+        if arg:
+            await self.push("501 Syntax: DATA")
+            return
+        await self.push("354 End data with <CR><LF>.<CR><LF>")
+        try:
+            content, state = await read_data(self._reader, line_limit=self.line_length_limit,
+                                             size_limit=self.data_size_limit)
+        except asyncio.CancelledError:
+            _log.info("garden: connection lost during DATA")  # eof_received cancels the session
+            self._writer.close()
+            raise
+        except asyncio.IncompleteReadError:
+            self._writer.close()  # the peer went away mid-message: nothing was delivered
+            return
+        if state != "ok":
+            await self.push("500 Line too long (see RFC5321 4.5.3.1.6)" if state == "too_long"
+                            else "552 Error: Too much mail data")
+            self._set_post_data_state()  # type: ignore[no-untyped-call]  # aiosmtpd: a fresh envelope
+            return
+        self.envelope.content = content
+        self.envelope.original_content = content
+        status = await self._call_handler_hook("DATA")
+        self._set_post_data_state()  # type: ignore[no-untyped-call]  # aiosmtpd: a fresh envelope
+        await self.push("250 OK" if status is MISSING else status)
+
+
+class GardenLMTP(BulkDataLMTP):
     """Refuses peers that are not loopback / Unix before saying anything else."""
 
     def _getaddr(self, arg: str) -> tuple[str | None, str | None]:
