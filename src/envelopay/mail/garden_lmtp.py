@@ -44,8 +44,7 @@ class BulkDataLMTP(LMTP):
         if self._decode_data or "DATA" not in self._handle_hooks:
             await super().smtp_DATA(arg)  # not the garden's settings: aiosmtpd's own reading
             return
-        # aiosmtpd's smtp_DATA, its content read by garden_data.read_data (in a few reads,
-        # not a readuntil per line) with the same answers for the same bytes.
+        # aiosmtpd's smtp_DATA from here, but for how the content is read.
         if await self.check_helo_needed() or await self.check_auth_needed("DATA"):
             return
         assert self.envelope is not None
