@@ -161,3 +161,36 @@ async def test_two_processes_send_one_row_once(open_store: Callable[[], Store]) 
     reps = await asyncio.gather(d1.send_now(rows), d2.send_now(rows), d1.drain(), d2.drain())
     assert sorted(m for r in reps for m in r.sent) == sorted(rows)
     assert sorted(hook.sent) == sorted(rows)
+
+
+class CountingClaims:
+    """A store whose outbox_claim calls (each a write transaction) are counted."""
+
+    def __init__(self, inner: Store) -> None:
+        self.inner, self.claims = inner, 0
+
+    def outbox_claim(self, *args: object, **kw: object) -> object:
+        self.claims += 1
+        return self.inner.outbox_claim(*args, **kw)  # type: ignore[arg-type]
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+
+async def test_a_drain_with_nothing_else_to_send_claims_nothing(open_store: Callable[[], Store]) -> None:
+    store = open_store()
+    counting = CountingClaims(store)
+    [own] = _write(store, ("own", "flowA"))
+    hook = Gated({own})
+    drainer = OutboxDrainer(counting, hook, clock=lambda: NOW)  # type: ignore[arg-type]
+    sending = asyncio.create_task(drainer.send_now([own]))
+    await _until(lambda: hook.started == [own])
+    # The only due row is the one send_now holds: the drain reads, and writes nothing.
+    assert (await drainer.drain()).count == 0 and counting.claims == 0
+    # A row written meanwhile (another process's, a retry come due) is claimed and sent.
+    [other] = _write(store, ("other", "flowB"))
+    assert (await drainer.drain()).sent == [other] and counting.claims == 1
+    hook.release.set()
+    assert (await sending).sent == [own]
+    assert (await drainer.drain()).count == 0 and counting.claims == 1
+    assert hook.sent.count(own) == 1 and hook.sent.count(other) == 1

@@ -1,5 +1,5 @@
-"""The kit's outbox_claim_one check fails a store that breaks the claim's rules (the kit
-itself runs on both backends in test_store.py)."""
+"""The kit's outbox_claim_one and outbox_claimable checks fail a store that breaks the
+claim's rules (the kit itself runs on both backends in test_store.py)."""
 
 from __future__ import annotations
 
@@ -43,6 +43,35 @@ def test_kit_fails_a_broken_claim_one(tmp_path: Path, broken: type[SqliteStore])
         return made[-1]
 
     with pytest.raises(AssertionError, match="check_outbox_claim_one"):
+        check_store(factory)
+    for s in made:
+        s.close()
+
+
+class Blind(SqliteStore):
+    """Lists no claimable row: a drain asking it first would never send anything."""
+
+    def outbox_claimable(self, owner: str, now: datetime, limit: int) -> list[str]:
+        return []
+
+
+class Unordered(SqliteStore):
+    """Lists the claimable rows newest first: a drain with rows of its own in flight
+    would stop looking before the first row it may send."""
+
+    def outbox_claimable(self, owner: str, now: datetime, limit: int) -> list[str]:
+        return super().outbox_claimable(owner, now, 100_000)[::-1][:limit]
+
+
+@pytest.mark.parametrize("broken", [Blind, Unordered])
+def test_kit_fails_a_broken_claimable(tmp_path: Path, broken: type[SqliteStore]) -> None:
+    made: list[SqliteStore] = []
+
+    def factory() -> SqliteStore:
+        made.append(broken(tmp_path / f"l{len(made)}.db"))
+        return made[-1]
+
+    with pytest.raises(AssertionError, match="check_outbox_claimable"):
         check_store(factory)
     for s in made:
         s.close()

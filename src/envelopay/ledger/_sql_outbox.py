@@ -116,6 +116,17 @@ class OutboxCallsMixin(SqlBase):
         rows.sort(key=lambda r: int(r["seq"]))
         return [self._outbox(r) for r in rows]
 
+    def outbox_claimable(self, owner: str, now: datetime, limit: int) -> list[str]:
+        n = self.t(now)
+        with self.read() as x:
+            rows = x.all(
+                "SELECT message_id FROM ep_outbox WHERE status = 'pending'"
+                " AND (next_attempt IS NULL OR next_attempt <= ?)"
+                " AND (claim_until IS NULL OR claim_until <= ? OR claimed_by = ?) ORDER BY seq LIMIT ?",
+                (n, n, owner, limit),
+            )
+        return [r["message_id"] for r in rows]
+
     def outbox_claim_one(
         self, message_id: str, owner: str, now: datetime, lease_until: datetime
     ) -> OutboxRow | None:

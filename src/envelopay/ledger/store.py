@@ -357,6 +357,13 @@ class Store(Summaries, Protocol):
         failed ends its claim; a lease that runs out (a crashed drainer) frees it."""
         ...
 
+    def outbox_claimable(self, owner: str, now: datetime, limit: int) -> list[str]:
+        """The Message-IDs of the first `limit` rows (outbox order) that are pending, due
+        and under no live claim but `owner`'s: read, not claimed. Every row a later
+        `outbox_claim(owner, now, …)` hands out is among them, so a drain that finds none
+        it may send skips its write transaction."""
+        ...
+
     def outbox_claim_one(
         self, message_id: str, owner: str, now: datetime, lease_until: datetime
     ) -> OutboxRow | None:

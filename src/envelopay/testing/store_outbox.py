@@ -1,5 +1,6 @@
 """The outbox claim part of the Store contract, run by `check_store`: `outbox_claim_one`,
-the claim a send takes to deliver its own row beside a drain (engine/outbox.py send_now).
+the claim a send takes to deliver its own row beside a drain (engine/outbox.py send_now),
+and `outbox_claimable`, the read a drain makes before it claims.
 
 The checks claim rows by Message-ID only, and use addresses and flow ids of their own,
 so stores over one shared database do not touch each other's rows.
@@ -75,4 +76,40 @@ def check_outbox_claim_one(factory: Callable[[], Store]) -> None:
     assert row is not None and row.attempts == 1 and row.status == "pending"
 
 
-OUTBOX_CHECKS: tuple[Callable[[Callable[[], Store]], None], ...] = (check_outbox_claim_one,)
+def check_outbox_claimable(factory: Callable[[], Store]) -> None:
+    """The rows a claim may hand out, read without claiming: pending, due, under no live
+    claim but the asker's, in outbox order; each row `outbox_claim` then hands out is
+    listed, and listing claims nothing."""
+    s, n = factory(), next(_seq)
+    local, f = f"claimable-{n}@store.test", f"flow-claimable-{n}"
+    first, second, later, mine, theirs, done = (
+        _out(local, k) for k in ("first", "second", "later", "mine", "theirs", "done"))
+    rows = ((first, f), (second, f), (later, None), (mine, None), (theirs, None), (done, None))
+    assert s.commit_step(Commit(local, T0, {"status": "sent"}, outbox=rows)) == "ok"
+    held = _out(local, "held")
+    held_commit = Commit(local, T0, {"status": "sent"}, outbox=((held, None),), hold="list_mail")
+    assert s.commit_step(held_commit) == "ok"
+    assert s.mark_failed(later.message_id, T0, "451 later", retry_at=T0 + timedelta(minutes=10))
+    assert s.mark_sent(done.message_id, T0)
+    assert s.outbox_claim_one(mine.message_id, "a", T0, T0 + LEASE) is not None
+    assert s.outbox_claim_one(theirs.message_id, "b", T0, T0 + LEASE) is not None
+
+    def listed(owner: str, at: datetime = T0) -> list[str]:
+        ours = {ob.message_id for ob, _ in (*rows, (held, None))}
+        return [mid for mid in s.outbox_claimable(owner, at, 100_000) if mid in ours]
+
+    assert listed("a") == [first.message_id, second.message_id, mine.message_id]
+    assert listed("b") == [first.message_id, second.message_id, theirs.message_id]
+    assert listed("a") == listed("a")  # a read: nothing was claimed
+    late = T0 + timedelta(minutes=11)  # both leases ran out, `later` is due
+    assert listed("c", late) == [first.message_id, second.message_id, later.message_id,
+                                 mine.message_id, theirs.message_id]
+    claimed = {r.outbound.message_id for r in s.outbox_claim("a", T0, T0 + LEASE, 100_000)}
+    assert claimed & {ob.message_id for ob, _ in rows} <= set(listed("a"))
+    assert first.message_id in claimed
+    assert listed("b") == [theirs.message_id]  # the rest is under a's live claim now
+
+
+OUTBOX_CHECKS: tuple[Callable[[Callable[[], Store]], None], ...] = (
+    check_outbox_claim_one, check_outbox_claimable,
+)
