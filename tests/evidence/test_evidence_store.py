@@ -5,14 +5,16 @@ Message-ID stay, byte for byte; each key record is kept once with when it was fi
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from envelopay.engine import Outcome
+from envelopay.engine.outbox import DirectHook
 from envelopay.ledger._sql import SqlStore
 from envelopay.ledger.evidence import EvidenceLog, evidence_log
 from envelopay.ledger.retention import compact_ledger
 from envelopay.ledger.store import Claim, Commit, FlowRecord, FlowWrite, LogEntry, Store
-from envelopay.node.evidence_tap import KeepingTransport, keep_received, keeping_keys
+from envelopay.node.evidence_tap import keep_received, keeping_keys, keeping_sent
+from envelopay.protocol.messages import Which
+from envelopay.protocol.outbound import Outbound
 
 T0 = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
 RAW = (b"From: a@x.test\r\nTo: b@y.test\r\nMessage-ID: <m1@x.test>\r\nSubject: PAY\r\n\r\n"
@@ -66,11 +68,13 @@ class _Sink:
 async def test_the_taps_keep_what_was_sent_received_and_looked_up(store: Store) -> None:
     log = _log(store)
     sink = _Sink()
-    transport: Any = KeepingTransport(sink, log, clock=lambda: T0)
-    await transport.send(RAW, "a@x.test", "b@y.test")
-    await transport.close()
-    assert sink.sent == [RAW, b"closed"]
-    assert [m.raw for m in log.mails("a@x.test", ["<m1@x.test>"])] == [RAW]
+    signer = lambda raw: b"Signed: yes\r\n" + raw  # noqa: E731
+    hook = DirectHook(sink, signer=signer, kept=keeping_sent(log, clock=lambda: T0))
+    out = Outbound("a@x.test", "b@y.test", Which(id="w1"), "<m1@x.test>", T0)
+    assert (await hook(out, RAW)).status == "sent"
+    assert sink.sent == [b"Signed: yes\r\n" + RAW]
+    # The bytes as the transport took them, signature included, under the row's Message-ID.
+    assert [m.raw for m in log.mails("a@x.test", ["<m1@x.test>"])] == [b"Signed: yes\r\n" + RAW]
 
     async def dns(name: str) -> str | None:
         return "v=DKIM1; p=CCC" if name.startswith("s1.") else None

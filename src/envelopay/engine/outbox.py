@@ -71,10 +71,13 @@ class SendHook(Protocol):
 
 @dataclass
 class DirectHook:
-    """No enforcer: sign the exact bytes and hand them to the transport."""
+    """No enforcer: sign the exact bytes and hand them to the transport. `kept`, when
+    set, is told of each mail the transport took: the row, and the bytes as handed over
+    (the evidence tap, node/evidence_tap.py)."""
 
     transport: Transport
     signer: Signer | None = None
+    kept: Callable[[Outbound, bytes], None] | None = None
 
     async def __call__(self, out: Outbound, raw: bytes) -> SendResult:
         if isinstance(self.signer, DkimSigner):
@@ -85,6 +88,8 @@ class DirectHook:
             await self.transport.send(signed, out.sender, out.recipient)
         except TransportError as exc:
             return SendResult("failed", str(exc), permanent=bool(getattr(exc, "permanent", False)))
+        if self.kept is not None:
+            self.kept(out, signed)
         return SendResult("sent")
 
 

@@ -2,9 +2,9 @@
 not hold (ledger/evidence.py): the raw bytes of each mail received into a flow and of each
 mail sent, and every DKIM key record as it was seen when a signature was checked.
 
-Three taps the node wires: the DKIM key lookup (`keeping_keys`), the outbound transport
-(`KeepingTransport`: the bytes exactly as handed over, signature included) and the
-received mail with its outcome (`keep_received`). Keeping is never allowed to cost a
+Three taps the node wires: the DKIM key lookup (`keeping_keys`), the send hook
+(`keeping_sent`: the bytes exactly as handed to the transport, signature included) and
+the received mail with its outcome (`keep_received`). Keeping is never allowed to cost a
 message its handling: a store error here is logged and the mail goes on (the evidence
 for that mail is then missing, which `evidence verify` reports).
 """
@@ -21,18 +21,12 @@ from envelopay.engine import Outcome
 from envelopay.engine.outbox import DirectHook
 from envelopay.errors import EnvelopayError
 from envelopay.ledger.evidence import EvidenceLog, evidence_log
-from envelopay.protocol.headers import HeaderBlock, read_headers
+from envelopay.protocol.outbound import Outbound
 
-__all__ = [
-    "KeepingTransport", "keep_evidence", "keep_own_key", "keep_received", "keeping_keys", "message_id_of",
-]
+__all__ = ["keep_evidence", "keep_own_key", "keep_received", "keeping_keys", "keeping_sent"]
 
 Clock = Callable[[], datetime]
 _log = logging.getLogger(__name__)
-
-
-class _Sends(Protocol):
-    async def send(self, raw: bytes, sender: str, recipient: str) -> Any: ...
 
 
 class _Node(Protocol):
@@ -44,11 +38,6 @@ class _Node(Protocol):
     dns: DnsLookup | None
     drainer: Any
     evidence: EvidenceLog | None
-
-
-def message_id_of(raw: bytes) -> str | None:
-    block = read_headers(raw)
-    return block.one("message-id") if isinstance(block, HeaderBlock) else None
 
 
 def _quietly(what: str, act: Callable[[], None]) -> None:
@@ -88,23 +77,17 @@ def keep_received(log: EvidenceLog, local: str, raw: bytes, outcome: Outcome, no
     _quietly(f"received {mid}", lambda: log.keep_mail(local, mid, "in", raw, now))
 
 
-class KeepingTransport:
-    """A transport that keeps every mail it delivered, byte for byte, under its sender."""
+def keeping_sent(
+    log: EvidenceLog, clock: Clock = lambda: datetime.now(UTC)
+) -> Callable[[Outbound, bytes], None]:
+    """The send hook's tap (DirectHook.kept): each mail the transport took, byte for byte,
+    under its sender and the row's Message-ID."""
 
-    def __init__(self, inner: _Sends, log: EvidenceLog, clock: Clock = lambda: datetime.now(UTC)) -> None:
-        self.inner = inner
-        self.log = log
-        self.clock = clock
+    def kept(out: Outbound, signed: bytes) -> None:
+        mid = out.message_id
+        _quietly(f"sent {mid}", lambda: log.keep_mail(out.sender, mid, "out", signed, clock()))
 
-    async def send(self, raw: bytes, sender: str, recipient: str) -> Any:
-        result = await self.inner.send(raw, sender, recipient)
-        mid = message_id_of(raw)
-        if mid is not None:
-            _quietly(f"sent {mid}", lambda: self.log.keep_mail(sender, mid, "out", raw, self.clock()))
-        return result
-
-    def __getattr__(self, name: str) -> Any:  # close(), and whatever else the inner one offers
-        return getattr(self.inner, name)
+    return kept
 
 
 def keep_evidence(node: _Node) -> None:
@@ -118,6 +101,6 @@ def keep_evidence(node: _Node) -> None:
         node.dns = keeping_keys(node.dns, log)
     hook = node.drainer.hook
     if isinstance(hook, DirectHook):
-        hook.transport = KeepingTransport(hook.transport, log)
+        hook.kept = keeping_sent(log)
         if hook.signer is not None:
             keep_own_key(log, hook.signer)
