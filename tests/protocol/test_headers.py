@@ -133,3 +133,58 @@ def test_a_remembered_reading_is_the_reading_and_only_small_mails_are_kept() -> 
     assert read_headers(big) == headers._read(big)
     assert read_headers(big) is not read_headers(big)  # over 64 KiB: never kept
     assert headers._read_remembered.cache_info().maxsize == 32
+
+
+_PIECES = st.sampled_from(
+    [b"From: a@x.test", b"Subject: WHICH", b"X-Note: n", b"X-Note:", b"X-Empty:  ", b" folded", b"\tfolded",
+     b"  ", b"\t", b"From : m@evil.test", b"junk", b"X-Pad: a\rb", b"X-Nul: \x00", b"X-8bit: \xc3\xa9\xff",
+     b"From m@evil.test Mon", b"A:B:C", b":no-name", b"X-\x7f: del", b"DKIM-Signature: v=1;", b" b=abc;",
+     b"Message-ID: <m@x.test>", b"To: w@garden.local", b"", b"\r"]
+)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.lists(st.tuples(_PIECES, st.sampled_from([b"\r\n", b"\n", b"\r\r\n", b"\n\r"])), max_size=10),
+       st.booleans())
+def test_the_whole_block_reading_is_the_line_by_line_reading(
+    lines: list[tuple[bytes, bytes]], end_with_eol: bool
+) -> None:
+    """The regex reading of a well-formed block (`_read_whole`) gives what the line-by-line
+    reading gives, on every block it takes; the rest is the line reader's to refuse."""
+    from envelopay.protocol import headers
+
+    head = b"".join(line + eol for line, eol in lines)
+    if not end_with_eol and lines:
+        head = head[: -len(lines[-1][1])]
+    raw = head + b"\r\n\r\nbody"
+    split_head, body = headers.split_at_blank_line(raw)
+    if split_head.endswith(b"\n"):
+        split_head = split_head[:-2] if split_head.endswith(b"\r\n") else split_head[:-1]
+    if not split_head:
+        return
+    whole = headers._read_whole(split_head, body)
+    lines_read = headers._read_lines(split_head, body)
+    if whole is not None:
+        assert whole == lines_read
+    assert headers._read(raw) == lines_read
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.lists(st.sampled_from([b"a", b":", b" ", b"\r", b"\n", b"\r\n", b"\n\n", b"\r\n\r\n", b"\n\r\n"]),
+                max_size=14))
+def test_the_blank_line_is_where_the_rfc_pattern_finds_it(pieces: list[bytes]) -> None:
+    """split_at_blank_line's byte searches find the first CRLF/LF empty line as the
+    pattern \\r?\\n\\r?\\n does (leftmost match)."""
+    import re
+
+    from envelopay.protocol.headers import split_at_blank_line
+
+    raw = b"".join(pieces)
+    if raw.startswith(b"\r\n"):
+        expected = (b"", raw[2:])
+    elif raw.startswith(b"\n"):
+        expected = (b"", raw[1:])
+    else:
+        m = re.search(rb"\r?\n\r?\n", raw)
+        expected = (raw, b"") if m is None else (raw[: m.start()], raw[m.end():])
+    assert split_at_blank_line(raw) == expected

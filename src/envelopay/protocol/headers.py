@@ -71,7 +71,6 @@ SINGLETON_HEADERS: frozenset[str] = frozenset(
 
 _FIELD_NAME = re.compile(rb"[\x21-\x39\x3b-\x7e]+")
 _BLANK = re.compile(rb"[ \t]*")
-_HEADER_END = re.compile(rb"\r?\n\r?\n")
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,10 +146,15 @@ def split_at_blank_line(raw: bytes) -> tuple[bytes, bytes]:
         return b"", raw[2:]
     if raw.startswith(b"\n"):
         return b"", raw[1:]
-    m = _HEADER_END.search(raw)
-    if m is None:
+    # The first LF followed by an empty line (LF or CRLF), found with two byte searches
+    # (a regex scan tries every position): the blank line starts at that LF, or at the CR
+    # before it.
+    lf_lf, lf_crlf = raw.find(b"\n\n"), raw.find(b"\n\r\n")
+    if lf_lf < 0 and lf_crlf < 0:
         return raw, b""
-    return raw[: m.start()], raw[m.end() :]
+    at, width = (lf_lf, 2) if lf_crlf < 0 or 0 <= lf_lf < lf_crlf else (lf_crlf, 3)
+    start = at - 1 if raw[at - 1 : at] == b"\r" else at
+    return raw[:start], raw[at + width :]
 
 
 def read_headers(raw: bytes) -> HeaderBlock | HeaderRefusal:
@@ -172,12 +176,43 @@ def _read_remembered(raw: bytes) -> HeaderBlock | HeaderRefusal:
     return _read(raw)
 
 
+# A well-formed block, field by field: a name, its colon, the rest of the line and any
+# continuation lines, each line ending in LF (CRLFs are read as LF first). Used only when
+# it covers the whole block; anything else is read line by line below, which finds the
+# refusal and its line (the two agree on every block: tests/protocol/test_headers.py).
+_WHOLE_FIELD = re.compile(rb"([\x21-\x39\x3b-\x7e]+):([^\n]*\n(?:[ \t][^\n]*\n)*)")
+_BLANK_FOLD = re.compile(rb"\n[ \t]+\n")
+
+
 def _read(raw: bytes) -> HeaderBlock | HeaderRefusal:
     head, body = split_at_blank_line(raw)
     if head.endswith(b"\n"):  # the last header line of a message without a body
         head = head[:-2] if head.endswith(b"\r\n") else head[:-1]
     if not head:
         return HeaderBlock((), body)
+    return _read_whole(head, body) or _read_lines(head, body)
+
+
+def _read_whole(head: bytes, body: bytes) -> HeaderBlock | None:
+    """The common case at regex speed; None sends the block to `_read_lines`."""
+    lf = head.replace(b"\r\n", b"\n") + b"\n"
+    if b"\r" in lf or b"\x00" in lf or _BLANK_FOLD.search(lf) is not None:
+        return None
+    found = _WHOLE_FIELD.findall(lf)
+    if sum(len(name) + len(value) + 1 for name, value in found) != len(lf):
+        return None  # a line no field explains: refused, with its reason, line by line
+    fields = tuple(Field(name.decode("ascii").lower(), name, value.replace(b"\n", b"\r\n"))
+                   for name, value in found)
+    seen: set[str] = set()
+    for f in fields:
+        if f.name in SINGLETON_HEADERS:
+            if f.name in seen:
+                return None
+            seen.add(f.name)
+    return HeaderBlock(fields, body)
+
+
+def _read_lines(head: bytes, body: bytes) -> HeaderBlock | HeaderRefusal:
     fields: list[Field] = []
     pending: list[bytes] = []  # the current field's value lines
 
