@@ -9,7 +9,6 @@ from envelopay.errors import UsageError
 from envelopay.protocol.headers import HeaderRefusal, read_headers
 
 _WSP_RUN = re.compile(rb"[\t ]+")
-_TRAILING_WSP = re.compile(rb"[\t ]+\r\n")
 _UNFOLD = re.compile(rb"\r?\n")
 
 
@@ -33,13 +32,24 @@ def split_message(raw: bytes) -> tuple[list[tuple[bytes, bytes]], bytes]:
 
 def relaxed_header(name: bytes, value: bytes) -> bytes:
     """RFC 6376 3.4.2, including the trailing CRLF."""
-    value = _WSP_RUN.sub(b" ", _UNFOLD.sub(b"", value)).strip(b" ")
+    # Plain replaces where they give the regexes' answer (removing each CRLF, then each
+    # LF left, is removing \r?\n); a regex call costs microseconds, ten per mail.
+    value = value.replace(b"\r\n", b"").replace(b"\n", b"")
+    if b"\t" in value or b"  " in value:
+        value = _WSP_RUN.sub(b" ", value)
+    value = value.strip(b" ")
     return name.lower().rstrip(b" \t") + b":" + value + b"\r\n"
 
 
 def relaxed_body(body: bytes) -> bytes:
     """RFC 6376 3.4.4: WSP runs to one SP, none at line ends, no trailing empty lines."""
-    body = _WSP_RUN.sub(b" ", _TRAILING_WSP.sub(b"\r\n", body))
+    # Byte replaces, not regexes: a regex scan over a mail's body tries every position
+    # (about 30 us for a protocol mail's indented text). Tabs become spaces, runs halve
+    # until none is left, and the one SP a line may then end in goes.
+    body = body.replace(b"\t", b" ")
+    while b"  " in body:
+        body = body.replace(b"  ", b" ")
+    body = body.replace(b" \r\n", b"\r\n")
     if body.endswith(b" "):  # a last line without CRLF may still end in WSP
         body = body.rstrip(b" ")
     while body.endswith(b"\r\n"):
