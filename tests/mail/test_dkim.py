@@ -487,12 +487,13 @@ def test_verify_never_raises_on_a_mangled_signed_message(position: int, insert: 
 
 
 def _mutations(signed: bytes, rng: Any) -> list[bytes]:
-    """Small edits of a signed message: byte flips, white space, folds, case, added headers."""
+    """Small edits of a signed message: byte flips, white space, folds, case, added headers,
+    VT/FF, a last line without CRLF."""
     out: list[bytes] = []
     for _ in range(150):
         m = signed
         i = rng.randrange(len(m))
-        op = rng.randrange(7)
+        op = rng.randrange(9)
         if op == 0:
             m = m[:i] + bytes([rng.randrange(256)]) + m[i + 1 :]
         elif op == 1:
@@ -505,8 +506,12 @@ def _mutations(signed: bytes, rng: Any) -> list[bytes]:
             m = m.replace(b"Subject", b"SUBJECT", 1)
         elif op == 5:
             m = m.replace(b"From:", b"From :", 1)
-        else:
+        elif op == 6:
             m = m + b" \r\n\r\n"
+        elif op == 7:  # where dkimpy's strip() and RFC 6376's WSP differ
+            m = m[:i] + rng.choice([b"\x0b", b"\x0c", b" \x0c"]) + m[i:]
+        else:  # a last line without CRLF, ending in white space
+            m = m.rstrip(b"\r\n") + rng.choice([b" ", b"\t", b" \t "])
         out.append(m)
     return out
 

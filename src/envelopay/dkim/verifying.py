@@ -30,6 +30,9 @@ def from_domain_of(headers: list[tuple[bytes, bytes]]) -> str | None:
     return address.rpartition("@")[2] if address else None
 
 
+_ANY_WSP = re.compile(r"\s+")
+
+
 def _parse_tags(value: bytes) -> dict[str, str] | None:
     tags: dict[str, str] = {}
     text = _UNFOLD.sub(b"", value).decode("ascii", "replace")
@@ -40,7 +43,7 @@ def _parse_tags(value: bytes) -> dict[str, str] | None:
         key = key.strip()
         if not eq or not key or key in tags:
             return None
-        tags[key] = re.sub(r"\s+", "", val)
+        tags[key] = _ANY_WSP.sub("", val)
     return tags
 
 
