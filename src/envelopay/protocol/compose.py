@@ -132,8 +132,14 @@ def message_json(message: Message, *, indent: int | None = None) -> str:
     return _compact_json(wire) if indent is None else _indented_json(wire, indent)
 
 
+# One encoder, made once: json.dumps with arguments builds a new JSONEncoder per call,
+# and a message's indented text encodes each scalar alone.
+_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+_STRING = json.encoder.encode_basestring  # what that encoder does with a str (C version)
+
+
 def _compact_json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return _COMPACT.encode(value)
 
 
 def _indented_json(value: Any, indent: int = 2) -> str:
@@ -157,12 +163,12 @@ def _indent(value: Any, indent: int, level: int) -> str:
         for k, v in value.items():
             if not isinstance(k, str):
                 raise _NotPlain
-            items.append(f"{_compact_json(k)}: {_indent(v, indent, level + 1)}")
+            items.append(f"{_STRING(k)}: {_indent(v, indent, level + 1)}")
         return "{" + inner + ("," + inner).join(items) + outer + "}"
     if isinstance(value, list | tuple) and value:
         inner, outer = "\n" + " " * (indent * (level + 1)), "\n" + " " * (indent * level)
         return "[" + inner + ("," + inner).join(_indent(v, indent, level + 1) for v in value) + outer + "]"
-    return _compact_json(value)
+    return _STRING(value) if type(value) is str else _COMPACT.encode(value)
 
 
 def _subject_note(out: Outbound) -> str | None:
@@ -202,13 +208,13 @@ def _reading_order(wire: dict[str, Any]) -> dict[str, Any]:
     return {"v": wire["v"], "type": wire["type"], "note": wire["note"], **wire}
 
 
-def _plain_part(wire: dict[str, Any]) -> tuple[str, str]:
+def _plain_part(wire: dict[str, Any], indented: str) -> tuple[str, str]:
     """(Content-Transfer-Encoding, encoded text) of the text/plain alternative: the JSON
     alone, indented two spaces (issue 30: one long line is unreadable in mutt), so the
     whole part is still one JSON document. RFC 5322 section 2.1.1: "Each line of
     characters MUST be no more than 998 characters"; a longer line (a long string) or
     non-ASCII text goes quoted-printable, whose soft breaks decode back to the same lines."""
-    text = _indented_json(_reading_order(wire))
+    text = indented if "note" not in wire else _indented_json(_reading_order(wire))
     lines = text.split("\n")
     if text.isascii() and max(map(len, lines)) <= _MAX_LINE and _BOUNDARY_PREFIX not in text:
         return "7bit", _CRLF.join(lines)
@@ -220,7 +226,7 @@ def _qp(text: str) -> str:
     return data.decode("ascii").replace("\r\n", "\n").replace("\n", _CRLF)
 
 
-def _html_part(message: Message, subject: str, wire: dict[str, Any]) -> str:
+def _html_part(message: Message, subject: str, indented: str) -> str:
     """The text/html alternative for people: the subject, a sentence, the note, and the
     JSON indented in <pre>. Always quoted-printable: `=` becomes `=3D`, so no boundary
     (which starts with `=_`) can occur in it."""
@@ -237,7 +243,7 @@ def _html_part(message: Message, subject: str, wire: dict[str, Any]) -> str:
     if isinstance(note, str) and note.strip():
         lines.append(f"<p>{html.escape(note, quote=False)}</p>".replace("\n", "<br>"))
     # Element content needs only & < > escaped: quotes stay, so the JSON reads as written.
-    lines += [f"<pre>{html.escape(_indented_json(wire), quote=False)}</pre>", "</body></html>"]
+    lines += [f"<pre>{html.escape(indented, quote=False)}</pre>", "</body></html>"]
     return _qp("\n".join(lines).replace("\r", ""))
 
 
@@ -257,8 +263,9 @@ def compose(out: Outbound) -> bytes:
     wire = _wire_dict(out.message)
     json_text = _compact_json(wire)
     json_bytes = json_text.encode("utf-8")
-    cte, text = _plain_part(wire)
-    html_text = _html_part(out.message, subject, wire)
+    indented = _indented_json(wire)  # both alternatives show it (the plain one in reading order)
+    cte, text = _plain_part(wire, indented)
+    html_text = _html_part(out.message, subject, indented)
     b64 = base64.encodebytes(json_bytes).decode("ascii").replace("\n", _CRLF)
     digest = hashlib.sha256(message_id.encode() + json_bytes).hexdigest()[:32]
     # "=_" cannot occur in base64 or quoted-printable, nor in a 7bit part (checked).
