@@ -310,17 +310,13 @@ class Store(Summaries, Protocol):
 
     def commit_step(self, commit: Commit) -> CommitResult: ...
 
-    # -- reading
-    def get_flow(self, flow_id: str) -> FlowRecord | None: ...
-
+    # -- reading (get_flow and flow_log: Summaries')
     def list_flows(
         self, local: str | None = None, limit: int = 100, before: tuple[datetime, str] | None = None
     ) -> list[FlowRecord]:
         """Newest first (updated_at, then flow_id, descending); `before` = (updated_at, flow_id)
         of the previous page's last flow."""
         ...
-
-    def flow_log(self, flow_id: str) -> list[LogEntry]: ...
 
     def flow_for_message(self, local: str, message_id: str) -> FlowRecord | None: ...
 
@@ -358,10 +354,8 @@ class Store(Summaries, Protocol):
         ...
 
     def outbox_claimable(self, owner: str, now: datetime, limit: int) -> list[str]:
-        """The Message-IDs of the first `limit` rows (outbox order) that are pending, due
-        and under no live claim but `owner`'s: read, not claimed. Every row a later
-        `outbox_claim(owner, now, …)` hands out is among them, so a drain that finds none
-        it may send skips its write transaction."""
+        """The Message-IDs of the first `limit` rows (outbox order) pending, due and under
+        no live claim but `owner`'s, read: a later `outbox_claim(owner, now)` hands out no other."""
         ...
 
     def outbox_claim_one(
