@@ -33,17 +33,23 @@ def _out(local: str, name: str) -> Outbound:
     )
 
 
+def _written(s: Store, local: str, rows: tuple[tuple[Outbound, str | None], ...]) -> Outbound:
+    """`rows` committed pending in one step, and a held row beside them (never drained):
+    the held row."""
+    assert s.commit_step(Commit(local, T0, {"status": "sent"}, outbox=rows)) == "ok"
+    held = _out(local, "held")
+    held_commit = Commit(local, T0, {"status": "sent"}, outbox=((held, None),), hold="list_mail")
+    assert s.commit_step(held_commit) == "ok"
+    return held
+
+
 def check_outbox_claim_one(factory: Callable[[], Store]) -> None:
     """One row by Message-ID: only pending, due, under no live claim (its own owner's
     either) and first of its flow's pending rows; None otherwise; once per live claim."""
     s, n = factory(), next(_seq)
     local, f, g = f"claim-one-{n}@store.test", f"flow-claim-one-{n}-f", f"flow-claim-one-{n}-g"
     f1, f2, solo, g1, g2, gone = (_out(local, k) for k in ("f1", "f2", "solo", "g1", "g2", "gone"))
-    rows = ((f1, f), (f2, f), (solo, None), (g1, g), (g2, g), (gone, None))
-    assert s.commit_step(Commit(local, T0, {"status": "sent"}, outbox=rows)) == "ok"
-    held = _out(local, "held")
-    held_commit = Commit(local, T0, {"status": "sent"}, outbox=((held, None),), hold="list_mail")
-    assert s.commit_step(held_commit) == "ok"
+    held = _written(s, local, ((f1, f), (f2, f), (solo, None), (g1, g), (g2, g), (gone, None)))
     assert s.mark_failed(g1.message_id, T0, "451 later", retry_at=T0 + timedelta(minutes=10))
     assert s.mark_failed(gone.message_id, T0, "550 no such user")
 
@@ -85,10 +91,7 @@ def check_outbox_claimable(factory: Callable[[], Store]) -> None:
     first, second, later, mine, theirs, done = (
         _out(local, k) for k in ("first", "second", "later", "mine", "theirs", "done"))
     rows = ((first, f), (second, f), (later, None), (mine, None), (theirs, None), (done, None))
-    assert s.commit_step(Commit(local, T0, {"status": "sent"}, outbox=rows)) == "ok"
-    held = _out(local, "held")
-    held_commit = Commit(local, T0, {"status": "sent"}, outbox=((held, None),), hold="list_mail")
-    assert s.commit_step(held_commit) == "ok"
+    held = _written(s, local, rows)
     assert s.mark_failed(later.message_id, T0, "451 later", retry_at=T0 + timedelta(minutes=10))
     assert s.mark_sent(done.message_id, T0)
     assert s.outbox_claim_one(mine.message_id, "a", T0, T0 + LEASE) is not None
