@@ -45,7 +45,7 @@ def test_relaxed_body_is_the_regex_reading(body: bytes) -> None:
 def test_the_fast_path_selects_headers_as_dkimpy_does(names: list[bytes], include: list[bytes]) -> None:
     from dkim import select_headers
 
-    from envelopay.dkim.fastpath import _select_headers
+    from envelopay.dkim.canon import _select
 
     headers = [(n, b" v%d\r\n" % i) for i, n in enumerate(names)]
-    assert _select_headers(headers, include) == select_headers(headers, include)
+    assert _select(headers, [n.decode("ascii") for n in include]) == select_headers(headers, include)

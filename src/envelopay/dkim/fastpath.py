@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from cryptography.hazmat.primitives.asymmetric.utils import Prehashed
 
-from envelopay.dkim.canon import relaxed_body, relaxed_header
+from envelopay.dkim.canon import _select, relaxed_body, relaxed_header
 
 _WSP = re.compile(rb"\s+")
 _TAG_LIST = re.compile(rb"\s*:\s*")
@@ -77,7 +77,9 @@ def _fast_check(
     include = [x.lower() for x in _TAG_LIST.split(sig[b"h"])]
     if b"from" in include:
         include.append(b"from")  # dkimpy hashes one From more (its bug#644046 rule)
-    selected = _select_headers(headers, include)
+    # dkimpy's select_headers, each name's instances from the bottom up (RFC 6376 5.4.2):
+    # the same as signing's; a name that is not ASCII raises, and dkimpy decides.
+    selected = _select(headers, [name.decode("ascii") for name in include])
     own = (sig_header[0], RE_BTAG.sub(b"\\1", sig_header[1]))
     if _ours_agree(policy, body, (*selected, own)):
         body_hash = hashlib.sha256(relaxed_body(body)).digest()
@@ -115,17 +117,3 @@ def _ours_agree(policy: Any, body: bytes, fields: tuple[tuple[bytes, bytes], ...
         if name != name.rstrip():
             return False
     return True
-
-
-def _select_headers(headers: list[tuple[bytes, bytes]], include: list[bytes]) -> list[tuple[bytes, bytes]]:
-    """dkimpy's select_headers (each name's instances taken from the bottom up, RFC 6376
-    5.4.2), with the names lower-cased once instead of once per name asked for."""
-    below: dict[bytes, list[int]] = {}
-    for i, (name, _) in enumerate(headers):
-        below.setdefault(name.lower(), []).append(i)
-    chosen = []
-    for name in include:
-        stack = below.get(name)
-        if stack:
-            chosen.append(headers[stack.pop()])
-    return chosen

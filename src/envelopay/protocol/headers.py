@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from email.utils import getaddresses
 
@@ -203,13 +204,7 @@ def _read_whole(head: bytes, body: bytes) -> HeaderBlock | None:
         return None  # a line no field explains: refused, with its reason, line by line
     fields = tuple(Field(name.decode("ascii").lower(), name, value.replace(b"\n", b"\r\n"))
                    for name, value in found)
-    seen: set[str] = set()
-    for f in fields:
-        if f.name in SINGLETON_HEADERS:
-            if f.name in seen:
-                return None
-            seen.add(f.name)
-    return HeaderBlock(fields, body)
+    return None if _first_duplicate(fields) else HeaderBlock(fields, body)
 
 
 def _read_lines(head: bytes, body: bytes) -> HeaderBlock | HeaderRefusal:
@@ -252,13 +247,21 @@ def _read_lines(head: bytes, body: bytes) -> HeaderBlock | HeaderRefusal:
             return refuse("mbox_from_line", "an mbox 'From ' separator line is not a header", number)
         return refuse("not_a_field", f"not a header field: {line[:60]!r}", number)
     close()
+    twice = _first_duplicate(fields)
+    if twice is not None:
+        return HeaderRefusal("duplicate", f"duplicate {twice} header", 0, tuple(fields), twice)
+    return HeaderBlock(tuple(fields), body)
+
+
+def _first_duplicate(fields: Sequence[Field]) -> str | None:
+    """The first field of SINGLETON_HEADERS given a second time, if any."""
     seen: set[str] = set()
     for f in fields:
         if f.name in SINGLETON_HEADERS:
             if f.name in seen:
-                return HeaderRefusal("duplicate", f"duplicate {f.name} header", 0, tuple(fields), f.name)
+                return f.name
             seen.add(f.name)
-    return HeaderBlock(tuple(fields), body)
+    return None
 
 
 # ------------------------------------------------------------------ addresses
