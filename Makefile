@@ -36,8 +36,11 @@ test: install services
 bench: install services
 	# Every figure-printing script; _*.py are shared helpers and parse_ab.py compares two
 	# trees (it takes the other tree's src/ as its argument).
+	# BENCH_KEEP: no script removes its files before the series ends (bench/_workdir.py:
+	# on a file system without a journal, removed files slow file creation for minutes).
+	keep=$$(mktemp -d -t envelopay-bench-XXXXXX) && trap 'rm -rf "$$keep"' EXIT && \
 	for b in bench/*.py; do case $$(basename $$b) in _*|parse_ab.py) continue;; esac; \
-	  $(BIN)/python $$b || exit 1; done
+	  BENCH_KEEP=$$keep $(BIN)/python $$b || exit 1; done
 
 clean:
 	rm -rf $(VENV) var demo-out

@@ -25,10 +25,11 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from _workdir import run_dir
 
 ENVELOPAY = [sys.executable, "-m", "envelopay.cli"]
 WORKER = "worker@garden.local"
@@ -135,8 +136,7 @@ async def _flows(work: Path, env: dict[str, str], flows: int, concurrency: int) 
 
 
 def run(flows: int = 40, concurrency: int = 8) -> None:
-    with tempfile.TemporaryDirectory(prefix="ep-devnet-bench-") as tmp:
-        work = Path(tmp)
+    with run_dir("ep-devnet-bench-") as work:
         env = {**os.environ, "ENVELOPAY_DEVNET_HOME": str(work / "devnet"),
                "ENVELOPAY_DEVNET_SOLANA_PORT": "0", "ENVELOPAY_DEVNET_BASE_PORT": "0"}
         os.environ.update({k: env[k] for k in ("ENVELOPAY_DEVNET_HOME",)})

@@ -23,13 +23,12 @@ import platform
 import secrets
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
+from _workdir import run_dir
 from enforcer_payments import bench_payments  # the spend enforcer's figures (issue 14)
 
 from envelopay.enforcer.send.backends import PostgresStore, SqliteStore
@@ -148,8 +147,8 @@ async def main() -> None:
     sqlite_min = 0.0
     pay_min, pay_added = 0.0, float("inf")
     try:
-        with tempfile.TemporaryDirectory() as tmp:
-            sq = SqliteStore(Path(tmp) / "bench.db")
+        with run_dir("bench-enforcer-") as tmp:
+            sq = SqliteStore(tmp / "bench.db")
             await sq.open()
             try:
                 lines, sqlite_min = await bench_store(

@@ -36,15 +36,15 @@ import os
 import platform
 import random
 import secrets
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+from _workdir import discard, new_dir
 
 PG_BASE = os.environ.get("ENVELOPAY_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 RESULTS: list[tuple[str, float, float, str]] = []  # (name, small s, large s, unit note)
@@ -102,7 +102,7 @@ def _ledger(kind: str, small: int, large: int, reps: int) -> None:
     from envelopay.protocol.outbound import Outbound
     from envelopay.testing.fill import LOCAL, fill_ledger
 
-    tmp = Path(tempfile.mkdtemp(prefix="growth-ledger-"))
+    tmp = new_dir("growth-ledger-")
 
     def setup(n: int) -> tuple[dict[str, Callable[[int], Any]], Any]:
         if kind == "sqlite":
@@ -233,6 +233,7 @@ def _ledger(kind: str, small: int, large: int, reps: int) -> None:
         record(f"{kind} {name}", a, b)
     finish(store_s, small)
     finish(store_l, large)
+    discard(tmp)
 
 
 # ----------------------------------------------------------------------------- mailbox
@@ -365,7 +366,7 @@ def _reuse(templates: list[str], i: int, sender: str, subject: str, refs: str, p
 def _mailbox(small: int, large: int, reps: int) -> None:
     from envelopay.mail.mailbox import CheckFilter
 
-    tmp = Path(tempfile.mkdtemp(prefix="growth-mail-"))
+    tmp = new_dir("growth-mail-")
 
     def setup(n: int) -> tuple[dict[str, Callable[[int], Any]], Any]:
         box, ids = _make_mailbox(tmp / f"m{n}", n)
@@ -428,7 +429,7 @@ def _mailbox(small: int, large: int, reps: int) -> None:
     )
     box_s.close()
     box_l.close()
-    shutil.rmtree(tmp, ignore_errors=True)  # two mailboxes: about 600 MB
+    discard(tmp)  # two mailboxes: about 600 MB
 
 
 # ----------------------------------------------------------------------------- enforcer
@@ -651,7 +652,7 @@ async def _enforcer_sides(
 
 
 def _enforcer(small_h: int, large_h: int, small_a: int, large_a: int, reps: int) -> None:
-    tmp = Path(tempfile.mkdtemp(prefix="growth-enf-"))
+    tmp = new_dir("growth-enf-")
     timed = asyncio.run(_enforcer_sides(tmp, [(small_h, small_a), (large_h, large_a)], reps))
     print(
         f"enforcer (sqlite): {small_h:,} history / {small_a:,} agents vs {large_h:,} / {large_a:,}",
@@ -664,6 +665,7 @@ def _enforcer(small_h: int, large_h: int, small_a: int, large_a: int, reps: int)
         f"enforcer payment intents (SQLite, row and index entries): {before:,.0f} bytes each,"
         f" {after:,.0f} after `enforcer compact`"
     )
+    discard(tmp)
 
 
 # ----------------------------------------------------------------------------- garden
@@ -690,7 +692,7 @@ async def _pickup_case(root: Path, n: int, use_inotify: bool, reps: int) -> tupl
 
 
 def _garden(small: int, large: int, reps: int) -> None:
-    tmp = Path(tempfile.mkdtemp(prefix="growth-garden-"))
+    tmp = new_dir("growth-garden-")
     for mode in (True, False):
         name = "inotify" if mode else "poll"
         ls, ws, idle_s = asyncio.run(_pickup_case(tmp / f"{name}{small}", small, mode, reps))
@@ -703,6 +705,7 @@ def _garden(small: int, large: int, reps: int) -> None:
         NOTES.append(
             f"garden delivery write ({name} run): {ws * 1e3:.3f} ms at {small}, {wl * 1e3:.3f} ms at {large}"
         )
+    discard(tmp)
 
 
 def main() -> None:

@@ -47,12 +47,12 @@ import json
 import os
 import random
 import statistics
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from _role import RoleProcess
+from _workdir import run_dir
 from pydantic import BaseModel, ConfigDict
 from worker import (
     _agent_config,
@@ -381,8 +381,8 @@ def main() -> None:
         return
     if args.quick:
         args.orders = 64
-    with tempfile.TemporaryDirectory(prefix="bench-jobs-") as tmp:
-        got = asyncio.run(run(Path(tmp), args.orders, args.concurrency, args.nap, args.connections,
+    with run_dir("bench-jobs-") as tmp:
+        got = asyncio.run(run(tmp, args.orders, args.concurrency, args.nap, args.connections,
                               args.arrivals, args.prober == "own", args.garden_process))
     report(args, got)
 

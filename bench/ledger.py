@@ -22,10 +22,11 @@ import os
 import secrets
 import sqlite3
 import sys
-import tempfile
 import time
 from datetime import UTC, datetime
 from typing import Any
+
+from _workdir import run_dir
 
 PG_DEFAULT = os.environ.get("ENVELOPAY_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 WORKER = "worker@bench.test"
@@ -236,11 +237,11 @@ def main() -> int:
     )
     targets = {("sqlite", 1): 2000.0, ("postgres", 4): 1500.0}
     failed = False
-    with tempfile.TemporaryDirectory() as tmp:
+    with run_dir("bench-ledger-") as tmp:
         for backend in ("sqlite", "postgres"):
             for procs in (1, 4):
                 if backend == "sqlite":
-                    where, schema = os.path.join(tmp, f"bench{procs}.db"), None
+                    where, schema = str(tmp / f"bench{procs}.db"), None
                 else:
                     schema, where = _pg_schema(args.pg)
                 floor = steps = 0.0

@@ -27,12 +27,12 @@ import os
 import platform
 import subprocess
 import sys
-import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
 import dkim as dkimpy
+from _workdir import run_dir
 
 from envelopay import dkim
 from envelopay.mail.garden import GardenServer, LmtpClient
@@ -290,8 +290,7 @@ def main() -> None:
 
     parse_raw = message(0)
     parse_rate = rate(lambda i: parse(parse_raw), 3000)
-    with tempfile.TemporaryDirectory(prefix="envelopay-bench-") as tmp:
-        root = Path(tmp)
+    with run_dir("envelopay-bench-") as root:
         ino = asyncio.run(hop(root / "hop-inotify", args.hop_messages, True, fsync))
         poll = asyncio.run(hop(root / "hop-poll", args.hop_messages, False, fsync))
         tput = asyncio.run(throughput(root / "tput", args.throughput_messages, fsync))

@@ -35,6 +35,11 @@ A bench setting, printed with the figures: after set-up the heap is frozen
 full cyclic collection does not rescan the libraries loaded at start (a 30–95 ms pause
 here); `--no-gc-freeze` leaves it out. Durability settings are the defaults (garden
 fsync on, SQLite WAL with synchronous=NORMAL).
+
+Runs in a series: the floor is all file creation, and on a file system without a journal
+it slows for minutes after any run that removed thousands of files (bench/_workdir.py).
+For runs back to back (two trees alternated, say), set BENCH_KEEP=DIR so that no run
+removes its files, and remove DIR after the series; `make bench` does so.
 """
 
 from __future__ import annotations
@@ -48,7 +53,6 @@ import os
 import signal
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -56,6 +60,7 @@ from pathlib import Path
 from typing import Any
 
 from _role import RoleProcess
+from _workdir import run_dir
 
 from envelopay.client.demo import BUYER, DOMAIN, MALLORY, PRICE, WORKER, BuyerApp, DemoWorld
 from envelopay.engine import Notice
@@ -524,12 +529,12 @@ def main() -> None:
         setup = json.loads(Path(args.setup).read_text())
         asyncio.run(chain_role(setup) if args.role == "chain" else worker_role(setup))
         return
-    # One directory for the whole run, removed at the end: removing the floor's
-    # thousands of mail files before the worker runs would make the worker pay for it
-    # (ext4 skips inodes freed in the last ~30 s when it allocates new ones; on this
-    # machine that was a quarter of the worker process's CPU).
-    with tempfile.TemporaryDirectory(prefix="bench-worker-") as tmp:
-        _main(args, Path(tmp))
+    # One directory for the whole run, removed at the end (kept under BENCH_KEEP):
+    # removing the floor's thousands of mail files before the worker runs would make the
+    # worker pay for it, and files removed by a run in the last minutes slow both the
+    # floor and the worker (bench/_workdir.py says why).
+    with run_dir("bench-worker-") as tmp:
+        _main(args, tmp)
 
 
 def _main(args: argparse.Namespace, root: Path) -> None:
