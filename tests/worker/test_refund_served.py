@@ -44,7 +44,9 @@ envelopay worker serve $S > serve.log 2>&1 &
 T1='{"name":"broken","text":"a b c"}'; T2='{"name":"broken_hold","text":"a b c"}'
 envelopay order seller@garden.local --task "$T1" --pay --wait --json $B > refunded.json
 echo "exit=$?" >> refunded.json
-envelopay order seller@garden.local --task "$T2" --pay --json $B > held.json; echo "exit=$?" >> held.json
+# no answer comes for a held job: the order waits 10 s for one, not the default 60
+envelopay order seller@garden.local --task "$T2" --pay --timeout 10 --json $B > held.json
+echo "exit=$?" >> held.json
 for i in $(seq 1 40); do
   envelopay jobs list --state held --json $S > jobs.json && grep -q '"job"' jobs.json && break; sleep 0.5
 done
