@@ -27,17 +27,16 @@ __all__ = ["discard", "new_dir", "run_dir"]
 
 def _keep() -> Path | None:
     keep = os.environ.get("BENCH_KEEP")
-    if not keep:
-        return None
-    folder = Path(keep)
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
+    return Path(keep) if keep else None
 
 
 def new_dir(prefix: str) -> Path:
     """A fresh folder: under BENCH_KEEP when the series keeps its files, else in the
     system's temporary folder (the caller removes it, with `discard`)."""
-    return Path(tempfile.mkdtemp(prefix=prefix, dir=_keep()))
+    keep = _keep()
+    if keep is not None:
+        keep.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=keep))
 
 
 def discard(path: Path) -> None:
