@@ -247,34 +247,35 @@ class SolanaRail:
         me = self.keypair.pubkey()
         confirmed = {"commitment": "confirmed"}
         try:
-            # The read-only checks are independent: asked together they travel as one
-            # JSON-RPC batch (one round trip instead of three).
-            if asset.native:
-                sol_doc, found = await asyncio.gather(
-                    self.rpc.call("getBalance", [str(me), confirmed]),
-                    self._account_exists_rpc(to) if amount < RENT_EXEMPT_MINIMUM else _true())
-                sol = int(sol_doc["value"])
-                if sol < amount + txb.SIGNATURE_FEE:
-                    raise _short(asset, me, f"balance {sol} lamports, need {amount} + fee")
-                _check_new_account_rent(amount, found)
-            else:
-                sol_doc, have, exists = await asyncio.gather(
-                    self.rpc.call("getBalance", [str(me), confirmed]),
-                    self._token_balance_rpc(txb.ata(me, asset)),
-                    self._account_exists_rpc(txb.ata(to, asset)))
-                sol = int(sol_doc["value"])
-                if have < amount:
-                    raise _short(asset, me, f"{asset.symbol} balance {have}, need {amount}")
-                rent = 0 if exists else TOKEN_ACCOUNT_RENT
-                if sol < txb.SIGNATURE_FEE + rent:
-                    raise _short(asset, me, "not enough SOL for fee and recipient's account")
-            ixs = txb.payment_instructions(me, to, asset, amount, create_ata=not asset.native)
             # One payment at a time from this wallet between "latest blockhash" and "sent":
             # two payments signed against one blockhash can be the same transaction (the
             # network keeps one), and a dev node that turns its blockhash per transaction
-            # refuses the second.
+            # refuses the second. The read-only checks and the blockhash are independent:
+            # asked together they travel as one JSON-RPC batch (one round trip, not four).
             async with self._send_lock:
-                latest = await self.rpc.call("getLatestBlockhash", [confirmed])
+                latest_call = self.rpc.call("getLatestBlockhash", [confirmed])
+                if asset.native:
+                    sol_doc, found, latest = await asyncio.gather(
+                        self.rpc.call("getBalance", [str(me), confirmed]),
+                        self._account_exists_rpc(to) if amount < RENT_EXEMPT_MINIMUM else _true(),
+                        latest_call)
+                    sol = int(sol_doc["value"])
+                    if sol < amount + txb.SIGNATURE_FEE:
+                        raise _short(asset, me, f"balance {sol} lamports, need {amount} + fee")
+                    _check_new_account_rent(amount, found)
+                else:
+                    sol_doc, have, exists, latest = await asyncio.gather(
+                        self.rpc.call("getBalance", [str(me), confirmed]),
+                        self._token_balance_rpc(txb.ata(me, asset)),
+                        self._account_exists_rpc(txb.ata(to, asset)),
+                        latest_call)
+                    sol = int(sol_doc["value"])
+                    if have < amount:
+                        raise _short(asset, me, f"{asset.symbol} balance {have}, need {amount}")
+                    rent = 0 if exists else TOKEN_ACCOUNT_RENT
+                    if sol < txb.SIGNATURE_FEE + rent:
+                        raise _short(asset, me, "not enough SOL for fee and recipient's account")
+                ixs = txb.payment_instructions(me, to, asset, amount, create_ata=not asset.native)
                 blockhash = Hash.from_string(latest["value"]["blockhash"])
                 signed = txb.sign(ixs, self.keypair, blockhash)
                 wire = base64.b64encode(bytes(signed)).decode()
