@@ -84,9 +84,10 @@ class SolanaPayer:
         asset = check_payment(self, token, amount, recipient)
         kp = _keypair(secret)
         me, to = kp.pubkey(), Pubkey.from_string(recipient)
-        await self._precheck(me, to, asset, amount)
+        # Independent reads: over JSON-RPC the checks and the blockhash go as one batch.
+        _, blockhash = await asyncio.gather(self._precheck(me, to, asset, amount), self._blockhash())
         ixs = txb.payment_instructions(me, to, asset, amount, create_ata=not asset.native)
-        signed = txb.sign(ixs, kp, await self._blockhash())
+        signed = txb.sign(ixs, kp, blockhash)
         return SignedPayment(tx_id=str(signed.signatures[0]), blob=bytes(signed))
 
     async def _blockhash(self) -> Hash:
