@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable
 from typing import Any, AnyStr
 
 from aiosmtpd.lmtp import LMTP
@@ -77,6 +78,13 @@ class BulkDataLMTP(LMTP):
         await self.push("250 OK" if status is MISSING else status)
 
 
+def _pending(reader: asyncio.StreamReader) -> bytes:
+    """What the peer sent that no command has read yet (StreamReader keeps it in
+    `_buffer`, the same attribute from Python 3.8 to 3.13)."""
+    buffer: bytes = getattr(reader, "_buffer", b"")
+    return buffer
+
+
 class GardenLMTP(BulkDataLMTP):
     """Refuses peers that are not loopback / Unix before saying anything else."""
 
@@ -96,22 +104,54 @@ class GardenLMTP(BulkDataLMTP):
         return addr, rest
 
     _refused = False
+    _held: list[bytes]  # replies stored for a group (push), sent with the next one
 
     async def push(self, status: AnyStr) -> None:
         if isinstance(status, str) and status == STRICT_ASCII:
-            await super().push(NON_ASCII_COMMAND)
+            reply = NON_ASCII_COMMAND.encode()
         elif isinstance(status, str) and not status.isascii():
             # aiosmtpd would raise UnicodeEncodeError and answer "500 Error: (...)".
-            await super().push("\r\n".join(shown(line) for line in status.split("\r\n")))
+            reply = "\r\n".join(shown(line) for line in status.split("\r\n")).encode()
+        elif isinstance(status, str):
+            reply = status.encode("utf-8" if self.enable_SMTPUTF8 else "ascii")  # as aiosmtpd's push
         else:
-            await super().push(status)
+            reply = status
+        # RFC 2920 3.2: the replies to grouped RSET, MAIL and RCPT may be stored and sent
+        # as a unit, and the server never waits for input with a reply held. Held here only
+        # while the next command is already in (it is read at once); any other reply
+        # sends them first, in order.
+        if self._grouping and b"\n" in _pending(self._reader):
+            self._held.append(reply)
+            return
+        if self._held:
+            reply, self._held = b"\r\n".join((*self._held, reply)), []
+        await super().push(reply)
         if self._close_after_reply and self.transport is not None:
             self.transport.close()
+
+    _grouping = False  # in MAIL, RCPT or RSET: a success reply may wait for the next one
+
+    async def smtp_MAIL(self, arg: str | None) -> None:
+        await self._grouped(super().smtp_MAIL(arg))
+
+    async def smtp_RCPT(self, arg: str | None) -> None:
+        await self._grouped(super().smtp_RCPT(arg))
+
+    async def smtp_RSET(self, arg: str) -> None:
+        await self._grouped(super().smtp_RSET(arg))
+
+    async def _grouped(self, command: Awaitable[None]) -> None:
+        self._grouping = True
+        try:
+            await command
+        finally:
+            self._grouping = False
 
     _logged_in = False  # authenticated (an open garden: from the start)
     _close_after_reply = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._held = []
         peer = transport.get_extra_info("peername")
         garden: Any = self.event_handler._server  # the GardenServer
         garden.stats.connections += 1
@@ -182,7 +222,8 @@ class GardenLMTP(BulkDataLMTP):
     def _hang_up(self, reply: bytes) -> None:
         transport = self.transport
         if isinstance(transport, asyncio.WriteTransport):
-            transport.write(reply)
+            held, self._held = self._held, []
+            transport.write(b"".join(h + b"\r\n" for h in held) + reply)
         if transport is not None:
             transport.close()
 
