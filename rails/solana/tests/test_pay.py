@@ -10,7 +10,7 @@ import pytest
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
-from envelopay.devnet.rpc_server import JsonRpcServer
+from envelopay.devnet.rpc_server import JsonRpcFault, JsonRpcServer
 from envelopay.errors import ConfigError, UsageError
 from envelopay.rails.interface import Expectation
 from envelopay_solana import LocalSolana, make_rail
@@ -104,3 +104,54 @@ async def test_concurrent_payments_from_one_wallet_are_distinct_transactions(
     assert chain.token_balance(ata(to, asset)) == 8 * 250_000
     for proof in proofs:
         assert (await rail.verify(proof, Expectation("solana-local", "USDC", 250_000, str(to)))).ok
+
+
+async def test_a_payment_over_rpc_is_two_round_trips_when_the_node_confirms_at_once() -> None:
+    # The checks travel with the blockhash, and the first status with the send: a node
+    # that answers a batch in order (the dev node) confirms in the send's own answer.
+    chain = LocalSolana()
+    payer = chain.new_wallet(sol=10**10, tokens={"USDC": 10**9})
+    methods: list[str] = []
+    handle = solana_rpc_handler(chain)
+
+    def counted(method: str, params: list[Any]) -> Any:
+        methods.append(method)
+        return handle(method, params)
+
+    async with JsonRpcServer(counted) as node:
+        rail = make_rail({"backend": "rpc", "network": "local", "rpc_url": node.url, "keypair": bytes(payer)})
+        proof = await rail.pay(chain="solana-local", token="USDC", amount=500_000,
+                               recipient=str(Keypair().pubkey()))
+        await rail.aclose()
+        assert node.requests == 2, methods
+    assert methods == ["getBalance", "getTokenAccountBalance", "getAccountInfo", "getLatestBlockhash",
+                       "sendTransaction", "getSignatureStatuses"]
+    assert chain.lookup(proof["tx"])[0] is not None
+
+
+async def test_a_status_error_beside_the_send_is_not_a_failed_payment() -> None:
+    # The send went through; only its first status check failed. The payment is not
+    # reported failed (the payer would pay again): the next poll confirms it, once.
+    chain = LocalSolana()
+    payer = chain.new_wallet(sol=10**10, tokens={"USDC": 10**9})
+    to = Keypair().pubkey()
+    handle = solana_rpc_handler(chain)
+    statuses: list[int] = []
+
+    def flaky(method: str, params: list[Any]) -> Any:
+        if method == "getSignatureStatuses":
+            statuses.append(1)
+            if len(statuses) == 1:
+                raise JsonRpcFault(-32005, "node is behind")
+        return handle(method, params)
+
+    async with JsonRpcServer(flaky) as node:
+        rail = make_rail({"backend": "rpc", "network": "local", "rpc_url": node.url, "keypair": bytes(payer),
+                          "poll_interval": 0.01})
+        proof = await rail.pay(chain="solana-local", token="USDC", amount=500_000, recipient=str(to))
+        await rail.aclose()
+    asset = rail.asset("solana-local", "USDC")
+    assert asset is not None
+    assert len(statuses) == 2
+    assert chain.token_balance(ata(to, asset)) == 500_000
+    assert chain.lookup(proof["tx"])[0] is not None

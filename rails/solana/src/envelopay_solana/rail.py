@@ -278,19 +278,24 @@ class SolanaRail:
                 ixs = txb.payment_instructions(me, to, asset, amount, create_ata=not asset.native)
                 blockhash = Hash.from_string(latest["value"]["blockhash"])
                 signed = txb.sign(ixs, self.keypair, blockhash)
+                signature = str(signed.signatures[0])
                 wire = base64.b64encode(bytes(signed)).decode()
-                sent = await self.rpc.call("sendTransaction", [wire, {"encoding": "base64",
-                                                                      "preflightCommitment": "confirmed"}])
+                # The signature is known before the send: its first status check rides in
+                # the send's batch (a node that answers in order may already have it; one
+                # that has not is asked again after the poll interval, as before).
+                sent, status = await asyncio.gather(
+                    self.rpc.call("sendTransaction", [wire, {"encoding": "base64",
+                                                             "preflightCommitment": "confirmed"}]),
+                    self._first_status(signature))
         except RpcError as exc:
             text = f"{exc.message} {exc.data}".lower()
             reason = "insufficient_funds" if "insufficient" in text else "tx_failed"
             raise RailError(reason, exc.message) from exc
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise TransportError(f"unexpected answer from the Solana node: {exc}") from exc
-        signature = str(signed.signatures[0])
         if sent != signature:
             raise TransportError("the node acknowledged a different signature")
-        await self._await_confirmation(signature)
+        await self._await_confirmation(signature, status)
         return {"tx": signature}
 
     async def _account_exists_rpc(self, account: Pubkey) -> bool:
@@ -308,14 +313,25 @@ class SolanaRail:
             return 0  # the account does not exist: nothing to spend
         return int(result["value"]["amount"])
 
-    async def _await_confirmation(self, signature: str) -> None:
+    async def _first_status(self, signature: str) -> dict[str, Any] | None:
+        """The status asked beside the send: never an error of its own (an error here
+        must not read as the send's), only a status or None (the polls then ask)."""
+        assert self.rpc is not None
+        if self._confirm_timeout <= 0:
+            return None
+        try:
+            return await self.rpc.signature_status(signature)
+        except (RpcError, TransportError):
+            return None
+
+    async def _await_confirmation(self, signature: str, status: dict[str, Any] | None) -> None:
+        """Until `signature` is confirmed, from `status` (its first status, or None)."""
         assert self.rpc is not None
         if self._confirm_timeout <= 0:
             return
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._confirm_timeout
         while True:
-            status = await self.rpc.signature_status(signature)
             if status is not None:
                 if status.get("err") is not None:
                     raise RailError("tx_failed", str(status["err"]))
@@ -325,6 +341,7 @@ class SolanaRail:
             if loop.time() >= deadline:
                 raise RailError("not_final", f"{signature} not confirmed within {self._confirm_timeout}s")
             await asyncio.sleep(self._poll)
+            status = await self.rpc.signature_status(signature)
 
     async def warm(self) -> None:
         """Load now what the first verification would load (AgentNode.serve calls it)."""
