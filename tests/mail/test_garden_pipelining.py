@@ -15,13 +15,17 @@ from aiosmtpd.smtp import SMTP
 
 from envelopay.mail.garden import GardenServer
 from envelopay.mail.garden_auth import new_account
+from envelopay.mail.garden_lmtp import HELD_MAX
 
 A = "worker@garden.local"
 QUICK = 2.0  # a reply that is held would not come within this: the server waits on us
 
 
+Wire = tuple[asyncio.StreamReader, asyncio.StreamWriter, GardenServer]
+
+
 @pytest.fixture
-async def wire(tmp_path: Path) -> AsyncIterator[tuple[asyncio.StreamReader, asyncio.StreamWriter, GardenServer]]:
+async def wire(tmp_path: Path) -> AsyncIterator[Wire]:
     account, secret = new_account(A, [A])
     async with GardenServer(tmp_path / "mail", [A], accounts=[account]) as garden:
         host, port = garden.endpoint  # type: ignore[misc]
@@ -94,3 +98,16 @@ async def test_a_group_ending_in_quit_gets_every_reply_before_the_close(wire: An
     writer.write(b"RSET\r\n" + MAIL + RCPT + b"QUIT\r\n")
     assert [r[:3] for r in await _lines(reader, 4)] == [b"250", b"250", b"250", b"221"]
     assert await asyncio.wait_for(reader.read(), QUICK) == b""
+
+
+async def test_a_group_without_end_is_answered_in_bounded_writes(wire: Any, writes: list[bytes]) -> None:
+    # A client that pipelines and never reads must meet the writes' backpressure, not
+    # make the garden hold its replies without bound.
+    reader, writer, _ = wire
+    writes.clear()
+    n = 3 * HELD_MAX + 5
+    writer.write(b"RSET\r\n" * n)
+    replies = await _lines(reader, n)
+    assert all(r.startswith(b"250") for r in replies)
+    assert len(writes) >= n // HELD_MAX
+    assert max(w.count(b"\r\n") + 1 for w in writes) <= HELD_MAX + 1

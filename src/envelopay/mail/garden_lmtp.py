@@ -78,6 +78,9 @@ class BulkDataLMTP(LMTP):
         await self.push("250 OK" if status is MISSING else status)
 
 
+HELD_MAX = 100  # replies held for one write (a group of a hundred recipients)
+
+
 def _pending(reader: asyncio.StreamReader) -> bytes:
     """What the peer sent that no command has read yet (StreamReader keeps it in
     `_buffer`, the same attribute from Python 3.8 to 3.13)."""
@@ -119,8 +122,9 @@ class GardenLMTP(BulkDataLMTP):
         # RFC 2920 3.2: the replies to grouped RSET, MAIL and RCPT may be stored and sent
         # as a unit, and the server never waits for input with a reply held. Held here only
         # while the next command is already in (it is read at once); any other reply
-        # sends them first, in order.
-        if self._grouping and b"\n" in _pending(self._reader):
+        # sends them first, in order. At most HELD_MAX: a client that pipelines without
+        # end and never reads is slowed by the writes' backpressure, as without holding.
+        if self._grouping and len(self._held) < HELD_MAX and b"\n" in _pending(self._reader):
             self._held.append(reply)
             return
         if self._held:
