@@ -82,8 +82,8 @@ HELD_MAX = 100  # replies held for one write (a group of a hundred recipients)
 
 
 def _pending(reader: asyncio.StreamReader) -> bytes:
-    """What the peer sent that no command has read yet (StreamReader keeps it in
-    `_buffer`, the same attribute from Python 3.8 to 3.13)."""
+    """What the peer sent that no command has read yet (asyncio's StreamReader keeps it
+    in `_buffer`; a Python without that attribute gets b"": nothing is held, as before)."""
     buffer: bytes = getattr(reader, "_buffer", b"")
     return buffer
 
@@ -133,7 +133,7 @@ class GardenLMTP(BulkDataLMTP):
         if self._close_after_reply and self.transport is not None:
             self.transport.close()
 
-    _grouping = False  # in MAIL, RCPT or RSET: a success reply may wait for the next one
+    _grouping = False  # in MAIL, RCPT or RSET: its reply may wait for the next one
 
     async def smtp_MAIL(self, arg: str | None) -> None:
         await self._grouped(super().smtp_MAIL(arg))
