@@ -120,14 +120,16 @@ async def await_confirmation(
     timeout: float,
     poll: float,
     failed: str,
+    first: ChainState | None = None,
 ) -> tuple[Broadcast, str]:
     """After a broadcast: ask the chain until it confirms, fails (`failed` is the detail)
     or `timeout` seconds pass — then "sent", "not yet confirmed": the caller looks it up
-    later, and never signs again."""
+    later, and never signs again. `first`: the state already asked beside the broadcast
+    (None: ask now)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(timeout, 0.0)
+    state = first if first is not None else await lookup(tx_id)
     while True:
-        state = await lookup(tx_id)
         if state == "confirmed":
             return "sent", ""
         if state == "failed":
@@ -135,6 +137,7 @@ async def await_confirmation(
         if loop.time() >= deadline:
             return "sent", "not yet confirmed"
         await asyncio.sleep(poll)
+        state = await lookup(tx_id)
 
 
 def short_of_funds(chain: str, wallet: str, detail: str, *, native: str) -> RailError:

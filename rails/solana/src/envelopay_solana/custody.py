@@ -173,8 +173,13 @@ class SolanaPayer:
         assert self.rail.rpc is not None
         wire = base64.b64encode(payment.blob).decode()
         try:
-            await self.rail.rpc.call(
-                "sendTransaction", [wire, {"encoding": "base64", "preflightCommitment": "confirmed"}]
+            # The first lookup rides in the send's batch (the id is the signature, known
+            # before the send); a node that has not seen it yet is asked again after `poll`.
+            _, first = await asyncio.gather(
+                self.rail.rpc.call(
+                    "sendTransaction", [wire, {"encoding": "base64", "preflightCommitment": "confirmed"}]
+                ),
+                self._first_lookup(payment.tx_id),
             )
         except RpcError as exc:
             return _classify(f"{exc.message} {exc.data}")
@@ -184,7 +189,16 @@ class SolanaPayer:
             timeout=self.rail._confirm_timeout,
             poll=self.rail._poll,
             failed="transaction failed on chain",
+            first=first,
         )
+
+    async def _first_lookup(self, tx_id: str) -> ChainState | None:
+        """The lookup asked beside the send: never an error of its own (it is not the
+        send's: the transaction may have landed), only a state or None (ask again)."""
+        try:
+            return await self.lookup(tx_id)
+        except (RpcError, TransportError):
+            return None
 
     async def lookup(self, tx_id: str) -> ChainState:
         if self.rail.local is not None:
