@@ -441,8 +441,9 @@ async def split_paid_flows(
 
 async def transport_floor(
     root: Path, flows: int, concurrency: int, fsync: bool, own_process: bool = False
-) -> float:
-    """Four signed messages per flow through the garden and its pickup, nothing else."""
+) -> tuple[float, float]:
+    """Four signed messages per flow through the garden and its pickup, nothing else:
+    (flow-equivalents/s, CPU ms per flow-equivalent over every process it ran in)."""
     from envelopay import dkim
     from envelopay.mail.garden import GardenServer
     from envelopay.mail.maildir import Pickup, mailbox_path
@@ -455,9 +456,10 @@ async def transport_floor(
     tmp = root / "floor"
     async with contextlib.AsyncExitStack() as stack:
         endpoint: tuple[str, int] | Path
+        pids: dict[str, int] = {}
         if own_process:
             endpoint = ("127.0.0.1", await stack.enter_async_context(
-                garden_process(Path(tmp), addresses, fsync)))
+                garden_process(Path(tmp), addresses, fsync, pids)))
         else:
             endpoint = (await stack.enter_async_context(
                 GardenServer(Path(tmp), addresses, fsync=fsync, open_garden=True))).endpoint
@@ -467,6 +469,7 @@ async def transport_floor(
                                  domain="garden.local", now=datetime.now(UTC))
         got = 0
         async with Pickup([mailbox_path(Path(tmp), "b@garden.local")]) as pickup:
+            cpu0 = _floor_cpu(pids)
             start = time.perf_counter()
 
             async def sender(t: GardenTransport, count: int) -> None:
@@ -482,9 +485,15 @@ async def transport_floor(
                 got += 1
             await senders
             elapsed = time.perf_counter() - start
+            cpu = _floor_cpu(pids) - cpu0
         for t in transports:
             await t.close()
-    return (got / 4) / elapsed
+    return (got / 4) / elapsed, cpu * 1000 / (got / 4)
+
+
+def _floor_cpu(pids: dict[str, int]) -> float:
+    """CPU seconds of this process (all its threads) and of the garden's, if its own."""
+    return time.process_time() + sum(sum(_cpu_seconds(pid)) for pid in pids.values())
 
 
 def main() -> None:
@@ -541,7 +550,7 @@ def _main(args: argparse.Namespace, root: Path) -> None:
     own = args.garden_process
     fsync = not args.no_fsync
     t = time.perf_counter()
-    floor = asyncio.run(transport_floor(root, args.flows, args.concurrency, fsync, own))
+    floor, floor_cpu = asyncio.run(transport_floor(root, args.flows, args.concurrency, fsync, own))
     t_floor = time.perf_counter() - t
     t = time.perf_counter()
     cpu: dict[str, tuple[float, ...]] = {}
@@ -565,7 +574,7 @@ def _main(args: argparse.Namespace, root: Path) -> None:
           f"gc.freeze() after set-up {'on' if GC_FREEZE else 'off'}, "
           f"per-message log and metrics {'on' if OBSERVED else 'off'}")
     print(f"floor: garden transport alone        {floor:8.1f} flow-equivalents/s (4 signed mails each"
-          f"{', garden in its own process' if own else ''})")
+          f"{', garden in its own process' if own else ''}), CPU {floor_cpu:.1f} ms per flow-equivalent")
     print(f"worker: complete paid flows          {rate:8.1f} flows/s   ratio to floor {rate / floor:.3f}"
           f"   target >= 100: {'met' if rate >= 100 else 'NOT met'}")
     print(f"PAY→FULFILL latency                  p50 {p50:6.1f} ms   p99 {p99:6.1f} ms"
@@ -578,6 +587,12 @@ def _main(args: argparse.Namespace, root: Path) -> None:
         print("CPU per timed flow, by process:      "
               + ", ".join(f"{k} {sum(v):.1f} ms ({v[1]:.1f} system)" for k, v in cpu.items())
               + f"; total {sum(sum(v) for v in cpu.values()):.1f} ms")
+        # Flows/s can exceed neither the cores over the CPU one flow costs nor, so, this
+        # ratio: what the CPU per flow alone allows, whatever the waiting.
+        cores = os.cpu_count() or 1
+        most = cores * 1000 / sum(sum(v) for v in cpu.values())
+        print(f"at this CPU per flow, {cores} cores allow at most {most:.1f} flows/s: "
+              f"a ratio to floor of at most {most / floor:.3f}")
 
 
 def _pct(values: list[float]) -> tuple[float, float]:
