@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from eth_account import Account
 
+from envelopay.errors import RailError
 from envelopay.rails.interface import Expectation, Reason
 from envelopay_base.assets import USDC_LOCAL
 from envelopay_base.devchain import NodeKind
@@ -131,3 +132,54 @@ async def test_reorg_removes_a_payment_after_one_confirmation(kind: NodeKind) ->
         await rail.aclose()
         assert await node.dev.token_balance(to) == 0
     assert after.status == "rejected" and after.reason is Reason.TX_NOT_FOUND
+
+
+async def test_a_payment_asks_the_node_in_few_round_trips(kind: NodeKind) -> None:
+    """What `pay()` asks of the node, counted as HTTP requests at the client: the reads that
+    build the transaction (chain id, fees, ETH and token balances, nonce, gas) gathered as
+    one JSON-RPC batch, the send, then the receipt alone, without the block that only
+    verification reads. The polls are all there is beyond that."""
+    import httpx
+
+    async with base_node(kind) as node:
+        requests: list[list[str]] = []
+
+        async def count(request: httpx.Request) -> None:
+            import json
+
+            body = json.loads(request.content)
+            requests.append([c["method"] for c in (body if isinstance(body, list) else [body])])
+
+        client = httpx.AsyncClient(event_hooks={"request": [count]})
+        rail, _ = await funded_rail(node, http_client=client, chain_id=None)
+        to = Account.create().address
+        proof = await rail.pay(chain="base-local", token="USDC", amount=5_000, recipient=to)
+        await client.aclose()
+        await rail.aclose()
+        prepared = ["eth_chainId", "eth_getBlockByNumber", "eth_maxPriorityFeePerGas", "eth_getBalance",
+                    "eth_getTransactionCount", "eth_call", "eth_estimateGas"]
+        assert sorted(requests[0]) == sorted(prepared), requests
+        assert requests[1] == ["eth_sendRawTransaction"]
+        assert requests[2:] and all(r == ["eth_getTransactionReceipt"] for r in requests[2:]), requests
+        receipt = await node.dev.receipt(proof["tx"])
+        assert receipt is not None and int(receipt["status"], 16) == 1
+        assert await node.dev.token_balance(to) == 5_000
+
+
+async def test_short_funds_are_the_answer_though_the_node_refuses_the_estimate(kind: NodeKind) -> None:
+    """The gas estimate rides in the same batch as the balances; for a sender with too few
+    tokens, or no ETH for gas, the node refuses to estimate. The payer hears that it is
+    short of funds (not that the node failed), and nothing is sent."""
+    async with base_node(kind) as node:
+        to = Account.create().address
+        for eth, usdc_held in ((10**19, 10), (0, 10**9)):
+            payer = Account.create()
+            await node.dev.fund(payer.address, eth=eth, usdc=usdc_held)
+            rail = make_rail({"backend": "rpc", "rpc_url": node.url, "network": "local",
+                              "chain_id": node.chain_id, "keypair": bytes(payer.key), "poll_interval": 0.01})
+            with pytest.raises(RailError) as info:
+                await rail.pay(chain="base-local", token="USDC", amount=1_000, recipient=to)
+            await rail.aclose()
+            assert info.value.reason == Reason.INSUFFICIENT_FUNDS.value, (eth, usdc_held, info.value)
+            assert await node.dev.rpc("eth_getTransactionCount", [payer.address, "pending"]) == "0x0"
+        assert await node.dev.token_balance(to) == 0

@@ -184,6 +184,15 @@ class LocalBackend:
     async def read(self, tx_hash: str) -> Reading:
         return self.chain.read(tx_hash)
 
+    async def receipt(self, tx_hash: str) -> Mapping[str, Any] | None:
+        from eth_tester.exceptions import TransactionNotFound
+
+        try:
+            receipt: dict[str, Any] | None = _rpc_shape(self.chain.tester.get_transaction_receipt(tx_hash))
+        except TransactionNotFound:
+            return None
+        return receipt
+
     async def nonce(self, address: str) -> int:
         return int(self.chain.tester.get_nonce(address))
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,7 @@ from envelopay.rails.custodial import short_of_funds
 from envelopay.rails.interface import AssetInfo, Expectation, Reason, Verdict
 from envelopay.rails.registry import find_asset, merge_assets
 from envelopay_base.assets import ASSETS, CHAIN_IDS, NETWORK_CHAIN, is_address, norm_address
-from envelopay_base.backend import Backend, ChainUnavailable
+from envelopay_base.backend import Backend, ChainUnavailable, Fees
 from envelopay_base.verify import canonical_tx_hash, check_payment, quantity
 
 ETH_TRANSFER_GAS = 21_000
@@ -210,7 +210,7 @@ class BaseRail:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._confirm_timeout
         while True:
-            receipt = (await self.backend.read(tx_hash)).receipt
+            receipt = await self.backend.receipt(tx_hash)
             if receipt is not None and receipt.get("blockNumber") is not None:
                 try:
                     status = quantity(receipt.get("status"), "receipt.status")
@@ -225,37 +225,62 @@ class BaseRail:
             await asyncio.sleep(self._poll)
 
     async def _build(self, sender: str, asset: AssetInfo, amount: int, recipient: str) -> dict[str, Any]:
+        """The unsigned transfer, after checking the sender can pay it and its gas. Every
+        read is asked at once, so over JSON-RPC they travel as one batch (rpc.py): one
+        round trip, where one per read made five or six."""
         from web3 import Web3
 
+        token = None if asset.address is None else Web3.to_checksum_address(asset.address)
+        data = None if token is None else erc20_transfer_data(recipient, amount)
+        reads: dict[str, Awaitable[Any]] = {
+            "fees": self.backend.fees(),
+            "eth": self.backend.balance(sender),
+            "nonce": self.backend.nonce(sender),
+        }
         if self.chain_id is None:
-            self.chain_id = await self.backend.chain_id()
-        fees = await self.backend.fees()
-        eth_balance = await self.backend.balance(sender)
+            reads["chain_id"] = self.backend.chain_id()
+        if token is not None:
+            reads["held"] = self.backend.call(token, "0x" + _BALANCE_OF + _word(norm_address(sender)))
+            reads["gas"] = self.backend.estimate_gas({"from": sender, "to": token, "data": data})
+        got: dict[str, Any] = {}
+        gas_error: BaseException | None = None
+        answers = await asyncio.gather(*reads.values(), return_exceptions=True)
+        for name, value in zip(reads, answers, strict=True):
+            if not isinstance(value, BaseException):
+                got[name] = value
+            elif name == "gas":
+                # It waits: nodes refuse to estimate for a sender who cannot pay (no ETH for
+                # gas, too few tokens), and then the short funds are the answer.
+                gas_error = value
+            else:
+                raise value
+        fees: Fees = got["fees"]
+        eth_balance: int = got["eth"]
+        if self.chain_id is None:
+            self.chain_id = int(got["chain_id"])
         tx: dict[str, Any] = {
             "type": 2,
             "chainId": self.chain_id,
-            "nonce": await self.backend.nonce(sender),
+            "nonce": got["nonce"],
             "maxFeePerGas": fees.max_fee_per_gas,
             "maxPriorityFeePerGas": fees.max_priority_fee_per_gas,
         }
-        if asset.address is None:
+        if token is None:
             tx.update(to=Web3.to_checksum_address(recipient), value=amount, data=b"", gas=ETH_TRANSFER_GAS)
             needed = amount + ETH_TRANSFER_GAS * fees.max_fee_per_gas
             if eth_balance < needed:
                 raise short_of_funds(asset.chain, sender, f"{sender} holds {eth_balance} wei, needs {needed}",
                                      native="--eth")
             return tx
-        token = Web3.to_checksum_address(asset.address)
-        answer = await self.backend.call(token, "0x" + _BALANCE_OF + _word(norm_address(sender)))
-        held = int(answer[2:] or "0", 16)
+        held = int(got["held"][2:] or "0", 16)
         if held < amount:
             detail = f"{sender} holds {held} of {asset.symbol}, needs {amount}"
             raise short_of_funds(asset.chain, sender, detail, native="--eth")
         if eth_balance < ETH_TRANSFER_GAS * fees.max_fee_per_gas:
-            # Checked before estimating: nodes refuse to estimate for a sender who cannot pay gas.
             raise short_of_funds(asset.chain, sender, f"{sender} has no ETH for gas", native="--eth")
-        data = erc20_transfer_data(recipient, amount)
-        gas = await self.backend.estimate_gas({"from": sender, "to": token, "data": data})
+        if gas_error is not None:
+            raise gas_error
+        gas = int(got["gas"])
         gas += gas // 5  # estimation is tight; a revert for out-of-gas would waste the fee
         if eth_balance < gas * fees.max_fee_per_gas:
             raise short_of_funds(asset.chain, sender, f"{sender} has too little ETH for gas", native="--eth")

@@ -196,6 +196,12 @@ class RpcBackend:
         return Reading(self._quantity(chain_hex, "eth_chainId"), self._quantity(head_hex, "eth_blockNumber"),
                        tx, receipt, block)
 
+    async def receipt(self, tx_hash: str) -> Mapping[str, Any] | None:
+        receipt = await self.one("eth_getTransactionReceipt", [tx_hash])
+        if receipt is not None and not isinstance(receipt, Mapping):
+            raise ChainUnavailable("eth_getTransactionReceipt: not an object")
+        return receipt
+
     async def _block(self, block_hash: str, number: Any) -> Mapping[str, Any] | None:
         cached = self._blocks.get(block_hash)
         if cached is not None:
