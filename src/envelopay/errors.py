@@ -14,6 +14,8 @@ The CLI's exit code for each kind is one table: envelopay.cli.output.EXIT_CODES.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class EnvelopayError(Exception):
     """Base of every exception raised on purpose by envelopay."""
@@ -38,10 +40,14 @@ class StoreError(EnvelopayError):
 class RailError(EnvelopayError):
     """A rail could not make a payment (e.g. insufficient funds, RPC down)."""
 
-    def __init__(self, reason: str, detail: str = "") -> None:
+    def __init__(self, reason: str, detail: str = "", *, sent: dict[str, Any] | None = None) -> None:
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason = reason
         self.detail = detail
+        # The proof of a transaction the chain was handed and may still take (no
+        # confirmation in time, the node gone after the send): not a payment that failed,
+        # and never a reason to pay again. None: nothing left.
+        self.sent = sent
 
 
 class Refused(EnvelopayError):

@@ -20,9 +20,10 @@ from typer.testing import CliRunner
 
 from envelopay.cli.app import app
 from envelopay.devnet.rpc_server import JsonRpcServer
-from envelopay_solana import LocalSolana
+from envelopay_solana import LocalSolana, make_rail
 from envelopay_solana.devnode import solana_rpc_handler
 from envelopay_solana.keys import write_keypair
+from envelopay_solana.tx import ata
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "rpc" / "solana"
 URL = "https://rpc.example.test/"
@@ -122,9 +123,27 @@ def test_verify_without_rpc_is_a_usage_error(monkeypatch: pytest.MonkeyPatch) ->
 @pytest.fixture
 def devnode() -> Iterator[tuple[LocalSolana, str]]:
     """A Solana JSON-RPC dev node on its own thread and event loop."""
+    yield from _devnode(lambda handle: handle)
+
+
+@pytest.fixture
+def devnode_dropping_sends() -> Iterator[tuple[LocalSolana, str]]:
+    """As `devnode`, but it drops the connection after taking each transaction."""
+    def drops(handle: Any) -> Any:
+        def gone(method: str, params: list[Any]) -> Any:
+            result = handle(method, params)
+            if method == "sendTransaction":
+                raise ConnectionResetError("gone after taking it")
+            return result
+        return gone
+
+    yield from _devnode(drops)
+
+
+def _devnode(wrap: Any) -> Iterator[tuple[LocalSolana, str]]:
     chain = LocalSolana()
     loop = asyncio.new_event_loop()
-    server = JsonRpcServer(solana_rpc_handler(chain))
+    server = JsonRpcServer(wrap(solana_rpc_handler(chain)))
     ready = threading.Event()
 
     def run() -> None:
@@ -194,3 +213,23 @@ def test_pay_onchain_caller_mistakes_exit_2(tmp_path: Path, chain: str, token: s
                                  "--to", to, "--keypair", str(keyfile), "--rpc", "http://127.0.0.1:9/"])
     assert result.exit_code == 2, result.output
     assert "error:" in result.output
+
+
+def test_pay_onchain_whose_send_goes_unanswered_says_not_to_pay_again(
+    devnode_dropping_sends: tuple[LocalSolana, str], tmp_path: Path
+) -> None:
+    # The node took the transaction and hung up: not a failed payment. Exit 3, and the
+    # detail names the transaction and says not to pay again; the money moved once.
+    chain, url = devnode_dropping_sends
+    payer = chain.new_wallet(sol=10**9, tokens={"USDC": 5_000_000})
+    keyfile = write_keypair(payer, tmp_path / "payer.json")
+    merchant = Keypair().pubkey()
+    paid = runner.invoke(app, ["pay-onchain", "--chain", "solana-local", "--token", "USDC",
+                               "--amount", "1250000", "--to", str(merchant), "--keypair", str(keyfile),
+                               "--rpc", url])
+    assert paid.exit_code == 3, paid.output
+    doc = json.loads(paid.stdout)
+    assert doc["error"] == "not_final" and "do not pay again" in doc["detail"], doc
+    asset = make_rail({"local_chain": chain}).asset("solana-local", "USDC")
+    assert asset is not None
+    assert chain.token_balance(ata(merchant, asset)) == 1_250_000

@@ -8,6 +8,7 @@ from typing import Any
 import httpx
 import pytest
 import respx
+from eth_utils import keccak
 
 from envelopay.errors import RailError
 from envelopay.rails.interface import Expectation, Reason
@@ -172,7 +173,7 @@ async def test_pay_over_rpc_signs_a_usdc_transfer(tmp_path: Any) -> None:
         for call in calls:
             if call["method"] == "eth_sendRawTransaction":
                 sent.append(call["params"][0])
-                result: Any = "0x" + "ab" * 32
+                result: Any = "0x" + keccak(bytes.fromhex(call["params"][0][2:])).hex()  # as nodes answer
             else:
                 result = state[call["method"]]
             out.append({"jsonrpc": "2.0", "id": call["id"], "result": result})
@@ -182,7 +183,7 @@ async def test_pay_over_rpc_signs_a_usdc_transfer(tmp_path: Any) -> None:
     with respx.mock as router:
         router.post(URL).mock(side_effect=answer)
         proof = await rail.pay(chain="base", token="USDC", amount=25_000_000, recipient=seller)
-        assert proof == {"tx": "0x" + "ab" * 32}
+        assert proof == {"tx": "0x" + keccak(bytes.fromhex(sent[0][2:])).hex()}
         state["eth_call"] = "0x" + f"{1:064x}"
         with pytest.raises(RailError) as info:
             await rail.pay(chain="base", token="USDC", amount=25_000_000, recipient=seller)
@@ -201,7 +202,7 @@ async def test_pay_over_rpc_signs_a_usdc_transfer(tmp_path: Any) -> None:
         await impatient.aclose()
         no_wait = make_rail({"rpc_url": URL, "keypair": str(key_file), "confirm_timeout": 0})
         sent_at_once = await no_wait.pay(chain="base", token="USDC", amount=1, recipient=seller)
-        assert sent_at_once == {"tx": "0x" + "ab" * 32}
+        assert sent_at_once == {"tx": "0x" + keccak(bytes.fromhex(sent[-1][2:])).hex()}
         await no_wait.aclose()
     await rail.aclose()
     assert len(sent) == 4
@@ -294,3 +295,91 @@ async def test_batch_max_splits_requests() -> None:
     assert all(v.ok for v in verdicts)
     assert all(len(p) <= 4 for p in posts if isinstance(p, list))
     assert len(posts) >= 5
+
+
+async def _pay_on_a_dev_node(wrap: Any, **options: Any) -> tuple[Any, Any]:
+    """One USDC payment on the eth-tester node whose handler `wrap` wraps: (pay()'s proof
+    or the RailError it raised, the chain)."""
+    from eth_account import Account
+
+    from envelopay.devnet.rpc_server import JsonRpcServer
+    from envelopay_base.devnode import base_rpc_handler
+    from envelopay_base.local import LocalChain
+
+    chain = LocalChain(blocks_per_tx=1)
+    payer = Account.create()
+    chain.fund(payer.address, eth=10**19, usdc=10**9)
+    async with JsonRpcServer(wrap(base_rpc_handler(chain))) as node:
+        rail = make_rail({"backend": "rpc", "rpc_url": node.url, "network": "local",
+                          "chain_id": chain.chain_id, "keypair": bytes(payer.key), "poll_interval": 0.01,
+                          **options})
+        try:
+            got: Any = await rail.pay(chain="base-local", token="USDC", amount=7_000,
+                                      recipient="0x" + "44" * 20)
+        except RailError as exc:
+            got = exc
+        await rail.aclose()
+    return got, chain
+
+
+async def test_receipt_errors_after_the_send_are_asked_again() -> None:
+    # The transaction is out: a failing look at its receipt is asked again, not reported
+    # as a failed payment (the payer would pay twice).
+    from envelopay.devnet.rpc_server import JsonRpcFault
+
+    looks: list[str] = []
+
+    def behind(handle: Any) -> Any:
+        def flaky(method: str, params: list[Any]) -> Any:
+            if method == "eth_getTransactionReceipt":
+                looks.append(method)
+                if len(looks) <= 2:
+                    raise JsonRpcFault(-32000, "header not found")
+            return handle(method, params)
+        return flaky
+
+    proof, chain = await _pay_on_a_dev_node(behind)
+    assert isinstance(proof, dict), proof
+    assert len(looks) == 3
+    assert chain.token_balance("0x" + "44" * 20) == 7_000
+
+
+async def test_a_send_the_node_never_answers_names_the_transaction_that_may_land() -> None:
+    def drops(handle: Any) -> Any:
+        def gone(method: str, params: list[Any]) -> Any:
+            result = handle(method, params)
+            if method == "eth_sendRawTransaction":
+                raise ConnectionResetError("gone after taking it")
+            return result
+        return gone
+
+    got, chain = await _pay_on_a_dev_node(drops)
+    assert isinstance(got, RailError) and got.reason == "not_final" and got.sent is not None, got
+    assert chain.token_balance("0x" + "44" * 20) == 7_000  # it did move, once
+    assert chain.read(got.sent["tx"]).receipt is not None
+
+
+async def test_a_payment_not_mined_in_time_names_its_transaction() -> None:
+    def unseen(handle: Any) -> Any:
+        def never(method: str, params: list[Any]) -> Any:
+            return None if method == "eth_getTransactionReceipt" else handle(method, params)
+        return never
+
+    got, chain = await _pay_on_a_dev_node(unseen, confirm_timeout=0.05)
+    assert isinstance(got, RailError) and got.reason == "not_final" and got.sent is not None, got
+    assert chain.read(got.sent["tx"]).receipt is not None
+
+
+async def test_a_transaction_the_node_refuses_is_not_one_that_may_land() -> None:
+    from envelopay.devnet.rpc_server import JsonRpcFault
+
+    def refuses(handle: Any) -> Any:
+        def no(method: str, params: list[Any]) -> Any:
+            if method == "eth_sendRawTransaction":
+                raise JsonRpcFault(-32000, "replacement transaction underpriced")
+            return handle(method, params)
+        return no
+
+    got, chain = await _pay_on_a_dev_node(refuses)
+    assert isinstance(got, RailError) and got.reason == "rpc_unavailable" and got.sent is None, got
+    assert chain.token_balance("0x" + "44" * 20) == 0

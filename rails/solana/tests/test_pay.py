@@ -11,7 +11,7 @@ from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
 from envelopay.devnet.rpc_server import JsonRpcFault, JsonRpcServer
-from envelopay.errors import ConfigError, UsageError
+from envelopay.errors import ConfigError, RailError, UsageError
 from envelopay.rails.interface import Expectation
 from envelopay_solana import LocalSolana, make_rail
 from envelopay_solana.devnode import solana_rpc_handler
@@ -155,3 +155,81 @@ async def test_a_status_error_beside_the_send_is_not_a_failed_payment() -> None:
     assert len(statuses) == 2
     assert chain.token_balance(ata(to, asset)) == 500_000
     assert chain.lookup(proof["tx"])[0] is not None
+
+
+async def test_status_errors_after_the_send_are_asked_again() -> None:
+    # Every look at the status fails for a while (the one beside the send and two polls):
+    # the transaction is out, so pay() keeps asking, and returns its proof once it is
+    # confirmed. Raising would read as a failed payment, and the payer would pay again.
+    chain = LocalSolana()
+    payer = chain.new_wallet(sol=10**10, tokens={"USDC": 10**9})
+    to = Keypair().pubkey()
+    handle = solana_rpc_handler(chain)
+    looks: list[str] = []
+
+    def behind(method: str, params: list[Any]) -> Any:
+        if method == "getSignatureStatuses":
+            looks.append(method)
+            if len(looks) <= 3:
+                raise JsonRpcFault(-32005, "node is behind")
+        return handle(method, params)
+
+    async with JsonRpcServer(behind) as node:
+        rail = make_rail({"backend": "rpc", "network": "local", "rpc_url": node.url, "keypair": bytes(payer),
+                          "poll_interval": 0.01})
+        proof = await rail.pay(chain="solana-local", token="USDC", amount=500_000, recipient=str(to))
+        await rail.aclose()
+    asset = rail.asset("solana-local", "USDC")
+    assert asset is not None
+    assert len(looks) == 4
+    assert chain.token_balance(ata(to, asset)) == 500_000
+    assert chain.lookup(proof["tx"])[0] is not None
+
+
+async def test_a_send_the_node_never_answers_names_the_transaction_that_may_land() -> None:
+    # The node takes the transaction and drops the connection before answering. The
+    # payment did not fail: pay() says not_final and hands back the proof (`sent`), so no
+    # caller takes it for money that stayed; and the money did move, once.
+    chain = LocalSolana()
+    payer = chain.new_wallet(sol=10**10, tokens={"USDC": 10**9})
+    to = Keypair().pubkey()
+    handle = solana_rpc_handler(chain)
+
+    def drops(method: str, params: list[Any]) -> Any:
+        result = handle(method, params)
+        if method == "sendTransaction":
+            raise ConnectionResetError("gone after taking it")
+        return result
+
+    async with JsonRpcServer(drops) as node:
+        rail = make_rail({"backend": "rpc", "network": "local", "rpc_url": node.url, "keypair": bytes(payer),
+                          "poll_interval": 0.01})
+        with pytest.raises(RailError) as info:
+            await rail.pay(chain="solana-local", token="USDC", amount=500_000, recipient=str(to))
+        await rail.aclose()
+    assert info.value.reason == "not_final" and info.value.sent is not None, info.value
+    asset = rail.asset("solana-local", "USDC")
+    assert asset is not None
+    assert chain.token_balance(ata(to, asset)) == 500_000
+    assert chain.lookup(info.value.sent["tx"])[0] is not None
+
+
+async def test_a_payment_not_confirmed_in_time_names_its_transaction() -> None:
+    chain = LocalSolana()
+    payer = chain.new_wallet(sol=10**10, tokens={"USDC": 10**9})
+    handle = solana_rpc_handler(chain)
+
+    def unseen(method: str, params: list[Any]) -> Any:
+        if method == "getSignatureStatuses":
+            return {"context": {"slot": 1}, "value": [None]}
+        return handle(method, params)
+
+    async with JsonRpcServer(unseen) as node:
+        rail = make_rail({"backend": "rpc", "network": "local", "rpc_url": node.url, "keypair": bytes(payer),
+                          "poll_interval": 0.01, "confirm_timeout": 0.05})
+        with pytest.raises(RailError) as info:
+            await rail.pay(chain="solana-local", token="USDC", amount=500_000,
+                           recipient=str(Keypair().pubkey()))
+        await rail.aclose()
+    assert info.value.reason == "not_final" and info.value.sent is not None
+    assert chain.lookup(info.value.sent["tx"])[0] is not None

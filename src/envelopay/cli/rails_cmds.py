@@ -100,8 +100,13 @@ def pay_cmd(
             # A wallet short of funds, the RPC unreachable: the environment (EXIT_CODES).
             code, word = exit_of(exc)
             word = "rpc_unavailable" if isinstance(exc, TransportError) else word
-            emit({"error": word, "field": None, "detail": getattr(exc, "detail", "") or str(exc),
-                  "exit": code, "chain": chain_name(pay.chain)}, indent=2)
+            detail = getattr(exc, "detail", "") or str(exc)
+            sent = getattr(exc, "sent", None)
+            if sent is not None:  # not a failed payment: the person must not pay again
+                detail = (f"transaction {sent.get('tx')} was handed to the chain and may still land "
+                          f"({detail}); do not pay again")
+            emit({"error": word, "field": None, "detail": detail, "exit": code,
+                  "chain": chain_name(pay.chain)}, indent=2)
             raise typer.Exit(code) from exc
     emit(answer, indent=2)
 

@@ -16,6 +16,11 @@ class ChainUnavailable(Exception):
     """The chain could not be asked (transport down, node error, malformed answer)."""
 
 
+class NodeRefused(ChainUnavailable):
+    """The node answered, and refused (a JSON-RPC error object, eth-tester's refusal): a
+    transaction it refused was not taken, where one sent without an answer may have been."""
+
+
 @dataclass(frozen=True, slots=True)
 class Reading:
     """Everything `verify.check_payment` needs about one transaction, JSON-RPC shaped."""

@@ -22,7 +22,7 @@ from functools import cache
 from importlib import resources
 from typing import Any, cast
 
-from envelopay_base.backend import ChainUnavailable, Fees, Reading
+from envelopay_base.backend import ChainUnavailable, Fees, NodeRefused, Reading
 
 LOCAL_TOKEN_NAME = "USD Coin (envelopay local)"
 LOCAL_TOKEN_SYMBOL = "USDC"
@@ -226,4 +226,4 @@ class LocalBackend:
         try:
             return self.chain.submit(raw)
         except (TransactionFailed, ValidationError, EvmValidationError) as exc:
-            raise ChainUnavailable(f"transaction refused: {exc}") from exc
+            raise NodeRefused(f"transaction refused: {exc}") from exc

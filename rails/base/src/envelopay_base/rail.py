@@ -24,7 +24,7 @@ from envelopay.rails.custodial import short_of_funds
 from envelopay.rails.interface import AssetInfo, Expectation, Reason, Verdict
 from envelopay.rails.registry import find_asset, merge_assets
 from envelopay_base.assets import ASSETS, CHAIN_IDS, NETWORK_CHAIN, is_address, norm_address
-from envelopay_base.backend import Backend, ChainUnavailable, Fees
+from envelopay_base.backend import Backend, ChainUnavailable, Fees, NodeRefused
 from envelopay_base.verify import canonical_tx_hash, check_payment, quantity
 
 ETH_TRANSFER_GAS = 21_000
@@ -193,7 +193,18 @@ class BaseRail:
             async with self._pay_lock:  # one nonce at a time per paying key
                 tx = await self._build(sender, asset, amount, recipient)
                 signed = account.sign_transaction(tx)
-                tx_hash = await self.backend.send_raw(bytes(signed.raw_transaction))
+                tx_hash = "0x" + bytes(signed.hash).hex()
+                try:
+                    acknowledged = await self.backend.send_raw(bytes(signed.raw_transaction))
+                except NodeRefused:
+                    raise  # the node answered: it refused the transaction
+                except ChainUnavailable as exc:
+                    # No answer: the bytes may have reached the node, the money may move.
+                    raise RailError(Reason.NOT_FINAL.value, f"the node did not acknowledge {tx_hash}: {exc}",
+                                    sent={"tx": tx_hash}) from exc
+            if acknowledged.lower() != tx_hash:  # a node not to be believed; ours is out
+                raise RailError(Reason.NOT_FINAL.value, f"the node acknowledged {acknowledged[:80]!r}, "
+                                f"not {tx_hash}", sent={"tx": tx_hash})
             await self._await_receipt(tx_hash)
         except ChainUnavailable as exc:
             # Geth and op-geth say "insufficient funds for gas * price + value" when the
@@ -210,18 +221,23 @@ class BaseRail:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._confirm_timeout
         while True:
-            receipt = await self.backend.receipt(tx_hash)
+            try:
+                receipt = await self.backend.receipt(tx_hash)
+            except ChainUnavailable:
+                receipt = None  # the transaction is out: a failed look is asked again
             if receipt is not None and receipt.get("blockNumber") is not None:
                 try:
-                    status = quantity(receipt.get("status"), "receipt.status")
-                except ValueError as exc:
-                    raise ChainUnavailable(str(exc)) from exc
-                if status != 1:
+                    status: int | None = quantity(receipt.get("status"), "receipt.status")
+                except ValueError:
+                    status = None  # a receipt we cannot read is asked again
+                if status == 1:
+                    return
+                if status is not None:
                     raise RailError(Reason.TX_FAILED.value, f"{tx_hash} reverted")
-                return
             if loop.time() >= deadline:
                 waited = self._confirm_timeout
-                raise RailError(Reason.NOT_FINAL.value, f"{tx_hash} not mined within {waited}s")
+                raise RailError(Reason.NOT_FINAL.value, f"{tx_hash} not mined within {waited}s",
+                                sent={"tx": tx_hash})
             await asyncio.sleep(self._poll)
 
     async def _build(self, sender: str, asset: AssetInfo, amount: int, recipient: str) -> dict[str, Any]:

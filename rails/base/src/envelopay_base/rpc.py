@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from envelopay_base.backend import ChainUnavailable, Fees, Reading
+from envelopay_base.backend import ChainUnavailable, Fees, NodeRefused, Reading
 from envelopay_base.verify import quantity
 
 DEFAULT_TIMEOUT = 10.0
@@ -36,7 +36,7 @@ class _Call:
     future: asyncio.Future[Any]
 
 
-class RpcError(ChainUnavailable):
+class RpcError(NodeRefused):
     """The node answered with a JSON-RPC error object."""
 
     def __init__(self, method: str, error: Any) -> None:

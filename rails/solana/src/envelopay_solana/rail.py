@@ -283,10 +283,17 @@ class SolanaRail:
                 # The signature is known before the send: its first status check rides in
                 # the send's batch (a node that answers in order may already have it; one
                 # that has not is asked again after the poll interval, as before).
-                sent, status = await asyncio.gather(
-                    self.rpc.call("sendTransaction", [wire, {"encoding": "base64",
-                                                             "preflightCommitment": "confirmed"}]),
-                    self._first_status(signature))
+                try:
+                    sent, status = await asyncio.gather(
+                        self.rpc.call("sendTransaction", [wire, {"encoding": "base64",
+                                                                 "preflightCommitment": "confirmed"}]),
+                        self._first_status(signature))
+                except RpcError:
+                    raise  # the node answered: it refused the transaction
+                except TransportError as exc:
+                    # The bytes may have reached the node before it went: the money may move.
+                    raise RailError("not_final", f"the node did not acknowledge {signature}: {exc}",
+                                    sent={"tx": signature}) from exc
         except RpcError as exc:
             text = f"{exc.message} {exc.data}".lower()
             reason = "insufficient_funds" if "insufficient" in text else "tx_failed"
@@ -339,9 +346,13 @@ class SolanaRail:
                 if reached >= COMMITMENT_RANK["confirmed"]:
                     return
             if loop.time() >= deadline:
-                raise RailError("not_final", f"{signature} not confirmed within {self._confirm_timeout}s")
+                raise RailError("not_final", f"{signature} not confirmed within {self._confirm_timeout}s",
+                                sent={"tx": signature})
             await asyncio.sleep(self._poll)
-            status = await self.rpc.signature_status(signature)
+            try:
+                status = await self.rpc.signature_status(signature)
+            except (RpcError, TransportError):
+                status = None  # the transaction is out: a failed look is asked again
 
     async def warm(self) -> None:
         """Load now what the first verification would load (AgentNode.serve calls it)."""
