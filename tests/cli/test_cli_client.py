@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import tempfile
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests._served import dkim_record, served, wire_garden
@@ -175,6 +177,17 @@ def test_conformance_target_must_be_one_address(pair: tuple[Path, Path]) -> None
 def pair_rpc(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     """As `pair`, with both agents on one Base chain reached over JSON-RPC (a dev node
     on loopback serving a local eth-tester chain), so the CLI can really pay."""
+    with _pair_on_a_base_node(tmp_path, lambda handle: handle) as (configs, _):
+        yield configs
+
+
+@contextlib.contextmanager
+def _pair_on_a_base_node(
+    tmp_path: Path, wrap: Callable[[Any], Any], client_rail: str = ""
+) -> Iterator[tuple[tuple[Path, Path], Any]]:
+    """The two agents on one eth-tester chain served over JSON-RPC by a handler `wrap`
+    wraps; `client_rail` adds options to the client's [rails.base]. Yields the two config
+    paths and the chain."""
     from envelopay.devnet.rpc_server import JsonRpcServer
     from envelopay.node.keys import evm_address
     from envelopay_base.devnode import base_rpc_handler
@@ -186,19 +199,20 @@ def pair_rpc(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     chain.fund(evm_address(wdir / "keys" / "base.key"), eth=10**18)
 
     async def serve(stop: asyncio.Event, ready: Callable[[object], None]) -> None:
-        async with JsonRpcServer(base_rpc_handler(chain)) as node:
+        async with JsonRpcServer(wrap(base_rpc_handler(chain))) as node:
             url = node.url
             for d in (wdir, cdir):
                 cfg_path = d / "envelopay.toml"
+                extra = f"\n{client_rail}" if d == cdir and client_rail else ""
                 cfg_path.write_text(cfg_path.read_text().replace(
                     '[rails.base]\nbackend = "local"',
                     f'[rails.base]\nbackend = "rpc"\nrpc_url = "{url}"\nnetwork = "local"\n'
-                    f"chain_id = {chain.chain_id}"))
+                    f"chain_id = {chain.chain_id}{extra}"))
             cfg = load_config(wdir / "envelopay.toml")
             await serve_worker(cfg, embedded_garden=True, echo=lambda _: None, stop=stop, ready=ready)
 
     with served(serve):
-        yield wdir / "envelopay.toml", cdir / "envelopay.toml"
+        yield (wdir / "envelopay.toml", cdir / "envelopay.toml"), chain
 
 
 def test_order_then_pay_the_invoice_from_the_cli(pair_rpc: tuple[Path, Path]) -> None:
@@ -326,3 +340,54 @@ def test_an_oops_after_pay_leaves_the_flow_open_for_an_honest_retry(pair_rpc: tu
                                                                    first["paid"]["proof"])  # type: ignore[index]
     res = runner.invoke(app, ["show", flow, *c])
     assert "payments in this flow" in res.output and "refused" in res.output
+
+
+def test_a_payment_that_may_still_land_is_not_reported_failed(tmp_path: Path) -> None:
+    """The node takes the transaction but never shows its receipt within the rail's wait:
+    `pay` must not say the payment failed (the person would pay again). It exits 3, says
+    the transaction may still land and not to pay again, names it, and mails no PAY; the
+    money moved once."""
+    hidden = {"receipts": True}
+
+    def no_receipts(handle: Any) -> Any:
+        def answer(method: str, params: list[Any]) -> Any:
+            if hidden["receipts"] and method == "eth_getTransactionReceipt":
+                return None
+            return handle(method, params)
+        return answer
+
+    with _pair_on_a_base_node(tmp_path, no_receipts, "confirm_timeout = 0.3\npoll_interval = 0.05") as (
+            (_, ccfg), chain):
+        task = '{"name": "word_count", "text": "a slow chain", "rail": "base-local/USDC"}'
+        res = runner.invoke(app, ["order", WORKER, "--task", task, "-c", str(ccfg), "--wait",
+                                  "--timeout", "60"])
+        assert res.exit_code == 0, res.output
+        inv = re.search(r'"id": "(inv_\w+)"', res.output)
+        assert inv is not None, res.output
+        wallet = re.search(r'"wallet": "(0x[0-9a-fA-F]{40})"', res.output)
+        assert wallet is not None, res.output
+        res = runner.invoke(app, ["pay", WORKER, "--amount", "250000", "--token", "USDC",
+                                  "--chain", "base-local", "--invoice", inv.group(1), "-c", str(ccfg),
+                                  "--json"])
+        assert res.exit_code == 3, res.output
+        detail = json.loads(res.stdout)["detail"]
+        assert "may still land" in detail and "do not pay again" in detail, detail
+        assert "base-local failed" not in detail and "sent PAY" not in res.output, res.output
+        tx = re.search(r"transaction (0x[0-9a-f]{64})", detail)
+        assert tx is not None, detail
+        assert chain.read(tx.group(1)).receipt is not None
+        assert chain.token_balance(wallet.group(1)) == 250_000  # paid, once
+        # The chain shows it now: its proof goes with the PAY, and nothing is paid again.
+        hidden["receipts"] = False
+        for bad in ('["not", "an object"]', '{"tx": "not-a-hash"}'):
+            res = runner.invoke(app, ["pay", WORKER, "--amount", "250000", "--token", "USDC",
+                                      "--chain", "base-local", "--invoice", inv.group(1), "--proof", bad,
+                                      "-c", str(ccfg)])
+            assert res.exit_code == 2 and "--proof" in res.output, res.output
+        proof = json.dumps({"tx": tx.group(1)})
+        res = runner.invoke(app, ["pay", WORKER, "--amount", "250000", "--token", "USDC",
+                                  "--chain", "base-local", "--invoice", inv.group(1), "--proof", proof,
+                                  "-c", str(ccfg), "--wait", "--timeout", "60"])
+        assert res.exit_code == 0, res.output
+        assert "received FULFILL" in res.output and '"words": 3' in res.output, res.output
+        assert chain.token_balance(wallet.group(1)) == 250_000  # still once

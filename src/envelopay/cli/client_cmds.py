@@ -13,6 +13,7 @@ import typer
 from envelopay.cli.options import CLIENT, LEDGER, AfterOpt, ClientOptions, LimitOpt
 from envelopay.cli.output import answers, emit, next_page, table
 from envelopay.client import views as v
+from envelopay.errors import UsageError
 
 if TYPE_CHECKING:
     from envelopay.client.commands import Act
@@ -113,18 +114,24 @@ def pay(o: ClientOptions, address: str,
                                                     "amount, token and chain.")] = None,
         override: Annotated[bool, typer.Option("--override", help="Let the flags given win over "
                                                "the INVOICE's terms.")] = False,
+        made: Annotated[str | None, typer.Option("--proof", help="Send the PAY for a transaction "
+                                                 "already made (its proof, JSON, e.g. after a payment "
+                                                 "that may still land); nothing is paid.")] = None,
         note: _Note = None, id: _Id = None, flow: _Flow = None) -> None:
     """Pay on the rail, then send PAY with the proof (PAY → FULFILL when it settles an INVOICE)."""
     from envelopay.client import commands as c  # lazy: keeps cryptography off this module's import
 
     with answers(as_json=o.as_json):
+        proof = c.parse_json_option(made, "--proof")
+        if proof is not None and not isinstance(proof, dict):
+            raise UsageError("--proof: a JSON object, e.g. '{\"tx\": \"...\"}'; nothing was sent")
         to = c.check_address(address)
         terms = c.pay_terms(_load(o), to, invoice, amount=amount, token=token, chain=chain,
                             wallet=to_wallet, override=override)
         # Validate every field with a placeholder proof before any money moves.
         draft = c.draft("pay", id=c.new_id("pay", id), amount=terms.amount, token=terms.token,
                         chain=terms.chain, proof={"tx": "-"}, invoice_ref=invoice, note=note)
-        _client("pay", o, c.pay(draft, to, wallet=terms.wallet, invoice=invoice, flow=flow),
+        _client("pay", o, c.pay(draft, to, wallet=terms.wallet, invoice=invoice, flow=flow, made=proof),
                 overrides=terms.overrides, recipient=terms.wallet)
 
 

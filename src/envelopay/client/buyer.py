@@ -138,23 +138,40 @@ def judge(
 async def pay_first(
     node: AgentNode, *, chain: str, token: str, amount: int, recipient: str, prefix: str = "",
     wallet_option: str = "wallet", final_wait: float = FINAL_WAIT,
-    progress: Callable[[str], Any] = _stderr,
+    progress: Callable[[str], Any] = _stderr, made: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Move the money before the mail is composed (spec: "Settlement model"), then wait
     until our own transaction is final by the rule the counterparty applies by default
     (Solana `confirmed`, EVM 2 confirmations), showing progress, so the proof we send
     is one it can accept at once. `final_wait=0` sends as soon as the chain took it.
-    A rail's refusal of the input names the option (`--token`, `--give-amount`, `--wallet`, ...)."""
+    A rail's refusal of the input names the option (`--token`, `--give-amount`, `--wallet`, ...).
+    `made`: the proof of a transaction already made (`pay --proof`, after a payment that
+    may still have landed): nothing is paid, the proof is checked as our own would be."""
     judge(node.rails, chain=chain, token=token, amount=amount, wallet=recipient, prefix=prefix,
           wallet_option=wallet_option, done="nothing was paid")
     rail = node.rails[chain]
     try:
-        proof = await rail.pay(chain=chain, token=token, amount=amount, recipient=recipient)
+        if made is not None:
+            rail.proof_key(made)  # a proof of this rail's shape, or ValueError
+            proof = made
+        else:
+            proof = await rail.pay(chain=chain, token=token, amount=amount, recipient=recipient)
+    except ValueError as exc:
+        raise UsageError(f"--proof: not a {chain} proof ({exc}); nothing was sent") from exc
     except UsageError as exc:
         raise UsageError(f"{_option_of(str(exc), prefix, wallet_option)}: {exc} (on {chain}); "
                          "nothing was paid") from exc
     except RailError as exc:
         # The environment's fault (funds, RPC), not the input's: CLI exit 3.
+        if exc.sent is not None:
+            # The transaction left and may land: saying "failed" would have the payer pay
+            # again. What to look at instead, and that no mail went.
+            tx = exc.sent.get("tx")
+            raise RailError(exc.reason, f"payment on {chain}: transaction {tx} was handed to the chain and "
+                            f"may still land ({exc.detail or exc.reason}); it is not a failed payment: do "
+                            f"not pay again. Nothing was mailed; `envelopay verify --chain {chain} "
+                            f"--token {token} --amount {amount} --to {recipient} --tx {tx} --rpc URL` (the "
+                            "rail's rpc_url) shows when it is final", sent=exc.sent) from exc
         raise RailError(exc.reason, f"payment on {chain} failed: {exc.detail or exc.reason}; "
                         "nothing was sent") from exc
     if final_wait <= 0:

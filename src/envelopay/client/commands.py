@@ -147,13 +147,15 @@ def invoice(message: Invoice, to: str, flow: str | None = None) -> Act:
     return act
 
 
-def pay(message: Pay, to: str, *, wallet: str | None, invoice: str | None, flow: str | None) -> Act:
-    """Pay the INVOICE's (or the given) wallet on the rail, then send PAY with the proof."""
+def pay(message: Pay, to: str, *, wallet: str | None, invoice: str | None, flow: str | None,
+        made: dict[str, Any] | None = None) -> Act:
+    """Pay the INVOICE's (or the given) wallet on the rail, then send PAY with the proof.
+    `made` (`--proof`): a transaction already made is the proof; nothing is paid."""
 
     async def act(node: AgentNode) -> Sent:
         recipient = wallet or _invoice_wallet(node, to, invoice)
         proof = await pay_first(node, chain=message.chain, token=message.token, amount=message.amount,
-                                recipient=recipient)
+                                recipient=recipient, made=made)
         return await node.send(message.model_copy(update={"proof": proof}), to, flow_id=flow)
 
     return act
