@@ -44,8 +44,8 @@ envelopay worker serve $S > serve.log 2>&1 &
 T1='{"name":"broken","text":"a b c"}'; T2='{"name":"broken_hold","text":"a b c"}'
 envelopay order seller@garden.local --task "$T1" --pay --wait --json $B > refunded.json
 echo "exit=$?" >> refunded.json
-# no answer comes for a held job: the order waits 10 s for one, not the default 60
-envelopay order seller@garden.local --task "$T2" --pay --timeout 10 --json $B > held.json
+# no answer comes for a held job: the order ends at the worker's WAIT `held`
+envelopay order seller@garden.local --task "$T2" --pay --wait --json $B > held.json
 echo "exit=$?" >> held.json
 for i in $(seq 1 40); do
   envelopay jobs list --state held --json $S > jobs.json && grep -q '"job"' jobs.json && break; sleep 0.5
@@ -94,6 +94,10 @@ def test_failed_paid_work_served_in_real_processes_is_refunded_and_a_held_job_by
             assert refund["amount"] == "250000" and refund["chain"] == "solana-local" and refund["proof"]
     finally:
         store.close()
+    held = (work / "held.json").read_text()
+    doc = json.loads(held.splitlines()[0])
+    assert doc["held"] is True and doc["timed_out"] is False and "exit=1" in held, held
+    assert [s["state"] for s in doc["states"]][-1] == "held" and doc["paid"] is not None, held
     first = (work / "refund1.json").read_text()
     assert json.loads(first.splitlines()[0])["state"] == "refunded" and "exit=0" in first
     second = (work / "refund2.json").read_text()

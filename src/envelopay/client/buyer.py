@@ -98,6 +98,9 @@ class Answer:
     timed_out: bool = False
     # The WAITs that came first (the status extension): the job's states as they changed.
     waits: tuple[Wait, ...] = ()
+    # The last of them said `held`: the work failed and waits for the worker's operator
+    # (refund or retry), so no answer comes until a person acts; the wait ends there.
+    held: bool = False
 
 
 def check_address(value: str) -> str:
@@ -198,7 +201,8 @@ async def follow(
 ) -> Answer:
     """Serve our Maildir until an answer in this flow arrives (or `timeout`). A WAIT is
     no answer (SPEC.md "Status while working"): it is told to `progress` and kept, and the
-    wait goes on for the FULFILL or OOPS; it is the answer only to our WHATSUP."""
+    wait goes on for the FULFILL or OOPS; it is the answer only to our WHATSUP. A WAIT
+    `held` ends the wait (`Answer.held`): only the worker's operator moves that job on."""
     stop = asyncio.Event()
     cursor = node.received
     task = asyncio.create_task(node.serve(stop))
@@ -221,6 +225,8 @@ async def follow(
                     if isinstance(msg, Wait) and (asked is None or msg.ref != asked):
                         waits.append(msg)
                         progress(f"job {state_line(msg)} (flow {sent.flow_id})")
+                        if msg.state == "held" and asked is None:  # a WHATSUP waits for its own
+                            return Answer(None, outcome, waits=tuple(waits), held=True)
                         continue
                     return Answer(msg, outcome, waits=tuple(waits))
             cursor = node.received

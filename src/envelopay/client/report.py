@@ -87,6 +87,7 @@ def client_report(
         "answer": None,
         "oops": None,
         "timed_out": False,
+        "held": False,
     }
     lines = [f"sent {msg.type.upper()} {sent.message_id} (flow {sent.flow_id}, state {sent.state})"]
     if overrides:
@@ -120,6 +121,12 @@ def _answer(doc: dict[str, Any], lines: list[str], run: ClientRun, timeout: floa
     if answer.timed_out:
         doc["timed_out"] = True
         lines.append(f"no answer within {timeout:g} s; see: envelopay show {run.sent.flow_id}")
+        return FAILED
+    if answer.held:
+        doc["held"] = True
+        lines.append("the work failed and the worker holds the job for its operator, who refunds or "
+                     "retries it: no answer comes until then; see: envelopay status "
+                     f"{run.sent.flow_id} (asks the worker), envelopay show {run.sent.flow_id}")
         return FAILED
     out = answer.outcome
     assert out is not None
