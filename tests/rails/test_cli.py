@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 
 from envelopay.cli.app import app
 from envelopay.devnet.rpc_server import JsonRpcServer
+from envelopay.testing.node_faults import hangs_up_after
 from envelopay_solana import LocalSolana, make_rail
 from envelopay_solana.devnode import solana_rpc_handler
 from envelopay_solana.keys import write_keypair
@@ -129,15 +130,7 @@ def devnode() -> Iterator[tuple[LocalSolana, str]]:
 @pytest.fixture
 def devnode_dropping_sends() -> Iterator[tuple[LocalSolana, str]]:
     """As `devnode`, but it drops the connection after taking each transaction."""
-    def drops(handle: Any) -> Any:
-        def gone(method: str, params: list[Any]) -> Any:
-            result = handle(method, params)
-            if method == "sendTransaction":
-                raise ConnectionResetError("gone after taking it")
-            return result
-        return gone
-
-    yield from _devnode(drops)
+    yield from _devnode(hangs_up_after("sendTransaction"))
 
 
 def _devnode(wrap: Any) -> Iterator[tuple[LocalSolana, str]]:

@@ -12,6 +12,7 @@ from eth_utils import keccak
 
 from envelopay.errors import RailError
 from envelopay.rails.interface import Expectation, Reason
+from envelopay.testing.node_faults import fails_first, hangs_up_after
 from envelopay_base.fixtures import expectation_of, load_documents, rpc_answer
 from envelopay_base.rail import make_rail
 
@@ -325,35 +326,16 @@ async def _pay_on_a_dev_node(wrap: Any, **options: Any) -> tuple[Any, Any]:
 async def test_receipt_errors_after_the_send_are_asked_again() -> None:
     # The transaction is out: a failing look at its receipt is asked again, not reported
     # as a failed payment (the payer would pay twice).
-    from envelopay.devnet.rpc_server import JsonRpcFault
-
     looks: list[str] = []
-
-    def behind(handle: Any) -> Any:
-        def flaky(method: str, params: list[Any]) -> Any:
-            if method == "eth_getTransactionReceipt":
-                looks.append(method)
-                if len(looks) <= 2:
-                    raise JsonRpcFault(-32000, "header not found")
-            return handle(method, params)
-        return flaky
-
-    proof, chain = await _pay_on_a_dev_node(behind)
+    proof, chain = await _pay_on_a_dev_node(fails_first("eth_getTransactionReceipt", 2, looks, code=-32000,
+                                                        message="header not found"))
     assert isinstance(proof, dict), proof
     assert len(looks) == 3
     assert chain.token_balance("0x" + "44" * 20) == 7_000
 
 
 async def test_a_send_the_node_never_answers_names_the_transaction_that_may_land() -> None:
-    def drops(handle: Any) -> Any:
-        def gone(method: str, params: list[Any]) -> Any:
-            result = handle(method, params)
-            if method == "eth_sendRawTransaction":
-                raise ConnectionResetError("gone after taking it")
-            return result
-        return gone
-
-    got, chain = await _pay_on_a_dev_node(drops)
+    got, chain = await _pay_on_a_dev_node(hangs_up_after("eth_sendRawTransaction"))
     assert isinstance(got, RailError) and got.reason == "not_final" and got.sent is not None, got
     assert chain.token_balance("0x" + "44" * 20) == 7_000  # it did move, once
     assert chain.read(got.sent["tx"]).receipt is not None
@@ -371,15 +353,7 @@ async def test_a_payment_not_mined_in_time_names_its_transaction() -> None:
 
 
 async def test_a_transaction_the_node_refuses_is_not_one_that_may_land() -> None:
-    from envelopay.devnet.rpc_server import JsonRpcFault
-
-    def refuses(handle: Any) -> Any:
-        def no(method: str, params: list[Any]) -> Any:
-            if method == "eth_sendRawTransaction":
-                raise JsonRpcFault(-32000, "replacement transaction underpriced")
-            return handle(method, params)
-        return no
-
-    got, chain = await _pay_on_a_dev_node(refuses)
+    got, chain = await _pay_on_a_dev_node(fails_first("eth_sendRawTransaction", 1, code=-32000,
+                                                      message="replacement transaction underpriced"))
     assert isinstance(got, RailError) and got.reason == "rpc_unavailable" and got.sent is None, got
     assert chain.token_balance("0x" + "44" * 20) == 0

@@ -9,7 +9,8 @@ from typing import Any
 
 from solders.keypair import Keypair
 
-from envelopay.devnet.rpc_server import JsonRpcFault, JsonRpcServer
+from envelopay.devnet.rpc_server import JsonRpcServer
+from envelopay.testing.node_faults import fails_first
 from envelopay_solana import LocalSolana, make_rail
 from envelopay_solana.custody import SolanaPayer
 from envelopay_solana.devnode import solana_rpc_handler
@@ -56,15 +57,5 @@ async def test_a_failing_lookup_beside_the_send_is_not_the_sends_failure() -> No
     # neither raises (the enforcer would leave the payment to recovery, its PAY's email
     # waiting) nor reads as refused: the next lookup confirms it.
     lookups: list[str] = []
-
-    def failing_once(handle: Handler) -> Handler:
-        def flaky(method: str, params: list[Any]) -> Any:
-            if method == "getSignatureStatuses":
-                lookups.append(method)
-                if len(lookups) == 1:
-                    raise JsonRpcFault(-32005, "node is behind")
-            return handle(method, params)
-        return flaky
-
-    await _pay_through(failing_once)
+    await _pay_through(fails_first("getSignatureStatuses", 1, lookups))
     assert len(lookups) == 2

@@ -3,16 +3,17 @@ SOL payments to new accounts are refused up front, caller mistakes are UsageErro
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
 from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
-from envelopay.devnet.rpc_server import JsonRpcFault, JsonRpcServer
+from envelopay.devnet.rpc_server import JsonRpcServer
 from envelopay.errors import ConfigError, RailError, UsageError
 from envelopay.rails.interface import Expectation
+from envelopay.testing.node_faults import Handler, fails_first, hangs_up_after
 from envelopay_solana import LocalSolana, make_rail
 from envelopay_solana.devnode import solana_rpc_handler
 from envelopay_solana.rail import RENT_EXEMPT_MINIMUM, SolanaRail
@@ -129,60 +130,39 @@ async def test_a_payment_over_rpc_is_two_round_trips_when_the_node_confirms_at_o
     assert chain.lookup(proof["tx"])[0] is not None
 
 
-async def test_a_status_error_beside_the_send_is_not_a_failed_payment() -> None:
-    # The send went through; only its first status check failed. The payment is not
-    # reported failed (the payer would pay again): the next poll confirms it, once.
+async def _pay_through(wrap: Callable[[Handler], Handler], **options: Any) -> tuple[Any, LocalSolana, Pubkey]:
+    """One payment of 0.5 USDC on a dev node whose handler `wrap` wraps: (pay()'s proof,
+    or the RailError it raised; the chain; the recipient)."""
     chain = LocalSolana()
     payer = chain.new_wallet(sol=10**10, tokens={"USDC": 10**9})
     to = Keypair().pubkey()
-    handle = solana_rpc_handler(chain)
-    statuses: list[int] = []
-
-    def flaky(method: str, params: list[Any]) -> Any:
-        if method == "getSignatureStatuses":
-            statuses.append(1)
-            if len(statuses) == 1:
-                raise JsonRpcFault(-32005, "node is behind")
-        return handle(method, params)
-
-    async with JsonRpcServer(flaky) as node:
+    async with JsonRpcServer(wrap(solana_rpc_handler(chain))) as node:
         rail = make_rail({"backend": "rpc", "network": "local", "rpc_url": node.url, "keypair": bytes(payer),
-                          "poll_interval": 0.01})
-        proof = await rail.pay(chain="solana-local", token="USDC", amount=500_000, recipient=str(to))
+                          "poll_interval": 0.01, **options})
+        try:
+            got: Any = await rail.pay(chain="solana-local", token="USDC", amount=500_000, recipient=str(to))
+        except RailError as exc:
+            got = exc
         await rail.aclose()
-    asset = rail.asset("solana-local", "USDC")
+    return got, chain, to
+
+
+def _received(chain: LocalSolana, to: Pubkey) -> int:
+    asset = make_rail({"local_chain": chain}).asset("solana-local", "USDC")
     assert asset is not None
-    assert len(statuses) == 2
-    assert chain.token_balance(ata(to, asset)) == 500_000
-    assert chain.lookup(proof["tx"])[0] is not None
+    return chain.token_balance(ata(to, asset)) or 0
 
 
-async def test_status_errors_after_the_send_are_asked_again() -> None:
-    # Every look at the status fails for a while (the one beside the send and two polls):
-    # the transaction is out, so pay() keeps asking, and returns its proof once it is
-    # confirmed. Raising would read as a failed payment, and the payer would pay again.
-    chain = LocalSolana()
-    payer = chain.new_wallet(sol=10**10, tokens={"USDC": 10**9})
-    to = Keypair().pubkey()
-    handle = solana_rpc_handler(chain)
+@pytest.mark.parametrize("failing", [1, 3])
+async def test_status_errors_after_the_send_are_asked_again(failing: int) -> None:
+    # The send went through; the look beside it (1) or that and the next two polls (3)
+    # failed. The transaction is out, so pay() keeps asking and returns its proof once it
+    # is confirmed: raising would read as a failed payment, and the payer would pay again.
     looks: list[str] = []
-
-    def behind(method: str, params: list[Any]) -> Any:
-        if method == "getSignatureStatuses":
-            looks.append(method)
-            if len(looks) <= 3:
-                raise JsonRpcFault(-32005, "node is behind")
-        return handle(method, params)
-
-    async with JsonRpcServer(behind) as node:
-        rail = make_rail({"backend": "rpc", "network": "local", "rpc_url": node.url, "keypair": bytes(payer),
-                          "poll_interval": 0.01})
-        proof = await rail.pay(chain="solana-local", token="USDC", amount=500_000, recipient=str(to))
-        await rail.aclose()
-    asset = rail.asset("solana-local", "USDC")
-    assert asset is not None
-    assert len(looks) == 4
-    assert chain.token_balance(ata(to, asset)) == 500_000
+    proof, chain, to = await _pay_through(fails_first("getSignatureStatuses", failing, looks))
+    assert isinstance(proof, dict), proof
+    assert len(looks) == failing + 1
+    assert _received(chain, to) == 500_000  # once
     assert chain.lookup(proof["tx"])[0] is not None
 
 
@@ -190,46 +170,20 @@ async def test_a_send_the_node_never_answers_names_the_transaction_that_may_land
     # The node takes the transaction and drops the connection before answering. The
     # payment did not fail: pay() says not_final and hands back the proof (`sent`), so no
     # caller takes it for money that stayed; and the money did move, once.
-    chain = LocalSolana()
-    payer = chain.new_wallet(sol=10**10, tokens={"USDC": 10**9})
-    to = Keypair().pubkey()
-    handle = solana_rpc_handler(chain)
-
-    def drops(method: str, params: list[Any]) -> Any:
-        result = handle(method, params)
-        if method == "sendTransaction":
-            raise ConnectionResetError("gone after taking it")
-        return result
-
-    async with JsonRpcServer(drops) as node:
-        rail = make_rail({"backend": "rpc", "network": "local", "rpc_url": node.url, "keypair": bytes(payer),
-                          "poll_interval": 0.01})
-        with pytest.raises(RailError) as info:
-            await rail.pay(chain="solana-local", token="USDC", amount=500_000, recipient=str(to))
-        await rail.aclose()
-    assert info.value.reason == "not_final" and info.value.sent is not None, info.value
-    asset = rail.asset("solana-local", "USDC")
-    assert asset is not None
-    assert chain.token_balance(ata(to, asset)) == 500_000
-    assert chain.lookup(info.value.sent["tx"])[0] is not None
+    got, chain, to = await _pay_through(hangs_up_after("sendTransaction"))
+    assert isinstance(got, RailError) and got.reason == "not_final" and got.sent is not None, got
+    assert _received(chain, to) == 500_000
+    assert chain.lookup(got.sent["tx"])[0] is not None
 
 
 async def test_a_payment_not_confirmed_in_time_names_its_transaction() -> None:
-    chain = LocalSolana()
-    payer = chain.new_wallet(sol=10**10, tokens={"USDC": 10**9})
-    handle = solana_rpc_handler(chain)
+    def unseen(handle: Handler) -> Handler:
+        def answer(method: str, params: list[Any]) -> Any:
+            if method == "getSignatureStatuses":
+                return {"context": {"slot": 1}, "value": [None]}
+            return handle(method, params)
+        return answer
 
-    def unseen(method: str, params: list[Any]) -> Any:
-        if method == "getSignatureStatuses":
-            return {"context": {"slot": 1}, "value": [None]}
-        return handle(method, params)
-
-    async with JsonRpcServer(unseen) as node:
-        rail = make_rail({"backend": "rpc", "network": "local", "rpc_url": node.url, "keypair": bytes(payer),
-                          "poll_interval": 0.01, "confirm_timeout": 0.05})
-        with pytest.raises(RailError) as info:
-            await rail.pay(chain="solana-local", token="USDC", amount=500_000,
-                           recipient=str(Keypair().pubkey()))
-        await rail.aclose()
-    assert info.value.reason == "not_final" and info.value.sent is not None
-    assert chain.lookup(info.value.sent["tx"])[0] is not None
+    got, chain, _ = await _pay_through(unseen, confirm_timeout=0.05)
+    assert isinstance(got, RailError) and got.reason == "not_final" and got.sent is not None, got
+    assert chain.lookup(got.sent["tx"])[0] is not None

@@ -11,6 +11,8 @@
   reads (envelopay.testing.summaries);
 - `MockTransport`: the outbound seam's stand-in — records what was sent, refuses a
   recipient for good or fails for now on request (envelopay.mail.transport.mock);
+- `envelopay.testing.node_faults`: wrappers that make a JSON-RPC dev node hang up after a
+  call or fail its first ones (what a payer must survive without paying twice);
 - `DictRail`, `WorkerApp`: the rails mock kit — a rail whose verdicts a test chooses, and
   the paid worker an engine test talks to (envelopay.testing.mock_rail, with the messages
   such a test sends; envelopay.testing.mock_worker).
