@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from envelopay.errors import RailError, UsageError
+from envelopay.errors import RailError, TransportError, UsageError
 from envelopay.rails.custodial import (
     Broadcast,
     ChainState,
@@ -22,7 +22,7 @@ from envelopay.rails.custodial import (
 )
 from envelopay.rails.interface import AssetInfo
 from envelopay_base.assets import is_address, norm_address
-from envelopay_base.backend import ChainUnavailable
+from envelopay_base.backend import ChainUnavailable, NodeRefused
 from envelopay_base.rail import _BALANCE_OF, BaseRail, _word, sign_statement_with
 from envelopay_base.verify import quantity
 
@@ -84,13 +84,17 @@ class BasePayer:
     async def broadcast(self, payment: SignedPayment) -> tuple[Broadcast, str]:
         try:
             await self.rail.backend.send_raw(payment.blob)
-        except ChainUnavailable as exc:
+        except NodeRefused as exc:
             text = str(exc).lower()
             if "already known" in text:
                 return "sent", "already known"
             if "nonce too low" in text or "nonce" in text:
                 return "expired", "its nonce was used: the transaction can never land"
             return "failed", str(exc)[:300]
+        except ChainUnavailable as exc:
+            # No answer: the bytes may have reached the node. Not a refusal: the enforcer
+            # keeps the payment broadcast and asks the chain (as the Solana payer does).
+            raise TransportError(f"the node did not answer the broadcast: {exc}") from exc
         return await await_confirmation(
             self.lookup,
             payment.tx_id,
@@ -100,8 +104,6 @@ class BasePayer:
         )
 
     async def lookup(self, tx_id: str) -> ChainState:
-        from envelopay.errors import TransportError
-
         try:
             reading = await self.rail.backend.read(tx_id)
         except ChainUnavailable as exc:
