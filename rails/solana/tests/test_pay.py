@@ -187,3 +187,23 @@ async def test_a_payment_not_confirmed_in_time_names_its_transaction() -> None:
     got, chain, _ = await _pay_through(unseen, confirm_timeout=0.05)
     assert isinstance(got, RailError) and got.reason == "not_final" and got.sent is not None, got
     assert chain.lookup(got.sent["tx"])[0] is not None
+
+
+async def test_a_node_lost_before_the_send_is_a_payment_that_did_not_leave() -> None:
+    # The node hangs up on the balance checks: nothing was signed or sent. A RailError
+    # (every payer catches it) with no `sent`: the caller may try again.
+    got, chain, to = await _pay_through(hangs_up_after("getBalance"))
+    assert isinstance(got, RailError) and got.reason == "rpc_unavailable" and got.sent is None, got
+    assert _received(chain, to) == 0
+
+
+async def test_a_node_acknowledging_another_signature_is_not_believed() -> None:
+    def liar(handle: Handler) -> Handler:
+        def answer(method: str, params: list[Any]) -> Any:
+            result = handle(method, params)
+            return "1" * 88 if method == "sendTransaction" else result
+        return answer
+
+    got, chain, to = await _pay_through(liar)
+    assert isinstance(got, RailError) and got.reason == "not_final" and got.sent is not None, got
+    assert _received(chain, to) == 500_000  # ours landed, once

@@ -298,10 +298,16 @@ class SolanaRail:
             text = f"{exc.message} {exc.data}".lower()
             reason = "insufficient_funds" if "insufficient" in text else "tx_failed"
             raise RailError(reason, exc.message) from exc
+        except TransportError as exc:
+            # Before the send (the send's own is `not_final` above): nothing left, as the
+            # Base rail says it. A RailError, so every payer hears it (the worker's OFFER
+            # counter-leg answers it instead of quarantining the OFFER).
+            raise RailError("rpc_unavailable", str(exc)) from exc
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
-            raise TransportError(f"unexpected answer from the Solana node: {exc}") from exc
-        if sent != signature:
-            raise TransportError("the node acknowledged a different signature")
+            raise RailError("rpc_unavailable", f"unexpected answer from the Solana node: {exc}") from exc
+        if sent != signature:  # a node not to be believed; ours is out
+            raise RailError("not_final", f"the node acknowledged {str(sent)[:100]!r}, not {signature}",
+                            sent={"tx": signature})
         await self._await_confirmation(signature, status)
         return {"tx": signature}
 
