@@ -5,7 +5,9 @@ Verifying and paying dispatch to whichever installed rail serves the chain (chai
 are `<rail>` or `<rail>-<network>`), always over JSON-RPC: a local chain lives inside the
 process that created it, so another process reaches one only through an RPC endpoint.
 Bad options are UsageErrors naming the option; a chain no rail serves is a ConfigError;
-a failed payment is a RailError, an unreachable RPC a TransportError.
+a payment that did not happen is a RailError (its `sent` set when the transaction left
+and may still land: SPEC.md "What a failed `pay()` means"), an unreachable RPC while
+verifying a TransportError.
 """
 
 from __future__ import annotations
