@@ -40,7 +40,7 @@ from envelopay.node.from_config import (
     Clock,
     answer_limits,
     config_signer,
-    counterpay_path,
+    counterpayment_book,
     dns_for,
     dns_setup,
     enforced_payer,
@@ -64,7 +64,6 @@ from envelopay.protocol.parse import ParseOptions, parse
 from envelopay.rails.interface import Rail
 from envelopay.rails.registry import load_rails
 from envelopay.worker.app import WorkerApp, WorkerApplication
-from envelopay.worker.counterpay import CounterPayments
 
 # The parts a config names are made in node/from_config.py; those other rooms import
 # from the node's one door are named here too.
@@ -346,8 +345,8 @@ def build_node(
         rails = load_rails({name: rail_options(cfg, opts) for name, opts in cfg.rails.items()})
         judge_accepted(cfg, rails)
     if app is None:
-        kw: dict[str, Any] = {"rails": rails, "clock": clock, "counterpayments": CounterPayments(
-            counterpay_path(cfg))}
+        kw: dict[str, Any] = {"rails": rails, "clock": clock,
+                              "counterpayments": counterpayment_book(cfg, store, clock)}
         if cfg.transport.payments == "enforcer":
             kw["counter_payer"] = enforced_payer(cfg)
         app = WorkerApplication(WorkerApp(cfg, **kw))

@@ -20,6 +20,8 @@ from envelopay.devnet.state import devnet_home as home_of
 from envelopay.dkim import DkimSigner, DnsLookup, dkim_signer
 from envelopay.engine.outbox import EnforcerHook
 from envelopay.errors import ConfigError
+from envelopay.ledger._sql_base import SqlBase
+from envelopay.ledger.counterpay import CounterPayBook
 from envelopay.ledger.store import AnswerLimits, Store
 from envelopay.mail.garden_auth import read_secret
 from envelopay.mail.imap import ImapConfig
@@ -30,6 +32,7 @@ from envelopay.mail.transport.submission import SmtpTransport
 from envelopay.rails.finality import WaitPolicy
 from envelopay.rails.interface import Rail
 from envelopay.rails.registry import judge_terms
+from envelopay.worker.counterpay import CounterPaymentBook, CounterPayments, take_in_file
 from envelopay.worker.refunds import Refunder, refunder_for
 
 Clock = Callable[[], datetime]
@@ -38,7 +41,7 @@ __all__ = [
     "Clock",
     "answer_limits",
     "config_signer",
-    "counterpay_path",
+    "counterpayment_book",
     "dns_for",
     "dns_setup",
     "enforced_payer",
@@ -115,15 +118,22 @@ def worker_refunder(
         return None
 
 
-def counterpay_path(cfg: WorkerConfig) -> Path:
-    """Beside a SQLite ledger (`x.db` → `x.offers.db`); for PostgreSQL under var/."""
+def counterpayment_book(cfg: WorkerConfig, store: Store, clock: Clock) -> CounterPaymentBook:
+    """Where the OFFER counter-payments are written down: in the ledger on SQLite and
+    PostgreSQL, so every process and host serving the address shares them (the rows an
+    earlier version kept in a file beside the ledger are taken in once); in a file of its
+    own beside a ledger of another kind."""
     ledger = cfg.agent.ledger
     if ledger.startswith(("postgresql://", "postgres://")):
-        path = cfg.path("var") / "offers.db"
+        file = cfg.path("var") / "offers.db"
     else:
-        path = cfg.path(ledger.removeprefix("sqlite:///")).with_suffix(".offers.db")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return path
+        file = cfg.path(ledger.removeprefix("sqlite:///")).with_suffix(".offers.db")
+    if isinstance(store, SqlBase):
+        book = CounterPayBook(store, local=cfg.agent.address, clock=clock)
+        take_in_file(book, file)
+        return book
+    file.parent.mkdir(parents=True, exist_ok=True)
+    return CounterPayments(file)
 
 
 def _enforcer_where(cfg: WorkerConfig) -> tuple[str, str]:

@@ -46,7 +46,7 @@ from envelopay.protocol.messages import (
 )
 from envelopay.rails.amounts import amount_text, asset_decimals
 from envelopay.rails.interface import Rail
-from envelopay.worker.counterpay import CounterPayer, CounterPayments
+from envelopay.worker.counterpay import CounterPayer, CounterPaymentBook
 from envelopay.worker.execute import execute
 from envelopay.worker.refunding import RefundsMoney
 from envelopay.worker.tasks import TaskBook, TaskError, TaskRequest
@@ -106,7 +106,7 @@ class WorkerApp:
         rails: Mapping[str, Rail] | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         new_id: Callable[[str], str] = lambda prefix: f"{prefix}_{secrets.token_hex(6)}",
-        counterpayments: CounterPayments | None = None,
+        counterpayments: CounterPaymentBook | None = None,
         counter_payer: CounterPayer | None = None,
     ) -> None:
         self.config = config
@@ -278,7 +278,7 @@ class WorkerApp:
     async def accept_offer(self, offer: Offer, peer: str = "") -> Accept | Refusal:
         """After the give proof verified: pay the counter-asset, ACCEPT with its proof.
 
-        With a `CounterPayments` book, a redo for the same (peer, offer id) returns the
+        With a counter-payment book, a redo for the same (peer, offer id) returns the
         recorded ACCEPT instead of paying again (see envelopay.worker.counterpay)."""
         refused = self.check_offer(offer)
         if refused is not None:

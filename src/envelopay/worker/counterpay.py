@@ -1,5 +1,11 @@
 """Counter-payments made for OFFERs, keyed by (peer, offer id): a redo never pays twice.
 
+Where the book lives: in the ledger (`envelopay.ledger.counterpay.CounterPayBook`) on
+SQLite and PostgreSQL, so every process and host serving the address shares it; a file of
+its own (`CounterPayments`, below) only beside a ledger of another kind. Rows an earlier
+version kept in that file beside a SQL ledger are taken into the ledger once
+(`take_in_file`).
+
 The engine asks the worker to decide an OFFER between its two transactions; a worker
 that dies after paying and before the engine's commit is asked again for the same
 OFFER after a restart. The payment is therefore written down around the rail call:
@@ -15,13 +21,17 @@ OFFER after a restart. The payment is therefore written down around the rail cal
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
-__all__ = ["CounterPayer", "CounterPayments"]
+from envelopay.ledger.counterpay import Begin, CounterPayBook
+
+__all__ = ["CounterPayer", "CounterPaymentBook", "CounterPayments", "take_in_file"]
 
 
 class CounterPayer(Protocol):
@@ -33,7 +43,16 @@ class CounterPayer(Protocol):
         self, *, chain: str, token: str, amount: int, recipient: str, payee: str, key: str
     ) -> dict[str, Any]: ...
 
-Begin = Literal["new", "paid", "in_doubt"]
+class CounterPaymentBook(Protocol):
+    """The book the worker writes a counter-payment in, around the rail call."""
+
+    def begin(self, peer: str, offer_id: str) -> tuple[Begin, dict[str, Any] | None]: ...
+
+    def paid(self, peer: str, offer_id: str, accept: dict[str, Any]) -> None: ...
+
+    def failed(self, peer: str, offer_id: str) -> None: ...
+
+    def close(self) -> None: ...
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS agent_counterpay (
@@ -50,6 +69,7 @@ class CounterPayments:
     def __init__(self, path: str | Path) -> None:
         self._lock = threading.Lock()
         self._db = sqlite3.connect(str(path), timeout=30, isolation_level=None, check_same_thread=False)
+        self._db.row_factory = sqlite3.Row
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA busy_timeout=30000")
         self._db.executescript(_SCHEMA)
@@ -70,8 +90,8 @@ class CounterPayments:
                 "SELECT status, accept FROM agent_counterpay WHERE peer = ? AND offer_id = ?",
                 (peer, offer_id),
             ).fetchone()
-        if row is not None and row[0] == "paid" and row[1]:
-            return "paid", json.loads(row[1])
+        if row is not None and row["status"] == "paid" and row["accept"]:
+            return "paid", json.loads(row["accept"])
         return "in_doubt", None
 
     def paid(self, peer: str, offer_id: str, accept: dict[str, Any]) -> None:
@@ -87,3 +107,24 @@ class CounterPayments:
                 "DELETE FROM agent_counterpay WHERE peer = ? AND offer_id = ? AND status = 'paying'",
                 (peer, offer_id),
             )
+
+
+def take_in_file(book: CounterPayBook, path: Path) -> int:
+    """The rows of an earlier version's per-host file, added to the ledger's book where it
+    has none; the file is then renamed `*.taken-in` (kept, not read again). Returns how
+    many were added; 0 when there is no such file."""
+    if not path.exists():
+        return 0
+    db = sqlite3.connect(str(path), timeout=30)
+    try:
+        db.row_factory = sqlite3.Row
+        rows = [(r["peer"], r["offer_id"], r["status"], json.loads(r["accept"]) if r["accept"] else None)
+                for r in db.execute("SELECT peer, offer_id, status, accept FROM agent_counterpay")]
+    except sqlite3.OperationalError:  # no such table: nothing was ever kept there
+        rows = []
+    finally:
+        db.close()
+    added = book.take_in(rows)
+    with contextlib.suppress(FileNotFoundError):  # another process took it in first
+        os.replace(path, path.with_name(path.name + ".taken-in"))
+    return added
