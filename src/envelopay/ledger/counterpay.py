@@ -22,14 +22,14 @@ from typing import Any, Literal
 
 from envelopay.errors import ConfigError
 from envelopay.ledger._sql_base import SqlBase
+from envelopay.ledger.schema import JSON_TYPE, TIME_TYPE
 from envelopay.persist import Dialect, Migrations, Step, migrate
 
 __all__ = ["COUNTERPAY_MIGRATIONS", "Begin", "CounterPayBook"]
 
 Begin = Literal["new", "paid", "in_doubt"]
 
-_T = {"sqlite": "TEXT", "postgres": "TIMESTAMPTZ"}
-_J = {"sqlite": "TEXT", "postgres": "JSONB"}
+_T, _J = TIME_TYPE, JSON_TYPE
 
 
 def _v1(d: Dialect) -> list[str]:

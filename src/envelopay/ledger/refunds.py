@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from envelopay.errors import ConfigError
 from envelopay.ledger._sql_base import Executor, Row, SqlBase
+from envelopay.ledger.schema import JSON_TYPE, TIME_TYPE
 from envelopay.persist import Dialect, Migrations, Step, migrate
 
 __all__ = ["REFUND_MIGRATIONS", "Claimed", "Refund", "RefundBook", "RefundOrder", "RefundStatus"]
@@ -33,8 +34,7 @@ RefundStatus = Literal["paying", "signed", "paid", "failed"]
 # paid: settled before; busy: another owner works it now.
 Claimed = Literal["new", "retake", "paid", "busy"]
 
-_T = {"sqlite": "TEXT", "postgres": "TIMESTAMPTZ"}
-_J = {"sqlite": "TEXT", "postgres": "JSONB"}
+_T, _J = TIME_TYPE, JSON_TYPE
 
 
 def _v1(d: Dialect) -> list[str]:

@@ -9,8 +9,9 @@ from typing import Literal
 
 Dialect = Literal["sqlite", "postgres"]
 
-_TIME = {"sqlite": "TEXT", "postgres": "TIMESTAMPTZ"}
-_JSON = {"sqlite": "TEXT", "postgres": "JSONB"}
+# Column types by dialect, for every ledger table (its components' steps too).
+TIME_TYPE = {"sqlite": "TEXT", "postgres": "TIMESTAMPTZ"}
+JSON_TYPE = {"sqlite": "TEXT", "postgres": "JSONB"}
 _SERIAL = {"sqlite": "INTEGER PRIMARY KEY AUTOINCREMENT", "postgres": "BIGSERIAL PRIMARY KEY"}
 _BLOB = {"sqlite": "BLOB", "postgres": "BYTEA"}
 
@@ -167,8 +168,8 @@ MIGRATIONS_TABLE = (
 
 
 def statements(sql: str, dialect: Dialect) -> list[str]:
-    text = sql.replace("{T}", _TIME[dialect]).replace("{J}", _JSON[dialect]).replace("{S}", _SERIAL[dialect])
-    text = text.replace("{B}", _BLOB[dialect])
+    text = sql.replace("{T}", TIME_TYPE[dialect]).replace("{J}", JSON_TYPE[dialect])
+    text = text.replace("{S}", _SERIAL[dialect]).replace("{B}", _BLOB[dialect])
     return [s.strip() for s in text.split(";") if s.strip()]
 
 
