@@ -60,4 +60,4 @@ async def test_call_outside_garden_fails_as_value(tmp_path: Path) -> None:
     rec = client.store.pending()
     assert rec == []  # the failed call is settled as failed, not left pending
     rows = client.store._db.execute("SELECT status FROM agent_calls").fetchall()
-    assert rows == [("failed",)]
+    assert [r["status"] for r in rows] == ["failed"]

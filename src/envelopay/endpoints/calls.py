@@ -98,6 +98,7 @@ class CallStore:
         self._path = str(path)
         self._lock = threading.Lock()
         self._db = sqlite3.connect(self._path, timeout=30, isolation_level=None, check_same_thread=False)
+        self._db.row_factory = sqlite3.Row  # rows by column name (envelopay.persist)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA busy_timeout=30000")
         self._db.executescript(_SCHEMA)
@@ -106,14 +107,16 @@ class CallStore:
         self._db.close()
 
     @staticmethod
-    def _row(r: tuple[Any, ...]) -> CallRecord:
-        reply = json.loads(r[5]) if r[5] else None
-        return CallRecord(r[0], r[1], r[2], datetime.fromisoformat(r[3]), r[4], reply)
+    def _row(r: sqlite3.Row) -> CallRecord:
+        reply = json.loads(r["reply"]) if r["reply"] else None
+        return CallRecord(r["call_id"], r["message_id"], r["endpoint"], datetime.fromisoformat(r["deadline"]),
+                          r["status"], reply)
 
     def add(self, call_id: str, message_id: str, endpoint: str, deadline: datetime, now: datetime) -> None:
         with self._lock:
             self._db.execute(
-                "INSERT INTO agent_calls VALUES (?, ?, ?, ?, 'pending', NULL, ?)",
+                "INSERT INTO agent_calls (call_id, message_id, endpoint, deadline, status, reply, created)"
+                " VALUES (?, ?, ?, ?, 'pending', NULL, ?)",
                 (call_id, message_id, endpoint, deadline.isoformat(), now.isoformat()),
             )
 
