@@ -49,6 +49,13 @@ class RailError(EnvelopayError):
         # and never a reason to pay again. None: nothing left.
         self.sent = sent
 
+    def may_land(self) -> str | None:
+        """What a person is told when the transaction left (`sent`); None when nothing did."""
+        if self.sent is None:
+            return None
+        return (f"transaction {self.sent.get('tx')} was handed to the chain and may still land "
+                f"({self.detail or self.reason}); it is not a failed payment: do not pay again")
+
 
 class Refused(EnvelopayError):
     """The peer has not said it takes what we were about to pay for; nothing was paid."""

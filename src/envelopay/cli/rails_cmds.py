@@ -100,11 +100,8 @@ def pay_cmd(
             # A wallet short of funds, the RPC unreachable: the environment (EXIT_CODES).
             code, word = exit_of(exc)
             word = "rpc_unavailable" if isinstance(exc, TransportError) else word
-            detail = getattr(exc, "detail", "") or str(exc)
-            sent = getattr(exc, "sent", None)
-            if sent is not None:  # not a failed payment: the person must not pay again
-                detail = (f"transaction {sent.get('tx')} was handed to the chain and may still land "
-                          f"({detail}); do not pay again")
+            left = exc.may_land() if isinstance(exc, RailError) else None
+            detail = left or getattr(exc, "detail", "") or str(exc)  # left: not a failed payment
             emit({"error": word, "field": None, "detail": detail, "exit": code,
                   "chain": chain_name(pay.chain)}, indent=2)
             raise typer.Exit(code) from exc

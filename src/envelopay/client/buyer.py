@@ -153,28 +153,26 @@ async def pay_first(
     judge(node.rails, chain=chain, token=token, amount=amount, wallet=recipient, prefix=prefix,
           wallet_option=wallet_option, done="nothing was paid")
     rail = node.rails[chain]
-    try:
-        if made is not None:
+    if made is not None:
+        try:
             rail.proof_key(made)  # a proof of this rail's shape, or ValueError
-            proof = made
-        else:
-            proof = await rail.pay(chain=chain, token=token, amount=amount, recipient=recipient)
-    except ValueError as exc:
-        raise UsageError(f"--proof: not a {chain} proof ({exc}); nothing was sent") from exc
+        except ValueError as exc:
+            raise UsageError(f"--proof: not a {chain} proof ({exc}); nothing was sent") from exc
+    try:
+        proof = made if made is not None else await rail.pay(chain=chain, token=token, amount=amount,
+                                                              recipient=recipient)
     except UsageError as exc:
         raise UsageError(f"{_option_of(str(exc), prefix, wallet_option)}: {exc} (on {chain}); "
                          "nothing was paid") from exc
     except RailError as exc:
         # The environment's fault (funds, RPC), not the input's: CLI exit 3.
-        if exc.sent is not None:
+        if (left := exc.may_land()) is not None:
             # The transaction left and may land: saying "failed" would have the payer pay
             # again. What to look at instead, and that no mail went.
-            tx = exc.sent.get("tx")
-            raise RailError(exc.reason, f"payment on {chain}: transaction {tx} was handed to the chain and "
-                            f"may still land ({exc.detail or exc.reason}); it is not a failed payment: do "
-                            f"not pay again. Nothing was mailed; `envelopay verify --chain {chain} "
-                            f"--token {token} --amount {amount} --to {recipient} --tx {tx} --rpc URL` (the "
-                            "rail's rpc_url) shows when it is final", sent=exc.sent) from exc
+            tx = (exc.sent or {}).get("tx")
+            raise RailError(exc.reason, f"payment on {chain}: {left}. Nothing was mailed; `envelopay verify "
+                            f"--chain {chain} --token {token} --amount {amount} --to {recipient} --tx {tx} "
+                            "--rpc URL` (the rail's rpc_url) shows when it is final", sent=exc.sent) from exc
         raise RailError(exc.reason, f"payment on {chain} failed: {exc.detail or exc.reason}; "
                         "nothing was sent") from exc
     if final_wait <= 0:

@@ -38,6 +38,8 @@ class Executor(ABC):
 class SqlBase(ABC):
     """The backend hooks: transactions and value codecs."""
 
+    dialect: Dialect  # set by the backend (SqliteStore, PostgresStore)
+
     @abstractmethod
     def write(self) -> AbstractContextManager[Executor]: ...
 

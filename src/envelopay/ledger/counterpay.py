@@ -1,15 +1,8 @@
 """Counter-payments made for OFFERs, in the ledger: keyed by (our address, peer, offer id),
 so a redo never pays twice, whichever process asks again — on PostgreSQL, whichever host.
 
-The worker writes the attempt down around the rail call (envelopay.worker.counterpay says
-when and why):
-
-    begin   → "new"      : the row is written `paying`: go on and pay
-            → "paid"     : the recorded ACCEPT is returned again (same proof)
-            → "in_doubt" : a payment started and its outcome is unknown: refuse rather
-                           than risk paying twice; an operator settles it
-    paid    : `paying` → `paid`, with the ACCEPT (proof included)
-    failed  : a `paying` row removed: the rail refused, nothing moved
+The worker writes the attempt down around the rail call; envelopay.worker.counterpay
+says when, and what `begin`'s three answers (new, paid, in doubt) mean.
 
 The table belongs to its own component of the one migrator ("counterpay").
 """
@@ -56,9 +49,8 @@ class CounterPayBook:
         self.store = store
         self.local = local
         self._clock = clock
-        dialect: Dialect = "postgres" if getattr(store, "dialect", "") == "postgres" else "sqlite"
         with store.write() as x:
-            migrate(x, dialect, COUNTERPAY_MIGRATIONS, str(store.t(clock())))
+            migrate(x, store.dialect, COUNTERPAY_MIGRATIONS, str(store.t(clock())))
 
     def begin(self, peer: str, offer_id: str) -> tuple[Begin, dict[str, Any] | None]:
         s = self.store

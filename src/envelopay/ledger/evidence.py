@@ -18,7 +18,6 @@ from datetime import UTC, datetime
 
 from envelopay.ledger._sql import Executor, SqlStore
 from envelopay.ledger.schema import Dialect
-from envelopay.ledger.sqlite import SqliteStore
 from envelopay.ledger.store import Store
 from envelopay.persist import Migrations, Step, migrate
 
@@ -70,7 +69,7 @@ class EvidenceLog:
 
     def __init__(self, store: SqlStore) -> None:
         self.store = store
-        self.dialect: Dialect = "sqlite" if isinstance(store, SqliteStore) else "postgres"
+        self.dialect: Dialect = store.dialect
         # Keys already written by this process: a lookup per inbound mail must not cost a
         # write per inbound mail (the row's first_seen is all that matters).
         self._known: set[tuple[str, str]] = set()

@@ -102,14 +102,6 @@ class Refund:
         }
 
 
-def _dialect(store: SqlBase) -> Dialect:
-    said = getattr(store, "dialect", None)
-    if said in ("sqlite", "postgres"):
-        return "postgres" if said == "postgres" else "sqlite"
-    # PostgreSQL is the backend with row locks (ledger.postgres.PostgresStore.skip_locked).
-    return "postgres" if getattr(store, "skip_locked", "") else "sqlite"
-
-
 class RefundBook:
     """The refunds table on a ledger store (SqliteStore or PostgresStore); its steps are
     applied on open, in one write transaction."""
@@ -118,7 +110,7 @@ class RefundBook:
         if not isinstance(store, SqlBase):  # a Store of another kind keeps no refunds table
             raise ConfigError(f"refunds need the SQLite or PostgreSQL ledger, not {type(store).__name__}")
         self.store = store
-        self.dialect = _dialect(store)
+        self.dialect = store.dialect
         with store.write() as x:
             migrate(x, self.dialect, REFUND_MIGRATIONS, str(store.t(now)))
 

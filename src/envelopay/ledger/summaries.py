@@ -14,7 +14,7 @@ flows updated since `since` hold every entry since then.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from envelopay.ledger._sql_base import Row, SqlBase
 from envelopay.ledger.store import (
@@ -46,7 +46,6 @@ _HAS_TABLE = {
 class SummariesMixin(SqlBase):
     """The summaries over a SqlStore's executor and codecs."""
 
-    dialect: Literal["sqlite", "postgres"]  # set by the backend
 
     if TYPE_CHECKING:
 

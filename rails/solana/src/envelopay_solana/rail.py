@@ -287,7 +287,7 @@ class SolanaRail:
                     sent, status = await asyncio.gather(
                         self.rpc.call("sendTransaction", [wire, {"encoding": "base64",
                                                                  "preflightCommitment": "confirmed"}]),
-                        self._first_status(signature))
+                        self._look(signature))
                 except RpcError:
                     raise  # the node answered: it refused the transaction
                 except TransportError as exc:
@@ -326,15 +326,16 @@ class SolanaRail:
             return 0  # the account does not exist: nothing to spend
         return int(result["value"]["amount"])
 
-    async def _first_status(self, signature: str) -> dict[str, Any] | None:
-        """The status asked beside the send: never an error of its own (an error here
-        must not read as the send's), only a status or None (the polls then ask)."""
+    async def _look(self, signature: str) -> dict[str, Any] | None:
+        """A status look after (or beside) the send: never an error of its own (the
+        transaction may be out; an error must not read as the send's or as a failed
+        payment), only a status or None (the next poll asks again)."""
         assert self.rpc is not None
         if self._confirm_timeout <= 0:
             return None
         try:
             return await self.rpc.signature_status(signature)
-        except (RpcError, TransportError):
+        except TransportError:  # RpcError too: the node answered an error
             return None
 
     async def _await_confirmation(self, signature: str, status: dict[str, Any] | None) -> None:
@@ -355,10 +356,7 @@ class SolanaRail:
                 raise RailError("not_final", f"{signature} not confirmed within {self._confirm_timeout}s",
                                 sent={"tx": signature})
             await asyncio.sleep(self._poll)
-            try:
-                status = await self.rpc.signature_status(signature)
-            except (RpcError, TransportError):
-                status = None  # the transaction is out: a failed look is asked again
+            status = await self._look(signature)
 
     async def warm(self) -> None:
         """Load now what the first verification would load (AgentNode.serve calls it)."""
